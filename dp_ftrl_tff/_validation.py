@@ -1,0 +1,69 @@
+"""Small input validators shared by every public entry point.
+
+Each validator raises `ValueError` naming the offending parameter, in the style of TFF's
+`_check_float_positive(value, label)` helpers. They return the value (converted where noted) so callers
+can write `n = check_positive_int(n, 'num_rounds')`.
+"""
+
+import math
+import numbers
+from typing import Optional
+
+
+def check_positive_int(value, name: str) -> int:
+  """Returns `value` as int; raises ValueError unless it is an integer >= 1."""
+  if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+    raise ValueError(f'`{name}` must be a positive integer, got {value!r}.')
+  return int(value)
+
+
+def check_nonnegative_int(value, name: str) -> int:
+  """Returns `value` as int; raises ValueError unless it is an integer >= 0."""
+  if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+    raise ValueError(f'`{name}` must be a non-negative integer, got {value!r}.')
+  return int(value)
+
+
+def _as_finite_float(value, name: str) -> float:
+  if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    raise ValueError(f'`{name}` must be a real number, got {value!r}.')
+  value = float(value)
+  if not math.isfinite(value):
+    raise ValueError(f'`{name}` must be finite, got {value!r}.')
+  return value
+
+
+def check_positive_float(value, name: str) -> float:
+  """Returns `value` as float; raises ValueError unless it is finite and > 0."""
+  value = _as_finite_float(value, name)
+  if value <= 0:
+    raise ValueError(f'`{name}` must be positive, got {value!r}.')
+  return value
+
+
+def check_nonnegative_float(value, name: str) -> float:
+  """Returns `value` as float; raises ValueError unless it is finite and >= 0."""
+  value = _as_finite_float(value, name)
+  if value < 0:
+    raise ValueError(f'`{name}` must be non-negative, got {value!r}.')
+  return value
+
+
+def check_float_in_range(value, name: str, low: Optional[float], high: Optional[float],
+                         *, low_inclusive: bool = True, high_inclusive: bool = True) -> float:
+  """Returns `value` as float; raises ValueError unless it lies in the given interval."""
+  value = _as_finite_float(value, name)
+  too_low = low is not None and (value < low if low_inclusive else value <= low)
+  too_high = high is not None and (value > high if high_inclusive else value >= high)
+  if too_low or too_high:
+    left = '[' if low_inclusive else '('
+    right = ']' if high_inclusive else ')'
+    raise ValueError(f'`{name}` must lie in {left}{low}, {high}{right}, got {value!r}.')
+  return value
+
+
+def check_one_of(value, name: str, allowed) -> object:
+  """Returns `value`; raises ValueError unless it is one of `allowed`."""
+  if value not in allowed:
+    raise ValueError(f'`{name}` must be one of {sorted(allowed)}, got {value!r}.')
+  return value

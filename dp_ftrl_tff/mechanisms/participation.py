@@ -1,0 +1,139 @@
+"""Participation schemas: which sets of rounds one client may contribute to.
+
+Conventions (see README, "Conventions"):
+  * Rounds are 0-based: t = 0 .. n-1, with n = `num_rounds`.
+  * `min_sep` = b: two participations of one client in rounds r1 < r2 satisfy r2 - r1 >= b (the BLT and
+    BandMF papers' b-min-sep). The Gboard paper, the accounting colab and TF-Privacy's `min_separation`
+    count the rounds *between* participations: min_separation = b - 1. This API accepts only `min_sep`.
+  * `max_participations` = k; None means "as many as min_sep allows". The effective k for n rounds is
+    min(k, ceil(n / b)).
+
+Three schemas (BandMF paper Sec. 3, BLT paper Sec. 3.1), one class:
+  * single participation: every client contributes to at most one round (min_sep=1, k=1 is the same);
+  * b-min-sep with at most k participations (Definition 1 of the BandMF paper);
+  * fixed-epoch (k, b)-participation: a client participates exactly in rounds j, j+b, ..., j+(k-1)b for
+    some offset j in [0, b), as in multi-epoch training with a fixed data order.
+"""
+
+import dataclasses
+import itertools
+import math
+from typing import Iterator, Optional, Tuple
+
+from dp_ftrl_tff import _validation
+
+
+@dataclasses.dataclass(frozen=True)
+class ParticipationSchema:
+  """How often, and how far apart, one client may participate.
+
+  Attributes:
+    min_sep: b >= 1, the minimum difference in round index between two participations of one client.
+    max_participations: k >= 1, or None for ceil(n / b) (as many as `min_sep` allows).
+    fixed_epoch: if True, the (k, b) fixed-epoch schema: participations are exactly b apart, at rounds
+      j + i*b for one offset j in [0, b). Requires `max_participations`.
+  """
+  min_sep: int = 1
+  max_participations: Optional[int] = None
+  fixed_epoch: bool = False
+
+  def __post_init__(self):
+    _validation.check_positive_int(self.min_sep, 'min_sep')
+    if self.max_participations is not None:
+      _validation.check_positive_int(self.max_participations, 'max_participations')
+    if not isinstance(self.fixed_epoch, bool):
+      raise ValueError(f'`fixed_epoch` must be a bool, got {self.fixed_epoch!r}.')
+    if self.fixed_epoch and self.max_participations is None:
+      raise ValueError('`max_participations` must be given for a fixed-epoch schema.')
+
+  @classmethod
+  def single(cls) -> 'ParticipationSchema':
+    """Each client participates in at most one round."""
+    return cls(min_sep=1, max_participations=1)
+
+  @classmethod
+  def min_separation(cls, min_sep: int,
+                     max_participations: Optional[int] = None) -> 'ParticipationSchema':
+    """b-min-sep participation with at most k = `max_participations` participations."""
+    return cls(min_sep=min_sep, max_participations=max_participations)
+
+  @classmethod
+  def fixed_epoch_order(cls, num_epochs: int, rounds_per_epoch: int) -> 'ParticipationSchema':
+    """(k, b)-participation: k = `num_epochs` epochs of b = `rounds_per_epoch` rounds each."""
+    return cls(min_sep=rounds_per_epoch, max_participations=num_epochs, fixed_epoch=True)
+
+  @property
+  def min_separation_between(self) -> int:
+    """TF-Privacy / Gboard convention: rounds strictly between two participations (= min_sep - 1)."""
+    return self.min_sep - 1
+
+  def effective_max_participations(self, num_rounds: int) -> int:
+    """k_eff = min(k, ceil(n / b)): the most participations possible in `num_rounds` rounds."""
+    num_rounds = _validation.check_positive_int(num_rounds, 'num_rounds')
+    possible = math.ceil(num_rounds / self.min_sep)
+    if self.max_participations is None:
+      return possible
+    return min(self.max_participations, possible)
+
+  def is_single_participation(self, num_rounds: int) -> bool:
+    """True when no client can participate twice within `num_rounds` rounds."""
+    return self.effective_max_participations(num_rounds) == 1
+
+  def earliest_pattern(self, num_rounds: int) -> Tuple[int, ...]:
+    """pi* = (0, b, 2b, ..., (k_eff - 1) b): the worst case for non-increasing Toeplitz C (BLT Thm 3.1)."""
+    k = self.effective_max_participations(num_rounds)
+    return tuple(i * self.min_sep for i in range(k) if i * self.min_sep < num_rounds)
+
+  def patterns(self, num_rounds: int) -> Iterator[Tuple[int, ...]]:
+    """Yields every maximal admissible participation pattern (sorted round indices).
+
+    Brute force, exponential in `num_rounds`: meant for tests and small n (n <= ~20). Non-maximal
+    patterns are subsets of the ones yielded; for the sensitivity of a C with non-negative C^T C they
+    never matter, but `all_patterns` yields them too for signed cases.
+    """
+    yield from (p for p in self.all_patterns(num_rounds) if self._is_maximal(p, num_rounds))
+
+  def all_patterns(self, num_rounds: int) -> Iterator[Tuple[int, ...]]:
+    """Yields every non-empty admissible participation pattern. Brute force; for tests."""
+    num_rounds = _validation.check_positive_int(num_rounds, 'num_rounds')
+    k = self.effective_max_participations(num_rounds)
+    if self.fixed_epoch:
+      for offset in range(min(self.min_sep, num_rounds)):
+        rounds = tuple(offset + i * self.min_sep for i in range(k)
+                       if offset + i * self.min_sep < num_rounds)
+        for size in range(1, len(rounds) + 1):
+          yield from itertools.combinations(rounds, size)  # subsets of an epoch-aligned pattern
+      return
+    for size in range(1, k + 1):
+      for pattern in itertools.combinations(range(num_rounds), size):
+        if all(b - a >= self.min_sep for a, b in zip(pattern, pattern[1:])):
+          yield pattern
+
+  def admits(self, pattern, num_rounds: int) -> bool:
+    """True if the sorted round indices `pattern` are allowed in `num_rounds` rounds."""
+    pattern = tuple(sorted(int(r) for r in pattern))
+    if len(set(pattern)) != len(pattern):
+      return False
+    if not pattern:
+      return True
+    if pattern[0] < 0 or pattern[-1] >= num_rounds:
+      return False
+    if len(pattern) > self.effective_max_participations(num_rounds):
+      return False
+    gaps = [b - a for a, b in zip(pattern, pattern[1:])]
+    if self.fixed_epoch:
+      return all(g % self.min_sep == 0 for g in gaps)  # gaps are positive: pattern is sorted, unique
+    return all(g >= self.min_sep for g in gaps)
+
+  def _is_maximal(self, pattern, num_rounds: int) -> bool:
+    if len(pattern) >= self.effective_max_participations(num_rounds):
+      return True
+    for r in range(num_rounds):
+      if r not in pattern and self.admits(pattern + (r,), num_rounds):
+        return False
+    return True
+
+  def __str__(self) -> str:
+    k = 'ceil(n/b)' if self.max_participations is None else self.max_participations
+    kind = 'fixed-epoch' if self.fixed_epoch else 'min-sep'
+    return f'{kind}(min_sep={self.min_sep}, max_participations={k})'

@@ -1,0 +1,74 @@
+"""Common interface and randomness of the streaming noise states (TensorFlow).
+
+A noise state generates, round after round, the correlated noise sigma * zeta * (M z)_t of a strategy
+(`dp_ftrl_tff.mechanisms.base.Strategy.noise_matrix`) on a nested structure of tensors shaped like the
+model update. The state is a nested structure of tensors (a NamedTuple), so it lives inside the TFF
+aggregator state and checkpoints with it.
+
+Randomness is stateless and counter based: row r of z (one standard normal draw per model coordinate)
+is `standard_normal_row(seed, r, value_specs)`, a pure function of the int64[2] seed and the row index.
+Tests rebuild z in numpy with the same function and compare against dense matrix math.
+"""
+
+import abc
+from typing import Any, Optional, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+SEED_SHAPE = (2,)
+
+
+def initial_seed(noise_seed: Optional[int]) -> tf.Tensor:
+  """An int64[2] seed tensor: fixed from `noise_seed`, or fresh from OS entropy when it is None.
+
+  Call inside a TF computation: with `noise_seed=None`, each execution draws a new seed.
+  """
+  if noise_seed is None:
+    return tf.random.uniform(SEED_SHAPE, minval=tf.int64.min, maxval=tf.int64.max, dtype=tf.int64)
+  if isinstance(noise_seed, bool) or not isinstance(noise_seed, (int, np.integer)):
+    raise ValueError(f'`noise_seed` must be an int or None, got {noise_seed!r}.')
+  return tf.constant([0, int(noise_seed)], dtype=tf.int64)
+
+
+def standard_normal_row(seed: tf.Tensor, row: tf.Tensor, value_specs: Any) -> Any:
+  """Row `row` of z: iid N(0, 1) draws, one structure shaped like `value_specs`.
+
+  Args:
+    seed: int64[2] tensor.
+    row: scalar integer tensor, the row index r of z (a round for matrix factorizations, a tree node for
+      trees; each noise state documents its numbering).
+    value_specs: nested structure of `tf.TensorSpec` (floating dtypes).
+
+  Returns:
+    A structure like `value_specs`, each leaf drawn from N(0, 1) in the leaf's dtype.
+  """
+  row_seed = tf.random.experimental.stateless_fold_in(seed, tf.cast(row, tf.int64))
+  leaves = tf.nest.flatten(value_specs)
+  draws = [
+      tf.random.stateless_normal(spec.shape, seed=tf.random.experimental.stateless_fold_in(
+          row_seed, leaf_index), dtype=spec.dtype)
+      for leaf_index, spec in enumerate(leaves)
+  ]
+  return tf.nest.pack_sequence_as(value_specs, draws)
+
+
+class StreamingNoise(abc.ABC):
+  """A streaming correlated-noise generator. Subclasses: one module per kind in this package.
+
+  Objects hold static mechanism parameters (Python / numpy floats) and build TF ops in their methods,
+  so they can be called inside `tff.tensorflow.computation`s.
+  """
+
+  @abc.abstractmethod
+  def initial_state(self, value_specs: Any, seed: tf.Tensor) -> Any:
+    """The state before round 0 for updates shaped like `value_specs` (nested `tf.TensorSpec`)."""
+
+  @abc.abstractmethod
+  def next(self, state: Any, stddev: tf.Tensor) -> Tuple[Any, Any]:
+    """(noise, new_state): the next round's noise, scaled by `stddev` = sigma * zeta."""
+
+  @abc.abstractmethod
+  def restart(self, state: Any) -> Any:
+    """A state that starts a fresh mechanism segment (new tree / banded / BLT stream), same seed
+    lineage: rows keep counting so no z row is ever reused."""
