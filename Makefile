@@ -25,12 +25,16 @@ test-fast: install
 
 lint: install
 	$(VENV)/bin/ruff check .
+	$(PY) tools/gen_bazel_build.py --check
 
 demo: install
 	$(IN_SESSION) $(PY) -m experiments.demo
 
+# Every test module is a py_test; Bazel runs their fast tests (`make test` runs the slow ones too).
 bazel-test: install
-	bazel test //... --python_path=$(abspath $(PY)) --test_output=errors
+	$(PY) tools/gen_bazel_build.py --check
+	bazel test //... --python_path=$(abspath $(PY)) --test_output=errors \
+	  --test_env=PYTEST_ADDOPTS="-m 'not slow'" --test_env=TF_CPP_MIN_LOG_LEVEL=2
 
 clean:
 	rm -rf $(VENV) bazel-* .pytest_cache
