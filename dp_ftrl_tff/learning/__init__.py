@@ -1,0 +1,1 @@
+"""DP-FTRL learning processes, min-sep client sampling and the participation log."""

@@ -1,0 +1,198 @@
+"""Min-sep client sampling that behaves like an on-device participation timer.
+
+Implements the b-min-sep participation schema of the BandMF paper (Definition 1) and the BLT paper
+(Sec. 3.1) the way production systems enforce it (Gboard paper, Sec. 2: a device that contributed waits
+out a timer before it checks in again):
+
+  * Rounds are 0-based: t = 0 .. n-1.
+  * `min_sep` = b: a client that participated in round r is eligible again from round r + b on, so two
+    participations r1 < r2 always satisfy r2 - r1 >= b. (TF-Privacy's `min_separation` = b - 1.)
+  * `max_participations` = k (optional): a client that has participated k times is never drawn again.
+  * Each round draws exactly `clients_per_round` clients uniformly without replacement from the eligible
+    pool. The draw for round t is a pure function of (seed, t, the participation history), so a run
+    resumed from a checkpointed sampler state draws exactly what an uninterrupted run draws.
+
+No privacy amplification is claimed for the random draw: the accountant uses only min_sep and k.
+"""
+
+import dataclasses
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+from dp_ftrl_tff import _validation
+
+_NEVER = -1  # `last_round` of a client that has not participated yet.
+
+
+def check_schedule(num_clients: int, clients_per_round: int, min_sep: int,
+                   max_participations: Optional[int], num_rounds: int) -> None:
+  """Raises ValueError when no sampler can fill every round of the schedule.
+
+  In round t the clients of the previous min(b - 1, t) rounds are still waiting, so filling round t
+  needs num_clients >= (min(b - 1, t) + 1) * clients_per_round; over n rounds that is
+  num_clients >= min(b, n) * clients_per_round. With at most k participations per client, the n rounds
+  need n * clients_per_round <= num_clients * k participations in total.
+
+  Args:
+    num_clients: size of the client population.
+    clients_per_round: clients drawn in every round.
+    min_sep: b >= 1, rounds between two participations of one client (r2 - r1 >= b).
+    max_participations: k >= 1 or None (no cap).
+    num_rounds: n, the number of rounds the run will train.
+  """
+  num_clients = _validation.check_positive_int(num_clients, 'num_clients')
+  clients_per_round = _validation.check_positive_int(clients_per_round, 'clients_per_round')
+  min_sep = _validation.check_positive_int(min_sep, 'min_sep')
+  num_rounds = _validation.check_positive_int(num_rounds, 'num_rounds')
+  if max_participations is not None:
+    max_participations = _validation.check_positive_int(max_participations, 'max_participations')
+  if clients_per_round > num_clients:
+    raise ValueError(f'`clients_per_round`={clients_per_round} exceeds the population of '
+                     f'{num_clients} clients.')
+  needed = min(min_sep, num_rounds) * clients_per_round
+  if needed > num_clients:
+    raise ValueError(
+        f'Impossible schedule: `min_sep`={min_sep} with `clients_per_round`={clients_per_round} keeps '
+        f'{needed} distinct clients busy over {min(min_sep, num_rounds)} consecutive rounds, but the '
+        f'population has only {num_clients} clients. Lower `min_sep` or `clients_per_round`, or use '
+        f'at least {needed} clients.')
+  if max_participations is not None and num_rounds * clients_per_round > num_clients * max_participations:
+    raise ValueError(
+        f'Impossible schedule: {num_rounds} rounds of {clients_per_round} clients need '
+        f'{num_rounds * clients_per_round} participations, but `max_participations`='
+        f'{max_participations} allows only {num_clients * max_participations} for {num_clients} '
+        f'clients.')
+
+
+@dataclasses.dataclass
+class SamplerState:
+  """What a checkpoint stores: per-client history (indices follow the sampler's `client_ids` order).
+
+  Attributes:
+    next_round: the 0-based round the next `sample` call draws for.
+    last_round: int64[num_clients], the last round each client participated in, -1 for never.
+    num_participations: int64[num_clients], participations so far per client.
+  """
+  next_round: int
+  last_round: np.ndarray
+  num_participations: np.ndarray
+
+  def to_dict(self) -> Dict[str, np.ndarray]:
+    """A flat dict of numpy arrays, as `tff.program` program state managers save it."""
+    return {'next_round': np.int64(self.next_round), 'last_round': self.last_round.copy(),
+            'num_participations': self.num_participations.copy()}
+
+  @classmethod
+  def from_dict(cls, value: Dict[str, np.ndarray]) -> 'SamplerState':
+    return cls(next_round=int(value['next_round']),
+               last_round=np.asarray(value['last_round'], dtype=np.int64).copy(),
+               num_participations=np.asarray(value['num_participations'], dtype=np.int64).copy())
+
+
+class ClientSampler:
+  """Draws each round's cohort from the clients whose min-sep timer has expired.
+
+  Usage: `cohort = sampler.sample(t)` for t = 0, 1, 2, ... in order; checkpoint `sampler.state`
+  and restore it with `sampler.load_state(...)`.
+  """
+
+  def __init__(self, client_ids: Sequence[str], clients_per_round: int, *, min_sep: int = 1,
+               max_participations: Optional[int] = None, seed: int = 0):
+    """Builds a sampler.
+
+    Args:
+      client_ids: the population (unique ids). Order matters only for the state arrays.
+      clients_per_round: clients drawn in every round.
+      min_sep: b >= 1; a client that participated in round r is eligible again in round r + b.
+      max_participations: k >= 1 or None (no cap on participations).
+      seed: non-negative int; the draw of round t depends only on (seed, t, history).
+    """
+    client_ids = list(client_ids)
+    if not client_ids:
+      raise ValueError('`client_ids` must not be empty.')
+    if len(set(client_ids)) != len(client_ids):
+      raise ValueError('`client_ids` must be unique.')
+    self._client_ids = client_ids
+    self._clients_per_round = _validation.check_positive_int(clients_per_round, 'clients_per_round')
+    if self._clients_per_round > len(client_ids):
+      raise ValueError(f'`clients_per_round`={clients_per_round} exceeds the population of '
+                       f'{len(client_ids)} clients.')
+    self._min_sep = _validation.check_positive_int(min_sep, 'min_sep')
+    self._max_participations = (
+        None if max_participations is None else
+        _validation.check_positive_int(max_participations, 'max_participations'))
+    self._seed = _validation.check_nonnegative_int(seed, 'seed')
+    self._state = SamplerState(
+        next_round=0, last_round=np.full(len(client_ids), _NEVER, dtype=np.int64),
+        num_participations=np.zeros(len(client_ids), dtype=np.int64))
+
+  @property
+  def client_ids(self) -> List[str]:
+    return list(self._client_ids)
+
+  @property
+  def min_sep(self) -> int:
+    return self._min_sep
+
+  @property
+  def max_participations(self) -> Optional[int]:
+    return self._max_participations
+
+  @property
+  def state(self) -> SamplerState:
+    """A copy of the current state (safe to checkpoint)."""
+    return SamplerState.from_dict(self._state.to_dict())
+
+  def load_state(self, state: SamplerState) -> None:
+    """Restores a state produced by `state` on a sampler with the same population."""
+    if not isinstance(state, SamplerState):
+      raise ValueError(f'`state` must be a SamplerState, got {type(state).__name__}.')
+    shape = (len(self._client_ids),)
+    if state.last_round.shape != shape or state.num_participations.shape != shape:
+      raise ValueError(f'`state` holds {state.last_round.shape[0]} clients, the sampler has '
+                       f'{len(self._client_ids)}: the population changed since the checkpoint.')
+    self._state = SamplerState.from_dict(state.to_dict())
+
+  def eligible(self, round_num: int) -> np.ndarray:
+    """Indices (into `client_ids`) of the clients that may participate in round `round_num`."""
+    round_num = _validation.check_nonnegative_int(round_num, 'round_num')
+    last = self._state.last_round
+    ok = (last == _NEVER) | (round_num - last >= self._min_sep)
+    if self._max_participations is not None:
+      ok &= self._state.num_participations < self._max_participations
+    return np.flatnonzero(ok)
+
+  def sample(self, round_num: int) -> List[str]:
+    """Draws the cohort of round `round_num` (must be the next round) and records it.
+
+    Returns:
+      `clients_per_round` client ids, in the order drawn.
+
+    Raises:
+      ValueError: if `round_num` is not the next round.
+      RuntimeError: if fewer eligible clients remain than `clients_per_round` (only possible with a
+        `max_participations` cap late in a run that `check_schedule` let through).
+    """
+    round_num = _validation.check_nonnegative_int(round_num, 'round_num')
+    if round_num != self._state.next_round:
+      raise ValueError(f'`round_num` must be the next round {self._state.next_round}, got '
+                       f'{round_num}.')
+    pool = self.eligible(round_num)
+    if pool.size < self._clients_per_round:
+      raise RuntimeError(
+          f'Round {round_num}: only {pool.size} clients are eligible (min_sep={self._min_sep}, '
+          f'max_participations={self._max_participations}), {self._clients_per_round} needed.')
+    rng = np.random.default_rng([self._seed, round_num])
+    chosen = rng.choice(pool, size=self._clients_per_round, replace=False)
+    self._state.last_round[chosen] = round_num
+    self._state.num_participations[chosen] += 1
+    self._state.next_round = round_num + 1
+    return [self._client_ids[i] for i in chosen]
+
+  def __repr__(self) -> str:
+    k = self._max_participations
+    return (f'ClientSampler(num_clients={len(self._client_ids)}, clients_per_round='
+            f'{self._clients_per_round}, min_sep={self._min_sep}, max_participations={k}, '
+            f'seed={self._seed})')
+
