@@ -106,7 +106,7 @@ class ParticipationSchema:
       return
     for size in range(1, k + 1):
       for pattern in itertools.combinations(range(num_rounds), size):
-        if all(b - a >= self.min_sep for a, b in zip(pattern, pattern[1:])):
+        if all(b - a >= self.min_sep for a, b in zip(pattern, pattern[1:], strict=False)):
           yield pattern
 
   def admits(self, pattern, num_rounds: int) -> bool:
@@ -120,9 +120,12 @@ class ParticipationSchema:
       return False
     if len(pattern) > self.effective_max_participations(num_rounds):
       return False
-    gaps = [b - a for a, b in zip(pattern, pattern[1:])]
+    gaps = [b - a for a, b in zip(pattern, pattern[1:], strict=False)]
     if self.fixed_epoch:
-      return all(g % self.min_sep == 0 for g in gaps)  # gaps are positive: pattern is sorted, unique
+      # A subset of {j, j + b, ..., j + (k_eff - 1) b} with offset j = pattern[0] mod b.
+      last_allowed = pattern[0] % self.min_sep + (
+          self.effective_max_participations(num_rounds) - 1) * self.min_sep
+      return all(g % self.min_sep == 0 for g in gaps) and pattern[-1] <= last_allowed
     return all(g >= self.min_sep for g in gaps)
 
   def _is_maximal(self, pattern, num_rounds: int) -> bool:

@@ -139,7 +139,8 @@ def min_sep_upper_bound_squared(strategy_matrix, participation) -> float:
 
   It bounds the Eq. 5 value max_pi sum_{i,j in pi} |X_ij| (each row may pick its own columns), which
   bounds the true squared sensitivity. Valid for fixed-epoch schemas too (their patterns are b-min-sep
-  patterns). Exact when X_ij = 0 for |i - j| >= b. O(n^2 k) time, computed in row chunks.
+  patterns). Not exact even for banded X (a row may pick two in-band entries b apart, or an
+  off-diagonal entry larger than X_ii): use `banded_squared` there. O(n^2 k) time, in row chunks.
   """
   c = _check_strategy_matrix(strategy_matrix)
   participation = _check_participation(participation)
@@ -259,13 +260,13 @@ class DenseMethod(NamedTuple):
 def dense_method(strategy_matrix, participation) -> DenseMethod:
   """The method `dense_squared` applies: the exact one when available, BandMF Alg. 4 otherwise.
 
-  Order: single participation (k = 1, exact); columns >= b apart orthogonal (Alg. 5, exact; for
-  fixed-epoch the epoch formula, exact); fixed-epoch (exact iff X >= 0 on the patterns); Alg. 4
-  (upper bound).
+  Order: single participation (k = 1 under b-min-sep, exact); columns >= b apart orthogonal (Alg. 5,
+  exact; for fixed-epoch the epoch formula, exact); fixed-epoch (exact iff X >= 0 on the patterns;
+  this also covers k = 1, where only the first b rounds are admissible); Alg. 4 (upper bound).
   """
   c = _check_strategy_matrix(strategy_matrix)
   participation = _check_participation(participation)
-  if participation.is_single_participation(c.shape[1]):
+  if not participation.fixed_epoch and participation.is_single_participation(c.shape[1]):
     return DenseMethod('single', True)
   if _columns_orthogonal_beyond(c, participation.min_sep):
     return DenseMethod('banded', True)

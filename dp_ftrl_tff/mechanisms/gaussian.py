@@ -1,0 +1,62 @@
+"""The Gaussian (DP-SGD) strategy: independent noise each round, C = I.
+
+With C = I (n x n) every column has norm 1 and distinct columns are orthogonal, so the squared
+sensitivity is the number of participations k = min(k, ceil(n / b)) under b-min-sep and fixed-epoch
+schemas (BandMF paper Thm. 2 with kappa = 1). The decoder is B = A, whose row i has i + 1 ones
+(0-based), so MaxError = sqrt(n) and RmsError = sqrt(mean_i (i + 1)) = sqrt((n + 1) / 2)
+(BandMF paper Table 2: DP-SGD prefix-sum RMSE sqrt(k (n + 1) / 2)).
+"""
+
+import numpy as np
+
+from dp_ftrl_tff.mechanisms import base
+from dp_ftrl_tff.mechanisms import participation as participation_lib
+
+
+class GaussianStrategy(base.Strategy):
+  """DP-SGD noise: round t gets sigma * zeta * z_t with z_t iid standard normal (0-based rounds)."""
+
+  name = 'gaussian'
+
+  def strategy_matrix(self, num_rounds: int) -> np.ndarray:
+    return np.eye(self.check_num_rounds(num_rounds))
+
+  def noise_matrix(self, num_rounds: int) -> np.ndarray:
+    return np.eye(self.check_num_rounds(num_rounds))
+
+  def sensitivity_squared(self, num_rounds: int,
+                          participation: participation_lib.ParticipationSchema) -> float:
+    """k_eff = min(k, ceil(n / b)): orthogonal unit columns, one per participation."""
+    num_rounds = self.check_num_rounds(num_rounds)
+    if not isinstance(participation, participation_lib.ParticipationSchema):
+      raise ValueError(f'`participation` must be a ParticipationSchema, got {participation!r}.')
+    return float(participation.effective_max_participations(num_rounds))
+
+  def errors(self, num_rounds: int) -> tuple:
+    """(sqrt(n), sqrt((n + 1) / 2)), closed form of the decoder B = A."""
+    num_rounds = self.check_num_rounds(num_rounds)
+    return float(np.sqrt(num_rounds)), float(np.sqrt((num_rounds + 1) / 2))
+
+  def to_config(self) -> dict:
+    return {'mechanism': self.name}
+
+  @classmethod
+  def from_config(cls, config: dict) -> 'GaussianStrategy':
+    """Inverse of `to_config`; raises ValueError on a wrong `mechanism` or unknown keys."""
+    if not isinstance(config, dict):
+      raise ValueError(f'`config` must be a dict, got {type(config).__name__}.')
+    if config.get('mechanism') != cls.name:
+      raise ValueError(f'`mechanism` must be {cls.name!r}, got {config.get("mechanism")!r}.')
+    unknown = sorted(set(config) - {'mechanism'})
+    if unknown:
+      raise ValueError(f'Unknown keys for the gaussian mechanism: {unknown}.')
+    return cls()
+
+  def __eq__(self, other) -> bool:
+    return isinstance(other, GaussianStrategy)
+
+  def __hash__(self) -> int:
+    return hash(self.name)
+
+  def __repr__(self) -> str:
+    return 'GaussianStrategy()'
