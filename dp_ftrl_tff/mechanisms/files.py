@@ -1,0 +1,233 @@
+"""Saving and loading strategies: JSON for parameter-only strategies, .npz for matrices.
+
+File formats (version 1):
+  * JSON (any suffix but .npz): one object `{"format_version": 1, "mechanism": NAME, <the strategy's
+    to_config() entries>, "setting": {...}}`, floats written with full precision. Used for 'blt'
+    (theta, omega), 'gaussian' and the tree variants.
+  * .npz: array entries of the config (e.g. the banded strategy's `band_rows`, float64) stored as
+    arrays named `config/<key>`, everything else as a JSON string in the array `metadata`. Loaded with
+    `allow_pickle=False`. Used for 'banded'; any strategy may be saved this way.
+
+`setting` (optional) records what the strategy was optimized for: `num_rounds` (n), `min_sep` (b,
+TF-Privacy's min_separation + 1), `max_participations` (k or null), `fixed_epoch`, `error` ('max' or
+'rms') and `losses` {max_loss, rms_loss, sensitivity_squared} at that setting.
+
+Loading validates the file structure (missing keys, unknown mechanism, bad setting) and then the
+parameters through each class's `from_config` (shapes, NaN, decays outside (0, 1], ...); every problem
+is a ValueError naming the field. The strategy modules are imported lazily by mechanism name.
+"""
+
+import importlib
+import json
+import math
+import os
+import zipfile
+from typing import Optional, Tuple, Union
+
+import numpy as np
+
+from dp_ftrl_tff import _validation
+from dp_ftrl_tff.mechanisms import base
+
+FORMAT_VERSION = 1
+_RESERVED_KEYS = ('format_version', 'setting')
+_LOSS_KEYS = ('max_loss', 'rms_loss', 'sensitivity_squared')
+_SETTING_KEYS = ('num_rounds', 'min_sep', 'max_participations', 'fixed_epoch', 'error', 'losses')
+
+# mechanism name -> (module, class), imported on first use.
+_CLASSES = {
+    'gaussian': ('dp_ftrl_tff.mechanisms.gaussian', 'GaussianStrategy'),
+    'tree': ('dp_ftrl_tff.mechanisms.tree', 'TreeStrategy'),
+    'tree_efficient': ('dp_ftrl_tff.mechanisms.tree', 'TreeStrategy'),
+    'tree_full': ('dp_ftrl_tff.mechanisms.tree', 'TreeStrategy'),
+    'banded': ('dp_ftrl_tff.mechanisms.banded', 'BandedStrategy'),
+    'blt': ('dp_ftrl_tff.mechanisms.blt', 'BLTStrategy'),
+}
+MECHANISMS = tuple(_CLASSES)
+
+
+def strategy_class(mechanism: str) -> type:
+  """The `Strategy` subclass for a mechanism name ('gaussian', 'tree', ..., 'blt')."""
+  _validation.check_one_of(mechanism, 'mechanism', _CLASSES)
+  module_name, class_name = _CLASSES[mechanism]
+  return getattr(importlib.import_module(module_name), class_name)
+
+
+def strategy_from_config(config: dict) -> base.Strategy:
+  """Builds a strategy from a config dict, dispatching on its `mechanism` key.
+
+  Accepts the legacy key `name` in place of `mechanism`. The remaining entries go to the class's
+  `from_config`, which validates them.
+  """
+  if not isinstance(config, dict):
+    raise ValueError(f'`config` must be a dict, got {type(config).__name__}.')
+  mechanism = config.get('mechanism', config.get('name'))
+  if mechanism is None:
+    raise ValueError('`mechanism` is missing from the strategy config.')
+  if mechanism not in _CLASSES:
+    raise ValueError(f'`mechanism` must be one of {sorted(_CLASSES)}, got {mechanism!r}.')
+  params = {key: value for key, value in config.items() if key not in ('mechanism', 'name')}
+  params['mechanism'] = mechanism
+  return strategy_class(mechanism).from_config(params)
+
+
+def setting_from_result(result: base.OptimizationResult) -> dict:
+  """The `setting` dict of an optimizer's `OptimizationResult` (error taken from its details)."""
+  if not isinstance(result, base.OptimizationResult):
+    raise ValueError(f'`result` must be an OptimizationResult, got {type(result).__name__}.')
+  participation = result.participation
+  setting = {
+      'num_rounds': result.num_rounds,
+      'min_sep': participation.min_sep,
+      'max_participations': participation.max_participations,
+      'fixed_epoch': participation.fixed_epoch,
+      'losses': {key: getattr(result.losses, key) for key in _LOSS_KEYS},
+  }
+  if result.details.get('error') is not None:
+    setting['error'] = result.details['error']
+  return _check_setting(setting)
+
+
+def _check_setting(setting) -> dict:
+  """Validates a setting dict; returns a normalized copy (ints, floats, bools)."""
+  if not isinstance(setting, dict):
+    raise ValueError(f'`setting` must be a dict, got {type(setting).__name__}.')
+  unknown = sorted(set(setting) - set(_SETTING_KEYS))
+  if unknown:
+    raise ValueError(f'`setting` has unknown keys {unknown}; allowed: {list(_SETTING_KEYS)}.')
+  out = {}
+  if 'num_rounds' in setting:
+    out['num_rounds'] = _validation.check_positive_int(setting['num_rounds'], 'setting.num_rounds')
+  if 'min_sep' in setting:
+    out['min_sep'] = _validation.check_positive_int(setting['min_sep'], 'setting.min_sep')
+  if setting.get('max_participations') is not None:
+    out['max_participations'] = _validation.check_positive_int(setting['max_participations'],
+                                                               'setting.max_participations')
+  elif 'max_participations' in setting:
+    out['max_participations'] = None
+  if 'fixed_epoch' in setting:
+    if not isinstance(setting['fixed_epoch'], bool):
+      raise ValueError(f'`setting.fixed_epoch` must be a bool, got {setting["fixed_epoch"]!r}.')
+    out['fixed_epoch'] = setting['fixed_epoch']
+  if 'error' in setting:
+    out['error'] = _validation.check_one_of(setting['error'], 'setting.error', ('max', 'rms'))
+  if 'losses' in setting:
+    losses = setting['losses']
+    if not isinstance(losses, dict) or sorted(losses) != sorted(_LOSS_KEYS):
+      raise ValueError(f'`setting.losses` must be a dict with keys {list(_LOSS_KEYS)}, got '
+                       f'{losses!r}.')
+    out['losses'] = {key: _validation.check_nonnegative_float(losses[key], f'setting.losses.{key}')
+                     for key in _LOSS_KEYS}
+  return out
+
+
+def _is_npz(path) -> bool:
+  return os.fspath(path).lower().endswith('.npz')
+
+
+def _json_ready(value):
+  """Config values as JSON types; raises ValueError for arrays (they need .npz)."""
+  if isinstance(value, np.ndarray):
+    raise ValueError('`path` must end with .npz for a strategy whose config holds arrays.')
+  if isinstance(value, (list, tuple)):
+    return [_json_ready(v) for v in value]
+  if isinstance(value, np.generic):
+    return value.item()
+  return value
+
+
+def save_strategy(strategy: base.Strategy, path,
+                  setting: Optional[Union[dict, base.OptimizationResult]] = None) -> None:
+  """Writes `strategy` (and optionally the setting it was optimized for) to `path`.
+
+  Args:
+    strategy: any `base.Strategy`.
+    path: a `.npz` path (arrays) or any other path (JSON).
+    setting: a setting dict (see the module docstring) or the `OptimizationResult` it came from.
+
+  Raises:
+    ValueError: for a bad strategy, setting, or a JSON path for a strategy with array parameters.
+  """
+  if not isinstance(strategy, base.Strategy):
+    raise ValueError(f'`strategy` must be a Strategy, got {type(strategy).__name__}.')
+  if isinstance(setting, base.OptimizationResult):
+    setting = setting_from_result(setting)
+  elif setting is not None:
+    setting = _check_setting(setting)
+  config = {key: value for key, value in strategy.to_config().items()
+            if key not in ('mechanism', 'name')}
+  reserved = sorted(set(config) & set(_RESERVED_KEYS))
+  if reserved:
+    raise ValueError(f'`strategy` config uses reserved keys {reserved}.')
+  header = {'format_version': FORMAT_VERSION, 'mechanism': strategy.name}
+  if _is_npz(path):
+    arrays = {f'config/{key}': np.asarray(value, dtype=np.float64)
+              for key, value in config.items() if isinstance(value, np.ndarray)}
+    metadata = dict(header, **{key: _json_ready(value) for key, value in config.items()
+                               if not isinstance(value, np.ndarray)})
+    if setting is not None:
+      metadata['setting'] = setting
+    with open(path, 'wb') as f:
+      np.savez(f, metadata=np.array(json.dumps(metadata, allow_nan=False)), **arrays)
+    return
+  document = dict(header, **{key: _json_ready(value) for key, value in config.items()})
+  if setting is not None:
+    document['setting'] = setting
+  with open(path, 'w') as f:
+    json.dump(document, f, indent=2, allow_nan=False)
+    f.write('\n')
+
+
+def _read_document(path) -> dict:
+  """The file's content as one dict (arrays as float64 ndarrays)."""
+  if _is_npz(path):
+    try:
+      with np.load(path, allow_pickle=False) as data:
+        arrays = {name: np.asarray(data[name]) for name in data.files}
+    except (OSError, EOFError, ValueError, zipfile.BadZipFile) as e:
+      raise ValueError(f'`path` {os.fspath(path)!r} is not a readable strategy .npz file: {e}') from e
+    if 'metadata' not in arrays:
+      raise ValueError(f'`metadata` is missing from {os.fspath(path)!r}.')
+    try:
+      document = json.loads(str(arrays.pop('metadata')))
+    except json.JSONDecodeError as e:
+      raise ValueError(f'`metadata` in {os.fspath(path)!r} is not valid JSON: {e}') from e
+    if not isinstance(document, dict):
+      raise ValueError(f'`metadata` in {os.fspath(path)!r} must be a JSON object.')
+    for name, value in arrays.items():
+      if not name.startswith('config/'):
+        raise ValueError(f'Unexpected array `{name}` in {os.fspath(path)!r}.')
+      key = name[len('config/'):]
+      if not np.issubdtype(value.dtype, np.number):
+        raise ValueError(f'`{key}` must be a numeric array, got dtype {value.dtype}.')
+      document[key] = value.astype(np.float64)
+    return document
+  try:
+    with open(path) as f:
+      document = json.load(f)
+  except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+    raise ValueError(f'`path` {os.fspath(path)!r} is not a readable strategy JSON file: {e}') from e
+  if not isinstance(document, dict):
+    raise ValueError(f'`path` {os.fspath(path)!r} must hold a JSON object.')
+  return document
+
+
+def load_strategy_and_setting(path) -> Tuple[base.Strategy, Optional[dict]]:
+  """(strategy, setting or None) from a file written by `save_strategy`."""
+  document = _read_document(path)
+  version = document.get('format_version', FORMAT_VERSION)
+  if version != FORMAT_VERSION:
+    raise ValueError(f'`format_version` must be {FORMAT_VERSION}, got {version!r}.')
+  setting = document.get('setting')
+  if setting is not None:
+    setting = _check_setting(setting)
+  config = {key: value for key, value in document.items() if key not in _RESERVED_KEYS}
+  for key, value in config.items():
+    if isinstance(value, float) and not math.isfinite(value):
+      raise ValueError(f'`{key}` must be finite, got {value!r}.')
+  return strategy_from_config(config), setting
+
+
+def load_strategy(path) -> base.Strategy:
+  """The strategy stored in `path` by `save_strategy` (see `load_strategy_and_setting`)."""
+  return load_strategy_and_setting(path)[0]
