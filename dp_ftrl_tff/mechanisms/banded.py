@@ -1,0 +1,504 @@
+"""Banded matrix factorization (BandMF): the banded strategy, its optimizer and the streaming C^-1.
+
+BandMF paper (Choquette-Choo et al. 2023, arXiv:2306.08153):
+  * Sec. 2 / App. A: a lower-triangular C is `num_bands`-banded (b-hat bands) when C[i, j] = 0 for
+    i - j >= b-hat; b-hat counts the non-zero diagonals, the main one included (b-hat = 1 is DP-SGD).
+  * Sec. 3, Thm. 2, Alg. 5: with b-hat <= min_sep the columns a client touches are orthogonal, so the
+    squared sensitivity is VecSens(diag(C^T C)) exactly; with equal column norms 1 it is k_eff. With
+    b-hat > min_sep (realized separation below the bands) Alg. 4 gives an upper bound.
+  * Sec. 4, Problem 2: minimize the prefix-sum error ||A C^-1||_F^2 over banded C with equal column
+    norms (diag(C^T C) = 1). Sec. 5.8: other workloads (SGD with momentum / learning-rate schedules).
+  * Sec. 6, Alg. 9: the noise C^-1 z streams by forward substitution with a buffer of the last
+    b-hat - 1 outputs (`stream_inverse`, the numpy reference of `dp_ftrl_tff.noise.banded`).
+  * Banded Toeplitz C (one coefficient per band, McKenna 2024, "BandToep") via `toeplitz=True`.
+
+Storage: a banded C is held as its band rows R of shape (n, b-hat), R[t, j] = C[t, t - j] (0 when
+t - j < 0). Rounds are 0-based, t = 0 .. n-1. All math is float64 numpy/scipy.
+
+Optimizer cost: every objective evaluation costs O(b-hat n^2) flops in BLAS-3 blocks (block banded
+triangular solves and band-restricted products), never a dense O(n^3) inverse; gradients are analytic.
+"""
+
+import time
+from typing import Optional
+
+import numpy as np
+import scipy.linalg
+import scipy.optimize
+
+from dp_ftrl_tff import _validation
+from dp_ftrl_tff.mechanisms import base, sensitivity
+from dp_ftrl_tff.mechanisms import participation as participation_lib
+from dp_ftrl_tff.mechanisms import toeplitz as toeplitz_lib
+
+_ERRORS = ('rms', 'max')
+# Rows per block of the blocked triangular solves: small enough that TRSM work (block * n^2 / 2) stays
+# below the GEMM coupling work (~2 b-hat n^2), large enough for BLAS-3 efficiency (measured at n=2052).
+_BLOCK = 128
+# Smooth maximum for error='max' with a general banded C: the p-mean of the row errors ||B_i||^2.
+_MAX_ERROR_POWER = 64.0
+
+
+def _check_band_rows(band_rows) -> np.ndarray:
+  """Validates band rows R (n, b-hat): finite, R[t, 0] > 0, R[t, j] = 0 for t - j < 0."""
+  band_rows = np.array(band_rows, dtype=np.float64)
+  if band_rows.ndim != 2 or band_rows.shape[0] == 0 or band_rows.shape[1] == 0:
+    raise ValueError(f'`band_rows` must be a non-empty 2-D array, got shape {band_rows.shape}.')
+  if band_rows.shape[1] > band_rows.shape[0]:
+    raise ValueError(f'`band_rows` has {band_rows.shape[1]} bands for {band_rows.shape[0]} rounds.')
+  if not np.all(np.isfinite(band_rows)):
+    raise ValueError('`band_rows` must be finite.')
+  if np.any(band_rows[:, 0] <= 0):
+    raise ValueError('`band_rows` must have a positive diagonal (column 0).')
+  rows, bands = np.indices(band_rows.shape)
+  if np.any(band_rows[rows < bands] != 0):
+    raise ValueError('`band_rows` must be zero where t - j < 0 (entries above row t).')
+  return band_rows
+
+
+def band_rows_from_matrix(strategy_matrix) -> np.ndarray:
+  """R (n, b-hat) with R[t, j] = C[t, t - j] of a lower-triangular banded C; b-hat = the bands used.
+
+  Raises ValueError unless `strategy_matrix` is square, finite, lower triangular with a positive
+  diagonal.
+  """
+  c = np.asarray(strategy_matrix, dtype=np.float64)
+  if c.ndim != 2 or c.shape[0] != c.shape[1] or c.shape[0] == 0:
+    raise ValueError(f'`strategy_matrix` must be a non-empty square matrix, got shape {c.shape}.')
+  if not np.all(np.isfinite(c)):
+    raise ValueError('`strategy_matrix` must be finite.')
+  if np.any(np.triu(c, 1) != 0):
+    raise ValueError('`strategy_matrix` must be lower triangular.')
+  if np.any(np.diag(c) <= 0):
+    raise ValueError('`strategy_matrix` must have a positive diagonal.')
+  n = c.shape[0]
+  rows, cols = np.nonzero(c)
+  num_bands = int(np.max(rows - cols)) + 1
+  t, j = np.indices((n, num_bands))
+  valid = t >= j
+  band_rows = np.zeros((n, num_bands))
+  band_rows[valid] = c[t[valid], (t - j)[valid]]
+  return band_rows
+
+
+def matrix_from_band_rows(band_rows) -> np.ndarray:
+  """The dense n x n lower-triangular C with C[t, t - j] = R[t, j]."""
+  band_rows = _check_band_rows(band_rows)
+  return _dense(band_rows)
+
+
+def _dense(band_rows: np.ndarray) -> np.ndarray:
+  n, num_bands = band_rows.shape
+  c = np.zeros((n, n))
+  for j in range(num_bands):
+    idx = np.arange(j, n)
+    c[idx, idx - j] = band_rows[j:, j]
+  return c
+
+
+def _inverse(c: np.ndarray, num_bands: int) -> np.ndarray:
+  """C^-1 of a dense-stored lower-triangular banded C, by blocked forward substitution, O(b-hat n^2)."""
+  n = c.shape[0]
+  s = _BLOCK
+  m = np.zeros((n, n))
+  for i0 in range(0, n, s):
+    i1 = min(n, i0 + s)
+    lo = max(0, i0 - num_bands + 1)
+    rhs = np.zeros((i1 - i0, i1))
+    rhs[:, i0:i1] = np.eye(i1 - i0)
+    if lo < i0:  # rows lo..i0-1 of C^-1 vanish beyond column i0 - 1
+      rhs[:, :i0] -= c[i0:i1, lo:i0] @ m[lo:i0, :i0]
+    m[i0:i1, :i1] = scipy.linalg.solve_triangular(c[i0:i1, i0:i1], rhs, lower=True,
+                                                  check_finite=False)
+  return m
+
+
+def _band_gradient(c: np.ndarray, m: np.ndarray, grad_m: np.ndarray, num_bands: int) -> np.ndarray:
+  """The band of d/dC of a loss whose gradient in M = C^-1 is `grad_m`: -(C^-T grad_m M^T) on the band.
+
+  Returns a dense n x n array whose band entries (0 <= i - j < b-hat) are the gradient; other entries
+  are unspecified. O(b-hat n^2): U = C^-T grad_m is needed only at columns below each row block's end,
+  because M[j, l] = 0 for l > j.
+  """
+  n = c.shape[0]
+  s = _BLOCK
+  u = np.zeros((n, n))
+  starts = list(range(0, n, s))
+  for i0 in reversed(starts):
+    i1 = min(n, i0 + s)
+    hi = min(n, i1 + num_bands - 1)
+    rhs = grad_m[i0:i1, :i1].copy()
+    if i1 < hi:
+      rhs -= c[i1:hi, i0:i1].T @ u[i1:hi, :i1]
+    u[i0:i1, :i1] = scipy.linalg.solve_triangular(c[i0:i1, i0:i1], rhs, trans='T', lower=True,
+                                                  check_finite=False)
+  grad_c = np.zeros((n, n))
+  for i0 in starts:
+    i1 = min(n, i0 + s)
+    lo = max(0, i0 - num_bands + 1)
+    grad_c[i0:i1, lo:i1] = -(u[i0:i1, :i1] @ m[lo:i1, :i1].T)
+  return grad_c
+
+
+def stream_inverse(band_rows, values) -> np.ndarray:
+  """y = C^-1 v by streaming forward substitution (BandMF Alg. 9): the numpy reference.
+
+  Row t of the output is (v_t - sum_{j=1}^{b-hat - 1} C[t, t - j] y_{t - j}) / C[t, t]; only a ring
+  buffer of the last b-hat - 1 outputs is kept.
+
+  Args:
+    band_rows: (n, b-hat) band rows of C, R[t, j] = C[t, t - j].
+    values: (n, ...) array; row t is v_t.
+
+  Returns:
+    (n, ...) float64 array y with C y = v.
+  """
+  band_rows = _check_band_rows(band_rows)
+  values = np.asarray(values, dtype=np.float64)
+  n, num_bands = band_rows.shape
+  if values.ndim == 0 or values.shape[0] != n:
+    raise ValueError(f'`values` must have {n} rows, got shape {values.shape}.')
+  depth = num_bands - 1
+  buffer = np.zeros((depth,) + values.shape[1:])
+  out = np.empty_like(values)
+  for t in range(n):
+    acc = values[t].copy()
+    for j in range(1, min(t, depth) + 1):
+      acc -= band_rows[t, j] * buffer[(t - j) % depth]
+    out[t] = acc / band_rows[t, 0]
+    if depth:
+      buffer[t % depth] = out[t]
+  return out
+
+
+class BandedStrategy(base.Strategy):
+  """A lower-triangular banded strategy matrix C for n = `max_rounds` rounds (BandMF).
+
+  The per-round noise is sigma * zeta * (C^-1 z)_t (0-based rounds). `num_bands` is the number of
+  non-zero diagonals. For fewer rounds the leading principal block of C is used.
+  """
+
+  name = 'banded'
+
+  def __init__(self, strategy_matrix):
+    """Args: strategy_matrix: n x n lower-triangular banded C with a positive diagonal."""
+    self._band_rows = band_rows_from_matrix(strategy_matrix)
+    self._band_rows.setflags(write=False)
+
+  @classmethod
+  def from_band_rows(cls, band_rows) -> 'BandedStrategy':
+    """From band rows R (n, b-hat), R[t, j] = C[t, t - j] (zero for t - j < 0)."""
+    return cls(matrix_from_band_rows(band_rows))
+
+  @classmethod
+  def from_toeplitz(cls, coefs, num_rounds: int) -> 'BandedStrategy':
+    """The banded Toeplitz C[t, t - j] = coefs[j] (j < len(coefs)) for `num_rounds` rounds."""
+    num_rounds = _validation.check_positive_int(num_rounds, 'num_rounds')
+    coefs = np.asarray(coefs, dtype=np.float64)
+    if coefs.ndim != 1 or coefs.size == 0 or coefs.size > num_rounds:
+      raise ValueError(f'`coefs` must be a 1-D array of 1 .. num_rounds={num_rounds} entries, got '
+                       f'shape {coefs.shape}.')
+    rows = np.tile(coefs, (num_rounds, 1))
+    rows[np.indices(rows.shape)[0] < np.indices(rows.shape)[1]] = 0.0
+    return cls.from_band_rows(rows)
+
+  @property
+  def num_bands(self) -> int:
+    return self._band_rows.shape[1]
+
+  @property
+  def max_rounds(self) -> int:
+    return self._band_rows.shape[0]
+
+  @property
+  def band_rows(self) -> np.ndarray:
+    """(max_rounds, num_bands) read-only array, R[t, j] = C[t, t - j]."""
+    return self._band_rows
+
+  def strategy_matrix(self, num_rounds: int) -> np.ndarray:
+    num_rounds = self.check_num_rounds(num_rounds)
+    return _dense(self._band_rows[:num_rounds])
+
+  def noise_matrix(self, num_rounds: int) -> np.ndarray:
+    num_rounds = self.check_num_rounds(num_rounds)
+    return _inverse(self.strategy_matrix(num_rounds), self.num_bands)
+
+  def sensitivity_squared(self, num_rounds: int,
+                          participation: participation_lib.ParticipationSchema) -> float:
+    """Squared sensitivity (clip norm 1) of the leading n x n block of C.
+
+    Single participation: the largest squared column norm. With `num_bands` <= `min_sep` the exact
+    BandMF Alg. 5 value VecSens(diag(C^T C)) (fixed-epoch: the best epoch pattern); with more bands than
+    `min_sep` the Alg. 4 upper bound (fixed-epoch: the per-epoch Eq. 5 value). All through
+    `sensitivity.dense_squared`.
+    """
+    num_rounds = self.check_num_rounds(num_rounds)
+    if not isinstance(participation, participation_lib.ParticipationSchema):
+      raise ValueError(f'`participation` must be a ParticipationSchema, got {participation!r}.')
+    return float(sensitivity.dense_squared(self.strategy_matrix(num_rounds), participation))
+
+  def to_config(self) -> dict:
+    """{'name': 'banded', 'band_rows': float64 ndarray (n, num_bands)}; `files` stores it as .npz."""
+    return {'name': self.name, 'band_rows': np.array(self._band_rows)}
+
+  @classmethod
+  def from_config(cls, config: dict) -> 'BandedStrategy':
+    """Inverse of `to_config`; also accepts a dense 'strategy_matrix' entry."""
+    if not isinstance(config, dict) or config.get('name', cls.name) != cls.name:
+      raise ValueError(f'`config` must be a dict with name {cls.name!r}, got {config!r}.')
+    if 'band_rows' in config:
+      return cls.from_band_rows(config['band_rows'])
+    if 'strategy_matrix' in config:
+      return cls(config['strategy_matrix'])
+    raise ValueError('`config` must hold `band_rows` or `strategy_matrix`.')
+
+  def __repr__(self) -> str:
+    return f'BandedStrategy(max_rounds={self.max_rounds}, num_bands={self.num_bands})'
+
+
+# ---------------------------------------------------------------------------------------------------
+# Optimization.
+
+
+def fhu_coefficients(num_bands: int) -> np.ndarray:
+  """1, 1/2, 3/8, 5/16, ...: the first `num_bands` coefficients of sqrt(A) (Fichtenberger et al.)."""
+  num_bands = _validation.check_positive_int(num_bands, 'num_bands')
+  j = np.arange(1, num_bands)
+  return np.concatenate([[1.0], np.cumprod((2 * j - 1) / (2 * j))])
+
+
+def _row_weights(row_errors: np.ndarray, error: str) -> tuple:
+  """(objective, d objective / d row_errors) for squared row errors ||B_i||^2."""
+  n = row_errors.size
+  if error == 'rms':
+    return float(np.mean(row_errors)), np.full(n, 1.0 / n)
+  peak = np.max(row_errors)
+  ratios = row_errors / peak
+  mean_power = np.mean(ratios**_MAX_ERROR_POWER)
+  value = peak * mean_power**(1.0 / _MAX_ERROR_POWER)
+  weights = ratios**(_MAX_ERROR_POWER - 1) * mean_power**(1.0 / _MAX_ERROR_POWER - 1) / n
+  return float(value), weights
+
+
+class _Workload:
+  """Applies A and A^T: cumulative sums for the prefix-sum workload, matrix products otherwise."""
+
+  def __init__(self, num_rounds: int, workload: Optional[np.ndarray]):
+    if workload is None:
+      self._matrix = None
+      return
+    workload = np.asarray(workload, dtype=np.float64)
+    if workload.shape != (num_rounds, num_rounds) or not np.all(np.isfinite(workload)):
+      raise ValueError(f'`workload` must be a finite {num_rounds} x {num_rounds} matrix, got shape '
+                       f'{workload.shape}.')
+    if np.any(np.triu(workload, 1) != 0):
+      raise ValueError('`workload` must be lower triangular.')
+    self._matrix = workload
+
+  def apply(self, x: np.ndarray) -> np.ndarray:
+    return np.cumsum(x, axis=0) if self._matrix is None else self._matrix @ x
+
+  def apply_transpose(self, x: np.ndarray) -> np.ndarray:
+    if self._matrix is None:
+      return np.cumsum(x[::-1], axis=0)[::-1]
+    return self._matrix.T @ x
+
+  def toeplitz_coefs(self, num_rounds: int) -> np.ndarray:
+    """Coefficients of A if it is lower-triangular Toeplitz; raises ValueError otherwise."""
+    if self._matrix is None:
+      return np.ones(num_rounds)
+    coefs = self._matrix[:, 0]
+    if not np.allclose(toeplitz_lib.materialize(coefs, num_rounds), self._matrix, rtol=0, atol=1e-12):
+      raise ValueError('`workload` must be Toeplitz for `toeplitz=True`.')
+    return coefs
+
+
+def _toeplitz_objective(coefs: np.ndarray, num_rounds: int, workload_coefs: np.ndarray,
+                        error: str) -> tuple:
+  """(log(||c||^2 * Error^2), gradient) of a banded Toeplitz C with coefficients c.
+
+  For a Toeplitz workload with coefficients a, B = A C^-1 is Toeplitz with coefficients
+  beta = a * r (r = inverse coefficients of c); ||B_i||^2 = sum_{t <= i} beta_t^2. The gradient uses
+  d r = -r * dc * r (series products truncated to n).
+  """
+  n = num_rounds
+  r = toeplitz_lib.inverse_coefs(coefs, n)
+  beta = np.convolve(workload_coefs, r)[:n]
+  if error == 'rms':
+    weights = (n - np.arange(n)) / n
+  else:
+    weights = np.ones(n)
+  err2 = float(np.sum(weights * beta**2))
+  norm2 = float(coefs @ coefs)
+  grad_beta = 2.0 * weights * beta
+  grad_r = np.convolve(grad_beta[::-1], workload_coefs)[:n][::-1]  # adjoint of beta = a * r
+  r2 = np.convolve(r, r)[:n]
+  grad_c = -np.convolve(grad_r[::-1], r2)[n - 1 - np.arange(coefs.size)]
+  value = np.log(norm2) + np.log(err2)
+  grad = 2.0 * coefs / norm2 + grad_c / err2
+  return value, grad
+
+
+def _column_indices(num_rounds: int, num_bands: int) -> tuple:
+  """Row and column indices of the band of an n x n lower-triangular C, column by column."""
+  j, r = np.indices((num_rounds, num_bands))
+  valid = j + r < num_rounds
+  return (j + r)[valid], j[valid], j[valid]
+
+
+class _BandedObjective:
+  """Error of a column-normalized banded C = P diag(1 / ||P[:, j]||) over the free band entries of P.
+
+  With unit column norms and b-hat <= min_sep, sens^2 = k_eff for every P, so minimizing the error
+  minimizes the loss (BandMF Problem 2).
+  """
+
+  def __init__(self, num_rounds: int, num_bands: int, workload: _Workload, error: str):
+    self.n = num_rounds
+    self.num_bands = num_bands
+    self.workload = workload
+    self.error = error
+    self.rows, self.cols, self.col_of_entry = _column_indices(num_rounds, num_bands)
+
+  def matrix(self, params: np.ndarray) -> np.ndarray:
+    norms = np.sqrt(np.bincount(self.col_of_entry, weights=params**2, minlength=self.n))
+    c = np.zeros((self.n, self.n))
+    c[self.rows, self.cols] = params / norms[self.col_of_entry]
+    return c
+
+  def params_from_matrix(self, c: np.ndarray) -> np.ndarray:
+    return c[self.rows, self.cols]
+
+  def value_and_grad(self, params: np.ndarray) -> tuple:
+    norms = np.sqrt(np.bincount(self.col_of_entry, weights=params**2, minlength=self.n))
+    unit = params / norms[self.col_of_entry]
+    c = np.zeros((self.n, self.n))
+    c[self.rows, self.cols] = unit
+    if np.any(np.diag(c) <= 0):
+      return np.inf, np.zeros_like(params)
+    m = _inverse(c, self.num_bands)
+    b = self.workload.apply(m)
+    value, weights = _row_weights(np.sum(b**2, axis=1), self.error)
+    if not np.isfinite(value):
+      return np.inf, np.zeros_like(params)
+    grad_m = self.workload.apply_transpose(2.0 * weights[:, None] * b)
+    grad_unit = _band_gradient(c, m, grad_m, self.num_bands)[self.rows, self.cols]
+    radial = np.bincount(self.col_of_entry, weights=grad_unit * unit, minlength=self.n)
+    grad = (grad_unit - unit * radial[self.col_of_entry]) / norms[self.col_of_entry]
+    return value, grad
+
+
+class _TimeLimit(Exception):
+  pass
+
+
+def _minimize(fun, x0: np.ndarray, max_iterations: int, max_seconds: Optional[float],
+              tolerance: float) -> tuple:
+  """L-BFGS (scipy L-BFGS-B, no bounds) with a wall-clock budget; returns (x, details)."""
+  start = time.monotonic()
+  best = {'value': np.inf, 'x': x0, 'evaluations': 0}
+
+  def wrapped(x):
+    if max_seconds is not None and time.monotonic() - start > max_seconds:
+      raise _TimeLimit()
+    value, grad = fun(x)
+    best['evaluations'] += 1
+    if value < best['value']:
+      best['value'], best['x'] = value, x.copy()
+    return value, grad
+
+  try:
+    result = scipy.optimize.minimize(wrapped, x0, jac=True, method='L-BFGS-B', options={
+        'maxiter': max_iterations, 'maxcor': 20, 'ftol': tolerance, 'gtol': 0.0})
+    message, iterations = str(result.message), int(result.nit)
+  except _TimeLimit:
+    message, iterations = 'time limit reached', -1
+  return best['x'], {'objective': float(best['value']), 'evaluations': best['evaluations'],
+                     'iterations': iterations, 'message': message}
+
+
+def optimize_banded(num_rounds: int, num_bands: int,
+                    participation: participation_lib.ParticipationSchema, toeplitz: bool = False,
+                    error: str = 'rms', workload: Optional[np.ndarray] = None, *,
+                    max_iterations: int = 100, max_seconds: Optional[float] = None,
+                    tolerance: float = 1e-7,
+                    initial: Optional[BandedStrategy] = None) -> base.OptimizationResult:
+  """Optimizes a banded strategy (BandMF Problem 2, or a banded Toeplitz C).
+
+  General (`toeplitz=False`): C lower triangular with `num_bands` bands and unit column norms
+  (diag(C^T C) = 1), minimizing the workload error (mean of ||B_i||^2 for 'rms', a smooth maximum for
+  'max', B = A C^-1) by L-BFGS over the band entries with analytic gradients, warm-started from the
+  column-normalized banded Toeplitz optimum (or from `initial`). With `num_bands` <= `min_sep` the
+  squared sensitivity is exactly k_eff for every candidate (BandMF Thm. 2), so the error is the loss up
+  to that constant; with more bands the reported losses use the Alg. 4 upper bound.
+
+  Toeplitz (`toeplitz=True`): C[t, t - j] = c_j for j < `num_bands`, L-BFGS over c minimizing
+  k_eff ||c||^2 Error^2 (||c||^2 is the largest column norm; exact error: 'max' is the last row),
+  started from the sqrt(A) coefficients 1, 1/2, 3/8, ...
+
+  Args:
+    num_rounds: n.
+    num_bands: b-hat, 1 <= b-hat <= n.
+    participation: the schema the result's losses are reported for.
+    toeplitz: optimize a banded Toeplitz C (b-hat parameters, milliseconds per step).
+    error: 'rms' (default, BandMF paper) or 'max'.
+    workload: optional lower-triangular n x n A (e.g. SGD with momentum and a learning-rate schedule,
+      BandMF Sec. 5.8); prefix sums by default. Must be Toeplitz with `toeplitz=True`.
+    max_iterations: L-BFGS iterations (per stage).
+    max_seconds: optional wall-clock budget for the general stage; the best point so far is returned.
+    tolerance: relative objective decrease below which L-BFGS stops.
+    initial: optional `BandedStrategy` with `num_bands` bands and n rounds to start from (general).
+
+  Returns:
+    `base.OptimizationResult` with the prefix-sum `Losses` under `participation`; `details` holds the
+    optimizer diagnostics and the optimized workload error.
+  """
+  start = time.monotonic()
+  num_rounds = _validation.check_positive_int(num_rounds, 'num_rounds')
+  num_bands = _validation.check_positive_int(num_bands, 'num_bands')
+  if num_bands > num_rounds:
+    raise ValueError(f'`num_bands`={num_bands} must not exceed `num_rounds`={num_rounds}.')
+  if not isinstance(participation, participation_lib.ParticipationSchema):
+    raise ValueError(f'`participation` must be a ParticipationSchema, got {participation!r}.')
+  if not isinstance(toeplitz, bool):
+    raise ValueError(f'`toeplitz` must be a bool, got {toeplitz!r}.')
+  error = _validation.check_one_of(error, 'error', _ERRORS)
+  max_iterations = _validation.check_positive_int(max_iterations, 'max_iterations')
+  if max_seconds is not None:
+    max_seconds = _validation.check_positive_float(max_seconds, 'max_seconds')
+  tolerance = _validation.check_positive_float(tolerance, 'tolerance')
+  work = _Workload(num_rounds, workload)
+  if initial is not None and (not isinstance(initial, BandedStrategy)
+                              or initial.num_bands != num_bands
+                              or initial.max_rounds != num_rounds):
+    raise ValueError(f'`initial` must be a BandedStrategy with {num_bands} bands and {num_rounds} '
+                     f'rounds, got {initial!r}.')
+  details = {}
+
+  if initial is None or toeplitz:
+    workload_coefs = work.toeplitz_coefs(num_rounds) if toeplitz else np.ones(num_rounds)
+    coefs, details['toeplitz'] = _minimize(
+        lambda c: _toeplitz_objective(c, num_rounds, workload_coefs, error if toeplitz else 'rms'),
+        fhu_coefficients(num_bands), max_iterations, None, tolerance)
+    coefs = coefs / coefs[0]
+    strategy = BandedStrategy.from_toeplitz(coefs, num_rounds)
+  else:
+    strategy = initial
+
+  if not toeplitz:
+    objective = _BandedObjective(num_rounds, num_bands, work, error)
+    params, details['banded'] = _minimize(
+        objective.value_and_grad, objective.params_from_matrix(strategy.strategy_matrix(num_rounds)),
+        max_iterations, max_seconds, tolerance)
+    strategy = BandedStrategy(objective.matrix(params))
+  details['workload_error'] = _workload_error(strategy, work, error)
+  losses = strategy.losses(num_rounds, participation)
+  return base.OptimizationResult(strategy=strategy, losses=losses, num_rounds=num_rounds,
+                                 participation=participation, seconds=time.monotonic() - start,
+                                 details=details)
+
+
+def _workload_error(strategy: BandedStrategy, work: _Workload, error: str) -> float:
+  """sqrt of the mean ('rms') or max ('max') of ||(A C^-1)_i||^2 for the optimized workload A."""
+  rows = np.sum(work.apply(strategy.noise_matrix(strategy.max_rounds))**2, axis=1)
+  return float(np.sqrt(np.mean(rows) if error == 'rms' else np.max(rows)))
