@@ -1,0 +1,496 @@
+"""`CorrelatedNoiseFactory`: DP mean of client updates with streaming correlated noise (DP-FTRL).
+
+A drop-in `tff.aggregators.UnweightedAggregationFactory` for
+`tff.learning.algorithms.build_unweighted_fed_avg(..., model_aggregator=factory)`. Per round t
+(0-based) it composes, in this order:
+  1. on each client: zeroing of non-finite or too-large updates (counted, never propagated) and L2
+     clipping to the active clip zeta (`clipping.py`); with adaptive clipping also the quantile bit
+     1[||Delta_i|| <= C^t] - 1/2 (`adaptive_clipping.py`);
+  2. the record aggregation: a plain sum, or TFF's SecAgg chain (`secure.py`);
+  3. on the server: correlated noise sigma_Delta * zeta_sens * (M z)_t from a pluggable
+     `dp_ftrl_tff.noise` state, where zeta_sens = zeta (or its inflated bound after rounding with
+     SecAgg) and sigma_Delta = sigma (or its Gboard Thm. 1 inflation with adaptive clipping);
+  4. normalization by the fixed `clients_per_round` m (never the realized count):
+     result_t = (sum_i clip(Delta_i) + sigma_Delta zeta_sens (M z)_t) / m.
+At a restart round r (see `adaptive_clipping.RestartSchedule`) the noise state (and the count noise
+state) starts a fresh segment and, with adaptive clipping, the active clip takes the estimate.
+
+Noise multipliers are relative to the clip norm and apply to the SUM (DP-FTRL convention, TFF's
+`DifferentiallyPrivateFactory.tree_aggregation`); the noise seed comes from OS entropy at `initialize`
+unless `noise_seed` is given, and lives in the state, so a restored checkpoint continues the noise
+sequence bit for bit.
+"""
+
+import collections
+import json
+import numbers
+import os
+from typing import Any, Callable, NamedTuple, Optional, Union
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from dp_ftrl_tff import _validation
+from dp_ftrl_tff.accounting import adaptive_clipping as accounting_adaptive
+from dp_ftrl_tff.aggregators import adaptive_clipping as adaptive_lib
+from dp_ftrl_tff.aggregators import clipping
+from dp_ftrl_tff.aggregators import secure as secure_lib
+from dp_ftrl_tff.noise import base as noise_base
+from dp_ftrl_tff.noise import gaussian as gaussian_noise
+
+#: Keys of the measurements `next` reports (server placed), in this order.
+MEASUREMENT_KEYS = ('round', 'segment', 'restart', 'clip', 'sensitivity_clip', 'quantile_estimate',
+                    'clipped_count', 'zeroed_count', 'noise_stddev')
+
+
+class DPState(NamedTuple):
+  """Server-side DP state (all tensors).
+
+  Attributes:
+    round: int64, 0-based index of the NEXT round.
+    segment: int64, index of the current mechanism segment (number of restarts so far).
+    segment_start: int64, first round of the current segment.
+    clip: float32, active L2 clip zeta (clipping and noise calibration).
+    sensitivity_clip: float32, L2 bound of one clipped record used for the noise (= clip, or its
+      inflated bound after stochastic rounding with SecAgg).
+    noise_multiplier: float32, sigma_Delta on the sum (inflated by Thm. 1 with adaptive clipping).
+    mechanism: tf.string, JSON of `CorrelatedNoiseFactory.accounting_config()` (what an accountant
+      needs: mechanism kind and parameters, accounted noise multiplier, restart schedule, ...).
+    noise_state: the `dp_ftrl_tff.noise` state of the model noise (holds the seed).
+    quantile_state: TF-Privacy quantile estimator state with the count noise, or () (fixed clip).
+  """
+  round: Any
+  segment: Any
+  segment_start: Any
+  clip: Any
+  sensitivity_clip: Any
+  noise_multiplier: Any
+  mechanism: Any
+  noise_state: Any
+  quantile_state: Any
+
+
+class CorrelatedNoiseState(NamedTuple):
+  """The aggregation process state (server placed).
+
+  Attributes:
+    dp: `DPState`.
+    record_agg: state of the record aggregation (plain sum or SecAgg chain).
+    count_agg: state of the clipped / zeroed count sum.
+    quantile_agg: state of the quantile-bit sum (() with a fixed clip).
+  """
+  dp: Any
+  record_agg: Any
+  count_agg: Any
+  quantile_agg: Any
+
+
+class _ClientParams(NamedTuple):
+  clip: Any
+  quantile_params: Any
+
+
+def _strategy_from(strategy, expected_name: str):
+  """A strategy object from an object or a file path (`mechanisms.files.load_strategy`)."""
+  if isinstance(strategy, (str, os.PathLike)):
+    from dp_ftrl_tff.mechanisms import files  # Imported lazily: written in parallel (H1).
+    strategy = files.load_strategy(strategy)
+  if getattr(strategy, 'name', None) != expected_name or not hasattr(strategy, 'to_config'):
+    raise ValueError(f'`strategy` must be a {expected_name} strategy or a path to one, got '
+                     f'{strategy!r}.')
+  return strategy
+
+
+class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
+  """DP mean with correlated streaming noise; see the module docstring for the composition.
+
+  Use the classmethods `gaussian`, `tree`, `banded`, `blt`. The general constructor takes a
+  `noise_fn` building a fresh `dp_ftrl_tff.noise.base.StreamingNoise` (called once for the model and,
+  with adaptive clipping, once for the clipped-count stream) and the JSON-serializable `mechanism`
+  description the accountant reads.
+
+  Args:
+    noise_fn: zero-argument callable returning a new `StreamingNoise`.
+    mechanism: dict describing the mechanism (`{'name': ..., ...}`, e.g. `strategy.to_config()`).
+    noise_multiplier: sigma >= 0, the accounted noise multiplier (relative to the clip, on the sum).
+    clients_per_round: m > 0, the fixed denominator of the mean (report goal).
+    clip_norm: zeta > 0, the fixed L2 clip; with `adaptive_clip` the initial clip (or None).
+    noise_seed: int seed, or None for a fresh seed from OS entropy at each `initialize`.
+    adaptive_clip: None (fixed clip), True (Gboard defaults) or an `AdaptiveClipping`.
+    secure: None (plain sum), an int number of bits, or a `SecureAggregation`.
+    zeroing_norm: updates with L2 norm above it are zeroed; None zeroes only non-finite updates.
+    restarts: a `RestartSchedule` (restarts also with a fixed clip), or None: the adaptive
+      clipping's schedule, else no restarts.
+    default_restarts: the schedule used with adaptive clipping when neither `restarts` nor
+      `adaptive_clip.restarts` is given.
+  """
+
+  def __init__(self,
+               noise_fn: Callable[[], noise_base.StreamingNoise],
+               mechanism: dict,
+               noise_multiplier: float,
+               clients_per_round: float,
+               clip_norm: Optional[float],
+               *,
+               noise_seed: Optional[int] = None,
+               adaptive_clip: Union[None, bool, adaptive_lib.AdaptiveClipping] = None,
+               secure: Union[None, int, secure_lib.SecureAggregation] = None,
+               zeroing_norm: Optional[float] = None,
+               restarts: Optional[adaptive_lib.RestartSchedule] = None,
+               default_restarts: adaptive_lib.RestartSchedule = adaptive_lib.GBOARD_RESTARTS):
+    if not callable(noise_fn):
+      raise ValueError(f'`noise_fn` must be callable, got {noise_fn!r}.')
+    if not isinstance(mechanism, dict) or 'name' not in mechanism:
+      raise ValueError(f'`mechanism` must be a dict with a "name", got {mechanism!r}.')
+    self._noise_fn = noise_fn
+    self._noise_multiplier = _validation.check_nonnegative_float(noise_multiplier,
+                                                                 'noise_multiplier')
+    self._clients_per_round = _validation.check_positive_float(clients_per_round,
+                                                               'clients_per_round')
+    if noise_seed is not None:
+      noise_seed = _validation.check_nonnegative_int(noise_seed, 'noise_seed')
+    self._noise_seed = noise_seed
+    self._zeroing_norm = clipping.check_zeroing_norm(zeroing_norm)
+    if restarts is not None and not isinstance(restarts, adaptive_lib.RestartSchedule):
+      raise ValueError(f'`restarts` must be a RestartSchedule or None, got {restarts!r}.')
+
+    if adaptive_clip is True:
+      adaptive_clip = adaptive_lib.AdaptiveClipping()
+    elif adaptive_clip is False:
+      adaptive_clip = None
+    if adaptive_clip is not None and not isinstance(adaptive_clip, adaptive_lib.AdaptiveClipping):
+      raise ValueError(f'`adaptive_clip` must be None, a bool or an AdaptiveClipping, got '
+                       f'{adaptive_clip!r}.')
+    self._adaptive = adaptive_clip
+
+    if adaptive_clip is None:
+      if clip_norm is None:
+        raise ValueError('`clip_norm` is required without `adaptive_clip`.')
+      self._initial_clip = _validation.check_positive_float(clip_norm, 'clip_norm')
+      self._value_noise_multiplier = self._noise_multiplier
+      self._clipped_count_stddev = None
+      self._restarts = restarts
+    else:
+      if clip_norm is not None:
+        clip_norm = _validation.check_positive_float(clip_norm, 'clip_norm')
+        if adaptive_clip.initial_clip is not None and adaptive_clip.initial_clip != clip_norm:
+          raise ValueError(f'`clip_norm`={clip_norm!r} conflicts with `adaptive_clip.initial_clip`'
+                           f'={adaptive_clip.initial_clip!r}; give only one.')
+      self._initial_clip = float(adaptive_clip.initial_clip or clip_norm
+                                 or adaptive_lib.DEFAULT_INITIAL_CLIP)
+      count_stddev = adaptive_clip.clipped_count_stddev
+      if self._noise_multiplier == 0.0:
+        self._value_noise_multiplier = 0.0
+        self._clipped_count_stddev = 0.0 if count_stddev is None else float(count_stddev)
+      else:
+        if count_stddev is None:
+          count_stddev = self._clients_per_round / 20.0
+        self._clipped_count_stddev = float(count_stddev)
+        self._value_noise_multiplier = accounting_adaptive.inflated_noise_multiplier(
+            self._noise_multiplier, self._clipped_count_stddev)
+      self._restarts = restarts or adaptive_clip.restarts or default_restarts
+
+    if isinstance(secure, bool):
+      raise ValueError(f'`secure` must be None, an int number of bits or a SecureAggregation, got '
+                       f'{secure!r}.')
+    if isinstance(secure, numbers.Integral):
+      secure = secure_lib.SecureAggregation(bits=int(secure))
+    if secure is not None and not isinstance(secure, secure_lib.SecureAggregation):
+      raise ValueError(f'`secure` must be None, an int number of bits or a SecureAggregation, got '
+                       f'{secure!r}.')
+    self._secure = secure
+    self._mechanism = dict(mechanism)
+
+  # ----------------------------------------------------------------------------------------------
+  # Named constructors.
+
+  @classmethod
+  def gaussian(cls, noise_multiplier: float, clients_per_round: float, clip_norm: Optional[float],
+               noise_seed: Optional[int] = None, **kwargs) -> 'CorrelatedNoiseFactory':
+    """Independent Gaussian noise each round (DP-FedAvg; strategy C = I).
+
+    With adaptive clipping the clip follows the estimate every round (`EVERY_ROUND`) unless a
+    schedule is given. `kwargs`: `adaptive_clip`, `secure`, `zeroing_norm`, `restarts`.
+    """
+    return cls(gaussian_noise.GaussianNoise, {'name': 'gaussian'}, noise_multiplier,
+               clients_per_round, clip_norm, noise_seed=noise_seed,
+               default_restarts=adaptive_lib.EVERY_ROUND, **kwargs)
+
+  @classmethod
+  def tree(cls, noise_multiplier: float, clients_per_round: float, clip_norm: Optional[float],
+           efficient: bool = True, restart_rounds: Optional[adaptive_lib.RestartSchedule] = None,
+           noise_seed: Optional[int] = None, **kwargs) -> 'CorrelatedNoiseFactory':
+    """Tree aggregation (DP-FTRL, Kairouz et al. 2021): residuals of the noisy prefix sums.
+
+    Args:
+      efficient: Honaker's efficient estimator (True) or the vanilla tree.
+      restart_rounds: a `RestartSchedule`, an int period p (restarts at p, 2p, ...) or None (no
+        restarts with a fixed clip; rounds 128 + 1024 i with adaptive clipping).
+      Other arguments: see the class docstring; `kwargs`: `adaptive_clip`, `secure`, `zeroing_norm`.
+    """
+    if not isinstance(efficient, bool):
+      raise ValueError(f'`efficient` must be a bool, got {efficient!r}.')
+    if restart_rounds is not None and not isinstance(restart_rounds, adaptive_lib.RestartSchedule):
+      period = _validation.check_positive_int(restart_rounds, 'restart_rounds')
+      restart_rounds = adaptive_lib.RestartSchedule(warmup=period, period=period)
+    from dp_ftrl_tff.noise import tree as tree_noise  # Written in parallel (H2).
+    return cls(lambda: tree_noise.TreeNoise(efficient=efficient),
+               {'name': 'tree_efficient' if efficient else 'tree', 'efficient': efficient},
+               noise_multiplier, clients_per_round, clip_norm, noise_seed=noise_seed,
+               restarts=restart_rounds, **kwargs)
+
+  @classmethod
+  def banded(cls, noise_multiplier: float, clients_per_round: float, clip_norm: Optional[float],
+             strategy, noise_seed: Optional[int] = None, beyond_max_rounds: str = 'error',
+             **kwargs) -> 'CorrelatedNoiseFactory':
+    """Banded matrix factorization (BandMF, Choquette-Choo et al. 2023).
+
+    Args:
+      strategy: a `mechanisms.banded.BandedStrategy` or a path `load_strategy` reads.
+      beyond_max_rounds: 'error' (default: running past `strategy.max_rounds` fails) or 'restart'
+        (a fresh segment starts; account for it).
+      Other arguments: see the class docstring.
+    """
+    strategy = _strategy_from(strategy, 'banded')
+    _validation.check_one_of(beyond_max_rounds, 'beyond_max_rounds', {'error', 'restart'})
+    from dp_ftrl_tff.noise import banded as banded_noise  # Written in parallel (H4).
+    mechanism = dict(strategy.to_config(), beyond_max_rounds=beyond_max_rounds)
+    mechanism.setdefault('name', 'banded')
+    return cls(lambda: banded_noise.BandedNoise(strategy, beyond_max_rounds=beyond_max_rounds),
+               mechanism, noise_multiplier, clients_per_round, clip_norm, noise_seed=noise_seed,
+               **kwargs)
+
+  @classmethod
+  def blt(cls, noise_multiplier: float, clients_per_round: float, clip_norm: Optional[float],
+          strategy=None, noise_seed: Optional[int] = None, *, theta=None, omega=None,
+          **kwargs) -> 'CorrelatedNoiseFactory':
+    """Buffered Linear Toeplitz noise (BLT, Dvijotham et al. 2024).
+
+    Args:
+      strategy: a `mechanisms.blt.BLTStrategy` or a path `load_strategy` reads; or None with
+        `theta=` (buffer decays) and `omega=` (output scales).
+      Other arguments: see the class docstring.
+    """
+    if strategy is None:
+      if theta is None or omega is None:
+        raise ValueError('`blt` needs `strategy`, or both `theta` and `omega`.')
+      from dp_ftrl_tff.mechanisms import blt as blt_mechanisms  # Written in parallel (H1).
+      strategy = blt_mechanisms.BLTStrategy(theta=np.asarray(theta, np.float64),
+                                            omega=np.asarray(omega, np.float64))
+    elif theta is not None or omega is not None:
+      raise ValueError('Give either `strategy` or `theta`/`omega`, not both.')
+    strategy = _strategy_from(strategy, 'blt')
+    from dp_ftrl_tff.noise import blt as blt_noise  # Written in parallel (H3).
+    mechanism = dict(strategy.to_config())
+    mechanism.setdefault('name', 'blt')
+    return cls(lambda: blt_noise.BLTNoise(strategy), mechanism, noise_multiplier,
+               clients_per_round, clip_norm, noise_seed=noise_seed, **kwargs)
+
+  # ----------------------------------------------------------------------------------------------
+
+  @property
+  def noise_multiplier(self) -> float:
+    """sigma: the accounted noise multiplier."""
+    return self._noise_multiplier
+
+  @property
+  def value_noise_multiplier(self) -> float:
+    """sigma_Delta: the multiplier on the model sum (> sigma with adaptive clipping, Thm. 1)."""
+    return self._value_noise_multiplier
+
+  def accounting_config(self) -> dict:
+    """JSON-serializable description for the accountant (also stored in `DPState.mechanism`).
+
+    Keys: 'mechanism' (kind and parameters), 'noise_multiplier' (accounted sigma),
+    'value_noise_multiplier', 'clipped_count_stddev' (None with a fixed clip), 'clients_per_round',
+    'initial_clip', 'adaptive_clip' (bool), 'restarts' ({'warmup', 'period'} or None),
+    'secure' ({'bits', 'rotation', 'beta', 'modclip_prob'} or None), 'zeroing_norm'.
+    """
+    restarts = None if self._restarts is None else {'warmup': self._restarts.warmup,
+                                                     'period': self._restarts.period}
+    secure = None if self._secure is None else {
+        'bits': self._secure.bits, 'rotation': self._secure.rotation, 'beta': self._secure.beta,
+        'modclip_prob': self._secure.modclip_prob}
+    return {'mechanism': self._mechanism, 'noise_multiplier': self._noise_multiplier,
+            'value_noise_multiplier': self._value_noise_multiplier,
+            'clipped_count_stddev': self._clipped_count_stddev,
+            'clients_per_round': self._clients_per_round, 'initial_clip': self._initial_clip,
+            'adaptive_clip': self._adaptive is not None, 'restarts': restarts, 'secure': secure,
+            'zeroing_norm': self._zeroing_norm}
+
+  def create(self, value_type) -> tff.templates.AggregationProcess:
+    """The `AggregationProcess` for client updates of `value_type` (a structure of floats)."""
+    if isinstance(value_type, (tf.TensorSpec, np.dtype)) or (
+        isinstance(value_type, (list, tuple, dict)) and value_type):
+      value_type = tff.types.to_type(value_type)
+    if not (isinstance(value_type, tff.types.TensorType) or (
+        isinstance(value_type, tff.types.StructWithPythonType)
+        and tff.types.is_structure_of_tensors(value_type))):
+      raise ValueError('`value_type` must be a tff.TensorType or a tff.StructWithPythonType of '
+                       f'tensors, got {value_type!r}.')
+    if not tff.types.is_structure_of_floats(value_type):
+      raise ValueError(f'`value_type` must hold only floating tensors, got {value_type!r}.')
+    value_specs = tff.types.type_to_tf_tensor_specs(value_type)
+    if not all(spec.shape.is_fully_defined() for spec in tf.nest.flatten(value_specs)):
+      raise ValueError(f'`value_type` must have fully defined shapes, got {value_type!r}.')
+    dim = int(sum(spec.shape.num_elements() for spec in tf.nest.flatten(value_specs)))
+    return _build_process(self, value_type, value_specs, dim)
+
+
+def _build_process(factory: CorrelatedNoiseFactory, value_type, value_specs, dim: int
+                   ) -> tff.templates.AggregationProcess:
+  """Builds the init / next computations (one client map, one server map per round)."""
+  f = factory
+  value_noise = f._noise_fn()  # pylint: disable=protected-access
+  adaptive = f._adaptive  # pylint: disable=protected-access
+  restarts = f._restarts  # pylint: disable=protected-access
+  zeroing_norm = f._zeroing_norm  # pylint: disable=protected-access
+  m = f._clients_per_round  # pylint: disable=protected-access
+  secure = f._secure  # pylint: disable=protected-access
+  config = f.accounting_config()
+
+  if secure is None:
+    record_factory = tff.aggregators.SumFactory()
+    sensitivity_fn = tf.identity
+  else:
+    scale = secure.scale_factor(f._initial_clip, m, dim)  # pylint: disable=protected-access
+    padded_dim = secure.padded_dim(dim)
+    config['secure'].update(scale_factor=scale, padded_dim=padded_dim)
+    record_factory = secure_lib.record_aggregation_factory(secure, scale)
+
+    def sensitivity_fn(clip):
+      return secure_lib.inflated_clip(clip, 1.0 / scale, secure.beta, padded_dim)
+
+  record_process = record_factory.create(value_type)
+  count_type = tff.TensorType(np.int32, [2])
+  count_process = secure_lib.count_aggregation_factory(secure is not None, 1, 0).create(count_type)
+
+  if adaptive is not None:
+    quantile_query = adaptive_lib.CorrelatedQuantileEstimatorQuery(
+        f._noise_fn, initial_estimate=f._initial_clip,  # pylint: disable=protected-access
+        target_quantile=adaptive.target_quantile, learning_rate=adaptive.learning_rate,
+        clipped_count_stddev=f._clipped_count_stddev,  # pylint: disable=protected-access
+        expected_num_records=m)
+    quantile_process = secure_lib.count_aggregation_factory(secure is not None, 0.5,
+                                                            -0.5).create(tff.TensorType(np.float32))
+  mechanism_json = json.dumps(config, sort_keys=True)
+
+  @tff.tensorflow.computation
+  def init_dp():
+    seed = noise_base.initial_seed(f._noise_seed)  # pylint: disable=protected-access
+    clip = tf.constant(f._initial_clip, tf.float32)  # pylint: disable=protected-access
+    quantile_state = (quantile_query.initial_global_state(adaptive_lib.count_seed(seed))
+                      if adaptive is not None else ())
+    zero = tf.constant(0, tf.int64)
+    return DPState(round=zero, segment=zero, segment_start=zero, clip=clip,
+                   sensitivity_clip=sensitivity_fn(clip),
+                   noise_multiplier=tf.constant(f._value_noise_multiplier, tf.float32),  # pylint: disable=protected-access
+                   mechanism=tf.constant(mechanism_json),
+                   noise_state=value_noise.initial_state(value_specs, seed),
+                   quantile_state=quantile_state)
+
+  dp_state_type = init_dp.type_signature.result
+
+  @tff.tensorflow.computation(dp_state_type)
+  def client_params_fn(dp_state):
+    quantile_params = (quantile_query.derive_sample_params(dp_state.quantile_state)
+                       if adaptive is not None else ())
+    return _ClientParams(clip=dp_state.clip, quantile_params=quantile_params)
+
+  @tff.tensorflow.computation(value_type, client_params_fn.type_signature.result)
+  def client_fn(value, params):
+    result = clipping.zero_and_clip(value, params.clip, zeroing_norm)
+    counts = tf.stack([result.was_clipped, result.was_zeroed])
+    if adaptive is None:
+      return result.value, counts
+    quantile_record = quantile_query.preprocess_record(params.quantile_params, result.norm)
+    return result.value, counts, quantile_record
+
+  def server_fn_impl(dp_state, value_sum, counts, quantile_sum):
+    stddev = dp_state.noise_multiplier * dp_state.sensitivity_clip
+    noise, noise_state = value_noise.next(dp_state.noise_state, stddev)
+    result = tf.nest.map_structure(lambda s, z: (s + z) / tf.constant(m, s.dtype), value_sum, noise)
+    next_round = dp_state.round + 1
+    if restarts is None:
+      restart = tf.constant(False)
+    else:
+      restart = restarts.is_restart_round(next_round)
+    clip = dp_state.clip
+    sensitivity_clip = dp_state.sensitivity_clip
+    quantile_state = dp_state.quantile_state
+    estimate = clip
+    if adaptive is not None:
+      _, quantile_state, _ = quantile_query.get_noised_result(quantile_sum, quantile_state)
+      estimate = quantile_state.current_estimate
+      clip = tf.where(restart, estimate, clip)
+      sensitivity_clip = tf.where(restart, sensitivity_fn(clip), sensitivity_clip)
+      quantile_state = tf.cond(restart, lambda: quantile_query.restart(quantile_state),
+                               lambda: quantile_state)
+    if restarts is not None:
+      noise_state = tf.cond(restart, lambda: value_noise.restart(noise_state), lambda: noise_state)
+    restart_int = tf.cast(restart, tf.int64)
+    new_state = dp_state._replace(
+        round=next_round, segment=dp_state.segment + restart_int,
+        segment_start=tf.where(restart, next_round, dp_state.segment_start), clip=clip,
+        sensitivity_clip=sensitivity_clip, noise_state=noise_state, quantile_state=quantile_state)
+    measurements = collections.OrderedDict(
+        round=dp_state.round, segment=dp_state.segment, restart=restart, clip=dp_state.clip,
+        sensitivity_clip=dp_state.sensitivity_clip, quantile_estimate=estimate,
+        clipped_count=counts[0], zeroed_count=counts[1], noise_stddev=stddev)
+    return new_state, result, measurements
+
+  value_sum_type = record_process.next.type_signature.result.result.member
+  if adaptive is None:
+    @tff.tensorflow.computation(dp_state_type, value_sum_type, count_type)
+    def server_fn(dp_state, value_sum, counts):
+      return server_fn_impl(dp_state, value_sum, counts, None)
+  else:
+    @tff.tensorflow.computation(dp_state_type, value_sum_type, count_type, tf.float32)
+    def server_fn(dp_state, value_sum, counts, quantile_sum):
+      return server_fn_impl(dp_state, value_sum, counts, quantile_sum)
+
+  @tff.federated_computation
+  def init_fn():
+    quantile_agg = (quantile_process.initialize() if adaptive is not None
+                    else tff.federated_value((), tff.SERVER))
+    return tff.federated_zip(CorrelatedNoiseState(
+        dp=tff.federated_eval(init_dp, tff.SERVER), record_agg=record_process.initialize(),
+        count_agg=count_process.initialize(), quantile_agg=quantile_agg))
+
+  @tff.federated_computation(init_fn.type_signature.result,
+                             tff.FederatedType(value_type, tff.CLIENTS))
+  def next_fn(state, value):
+    params = tff.federated_broadcast(tff.federated_map(client_params_fn, state.dp))
+    client_out = tff.federated_map(client_fn, (value, params))
+    record_out = record_process.next(state.record_agg, client_out[0])
+    count_out = count_process.next(state.count_agg, client_out[1])
+    if adaptive is None:
+      quantile_agg_state = state.quantile_agg
+      dp_state, result, dp_measurements = tff.federated_map(
+          server_fn, (state.dp, record_out.result, count_out.result))
+    else:
+      quantile_out = quantile_process.next(state.quantile_agg, client_out[2])
+      quantile_agg_state = quantile_out.state
+      dp_state, result, dp_measurements = tff.federated_map(
+          server_fn, (state.dp, record_out.result, count_out.result, quantile_out.result))
+    new_state = CorrelatedNoiseState(dp=dp_state, record_agg=record_out.state,
+                                     count_agg=count_out.state, quantile_agg=quantile_agg_state)
+    measurements = collections.OrderedDict(
+        (key, dp_measurements[key]) for key in MEASUREMENT_KEYS)
+    measurements['record_agg'] = record_out.measurements
+    return tff.templates.MeasuredProcessOutput(
+        state=tff.federated_zip(new_state), result=result,
+        measurements=tff.federated_zip(measurements))
+
+  return tff.templates.AggregationProcess(init_fn, next_fn)
+
+
+def clip_after_rounding(clip_norm: float, secure: secure_lib.SecureAggregation,
+                        clients_per_round: float, dim: int) -> float:
+  """The sensitivity clip a SecAgg factory uses for updates with `dim` coordinates (for tests/docs).
+  """
+  scale = secure.scale_factor(clip_norm, clients_per_round, dim)
+  return float(secure_lib.inflated_clip(clip_norm, 1.0 / scale, secure.beta,
+                                        secure.padded_dim(dim)).numpy())
+
