@@ -1,0 +1,563 @@
+"""Buffered Linear Toeplitz (BLT) strategies: parameters, inverse, losses and the optimizer.
+
+Implements McMahan, Xu, Zhang, "A Hassle-free Algorithm for Private Learning in Practice: Don't Use Tree
+Aggregation, Use BLTs" (the BLT paper):
+  * Eq. 2: C = LtToep(c), c_0 = 1, c_i = sum_j omega_j theta_j^(i-1) for i >= 1, with buffer decays
+    theta in (0, 1]^d and output scales omega (d = `num_buffers`).
+  * Sec. 2.4 / Alg. 5: C^-1 is again a d-buffer BLT(theta_hat, omega_hat); theta_hat are the eigenvalues
+    of diag(theta) - 1 omega^T, and `calc_output_scale` gives the output scales of either side from the
+    two decay vectors in O(d^2).
+  * Thm. 3.1: for non-negative, non-increasing c the b-min-sep sensitivity is ||C u(pi*)||_2 with
+    pi* = (0, b, ..., (k-1) b).
+  * Prop. 3.3 / Alg. 4: MaxLoss and RmsLoss of B = A C^-1 = LtToep(cumsum(c_hat)), differentiable in
+    (theta, theta_hat), here with exact hand-derived gradients (`loss_and_gradient`).
+  * Sec. 3.3: `optimize_blt` minimizes Alg. 4 plus a log-barrier (strength 1e-7) with L-BFGS in float64.
+  * App. A: `PRODUCTION_STRATEGIES`, the three deployed d = 4 BLTs.
+
+Conventions: rounds are 0-based (t = 0 .. n-1); `min_sep` = b (two participations r1 < r2 satisfy
+r2 - r1 >= b); losses use clip norm 1 and noise multiplier 1 (see `base`). Everything is float64 numpy;
+nothing here imports TensorFlow or JAX.
+
+Numerical care near theta = 1: the optimized decays reach 1 - 1e-12 (App. A). The optimizer therefore
+works with log-decays (log theta = sum of log-sigmoids, exact far beyond the float64 resolution of theta
+itself), forms powers as exp((t - 1) log theta) and differences of decays as
+exp(a) * -expm1(b - a), and evaluates the barrier term -log(1 - theta) as -log(-expm1(log theta)).
+"""
+
+import dataclasses
+import math
+import time
+from typing import ClassVar, Dict, Optional, Tuple
+
+import numpy as np
+import scipy.optimize
+import scipy.special
+
+from dp_ftrl_tff import _validation
+from dp_ftrl_tff.mechanisms import base, toeplitz
+from dp_ftrl_tff.mechanisms import participation as participation_lib
+from dp_ftrl_tff.mechanisms import sensitivity as sensitivity_lib
+
+_ERRORS = ('max', 'rms')
+
+
+def _check_vector(values, name: str, length: Optional[int] = None) -> np.ndarray:
+  """Returns `values` as a finite 1-D float64 array with at least one entry (and `length` if given)."""
+  try:
+    array = np.asarray(values, dtype=np.float64)
+  except (TypeError, ValueError) as e:
+    raise ValueError(f'`{name}` must be a 1-D sequence of real numbers, got {values!r}.') from e
+  if array.ndim != 1 or array.size == 0:
+    raise ValueError(f'`{name}` must be a non-empty 1-D sequence, got shape {array.shape}.')
+  if not np.all(np.isfinite(array)):
+    raise ValueError(f'`{name}` must be finite, got {values!r}.')
+  if length is not None and array.size != length:
+    raise ValueError(f'`{name}` must have {length} entries (one per buffer), got {array.size}.')
+  return array
+
+
+def _check_distinct(values: np.ndarray, name: str) -> None:
+  if np.unique(values).size != values.size:
+    raise ValueError(f'`{name}` must have pairwise distinct entries, got {values.tolist()}.')
+
+
+def _output_scale_from_differences(cross: np.ndarray, own: np.ndarray) -> np.ndarray:
+  """Alg. 5 in product form: omega_i = prod_j cross[i, j] / prod_{j != i} own[i, j].
+
+  With cross[i, j] = theta_i - theta_hat_j and own[i, j] = theta_i - theta_j this is the residue of
+  C(x) = prod_j (1 - theta_hat_j x) / prod_j (1 - theta_j x) = 1 + sum_j omega_j x / (1 - theta_j x) at
+  x = 1 / theta_i, algebraically identical to the paper's f(1/theta_i) (-theta_i w_i) / z and free of
+  divisions by theta. The caller computes the differences (accurately, see `_objective`).
+  """
+  return np.prod(cross, axis=1) / np.prod(own + np.eye(own.shape[0]), axis=1)
+
+
+def calc_output_scale(theta, theta_hat) -> np.ndarray:
+  """Alg. 5: the unique omega with BLT(theta, omega)^-1 = BLT(theta_hat, .), in O(d^2).
+
+  `calc_output_scale(theta_hat, theta)` gives the output scales omega_hat of the inverse.
+
+  Args:
+    theta: the d buffer decays of C, pairwise distinct (the formula divides by theta_i - theta_j, so
+      nearly equal decays lose precision: about 7 digits for the App. A b=100 BLT, whose two smallest
+      decays agree to 1e-10).
+    theta_hat: the d buffer decays of C^-1.
+
+  Returns:
+    omega, float64 array of shape (d,).
+  """
+  theta = _check_vector(theta, 'theta')
+  theta_hat = _check_vector(theta_hat, 'theta_hat', length=theta.size)
+  _check_distinct(theta, 'theta')
+  cross = theta[:, None] - theta_hat[None, :]
+  own = theta[:, None] - theta[None, :]
+  return _output_scale_from_differences(cross, own)
+
+
+def _coefficients(decays: np.ndarray, scales: np.ndarray, num_rounds: int) -> np.ndarray:
+  """Eq. 2 for real (decays, scales): (1, sum_j s_j, sum_j s_j d_j, ...), n entries."""
+  coefs = np.empty(num_rounds)
+  coefs[0] = 1.0
+  exponents = np.arange(num_rounds - 1, dtype=np.float64)
+  coefs[1:] = (decays[None, :] ** exponents[:, None]) @ scales
+  return coefs
+
+
+@dataclasses.dataclass(frozen=True)
+class BLTStrategy(base.Strategy):
+  """C = BLT(theta, omega): lower-triangular Toeplitz with c_0 = 1, c_i = sum_j omega_j theta_j^(i-1).
+
+  Noise for round t is sigma * zeta * (C^-1 z)_t, generated in streaming form by
+  `dp_ftrl_tff.noise.blt.BLTNoise` with d model-sized buffers (BLT paper Alg. 3). The strategy streams
+  for any number of rounds (`max_rounds` is None); only the accounting depends on n.
+
+  Attributes:
+    theta: buffer decays, each in (0, 1].
+    omega: output scales, finite (the paper's BLTs have omega > 0 and sum(omega) <= 1, which makes c
+      non-negative and non-increasing, the condition of Thm. 3.1).
+  """
+  theta: Tuple[float, ...]
+  omega: Tuple[float, ...]
+
+  name: ClassVar[str] = 'blt'
+
+  def __post_init__(self):
+    theta = _check_vector(self.theta, 'theta')
+    omega = _check_vector(self.omega, 'omega', length=theta.size)
+    if np.any(theta <= 0.0) or np.any(theta > 1.0):
+      raise ValueError(f'`theta` entries must lie in (0, 1], got {theta.tolist()}.')
+    object.__setattr__(self, 'theta', tuple(float(v) for v in theta))
+    object.__setattr__(self, 'omega', tuple(float(v) for v in omega))
+
+  @property
+  def num_buffers(self) -> int:
+    """d, the number of buffers (model-sized tensors of noise state)."""
+    return len(self.theta)
+
+  def toeplitz_coefs(self, num_rounds: int) -> np.ndarray:
+    """c_0 .. c_{n-1} of C (Eq. 2), float64."""
+    num_rounds = self.check_num_rounds(num_rounds)
+    return _coefficients(np.asarray(self.theta), np.asarray(self.omega), num_rounds)
+
+  def inverse(self) -> Tuple[np.ndarray, np.ndarray]:
+    """(theta_hat, omega_hat) with C^-1 = BLT(theta_hat, omega_hat), sorted by decreasing theta_hat.
+
+    theta_hat = eig(diag(theta) - 1 omega^T) (Alg. 3 run on an impulse has exactly this state-transition
+    matrix) and omega_hat = calc_output_scale(theta_hat, theta) (Alg. 5 with swapped arguments).
+
+    Raises:
+      ValueError: if the inverse has complex or repeated decays (possible for omega with mixed signs).
+        `noise_coefs` still works for such strategies.
+    """
+    theta = np.asarray(self.theta)
+    omega = np.asarray(self.omega)
+    eigenvalues = np.linalg.eigvals(np.diag(theta) - omega[None, :])
+    if np.max(np.abs(eigenvalues.imag)) > 1e-12 * max(1.0, np.max(np.abs(eigenvalues))):
+      raise ValueError(f'The inverse of {self} has complex buffer decays {eigenvalues}.')
+    theta_hat = np.sort(eigenvalues.real)[::-1]
+    if np.unique(theta_hat).size != theta_hat.size:
+      raise ValueError(f'The inverse of {self} has repeated buffer decays {theta_hat}.')
+    return theta_hat, calc_output_scale(theta_hat, theta)
+
+  def noise_coefs(self, num_rounds: int) -> np.ndarray:
+    """c_hat_0 .. c_hat_{n-1}, the Toeplitz coefficients of C^-1, float64.
+
+    Uses Eq. 2 on `inverse()` (O(nd)); when the inverse has complex or repeated decays, falls back to
+    `toeplitz.inverse_coefs` (power-series inverse).
+    """
+    num_rounds = self.check_num_rounds(num_rounds)
+    try:
+      theta_hat, omega_hat = self.inverse()
+    except ValueError:
+      return toeplitz.inverse_coefs(self.toeplitz_coefs(num_rounds), num_rounds)
+    return _coefficients(theta_hat, omega_hat, num_rounds)
+
+  def strategy_matrix(self, num_rounds: int) -> np.ndarray:
+    """C = LtToep(c), shape (n, n), float64."""
+    return toeplitz.materialize(self.toeplitz_coefs(num_rounds), num_rounds)
+
+  def noise_matrix(self, num_rounds: int) -> np.ndarray:
+    """C^-1 = LtToep(c_hat), shape (n, n), float64."""
+    return toeplitz.materialize(self.noise_coefs(num_rounds), num_rounds)
+
+  def sensitivity_squared(self, num_rounds: int,
+                          participation: participation_lib.ParticipationSchema) -> float:
+    """Squared sensitivity (clip norm 1), `sensitivity.toeplitz_squared` of the coefficients.
+
+    Exact by Thm. 3.1 (O(kn)) when c is non-negative and non-increasing, which includes
+    sum(omega) = c_1 <= 1 (all of the paper's BLTs, and every `optimize_blt` result); otherwise the
+    valid upper bound of `sensitivity.toeplitz_squared`. See `sensitivity_is_exact`.
+    """
+    num_rounds = self.check_num_rounds(num_rounds)
+    return sensitivity_lib.toeplitz_squared(self.toeplitz_coefs(num_rounds), num_rounds,
+                                            participation)
+
+  def sensitivity_is_exact(self, num_rounds: int,
+                           participation: participation_lib.ParticipationSchema) -> bool:
+    """True when `sensitivity_squared` is exact rather than an upper bound."""
+    num_rounds = self.check_num_rounds(num_rounds)
+    return sensitivity_lib.toeplitz_is_exact(self.toeplitz_coefs(num_rounds), num_rounds,
+                                             participation)
+
+  def errors(self, num_rounds: int) -> Tuple[float, float]:
+    """(MaxError, RmsError) of B = A C^-1 from the coefficients of C^-1 (Prop. 3.3), O(nd)."""
+    return toeplitz.errors_from_noise_coefs(self.noise_coefs(num_rounds))
+
+  def to_config(self) -> dict:
+    """{'name': 'blt', 'theta': [...], 'omega': [...]}, JSON-serializable, exact floats."""
+    return {'name': self.name, 'theta': list(self.theta), 'omega': list(self.omega)}
+
+  @classmethod
+  def from_config(cls, config: dict) -> 'BLTStrategy':
+    """Inverse of `to_config`."""
+    if not isinstance(config, dict) or config.get('name', cls.name) != cls.name:
+      raise ValueError(f'`config` must be a BLT config dict, got {config!r}.')
+    if 'theta' not in config or 'omega' not in config:
+      raise ValueError(f'`config` must hold `theta` and `omega`, got keys {sorted(config)}.')
+    return cls(theta=config['theta'], omega=config['omega'])
+
+  def __str__(self) -> str:
+    return f'BLTStrategy(theta={self.theta!r}, omega={self.omega!r})'
+
+
+# BLT paper App. A: the deployed d = 4 BLTs, keyed by the min-sep b they were optimized for. The paper
+# states (n, k) = (2000, 10), (4000, 5) and (4000, 2) for b = 100, 400, 1000; the b = 400 one is the
+# suggested default (noise multiplier 7.379).
+PRODUCTION_STRATEGIES: Dict[int, BLTStrategy] = {
+    100: BLTStrategy(
+        theta=(0.989739971007307, 0.7352001759538236, 0.16776199983448145, 0.1677619998016191),
+        omega=(0.20502892852480875, 0.23357939425278557, 0.03479503245420878,
+               0.03479509876050538)),
+    400: BLTStrategy(
+        theta=(0.9999999999921251, 0.9944453083640997, 0.8985923474607591, 0.4912001418098778),
+        omega=(0.0070314825502323835, 0.10613806907600574, 0.1898159060327625,
+               0.1966594748073734)),
+    1000: BLTStrategy(
+        theta=(0.9999999999983397, 0.9973412136664378, 0.9584629472313878, 0.6581796870749317),
+        omega=(0.008657392263671862, 0.05890891298180163, 0.14548176930698697,
+               0.2770117005326523)),
+}
+
+
+# ----------------------------------------------------------------------------------------------------
+# Differentiable loss (Alg. 4) with exact gradients.
+
+
+_MIN_EXPONENT = -300.0
+
+
+def _window_sum(values: np.ndarray, min_sep: int, count: int) -> np.ndarray:
+  """out[t] = sum_{i < count, i*b <= t} values[t - i*b]: C u(pi*) for pi* = (0, b, ..., (count-1) b).
+
+  Vectorized O(n): view the padded vector as rows of length b; then it is a running sum over `count`
+  consecutive rows (difference of two cumulative sums).
+  """
+  n = values.size
+  rows = -(-n // min_sep)
+  padded = np.zeros(rows * min_sep)
+  padded[:n] = values
+  running = np.cumsum(padded.reshape(rows, min_sep), axis=0)
+  out = running.copy()
+  if count < rows:
+    out[count:] -= running[:-count]
+  return out.ravel()[:n]
+
+
+def _window_sum_adjoint(grad: np.ndarray, min_sep: int, count: int) -> np.ndarray:
+  """Adjoint of `_window_sum`: out[s] = sum_{i < count, s + i*b < n} grad[s + i*b]."""
+  n = grad.size
+  rows = -(-n // min_sep)
+  padded = np.zeros(rows * min_sep)
+  padded[:n] = grad
+  running = np.cumsum(padded.reshape(rows, min_sep)[::-1], axis=0)[::-1]
+  out = running.copy()
+  if count < rows:
+    out[:-count] -= running[count:]
+  return out.ravel()[:n]
+
+
+def _coefficients_and_vjp(log_decays: np.ndarray, scales: np.ndarray, num_rounds: int):
+  """Eq. 2 from log-decays, and a function mapping d loss / d coefs to (d / d log_decays, d / d scales).
+
+  Powers are exp((t - 1) log theta): exact for theta within 1e-12 of 1, where theta ** t would inherit
+  the rounding of theta. Exponents are floored at -300: powers below e^-300 ~ 5e-131 are far beyond
+  float64 resolution of any sum they enter, and the floor keeps exp and the products out of the (very
+  slow) subnormal range.
+  """
+  exponents = np.arange(num_rounds - 1, dtype=np.float64)
+  powers = np.exp(np.maximum(exponents[:, None] * log_decays[None, :], _MIN_EXPONENT))
+  coefs = np.concatenate([[1.0], powers @ scales])
+
+  def vjp(grad_coefs):
+    tail = grad_coefs[1:]
+    return scales * ((exponents * tail) @ powers), tail @ powers
+
+  return coefs, vjp
+
+
+def _loss_from_log_decays(log_theta: np.ndarray, log_theta_hat: np.ndarray, cross: np.ndarray,
+                          own: np.ndarray, own_hat: np.ndarray, num_rounds: int, min_sep: int,
+                          count: int, error: str, barrier_strength: float):
+  """Alg. 4 with exact reverse-mode gradients; the single implementation behind both front ends.
+
+  Args:
+    log_theta, log_theta_hat: log decays of C and C^-1 (shape (d,)).
+    cross: theta_i - theta_hat_j; own: theta_i - theta_j; own_hat: theta_hat_i - theta_hat_j, computed
+      as accurately as the caller can (their derivatives are taken through theta = exp(log_theta)).
+    num_rounds, min_sep, count: n, b and the number of participations in pi*.
+    error: 'max' or 'rms'.
+    barrier_strength: lambda of the log-barrier lambda * sum_j (-log theta_j - log(1 - theta_j)
+      - log omega_j); 0 to evaluate the loss itself.
+
+  Returns:
+    (objective, grad_log_theta, grad_log_theta_hat, loss_without_barrier).
+  """
+  theta = np.exp(log_theta)
+  theta_hat = np.exp(log_theta_hat)
+  omega = _output_scale_from_differences(cross, own)
+  omega_hat = _output_scale_from_differences(-cross.T, own_hat)
+
+  # Sensitivity^2 = ||C u(pi*)||^2 (Thm. 3.1).
+  coefs, coefs_vjp = _coefficients_and_vjp(log_theta, omega, num_rounds)
+  column_sum = _window_sum(coefs, min_sep, count)
+  sens_sq = column_sum @ column_sum
+  # Error^2 of B = LtToep(cumsum(c_hat)) (Prop. 3.3): MaxError^2 = sum_i b_i^2, RmsError^2 weights b_i^2
+  # by the (n - i) / n rows it appears in.
+  noise, noise_vjp = _coefficients_and_vjp(log_theta_hat, omega_hat, num_rounds)
+  prefix = np.cumsum(noise)
+  weights = 1.0 if error == 'max' else np.arange(num_rounds, 0, -1) / num_rounds
+  err_sq = np.sum(weights * prefix**2)
+  loss = math.sqrt(sens_sq * err_sq)
+
+  grad_coefs = _window_sum_adjoint(column_sum, min_sep, count) * (loss / sens_sq)
+  grad_log_theta, grad_omega = coefs_vjp(grad_coefs)
+  grad_noise = np.cumsum((weights * prefix)[::-1])[::-1] * (loss / err_sq)
+  grad_log_theta_hat, grad_omega_hat = noise_vjp(grad_noise)
+
+  objective = loss
+  if barrier_strength > 0.0:
+    if np.any(omega <= 0.0) or np.any(log_theta >= 0.0):
+      return math.inf, np.zeros_like(log_theta), np.zeros_like(log_theta_hat), loss
+    # 1 - theta = -expm1(log theta), exact near theta = 1.
+    objective += barrier_strength * float(
+        np.sum(-log_theta - np.log(-np.expm1(log_theta)) - np.log(omega)))
+    grad_log_theta = grad_log_theta + barrier_strength * (-1.0 + 1.0 / np.expm1(-log_theta))
+    grad_omega = grad_omega - barrier_strength / omega
+
+  # Back through omega_i = prod_j cross[i, j] / prod_{j != i} own[i, j] and the same for omega_hat
+  # (with -cross^T): d omega_i / d cross[i, j] = omega_i / cross[i, j], and so on.
+  weighted = grad_omega * omega
+  weighted_hat = grad_omega_hat * omega_hat
+  grad_cross = (weighted[:, None] + weighted_hat[None, :]) / cross
+  off_diagonal = 1.0 - np.eye(log_theta.size)
+  grad_own = -weighted[:, None] / (own + np.eye(log_theta.size)) * off_diagonal
+  grad_own_hat = -weighted_hat[:, None] / (own_hat + np.eye(log_theta.size)) * off_diagonal
+  # d(theta_i - theta_hat_j) / d log theta_i = theta_i, / d log theta_hat_j = -theta_hat_j, etc.
+  grad_log_theta = grad_log_theta + theta * (
+      grad_cross.sum(axis=1) + grad_own.sum(axis=1) - grad_own.sum(axis=0))
+  grad_log_theta_hat = grad_log_theta_hat + theta_hat * (
+      -grad_cross.sum(axis=0) + grad_own_hat.sum(axis=1) - grad_own_hat.sum(axis=0))
+  return objective, grad_log_theta, grad_log_theta_hat, loss
+
+
+def _pattern_shape(num_rounds: int,
+                   participation: participation_lib.ParticipationSchema) -> Tuple[int, int]:
+  """(b, k) of pi* = (0, b, ..., (k - 1) b) for `participation` over `num_rounds` rounds."""
+  if not isinstance(participation, participation_lib.ParticipationSchema):
+    raise ValueError(f'`participation` must be a ParticipationSchema, got {participation!r}.')
+  return participation.min_sep, len(participation.earliest_pattern(num_rounds))
+
+
+def loss_and_gradient(theta, theta_hat, num_rounds: int,
+                      participation: participation_lib.ParticipationSchema, error: str = 'max',
+                      barrier_strength: float = 0.0) -> Tuple[float, np.ndarray, np.ndarray]:
+  """Alg. 4: MaxLoss or RmsLoss of BLT(theta, omega) with omega = calc_output_scale(theta, theta_hat).
+
+  The sensitivity is ||C u(pi*)||_2 (Thm. 3.1), exact when c is non-negative and non-increasing, which
+  holds when the decays interlace, theta_1 > theta_hat_1 > theta_2 > ... > theta_hat_d > 0.
+
+  Args:
+    theta: d pairwise distinct buffer decays of C, each in (0, 1].
+    theta_hat: d pairwise distinct buffer decays of C^-1, each in (0, 1].
+    num_rounds: n.
+    participation: the `ParticipationSchema` (b, k) of pi*.
+    error: 'max' (MaxLoss) or 'rms' (RmsLoss).
+    barrier_strength: lambda >= 0 of the log-barrier sum_j (-log theta_j - log(1 - theta_j)
+      - log omega_j) added to the loss (the paper optimizes with 1e-7; report losses with 0).
+
+  Returns:
+    (value, d value / d theta, d value / d theta_hat); exact gradients (reverse mode, by hand).
+  """
+  num_rounds = _validation.check_positive_int(num_rounds, 'num_rounds')
+  error = _validation.check_one_of(error, 'error', _ERRORS)
+  barrier_strength = _validation.check_nonnegative_float(barrier_strength, 'barrier_strength')
+  theta = _check_vector(theta, 'theta')
+  theta_hat = _check_vector(theta_hat, 'theta_hat', length=theta.size)
+  for values, name in ((theta, 'theta'), (theta_hat, 'theta_hat')):
+    if np.any(values <= 0.0) or np.any(values > 1.0):
+      raise ValueError(f'`{name}` entries must lie in (0, 1], got {values.tolist()}.')
+    _check_distinct(values, name)
+  min_sep, count = _pattern_shape(num_rounds, participation)
+  value, grad_log_theta, grad_log_theta_hat, _ = _loss_from_log_decays(
+      np.log(theta), np.log(theta_hat), theta[:, None] - theta_hat[None, :],
+      theta[:, None] - theta[None, :], theta_hat[:, None] - theta_hat[None, :], num_rounds, min_sep,
+      count, error, barrier_strength)
+  return value, grad_log_theta / theta, grad_log_theta_hat / theta_hat
+
+
+# ----------------------------------------------------------------------------------------------------
+# Optimizer.
+
+# L-BFGS-B box for the logits; sigmoid(45) = 1 - 3e-20, so theta can get as close to 1 as the barrier
+# wants, and no intermediate overflows.
+_LOGIT_BOUNDS = (-25.0, 45.0)
+
+
+def _exp_difference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+  """exp(a) - exp(b) for broadcast arrays, as exp(a) * -expm1(b - a): no cancellation when a ~ b."""
+  return np.exp(a) * -np.expm1(b - a)
+
+
+def _objective(logits: np.ndarray, num_rounds: int, min_sep: int, count: int, error: str,
+               barrier_strength: float) -> Tuple[float, np.ndarray]:
+  """Optimizer objective in the interlaced parameterization, and its exact gradient.
+
+  v = cumprod(sigmoid(logits)) is strictly decreasing in (0, 1); theta = v[0::2], theta_hat = v[1::2].
+  Interlacing theta_1 > theta_hat_1 > theta_2 > ... makes omega > 0 and sum(omega) = c_1 =
+  sum_j (theta_j - theta_hat_j) < 1, so Thm. 3.1 holds at every point. log v is the cumulative sum of
+  log-sigmoids, exact even where v rounds to 1 in float64.
+  """
+  log_v = np.cumsum(-np.logaddexp(0.0, -logits))
+  log_theta, log_theta_hat = log_v[0::2], log_v[1::2]
+  value, grad_log_theta, grad_log_theta_hat, _ = _loss_from_log_decays(
+      log_theta, log_theta_hat, _exp_difference(log_theta[:, None], log_theta_hat[None, :]),
+      _exp_difference(log_theta[:, None], log_theta[None, :]),
+      _exp_difference(log_theta_hat[:, None], log_theta_hat[None, :]), num_rounds, min_sep, count,
+      error, barrier_strength)
+  grad_log_v = np.empty_like(log_v)
+  grad_log_v[0::2], grad_log_v[1::2] = grad_log_theta, grad_log_theta_hat
+  # d log sigmoid(x) / dx = sigmoid(-x).
+  grad = np.cumsum(grad_log_v[::-1])[::-1] * scipy.special.expit(-logits)
+  return value, grad
+
+
+def _logits_from_decreasing(log_v: np.ndarray) -> np.ndarray:
+  """Inverse of log v = cumsum(log sigmoid(x)): x_m = logit(v_m / v_{m-1}), from log-ratios."""
+  log_ratio = np.diff(log_v, prepend=0.0)
+  return log_ratio - np.log(-np.expm1(log_ratio))
+
+
+def _initial_logits(num_buffers: int, num_rounds: int) -> list:
+  """Deterministic starting points: 1 - v log-spaced from 1e-11 or 1 / (2n) down to 0.5.
+
+  The first start puts theta_1 at 1 - 1e-11 (logit ~25), where the App. A optima sit; a random start
+  with moderate logits rarely reaches it.
+  """
+  starts = []
+  for top_gap in (1e-11, 0.5 / num_rounds):
+    gaps = np.geomspace(top_gap, 0.5, 2 * num_buffers + 1)[:-1]
+    starts.append(_logits_from_decreasing(np.log1p(-gaps)))
+  return starts
+
+
+def _warm_start(logits: np.ndarray) -> np.ndarray:
+  """Starting point for d + 1 buffers from a d-buffer solution: a small extra buffer appended."""
+  return np.concatenate([logits, [0.0, 2.0]])
+
+
+def _minimize(start: np.ndarray, args, max_iterations: int):
+  return scipy.optimize.minimize(
+      _objective, start, args=args, jac=True, method='L-BFGS-B',
+      bounds=[_LOGIT_BOUNDS] * start.size,
+      options={'maxiter': max_iterations, 'maxfun': 2 * max_iterations, 'ftol': 1e-12,
+               'gtol': 1e-9, 'maxcor': 20})
+
+
+def _strategy_from_logits(logits: np.ndarray) -> BLTStrategy:
+  log_v = np.cumsum(-np.logaddexp(0.0, -logits))
+  log_theta, log_theta_hat = log_v[0::2], log_v[1::2]
+  omega = _output_scale_from_differences(
+      _exp_difference(log_theta[:, None], log_theta_hat[None, :]),
+      _exp_difference(log_theta[:, None], log_theta[None, :]))
+  return BLTStrategy(theta=np.exp(log_theta), omega=omega)
+
+
+def optimize_blt(num_rounds: int, participation: participation_lib.ParticipationSchema,
+                 num_buffers: Optional[int] = None, error: str = 'max', *,
+                 barrier_strength: float = 1e-7, max_num_buffers: int = 8,
+                 max_iterations: int = 1000,
+                 relative_tolerance: float = 5e-4) -> base.OptimizationResult:
+  """Optimizes a BLT for MaxLoss or RmsLoss under b-min-sep participation (BLT paper Sec. 3.3).
+
+  Minimizes Alg. 4 plus the log-barrier over the interlaced (theta, theta_hat) (see `_objective`) with
+  scipy's L-BFGS-B, exact gradients and float64, from a few deterministic starts (one with theta_1 near
+  1 - 1e-11) plus, when several buffer counts are tried, a warm start from the previous count. The
+  reported `losses` exclude the barrier.
+
+  Args:
+    num_rounds: n the mechanism is optimized for (it still runs for any n).
+    participation: the `ParticipationSchema`; its pi* = (0, b, ..., (k_eff - 1) b) sets the loss.
+    num_buffers: d >= 1, or None to try 1 .. `max_num_buffers` and keep the smallest d whose loss is
+      within `relative_tolerance` of the best.
+    error: 'max' (MaxLoss, as the paper deploys) or 'rms' (RmsLoss).
+    barrier_strength: lambda of the log-barrier (paper: 1e-7).
+    max_num_buffers: largest d tried when `num_buffers` is None.
+    max_iterations: L-BFGS-B iteration limit per start.
+    relative_tolerance: see `num_buffers` (default 0.05%).
+
+  Returns:
+    `base.OptimizationResult`; `details` holds the chosen d, the loss for every d tried, and per-start
+    objectives and iteration counts.
+  """
+  start_time = time.perf_counter()
+  num_rounds = _validation.check_positive_int(num_rounds, 'num_rounds')
+  error = _validation.check_one_of(error, 'error', _ERRORS)
+  barrier_strength = _validation.check_nonnegative_float(barrier_strength, 'barrier_strength')
+  max_num_buffers = _validation.check_positive_int(max_num_buffers, 'max_num_buffers')
+  max_iterations = _validation.check_positive_int(max_iterations, 'max_iterations')
+  relative_tolerance = _validation.check_nonnegative_float(relative_tolerance, 'relative_tolerance')
+  if num_buffers is None:
+    candidates = range(1, max_num_buffers + 1)
+  else:
+    candidates = [_validation.check_positive_int(num_buffers, 'num_buffers')]
+  min_sep, count = _pattern_shape(num_rounds, participation)
+  args = (num_rounds, min_sep, count, error, barrier_strength)
+
+  results = {}
+  runs = []
+  previous = None
+  # Buffer counts are optimized in increasing order, each also warm-started from the previous optimum
+  # (with a fixed `num_buffers`, the smaller counts serve only as warm starts).
+  for d in range(1, max(candidates) + 1):
+    starts = _initial_logits(d, num_rounds)
+    if previous is not None:
+      starts.append(_warm_start(previous))
+    best = None
+    for start in starts:
+      result = _minimize(start, args, max_iterations)
+      runs.append({'num_buffers': d, 'objective': float(result.fun), 'iterations': int(result.nit),
+                   'converged': bool(result.success)})
+      if np.isfinite(result.fun) and (best is None or result.fun < best.fun):
+        best = result
+    if best is None:
+      raise RuntimeError(f'BLT optimization with {d} buffers found no finite objective.')
+    previous = best.x
+    if d in candidates:
+      strategy = _strategy_from_logits(best.x)
+      results[d] = (strategy, strategy.losses(num_rounds, participation))
+
+  pick = (lambda losses: losses.max_loss) if error == 'max' else (lambda losses: losses.rms_loss)
+  best_loss = min(pick(losses) for _, losses in results.values())
+  chosen = min(d for d, (_, losses) in results.items()
+               if pick(losses) <= best_loss * (1.0 + relative_tolerance))
+  strategy, losses = results[chosen]
+  details = {
+      'num_buffers': chosen,
+      'error': error,
+      'barrier_strength': barrier_strength,
+      'loss_by_num_buffers': {str(d): pick(losses) for d, (_, losses) in results.items()},
+      'runs': runs,
+  }
+  return base.OptimizationResult(strategy=strategy, losses=losses, num_rounds=num_rounds,
+                                 participation=participation,
+                                 seconds=time.perf_counter() - start_time, details=details)
