@@ -1,0 +1,104 @@
+"""The DP-FTRL learning process: unweighted FedAvg, a correlated-noise aggregator, server momentum.
+
+DP-FTRL (Kairouz et al. 2021, Sec. 4 and App. E "DP-FTRLM"; BandMF paper Sec. 6; BLT paper Sec. 5) in
+its gradient-space form: the aggregator releases, in round t, the noisy mean model delta
+x_t + sigma * zeta * (C^-1 z)_t / clients_per_round, and the server applies it with SGD with momentum.
+Everything after the aggregator is post-processing, so the privacy of the model is the privacy of the
+aggregator (the tree mechanism in this form is the residual of the noisy prefix sums).
+
+Restarts (DP-FTRL paper Sec. 6 "TreeRestart", App. D.1; Gboard paper Alg. 1): a new mechanism segment
+starts at chosen 0-based rounds (e.g. `dp_ftrl_tff.aggregators.adaptive_clipping.RestartSchedule`, or
+epoch boundaries). The model weights are kept and the server momentum buffer is zeroed, as in the
+federated DP-FTRLM code's `restart_dp_tree` (the centralized FTRL code keeps the momentum instead; the
+two agree for momentum 0). The fresh noise segment (never reusing noise rows) is the aggregator's job:
+`CorrelatedNoiseFactory` restarts its noise in-graph on its own schedule; an aggregator that does not
+can be restarted through `restart_state(..., aggregator_restart_fn=...)`.
+"""
+
+from typing import Any, Callable, Optional
+
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from dp_ftrl_tff import _validation
+
+
+def build_dp_ftrl_process(
+    model_fn: Callable[[], tff.learning.models.VariableModel],
+    client_optimizer_fn: tff.learning.optimizers.Optimizer,
+    *,
+    aggregator: tff.aggregators.UnweightedAggregationFactory,
+    server_learning_rate: float,
+    server_momentum: float = 0.9,
+) -> tff.learning.templates.LearningProcess:
+  """Builds DP-FTRL with momentum as TFF's unweighted FedAvg with an SGD-momentum server optimizer.
+
+  Args:
+    model_fn: no-argument callable returning a `tff.learning.models.VariableModel` (e.g. from
+      `tff.learning.models.from_keras_model`); must build fresh variables on every call.
+    client_optimizer_fn: a `tff.learning.optimizers.Optimizer` for local client training.
+    aggregator: an unweighted aggregation factory that clips, sums, adds the (correlated) noise and
+      divides by the fixed `clients_per_round`: `dp_ftrl_tff.aggregators.CorrelatedNoiseFactory` or
+      TFF's `DifferentiallyPrivateFactory`.
+    server_learning_rate: eta > 0 of the server SGD.
+    server_momentum: gamma in [0, 1) of the server heavy-ball momentum.
+
+  Returns:
+    A `tff.learning.templates.LearningProcess` (state: `LearningAlgorithmState`).
+  """
+  if not callable(model_fn):
+    raise ValueError(f'`model_fn` must be callable, got {model_fn!r}.')
+  if not isinstance(client_optimizer_fn, tff.learning.optimizers.Optimizer):
+    raise ValueError('`client_optimizer_fn` must be a `tff.learning.optimizers.Optimizer`, got '
+                     f'{type(client_optimizer_fn).__name__}.')
+  if not isinstance(aggregator, tff.aggregators.UnweightedAggregationFactory):
+    raise ValueError('`aggregator` must be a `tff.aggregators.UnweightedAggregationFactory`, got '
+                     f'{type(aggregator).__name__}.')
+  server_learning_rate = _validation.check_positive_float(server_learning_rate,
+                                                          'server_learning_rate')
+  server_momentum = _validation.check_float_in_range(server_momentum, 'server_momentum', 0.0, 1.0,
+                                                     high_inclusive=False)
+  server_optimizer = tff.learning.optimizers.build_sgdm(learning_rate=server_learning_rate,
+                                                        momentum=server_momentum or None)
+  return tff.learning.algorithms.build_unweighted_fed_avg(
+      model_fn, client_optimizer_fn, server_optimizer_fn=server_optimizer,
+      model_aggregator=aggregator)
+
+
+AggregatorRestartFn = Callable[[Any], Any]
+
+
+def restart_state(state: tff.learning.templates.LearningAlgorithmState,
+                  fresh_state: tff.learning.templates.LearningAlgorithmState,
+                  aggregator_restart_fn: Optional[AggregatorRestartFn] = None,
+                  ) -> tff.learning.templates.LearningAlgorithmState:
+  """Starts a new DP-FTRL segment: keeps the model weights, zeroes the server momentum.
+
+  Args:
+    state: the current state of a process built by `build_dp_ftrl_process`.
+    fresh_state: a state from the same process's `initialize()`; its server optimizer state (zero
+      momentum buffer, same hyperparameters) replaces the current one.
+    aggregator_restart_fn: maps the current aggregator state to the state of a fresh mechanism segment
+      that keeps counting noise rows. None keeps the aggregator state as is (right for aggregators that
+      restart themselves in-graph, like `CorrelatedNoiseFactory`).
+
+  Returns:
+    The restarted `LearningAlgorithmState`.
+  """
+  if not isinstance(state, tff.learning.templates.LearningAlgorithmState):
+    raise ValueError(f'`state` must be a LearningAlgorithmState, got {type(state).__name__}.')
+  if not isinstance(fresh_state, tff.learning.templates.LearningAlgorithmState):
+    raise ValueError('`fresh_state` must be a LearningAlgorithmState, got '
+                     f'{type(fresh_state).__name__}.')
+  if aggregator_restart_fn is not None and not callable(aggregator_restart_fn):
+    raise ValueError(f'`aggregator_restart_fn` must be callable, got {aggregator_restart_fn!r}.')
+  tf.nest.assert_same_structure(state.finalizer, fresh_state.finalizer)
+  aggregator_state = state.aggregator
+  if aggregator_restart_fn is not None:
+    aggregator_state = aggregator_restart_fn(aggregator_state)
+  return tff.learning.templates.LearningAlgorithmState(
+      global_model_weights=state.global_model_weights,
+      distributor=state.distributor,
+      client_work=state.client_work,
+      aggregator=aggregator_state,
+      finalizer=fresh_state.finalizer)

@@ -1,0 +1,57 @@
+"""EMNIST DP-FTRL driver: `python -m experiments.emnist.run_emnist --root_output_dir=... [flags]`.
+
+Trains the FedAvg CNN (or a tiny model for tests) on federated EMNIST (synthetic population, TFF's
+loader, or an offline cache / SQLite file) with DP-FTRL and min-sep client sampling; see
+`experiments/training_loop.py` for what a run writes and `docs/training.md` for usage.
+"""
+
+
+from absl import app, flags
+
+from experiments import training_loop
+from experiments.emnist import data as emnist_data
+from experiments.emnist import models as emnist_models
+
+_MODEL = flags.DEFINE_enum('model', 'fedavg_cnn', emnist_models.MODELS, 'EMNIST model.')
+_ONLY_DIGITS = flags.DEFINE_bool('only_digits', True, '10 digit classes (else 62 classes).')
+
+def build_task(config: training_loop.RunConfig) -> training_loop.Task:
+  """The EMNIST task described by `config` (its `task` dict holds `model` and `only_digits`)."""
+  num_classes = 10 if config.task['only_digits'] else 62
+  if config.data == 'synthetic':
+    train, test = emnist_data.synthetic_client_data(
+        config.synthetic_num_clients, examples_per_client=config.synthetic_examples_per_client,
+        num_classes=num_classes, seed=config.seed)
+  else:
+    train, test = emnist_data.load_client_data(config.data, only_digits=config.task['only_digits'])
+  preprocess = emnist_data.preprocess_fn(config.client_batch_size, config.client_epochs,
+                                         shuffle_seed=config.seed)
+  eval_dataset = emnist_data.preprocess_fn(256, 1, shuffle_seed=config.seed)(test)
+  model_name = config.task['model']
+
+  def keras_model_fn():
+    model = emnist_models.build_keras_model(model_name, num_classes, config.seed)
+    model.compile(loss=emnist_models.loss_fn(), metrics=emnist_models.metrics_fn())
+    return model
+
+  return training_loop.Task(
+      train_data=train,
+      model_fn=emnist_models.tff_model_fn(model_name, num_classes, config.seed),
+      keras_model_fn=keras_model_fn,
+      client_preprocess_fn=preprocess,
+      eval_dataset=eval_dataset,
+      accuracy_metric='accuracy')
+
+def config_from_flags() -> training_loop.RunConfig:
+  return training_loop.config_from_flags({'model': _MODEL.value, 'only_digits': _ONLY_DIGITS.value})
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  training_loop.set_up_logging()
+  config = config_from_flags()
+  training_loop.run(build_task(config), config)
+
+if __name__ == '__main__':
+  flags.mark_flag_as_required('root_output_dir')
+  app.run(main)

@@ -1,0 +1,422 @@
+"""What the StackOverflow and EMNIST drivers share: common flags, the mechanism, the aggregator, the
+resumable training loop, metrics releases, the per-round log line and the final privacy report.
+
+A run writes into `<root_output_dir>/<experiment_name>/`:
+  * `hparams.json`: the run's settings (a resumed run must match them, except `rounds` and intervals);
+  * `mechanism.json` / `mechanism.npz`: the strategy used (loaded, optimized at start, or built);
+  * `checkpoints/program_state_<r>`: `tff.program.FileProgramStateManager` states after r rounds
+    (learning state incl. aggregator noise state, and the client sampler's state);
+  * `participation.csv`: the participation log `client_id,round` (0-based rounds);
+  * `metrics.csv` and `tensorboard/`: per-round metrics through `tff.program` release managers;
+  * `privacy_report.json` (and its text form printed at the end).
+Rerunning with the same output directory resumes from the latest checkpoint.
+
+Conventions: rounds are 0-based; `min_sep` = b (r2 - r1 >= b; TF-Privacy's min_separation = b - 1);
+the noise multiplier is relative to the clip norm and the mean divides by the fixed
+`clients_per_round`.
+"""
+
+import asyncio
+import dataclasses
+import datetime
+import json
+import logging as std_logging
+import os
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+from absl import flags, logging
+
+from dp_ftrl_tff import _validation
+from dp_ftrl_tff.learning import client_sampler as sampler_lib
+from dp_ftrl_tff.learning import dp_ftrl, participation_log
+from dp_ftrl_tff.mechanisms import participation as participation_lib
+
+AGGREGATORS = ('gaussian', 'tree', 'tree_efficient', 'banded', 'blt')
+
+# Settings a resumed run may change.
+_RESUMABLE_CHANGES = ('rounds', 'checkpoint_every', 'eval_every', 'eval_max_examples')
+
+# ----------------------------------------------------------------------------------------------------
+# Flags common to both drivers.
+
+_ROOT_OUTPUT_DIR = flags.DEFINE_string('root_output_dir', None, 'Root directory of all runs.')
+_EXPERIMENT_NAME = flags.DEFINE_string('experiment_name', 'run',
+                                       'Run directory name under --root_output_dir.')
+_ROUNDS = flags.DEFINE_integer('rounds', 20, 'Number of training rounds n.')
+_CLIENTS_PER_ROUND = flags.DEFINE_integer('clients_per_round', 10,
+                                          'Clients per round (also the fixed mean denominator).')
+_CLIENT_LR = flags.DEFINE_float('client_learning_rate', 0.1, 'Client SGD learning rate.')
+_CLIENT_BATCH_SIZE = flags.DEFINE_integer('client_batch_size', 16, 'Client batch size.')
+_CLIENT_EPOCHS = flags.DEFINE_integer('client_epochs', 1, 'Local epochs per round.')
+_SERVER_LR = flags.DEFINE_float('server_learning_rate', 1.0, 'Server SGD learning rate.')
+_SERVER_MOMENTUM = flags.DEFINE_float('server_momentum', 0.9, 'Server momentum in [0, 1).')
+_AGGREGATOR = flags.DEFINE_enum('aggregator', 'blt', AGGREGATORS, 'Noise mechanism.')
+_MECHANISM_FILE = flags.DEFINE_string(
+    'mechanism_file', None, 'Strategy file (BLT .json / banded .npz from `python -m '
+    'dp_ftrl_tff.mechanisms optimize`). Without it, banded/BLT are optimized at start.')
+_NUM_BANDS = flags.DEFINE_integer('num_bands', None,
+                                  'Bands when optimizing a banded strategy (default: min_sep).')
+_NUM_BUFFERS = flags.DEFINE_integer('num_buffers', None,
+                                    'BLT buffers when optimizing (default: chosen by the optimizer).')
+_NOISE_MULTIPLIER = flags.DEFINE_float('noise_multiplier', 1.0,
+                                       'sigma: noise std on the sum relative to the clip norm.')
+_CLIP_NORM = flags.DEFINE_float('clip_norm', 1.0, 'L2 clip norm zeta (initial value if adaptive).')
+_ADAPTIVE_CLIPPING = flags.DEFINE_bool('adaptive_clipping', False,
+                                       'Quantile-based adaptive clipping (Gboard Alg. 1).')
+_TARGET_QUANTILE = flags.DEFINE_float('target_unclipped_quantile', 0.5,
+                                      'Adaptive clipping: target quantile.')
+_CLIP_LR = flags.DEFINE_float('clip_learning_rate', 0.2, 'Adaptive clipping: learning rate.')
+_CLIPPED_COUNT_STDDEV = flags.DEFINE_float(
+    'clipped_count_stddev', None, 'Adaptive clipping: count noise std (default clients_per_round/20).')
+_RESTART_WARMUP = flags.DEFINE_integer('restart_warmup', None,
+                                       'First restart round (0-based); needs --restart_period.')
+_RESTART_PERIOD = flags.DEFINE_integer('restart_period', None,
+                                       'Rounds between mechanism restarts (e.g. an epoch).')
+_MIN_SEP = flags.DEFINE_integer('min_sep', 1, 'b: rounds between two participations, r2 - r1 >= b.')
+_MAX_PARTICIPATIONS = flags.DEFINE_integer('max_participations', None,
+                                           'k: cap on participations per client (default none).')
+_SECURE = flags.DEFINE_bool('secure_aggregation', False, 'Sum client updates with SecAgg.')
+_SECURE_BITS = flags.DEFINE_integer('secure_bits', 20, 'SecAgg field size 2^bits.')
+_DATA = flags.DEFINE_string('data', 'synthetic',
+                            '"synthetic", "tff" (TFF loader) or a local cache dir / SQLite file.')
+_SYNTHETIC_CLIENTS = flags.DEFINE_integer('synthetic_num_clients', 1000,
+                                          'Synthetic data: population size.')
+_SYNTHETIC_EXAMPLES = flags.DEFINE_integer('synthetic_examples_per_client', 20,
+                                           'Synthetic data: mean examples per client.')
+_SEED = flags.DEFINE_integer('seed', 0, 'Seed of the data, model init and client sampling.')
+_NOISE_SEED = flags.DEFINE_integer('noise_seed', None,
+                                   'Noise seed (default: OS entropy, stored in the checkpoint).')
+_CHECKPOINT_EVERY = flags.DEFINE_integer('checkpoint_every', 10, 'Checkpoint every k rounds.')
+_EVAL_EVERY = flags.DEFINE_integer('eval_every', 10, 'Evaluate on the test set every k rounds.')
+_EVAL_MAX_EXAMPLES = flags.DEFINE_integer('eval_max_examples', 10000,
+                                          'Test examples used per evaluation.')
+_TARGET_DELTA = flags.DEFINE_float('target_delta', 1e-6, 'delta of the (epsilon, delta) report.')
+
+flags.register_validator('clip_norm', lambda v: v > 0, '--clip_norm must be positive.')
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+  """Every setting of a run (what `hparams.json` holds). See the flags of the same names."""
+  root_output_dir: str
+  experiment_name: str = 'run'
+  rounds: int = 20
+  clients_per_round: int = 10
+  client_learning_rate: float = 0.1
+  client_batch_size: int = 16
+  client_epochs: int = 1
+  server_learning_rate: float = 1.0
+  server_momentum: float = 0.9
+  aggregator: str = 'blt'
+  mechanism_file: Optional[str] = None
+  num_bands: Optional[int] = None
+  num_buffers: Optional[int] = None
+  noise_multiplier: float = 1.0
+  clip_norm: float = 1.0
+  adaptive_clipping: bool = False
+  target_unclipped_quantile: float = 0.5
+  clip_learning_rate: float = 0.2
+  clipped_count_stddev: Optional[float] = None
+  restart_warmup: Optional[int] = None
+  restart_period: Optional[int] = None
+  min_sep: int = 1
+  max_participations: Optional[int] = None
+  secure_aggregation: bool = False
+  secure_bits: int = 20
+  data: str = 'synthetic'
+  synthetic_num_clients: int = 1000
+  synthetic_examples_per_client: int = 20
+  seed: int = 0
+  noise_seed: Optional[int] = None
+  checkpoint_every: int = 10
+  eval_every: int = 10
+  eval_max_examples: int = 10000
+  target_delta: float = 1e-6
+  task: Dict[str, Any] = dataclasses.field(default_factory=dict)  # driver-specific settings
+
+  def __post_init__(self):
+    if not isinstance(self.root_output_dir, str) or not self.root_output_dir:
+      raise ValueError('`root_output_dir` must be given (--root_output_dir).')
+    for name in ('rounds', 'clients_per_round', 'client_batch_size', 'client_epochs', 'min_sep',
+                 'checkpoint_every', 'eval_every', 'eval_max_examples', 'synthetic_num_clients',
+                 'synthetic_examples_per_client', 'secure_bits'):
+      _validation.check_positive_int(getattr(self, name), name)
+    for name in ('max_participations', 'num_bands', 'num_buffers', 'restart_period'):
+      if getattr(self, name) is not None:
+        _validation.check_positive_int(getattr(self, name), name)
+    if self.restart_warmup is not None:
+      _validation.check_nonnegative_int(self.restart_warmup, 'restart_warmup')
+      if self.restart_period is None:
+        raise ValueError('`restart_warmup` needs `restart_period`.')
+    _validation.check_one_of(self.aggregator, 'aggregator', AGGREGATORS)
+    _validation.check_positive_float(self.client_learning_rate, 'client_learning_rate')
+    _validation.check_positive_float(self.server_learning_rate, 'server_learning_rate')
+    _validation.check_float_in_range(self.server_momentum, 'server_momentum', 0.0, 1.0,
+                                     high_inclusive=False)
+    _validation.check_nonnegative_float(self.noise_multiplier, 'noise_multiplier')
+    _validation.check_positive_float(self.clip_norm, 'clip_norm')
+    _validation.check_float_in_range(self.target_delta, 'target_delta', 0.0, 1.0,
+                                     low_inclusive=False, high_inclusive=False)
+    if self.mechanism_file is not None and not os.path.isfile(self.mechanism_file):
+      raise ValueError(f'`mechanism_file`: no file at {self.mechanism_file!r}.')
+
+  @property
+  def output_dir(self) -> str:
+    return os.path.join(self.root_output_dir, self.experiment_name)
+
+  @property
+  def participation(self) -> participation_lib.ParticipationSchema:
+    return participation_lib.ParticipationSchema.min_separation(self.min_sep,
+                                                                 self.max_participations)
+
+  def restart_rounds(self) -> List[int]:
+    """0-based rounds that start a new mechanism segment (none without --restart_period)."""
+    if self.restart_period is None:
+      return []
+    warmup = self.restart_period if self.restart_warmup is None else self.restart_warmup
+    return [r for r in range(warmup, self.rounds, self.restart_period) if r > 0]
+
+
+def config_from_flags(task_settings: Dict[str, Any]) -> RunConfig:
+  """A `RunConfig` from the parsed common flags plus the driver's own settings."""
+  names = [f.name for f in dataclasses.fields(RunConfig) if f.name != 'task']
+  return RunConfig(**{n: flags.FLAGS[n].value for n in names}, task=dict(task_settings))
+
+
+@dataclasses.dataclass
+class Task:
+  """What a driver supplies: data, models and preprocessing.
+
+  Attributes:
+    train_data: the federated training population (`tff.simulation.datasets.ClientData`).
+    model_fn: no-argument TFF model constructor for training.
+    keras_model_fn: no-argument constructor of the same model as a compiled Keras model (evaluation).
+    client_preprocess_fn: maps a client's raw dataset to its training batches.
+    eval_dataset: centralized test batches (already preprocessed, elements `OrderedDict(x=, y=)`).
+    accuracy_metric: name of the training metric printed as "accuracy" in the log line.
+  """
+  train_data: Any
+  model_fn: Callable[[], Any]
+  keras_model_fn: Callable[[], tf.keras.Model]
+  client_preprocess_fn: Callable[[tf.data.Dataset], tf.data.Dataset]
+  eval_dataset: tf.data.Dataset
+  accuracy_metric: str = 'accuracy'
+
+
+# ----------------------------------------------------------------------------------------------------
+# Mechanism and aggregator.
+
+_MECHANISM_BASENAME = 'mechanism'
+
+
+def _saved_mechanism_path(output_dir: str) -> Optional[str]:
+  for ext in ('.json', '.npz'):
+    path = os.path.join(output_dir, _MECHANISM_BASENAME + ext)
+    if os.path.exists(path):
+      return path
+  return None
+
+
+def resolve_strategy(config: RunConfig):
+  """The run's `Strategy`: from the run directory (resume), `--mechanism_file`, or built/optimized.
+
+  Banded and BLT strategies without a file are optimized for (rounds, min_sep, max_participations) and
+  saved beside the run, so a resumed run reuses them.
+  """
+  from dp_ftrl_tff.mechanisms import files  # pylint: disable=g-import-not-at-top
+
+  saved = _saved_mechanism_path(config.output_dir)
+  if saved is not None or config.mechanism_file is not None:
+    strategy = files.load_strategy(saved or config.mechanism_file)
+    if strategy.name != config.aggregator:
+      raise ValueError(f'`mechanism_file` {saved or config.mechanism_file!r} holds a '
+                       f'{strategy.name!r} strategy, but --aggregator={config.aggregator}.')
+    source = 'run directory' if saved else config.mechanism_file
+  else:
+    strategy, source = _build_strategy(config)
+  if strategy.max_rounds is not None and strategy.max_rounds < config.rounds:
+    raise ValueError(f'The {strategy.name} strategy covers {strategy.max_rounds} rounds, '
+                     f'--rounds={config.rounds}.')
+  if saved is None:
+    os.makedirs(config.output_dir, exist_ok=True)
+    ext = '.npz' if strategy.name == 'banded' else '.json'
+    files.save_strategy(strategy, os.path.join(config.output_dir, _MECHANISM_BASENAME + ext))
+  logging.info('Mechanism (%s): %s', source, strategy)
+  return strategy
+
+
+def _build_strategy(config: RunConfig):
+  participation = config.participation
+  if config.aggregator == 'gaussian':
+    from dp_ftrl_tff.mechanisms import gaussian  # pylint: disable=g-import-not-at-top
+    return gaussian.GaussianStrategy(), 'built'
+  if config.aggregator in ('tree', 'tree_efficient'):
+    from dp_ftrl_tff.mechanisms import tree  # pylint: disable=g-import-not-at-top
+    variant = 'efficient' if config.aggregator == 'tree_efficient' else 'vanilla'
+    return tree.TreeStrategy(variant), 'built'
+  start = time.time()
+  if config.aggregator == 'blt':
+    from dp_ftrl_tff.mechanisms import blt  # pylint: disable=g-import-not-at-top
+    result = blt.optimize_blt(config.rounds, participation, num_buffers=config.num_buffers)
+  else:
+    from dp_ftrl_tff.mechanisms import banded  # pylint: disable=g-import-not-at-top
+    num_bands = min(config.num_bands or config.min_sep, config.rounds)
+    result = banded.optimize_banded(config.rounds, num_bands, participation)
+  return result.strategy, (f'optimized for n={config.rounds}, {participation} in '
+                           f'{time.time() - start:.1f} s')
+
+
+def build_aggregator(config: RunConfig, strategy) -> tff.aggregators.UnweightedAggregationFactory:
+  """The DP aggregator of the run (TFF stand-in until `dp_ftrl_tff.aggregators` lands)."""
+  if config.aggregator == 'gaussian':
+    if config.adaptive_clipping:
+      return tff.aggregators.DifferentiallyPrivateFactory.gaussian_adaptive(
+          config.noise_multiplier, config.clients_per_round,
+          initial_l2_norm_clip=config.clip_norm,
+          target_unclipped_quantile=config.target_unclipped_quantile,
+          learning_rate=config.clip_learning_rate,
+          clipped_count_stddev=config.clipped_count_stddev)
+    return tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
+        config.noise_multiplier, config.clients_per_round, config.clip_norm)
+  if config.aggregator in ('tree', 'tree_efficient'):
+    return tff.aggregators.DifferentiallyPrivateFactory.tree_aggregation(
+        config.noise_multiplier, config.clients_per_round, config.clip_norm, record_specs=None,
+        noise_seed=config.noise_seed, use_efficient=config.aggregator == 'tree_efficient')
+  raise ValueError(f'--aggregator={config.aggregator} needs dp_ftrl_tff.aggregators ({strategy}).')
+
+
+# ----------------------------------------------------------------------------------------------------
+# The loop.
+
+
+def _check_hparams(config: RunConfig) -> None:
+  path = os.path.join(config.output_dir, 'hparams.json')
+  current = json.loads(json.dumps(dataclasses.asdict(config)))
+  if os.path.exists(path):
+    with open(path) as f:
+      saved = json.load(f)
+    changed = sorted(k for k in set(saved) | set(current)
+                     if k not in _RESUMABLE_CHANGES and saved.get(k) != current.get(k))
+    if changed:
+      details = ', '.join(f'{k}: {saved.get(k)!r} -> {current.get(k)!r}' for k in changed)
+      raise ValueError(f'{config.output_dir} holds a run with other settings ({details}); use '
+                       'another --experiment_name or the same settings to resume.')
+  os.makedirs(config.output_dir, exist_ok=True)
+  with open(path, 'w') as f:
+    json.dump(current, f, indent=2, sort_keys=True)
+
+
+def _format_duration(seconds: float) -> str:
+  return str(datetime.timedelta(seconds=int(round(seconds))))
+
+
+def round_log_line(round_num: int, num_rounds: int, loss: float, accuracy: float,
+                   round_seconds: float, eta_seconds: float) -> str:
+  """One progress line: 1-based round counter, loss, accuracy, round time and ETA."""
+  return (f'round {round_num + 1:>{len(str(num_rounds))}}/{num_rounds}  loss {loss:.4f}  '
+          f'accuracy {accuracy:.4f}  round {round_seconds:.2f} s  ETA {_format_duration(eta_seconds)}')
+
+
+def evaluate(task: Task, process, state, max_examples: int) -> Dict[str, float]:
+  """Centralized evaluation of the current global model on (up to `max_examples` of) the test set."""
+  model = task.keras_model_fn()
+  process.get_model_weights(state).assign_weights_to(model)
+  dataset = (task.eval_dataset.unbatch().take(max_examples).batch(256)
+             .map(lambda batch: (batch['x'], batch['y'])))
+  return {f'eval_{k}': float(v) for k, v in model.evaluate(dataset, verbose=0,
+                                                             return_dict=True).items()}
+
+
+def _round_metrics(output) -> Dict[str, float]:
+  """Flat scalar metrics of one round: `train_<metric>` and `aggregator/<measurement>`."""
+  train = output.metrics['client_work']['train']
+  values = {f'train_{k}': float(np.asarray(v)) for k, v in train.items()}
+  for name, value in tff.program.structure_utils.flatten_with_name(output.metrics['aggregator']):
+    value = np.asarray(value)
+    if value.shape == () and np.issubdtype(value.dtype, np.number):
+      values[f'aggregator/{name}'] = float(value)
+  return values
+
+
+def run(task: Task, config: RunConfig) -> Dict[str, Any]:
+  """Trains (or resumes) a run; returns the final metrics and the privacy report.
+
+  Raises:
+    ValueError: on an impossible schedule, an unknown or mismatched mechanism, or a run directory
+      holding a run with other settings; before any training.
+  """
+  if not isinstance(config, RunConfig):
+    raise ValueError(f'`config` must be a RunConfig, got {type(config).__name__}.')
+  client_ids = list(task.train_data.client_ids)
+  sampler_lib.check_schedule(len(client_ids), config.clients_per_round, config.min_sep,
+                             config.max_participations, config.rounds)
+  _check_hparams(config)
+  strategy = resolve_strategy(config)
+  aggregator = build_aggregator(config, strategy)
+  if config.secure_aggregation:
+    # TFF's default native context cannot run secure-sum intrinsics; the test context lowers them.
+    tff.backends.test.set_sync_test_cpp_execution_context()
+  process = dp_ftrl.build_dp_ftrl_process(
+      task.model_fn, tff.learning.optimizers.build_sgdm(config.client_learning_rate),
+      aggregator=aggregator, server_learning_rate=config.server_learning_rate,
+      server_momentum=config.server_momentum)
+  sampler = sampler_lib.ClientSampler(client_ids, config.clients_per_round, min_sep=config.min_sep,
+                                      max_participations=config.max_participations,
+                                      seed=config.seed)
+  initial_state = process.initialize()
+  state_manager = tff.program.FileProgramStateManager(
+      os.path.join(config.output_dir, 'checkpoints'), keep_total=3)
+  structure = {'learning': initial_state, 'sampler': sampler.state.to_dict()}
+  loaded, start_round = asyncio.run(state_manager.load_latest(structure))
+  if loaded is None:
+    state, start_round = initial_state, 0
+    asyncio.run(state_manager.save(structure, 0))
+  else:
+    state = loaded['learning']
+    sampler.load_state(sampler_lib.SamplerState.from_dict(loaded['sampler']))
+    logging.info('Resuming %s after round %d.', config.output_dir, start_round - 1)
+  log = participation_log.ParticipationLogWriter(
+      os.path.join(config.output_dir, 'participation.csv'))
+  log.truncate(start_round)
+  csv_release = tff.program.CSVFileReleaseManager(
+      os.path.join(config.output_dir, 'metrics.csv'), key_fieldname='round')
+  tb_release = tff.program.TensorBoardReleaseManager(os.path.join(config.output_dir, 'tensorboard'))
+  restarts = set(config.restart_rounds())
+  metrics = {}
+  started = time.time()
+  for round_num in range(start_round, config.rounds):
+    round_start = time.time()
+    if round_num in restarts:
+      state = dp_ftrl.restart_state(state, initial_state)
+      logging.info('Round %d starts a new mechanism segment (momentum reset).', round_num)
+    cohort = sampler.sample(round_num)
+    log.append_round(round_num, cohort)
+    datasets = [task.client_preprocess_fn(task.train_data.create_tf_dataset_for_client(c))
+                for c in cohort]
+    output = process.next(state, datasets)
+    state = output.state
+    metrics = _round_metrics(output)
+    done = round_num + 1
+    if done % config.eval_every == 0 or done == config.rounds:
+      metrics.update(evaluate(task, process, state, config.eval_max_examples))
+    round_seconds = time.time() - round_start
+    metrics['round_seconds'] = round_seconds
+    asyncio.run(csv_release.release(metrics, key=round_num))
+    asyncio.run(tb_release.release(metrics, key=round_num))
+    if done % config.checkpoint_every == 0 or done == config.rounds:
+      asyncio.run(state_manager.save({'learning': state, 'sampler': sampler.state.to_dict()}, done))
+    mean_seconds = (time.time() - started) / (done - start_round)
+    logging.info('%s', round_log_line(round_num, config.rounds, metrics['train_loss'],
+                                      metrics.get(f'train_{task.accuracy_metric}', float('nan')),
+                                      round_seconds, mean_seconds * (config.rounds - done)))
+  return {'metrics': metrics, 'state': state, 'process': process}
+
+
+def set_up_logging() -> None:
+  """absl INFO lines on stderr without TF's chatter (drivers call it in main)."""
+  logging.set_verbosity(logging.INFO)
+  std_logging.getLogger('tensorflow').setLevel(std_logging.ERROR)
