@@ -3,17 +3,17 @@
 Implements the binary-tree mechanism of DP-FTRL (Kairouz et al. 2021, App. B.1, D; notes/seed002.md
 Sec. 4-5, 11) as a matrix factorization, and TreeAgg-Full (BLT paper Sec. 2.3; notes/seed000.md).
 
-Conventions: rounds (leaves) are 0-based, t = 0 .. n-1; `min_sep` = b means two participations r1 < r2
+Conventions: rounds (leaves) are 0-based, t = 0 .. n-1; `min_sep` = b: two participations r1 < r2
 of one client satisfy r2 - r1 >= b (TF-Privacy's `min_separation` = b - 1).
 
-Nodes and their ORDER (the rows of C and of z). A node is a dyadic interval [s, s + 2^h) of rounds at
-height h (leaves have h = 0, s a multiple of 2^h). Only *released* nodes are rows of C:
+Nodes and their ORDER (the rows of C and of z). A node is a dyadic interval [s, s + 2^h) of
+rounds, at height h (leaves have h = 0, s a multiple of 2^h). Only *released* nodes are rows of C:
   * completion=False (streaming default): every complete node, [s, s + 2^h) inside [0, n); these are
     the nodes of the complete subtrees of the binary decomposition of n, largest first;
   * completion=True: every node of the tree over 2^ceil(log2 n) leaves that holds at least one real
     leaf (leaves >= n are virtual zero rounds, as in the paper's tree completion trick).
 Rows are sorted by the round at which the node's last leaf arrives, e = s + 2^h - 1, then by height:
-round t completes the nodes of heights 0 .. ctz(t + 1) ending at t. Hence the node of height h ending
+round t completes the nodes of heights 0 .. ctz(t + 1) ending at t. So the node of height h ending
 at round e < n is row 2 e - popcount(e) + h (the number of complete nodes ending before e, plus h).
 A streaming implementation draws z row r for node r (`dp_ftrl_tff.noise.tree.TreeNoise`).
 
@@ -21,16 +21,16 @@ Decoders B (noise on the prefix sums, B C = A on the released rows):
   * 'vanilla': the dyadic decomposition of [0, t] (popcount(t + 1) nodes), variance popcount(t + 1);
   * 'efficient' (Honaker, streaming): each decomposition node N of height H is replaced by
     r'_N / (2 - 2^-H), with r'_N = z_N + (r'_left + r'_right) / 2 (seed002 Sec. 4.2; the paper's
-    denominator typo 2 - (x - z + 1)^-1 is corrected to 2 - 1 / #leaves). Node N's descendant at depth
-    d gets weight 2^-d / (2 - 2^-H);
+    denominator typo 2 - (x - z + 1)^-1 is corrected to 2 - 1 / #leaves). Node N's descendant at
+    depth d gets weight 2^-d / (2 - 2^-H);
   * 'full' (TreeAgg-Full, offline, not streamable): B = A C^+ (Moore-Penrose pseudo-inverse).
 The per-round noise matrix is M = A^-1 B (the residual of the noisy prefix sums).
 
 Sensitivity. With clip norm 1, sens^2 = max over admissible participation patterns u of
 ||C u||^2 = sum over released nodes of (number of participations under the node)^2. It is the same
-for the three decoders (same C). `tree_sensitivity_squared` computes it EXACTLY with a dynamic program
+for the three decoders (same C). `tree_sensitivity_squared` computes it EXACTLY by a dynamic program
 over the tree (see `_concat`), in O(log n * k^2 * b^2 * R) time (R = the number of distinct values a
-node table takes along one axis, small in practice), and `segments_sensitivity_squared` does the same
+node table takes along one axis, small in practice); `segments_sensitivity_squared` does the same
 for a run with tree restarts, with the min-sep constraint spanning the segments (also exact).
 """
 
@@ -39,6 +39,7 @@ from typing import Sequence, Tuple, Union
 
 import numpy as np
 import scipy.linalg
+import scipy.sparse
 
 from dp_ftrl_tff import _validation
 from dp_ftrl_tff.mechanisms import base
@@ -136,19 +137,37 @@ def _decomposition(prefix_len: int):
 
 
 def _decoder_streaming(num_rounds: int, num_nodes: int, efficient: bool) -> np.ndarray:
-  """B for the vanilla or Honaker-efficient streaming decoder: (n, #nodes) float64."""
-  decoder = np.zeros((num_rounds, num_nodes))
-  for t in range(num_rounds):
-    for start, height in _decomposition(t + 1):
-      if not efficient:
-        decoder[t, node_row(start + (1 << height) - 1, height)] = 1.0
-        continue
-      scale = 1.0 / (2.0 - 2.0**-height)
-      for depth in range(height + 1):
-        size = 1 << (height - depth)
-        sub_ends = start + size * np.arange(1, (1 << depth) + 1) - 1
-        decoder[t, node_row(sub_ends, height - depth)] = scale * 2.0**-depth
-  return decoder
+  """B for the vanilla or Honaker-efficient streaming decoder: (n, #nodes) float64.
+
+  B = D E with D the 0/1 binary decomposition (round t uses the node of height h that covers bit h
+  of t + 1) and E the per-node estimate: the identity (vanilla) or, for a node of height H, weight
+  2^-d / (2 - 2^-H) on each descendant at depth d (Honaker).
+  """
+  prefix = np.arange(1, num_rounds + 1, dtype=np.int64)
+  rows, cols = [], []
+  for height in range(num_rounds.bit_length()):
+    used = (prefix >> height & 1) == 1
+    ends = (prefix[used] >> (height + 1) << (height + 1)) + (1 << height) - 1
+    rows.append(np.nonzero(used)[0])
+    cols.append(node_row(ends, height))
+  rows, cols = np.concatenate(rows), np.concatenate(cols)
+  decomposition = scipy.sparse.csr_matrix((np.ones(rows.size), (rows, cols)),
+                                          shape=(num_rounds, num_nodes))
+  if not efficient:
+    return decomposition.toarray()
+  rows, cols, weights = [], [], []
+  for height in range(num_rounds.bit_length()):
+    node_ends = np.arange((1 << height) - 1, num_rounds, 1 << height, dtype=np.int64)
+    for depth in range(height + 1):
+      size = 1 << (height - depth)
+      sub_ends = node_ends[:, None] - size * np.arange(1 << depth)[None, :]
+      rows.append(np.repeat(node_row(node_ends, height), 1 << depth))
+      cols.append(node_row(sub_ends.ravel(), height - depth))
+      weights.append(np.full(sub_ends.size, 2.0**-depth / (2.0 - 2.0**-height)))
+  estimate = scipy.sparse.csr_matrix(
+      (np.concatenate(weights), (np.concatenate(rows), np.concatenate(cols))),
+      shape=(num_nodes, num_nodes))
+  return (decomposition @ estimate).toarray()
 
 
 def _leaf_gram(num_rounds: int, completion: bool) -> np.ndarray:
@@ -173,19 +192,19 @@ def _full_gram_inverse(num_rounds: int, completion: bool) -> np.ndarray:
 # Exact sensitivity: dynamic program over blocks of rounds.
 # ------------------------------------------------------------------------------------------------
 #
-# A "block" is a run of consecutive real rounds together with the released nodes inside it. Its table
-# T has shape (K + 1, D, D), D = min(b, n): T[c, a, e] is the largest sum over the block's nodes of
-# (count in node)^2 over patterns of exactly c participations, all pairwise >= b apart, whose first
-# participation is at offset >= a from the block start and whose last one is at offset <= len - 1 - e
-# (_NEG if there is none). T is non-increasing in a and e. Offsets and gaps are counted in real rounds:
-# virtual (completion) leaves have length 0.
+# A "block" is a run of consecutive real rounds together with the released nodes inside it. Its
+# table T has shape (K + 1, D, D), D = min(b, n): T[c, a, e] is the largest sum over the block's
+# nodes of (count in node)^2 over patterns of exactly c participations, pairwise >= b apart, whose
+# first participation is at offset >= a from the block start and whose last one is at offset
+# <= len - 1 - e (_NEG if there is none). T is non-increasing in a and e. Offsets and gaps are
+# counted in real rounds: virtual (completion) leaves have length 0.
 #
-# Concatenating X then Y (`_concat`): all c in X (Y lengthens the tail: e -> max(e - len_Y, 0)), all
-# in Y (a -> max(a - len_X, 0)), or c1 >= 1 in X and c2 >= 1 in Y. In the last case the gap between
-# X's last and Y's first participation is e1 + a2 + 1 where e1, a2 are the exact margins, so
-# max_{e1 in [0, b-1]} X[c1, a, e1] + Y[c2, b-1-e1, e] is exact (margins >= b-1 are all equivalent to
-# b-1 by monotonicity). A node adds c^2 to the concatenation of its two children. All nodes of one
-# height are translates of each other, so one table per height serves the whole tree.
+# Concatenating X then Y (`_concat`): all c in X (Y lengthens the tail: e -> max(e - len_Y, 0)),
+# all in Y (a -> max(a - len_X, 0)), or c1 >= 1 in X and c2 >= 1 in Y. In the last case the gap
+# between X's last and Y's first participation is e1 + a2 + 1 where e1, a2 are the exact margins,
+# so max_{e1 in [0, b-1]} X[c1, a, e1] + Y[c2, b-1-e1, e] is exact (margins >= b-1 are all
+# equivalent to b-1 by monotonicity). A node adds c^2 to the concatenation of its two children.
+# All nodes of one height are translates of each other, so one table per height serves the tree.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -285,7 +304,7 @@ class _BlockBuilder:
     return _as_node(_concat(left, right, self._max_count))
 
   def segment(self, length: int, completed: bool) -> _Block:
-    """One tree segment of `length` real rounds: a forest of complete subtrees, or one padded tree."""
+    """A tree segment of `length` real rounds: a forest of complete subtrees, or one padded tree."""
     if completed:
       return self.partial((length - 1).bit_length(), length)
     block = None
@@ -333,19 +352,19 @@ def segments_sensitivity_squared(segment_lengths: Sequence[int],
   """Exact squared sensitivity (clip norm 1) of tree aggregation with restarts.
 
   The run is a sequence of independent trees (segments) of the given numbers of real rounds; global
-  rounds are 0-based and contiguous across segments. The participation constraint (min-sep b, at most
-  k participations, or fixed-epoch) applies to the whole run, across segment boundaries. The result
-  is max over admissible patterns of sum over all released nodes of all segments of (count)^2: the
-  sum of squared sensitivities composed across segments (rho = sens^2 / (2 sigma^2)). EXACT, not an
-  upper bound.
+  rounds are 0-based and contiguous across segments. The participation constraint (min-sep b, at
+  most k participations, or fixed-epoch) applies to the whole run, across segment boundaries. The
+  result is max over admissible patterns of sum over all released nodes of all segments of
+  (count)^2: the squared sensitivity of the composition of the segments (rho = sens^2 / (2 sigma^2)).
+  EXACT, not an upper bound.
 
   Args:
     segment_lengths: the number of real rounds of each tree, in order.
     participation: a `ParticipationSchema`.
-    completion: one bool for all segments, or one per segment: a completed segment releases every node
-      of its tree padded to 2^ceil(log2 m) leaves with virtual zero rounds (DP-FTRL's tree completion;
-      the paper's code completes every segment except the last). Virtual rounds take no time: the
-      min-sep gap is counted in real rounds.
+    completion: one bool for all segments, or one per segment: a completed segment releases every
+      node of its tree padded to 2^ceil(log2 m) leaves with virtual zero rounds (DP-FTRL's tree
+      completion; the paper's code completes every segment except the last). Virtual rounds take no
+      time: the min-sep gap is counted in real rounds.
 
   Returns:
     The squared sensitivity, an int.
@@ -360,7 +379,7 @@ def segments_sensitivity_squared(segment_lengths: Sequence[int],
   width = min(participation.min_sep, num_rounds)
   builder = _BlockBuilder(width, max_count)
   block = None
-  for length, done in zip(lengths, completed):
+  for length, done in zip(lengths, completed, strict=True):
     segment = builder.segment(length, done)
     block = segment if block is None else _concat(block, segment, max_count)
   return int(block.table[:, 0, 0].max())
@@ -453,7 +472,7 @@ def earliest_pattern_sensitivity_squared(num_rounds: int,
                                          completion: bool = False) -> int:
   """BLT paper Remark 3.2 lower bound ||C u(pi*)||^2 with pi* = (0, b, ..., (k-1) b).
 
-  The BLT paper accounts TreeAgg-Full with it (Table 3); `tree_sensitivity_squared` is the exact value.
+  The BLT paper accounts TreeAgg-Full with it (Table 3); `tree_sensitivity_squared` is exact.
   """
   participation = _check_participation(participation)
   return pattern_sensitivity_squared(num_rounds, participation.earliest_pattern(num_rounds),
@@ -483,8 +502,8 @@ class TreeStrategy(base.Strategy):
 
   Attributes:
     variant: 'vanilla' (name 'tree'), 'efficient' (Honaker streaming, name 'tree_efficient') or
-      'full' (B = A C^+, name 'tree_full'; offline: B row t uses nodes completed after round t, so it
-      has no streaming form and is meant for simulation figures, as in the BLT paper).
+      'full' (B = A C^+, name 'tree_full'; offline: B row t uses nodes completed after round t, so
+      it has no streaming form and is meant for simulation figures, as in the BLT paper).
     completion: release the nodes of the tree padded to 2^ceil(log2 n) leaves (see `tree_nodes`).
       For 'vanilla'/'efficient' the decoder over rounds < n never uses the extra nodes (they only
       matter before a restart), so it only adds sensitivity; for 'full' it changes the decoder.
@@ -525,8 +544,8 @@ class TreeStrategy(base.Strategy):
   def errors(self, num_rounds: int) -> tuple:
     """(MaxError, RmsError): closed forms for vanilla/efficient, (C^T C)^-1 for 'full'.
 
-    Round t's prefix-sum noise variance is popcount(t + 1) (vanilla), sum over set bits h of t + 1 of
-    1 / (2 - 2^-h) (efficient), or sum_{i, j <= t} ((C^T C)^-1)_{ij} (full).
+    Round t's prefix-sum noise variance is popcount(t + 1) (vanilla), sum over set bits h of t + 1
+    of 1 / (2 - 2^-h) (efficient), or sum_{i, j <= t} ((C^T C)^-1)_{ij} (full).
     """
     num_rounds = self.check_num_rounds(num_rounds)
     if self.variant == 'full':
