@@ -238,19 +238,22 @@ class BandedStrategy(base.Strategy):
     return float(sensitivity.dense_squared(self.strategy_matrix(num_rounds), participation))
 
   def to_config(self) -> dict:
-    """{'name': 'banded', 'band_rows': float64 ndarray (n, num_bands)}; `files` stores it as .npz."""
-    return {'name': self.name, 'band_rows': np.array(self._band_rows)}
+    """{'mechanism': 'banded', 'band_rows': float64 ndarray (n, num_bands)}; `files` writes .npz."""
+    return {'mechanism': self.name, 'band_rows': np.array(self._band_rows)}
 
   @classmethod
   def from_config(cls, config: dict) -> 'BandedStrategy':
-    """Inverse of `to_config`; also accepts a dense 'strategy_matrix' entry."""
-    if not isinstance(config, dict) or config.get('name', cls.name) != cls.name:
-      raise ValueError(f'`config` must be a dict with name {cls.name!r}, got {config!r}.')
-    if 'band_rows' in config:
-      return cls.from_band_rows(config['band_rows'])
-    if 'strategy_matrix' in config:
-      return cls(config['strategy_matrix'])
-    raise ValueError('`config` must hold `band_rows` or `strategy_matrix`.')
+    """Inverse of `to_config`; raises ValueError on a wrong `mechanism`, unknown or missing keys."""
+    if not isinstance(config, dict):
+      raise ValueError(f'`config` must be a dict, got {type(config).__name__}.')
+    if config.get('mechanism') != cls.name:
+      raise ValueError(f'`mechanism` must be {cls.name!r}, got {config.get("mechanism")!r}.')
+    unknown = sorted(set(config) - {'mechanism', 'band_rows'})
+    if unknown:
+      raise ValueError(f'Unknown keys for the banded mechanism: {unknown}.')
+    if 'band_rows' not in config:
+      raise ValueError('`band_rows` is missing from the banded config.')
+    return cls.from_band_rows(config['band_rows'])
 
   def __repr__(self) -> str:
     return f'BandedStrategy(max_rounds={self.max_rounds}, num_bands={self.num_bands})'
@@ -473,11 +476,11 @@ def optimize_banded(num_rounds: int, num_bands: int,
                               or initial.max_rounds != num_rounds):
     raise ValueError(f'`initial` must be a BandedStrategy with {num_bands} bands and {num_rounds} '
                      f'rounds, got {initial!r}.')
-  details = {}
+  details = {'error': error, 'toeplitz': toeplitz}
 
   if initial is None or toeplitz:
     workload_coefs = work.toeplitz_coefs(num_rounds) if toeplitz else np.ones(num_rounds)
-    coefs, details['toeplitz'] = _minimize(
+    coefs, details['toeplitz_stage'] = _minimize(
         lambda c: _toeplitz_objective(c, num_rounds, workload_coefs, error if toeplitz else 'rms'),
         fhu_coefficients(num_bands), max_iterations, None, tolerance)
     coefs = coefs / coefs[0]
@@ -487,7 +490,7 @@ def optimize_banded(num_rounds: int, num_bands: int,
 
   if not toeplitz:
     objective = _BandedObjective(num_rounds, num_bands, work, error)
-    params, details['banded'] = _minimize(
+    params, details['banded_stage'] = _minimize(
         objective.value_and_grad, objective.params_from_matrix(strategy.strategy_matrix(num_rounds)),
         max_iterations, max_seconds, tolerance)
     strategy = BandedStrategy(objective.matrix(params))

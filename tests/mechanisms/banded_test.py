@@ -1,0 +1,301 @@
+"""Tests for dp_ftrl_tff.mechanisms.banded against dense matrix math, brute force and published tables."""
+
+import itertools
+
+import numpy as np
+import pytest
+import scipy.linalg
+import scipy.optimize
+
+from dp_ftrl_tff.mechanisms import banded
+from dp_ftrl_tff.mechanisms import participation as participation_lib
+from dp_ftrl_tff.mechanisms.participation import ParticipationSchema
+
+
+def _random_banded(n, bands, seed=0, normalize=False):
+  rng = np.random.default_rng(seed)
+  # Off-diagonal entries small enough (row sums of |C| below the diagonal) to keep C well conditioned.
+  c = np.tril(rng.uniform(-1, 1, size=(n, n)), -1) / bands
+  c *= np.subtract.outer(np.arange(n), np.arange(n)) < bands
+  c[np.diag_indices(n)] = 1.0 + rng.uniform(size=n)
+  if normalize:
+    c /= np.linalg.norm(c, axis=0)
+  return c
+
+
+def _prefix(n):
+  return np.tril(np.ones((n, n)))
+
+
+def _dense_errors(c):
+  rows = np.sum((_prefix(c.shape[0]) @ np.linalg.inv(c))**2, axis=1)
+  return np.sqrt(np.max(rows)), np.sqrt(np.mean(rows))
+
+
+def _eq5_brute_force(c, participation: participation_lib.ParticipationSchema):
+  """max over admissible patterns of sum_{i,j in pi} |X_ij| (BandMF Eq. 5), by enumeration."""
+  x = np.abs(c.T @ c)
+  return max(np.sum(x[np.ix_(p, p)]) for p in participation.patterns(c.shape[0]))
+
+
+# --------------------------------------------------------------------------------------------------
+# Construction and validation.
+
+
+def test_band_rows_round_trip_and_bands():
+  c = _random_banded(12, 4)
+  strategy = banded.BandedStrategy(c)
+  assert strategy.num_bands == 4 and strategy.max_rounds == 12
+  np.testing.assert_array_equal(strategy.strategy_matrix(12), c)
+  for t, j in itertools.product(range(12), range(4)):
+    assert strategy.band_rows[t, j] == (c[t, t - j] if t >= j else 0.0)
+  np.testing.assert_array_equal(banded.matrix_from_band_rows(strategy.band_rows), c)
+  np.testing.assert_array_equal(strategy.strategy_matrix(5), c[:5, :5])
+
+
+@pytest.mark.parametrize('bad, message', [
+    (np.triu(np.ones((3, 3))), 'lower triangular'),
+    (np.diag([1.0, 0.0, 1.0]), 'positive diagonal'),
+    (np.diag([1.0, np.nan, 1.0]), 'finite'),
+    (np.ones((2, 3)), 'square'),
+])
+def test_rejects_bad_matrices(bad, message):
+  with pytest.raises(ValueError, match=message):
+    banded.BandedStrategy(bad)
+
+
+def test_rejects_bad_arguments():
+  strategy = banded.BandedStrategy(np.eye(4))
+  with pytest.raises(ValueError, match='num_rounds'):
+    strategy.strategy_matrix(5)
+  with pytest.raises(ValueError, match='participation'):
+    strategy.sensitivity_squared(4, 3)
+  with pytest.raises(ValueError, match='coefs'):
+    banded.BandedStrategy.from_toeplitz(np.ones(5), 4)
+  with pytest.raises(ValueError, match='band_rows'):
+    banded.BandedStrategy.from_band_rows(np.ones((3, 2)))  # R[0, 1] would lie above the diagonal
+  with pytest.raises(ValueError, match='num_bands'):
+    banded.optimize_banded(4, 5, ParticipationSchema.single())
+  with pytest.raises(ValueError, match='error'):
+    banded.optimize_banded(4, 2, ParticipationSchema.single(), error='mean')
+  with pytest.raises(ValueError, match='workload'):
+    banded.optimize_banded(4, 2, ParticipationSchema.single(), workload=np.ones((4, 4)))
+  with pytest.raises(ValueError, match='initial'):
+    banded.optimize_banded(4, 2, ParticipationSchema.single(), initial=strategy)
+
+
+def test_from_toeplitz_matches_scipy_toeplitz():
+  coefs = np.array([2.0, -0.5, 0.25])
+  dense = scipy.linalg.toeplitz(np.r_[coefs, np.zeros(5)], np.zeros(8))
+  strategy = banded.BandedStrategy.from_toeplitz(coefs, 8)
+  np.testing.assert_array_equal(strategy.strategy_matrix(8), dense)
+  assert strategy.num_bands == 3
+
+
+def test_config_round_trip():
+  strategy = banded.BandedStrategy(_random_banded(9, 3))
+  config = strategy.to_config()
+  assert config['mechanism'] == 'banded' and config['band_rows'].shape == (9, 3)
+  restored = banded.BandedStrategy.from_config(config)
+  np.testing.assert_array_equal(restored.strategy_matrix(9), strategy.strategy_matrix(9))
+  with pytest.raises(ValueError, match='Unknown keys'):
+    banded.BandedStrategy.from_config(dict(config, extra=1))
+  with pytest.raises(ValueError, match='mechanism'):
+    banded.BandedStrategy.from_config(dict(config, mechanism='blt'))
+
+
+# --------------------------------------------------------------------------------------------------
+# Dense checks.
+
+
+@pytest.mark.parametrize('n, bands', [(1, 1), (7, 1), (40, 7), (300, 150), (301, 301)])
+def test_noise_matrix_is_inverse(n, bands):
+  c = _random_banded(n, bands, seed=n)
+  strategy = banded.BandedStrategy(c)
+  np.testing.assert_allclose(strategy.noise_matrix(n), np.linalg.inv(c), rtol=0, atol=1e-10)
+  m = max(1, n // 2)
+  np.testing.assert_allclose(strategy.noise_matrix(m), np.linalg.inv(c[:m, :m]), rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize('bands', [1, 2, 5])
+def test_stream_inverse_matches_solve_triangular(bands):
+  c = _random_banded(23, bands, seed=bands)
+  z = np.random.default_rng(1).normal(size=(23, 3, 2))
+  expected = scipy.linalg.solve_triangular(c, z.reshape(23, -1), lower=True).reshape(z.shape)
+  got = banded.stream_inverse(banded.band_rows_from_matrix(c), z)
+  np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_errors_match_materialized_decoder():
+  c = _random_banded(30, 6, seed=3)
+  strategy = banded.BandedStrategy(c)
+  np.testing.assert_allclose(strategy.errors(30), _dense_errors(c), rtol=1e-10)
+  np.testing.assert_allclose(strategy.errors(17), _dense_errors(c[:17, :17]), rtol=1e-10)
+
+
+# --------------------------------------------------------------------------------------------------
+# Sensitivity.
+
+
+@pytest.mark.parametrize('min_sep, k, bands', [(4, 2, 4), (4, None, 3), (3, 3, 1), (5, 2, 2)])
+def test_unit_columns_with_bands_within_min_sep_have_sensitivity_k(min_sep, k, bands):
+  n = 14
+  participation = ParticipationSchema.min_separation(min_sep, k)
+  strategy = banded.BandedStrategy(_random_banded(n, bands, seed=bands, normalize=True))
+  k_eff = participation.effective_max_participations(n)
+  assert strategy.sensitivity_squared(n, participation) == pytest.approx(k_eff, rel=1e-12)
+  # Eq. 5 by enumeration: exact here (columns b apart are orthogonal).
+  assert _eq5_brute_force(strategy.strategy_matrix(n), participation) == pytest.approx(k_eff)
+  fixed = ParticipationSchema.fixed_epoch_order(2, min_sep)
+  assert strategy.sensitivity_squared(2 * min_sep, fixed) == pytest.approx(2.0, rel=1e-12)
+
+
+def test_more_bands_than_min_sep_gives_upper_bound():
+  n = 12
+  participation = ParticipationSchema.min_separation(3, 3)
+  c = _random_banded(n, 5, seed=7, normalize=True)
+  bound = banded.BandedStrategy(c).sensitivity_squared(n, participation)
+  assert bound >= _eq5_brute_force(c, participation) - 1e-12
+  assert bound > 3.0  # columns 3 apart overlap, so the bound exceeds k
+
+
+def test_single_participation_is_max_column_norm():
+  c = _random_banded(10, 4, seed=2)
+  got = banded.BandedStrategy(c).sensitivity_squared(10, ParticipationSchema.single())
+  assert got == pytest.approx(np.max(np.sum(c**2, axis=0)), rel=1e-12)
+
+
+def test_dp_sgd_prefix_sum_rmse_table2():
+  # BandMF paper Table 2 / notes Sec. 16.8: C = I normalized to sens 1 under (k=6, b=342) has prefix-sum
+  # RMSE sqrt(k (n + 1) / 2) = 78.48 at n = 2052; the RmsLoss (sens * RmsError) is that number.
+  n = 2052
+  losses = banded.BandedStrategy(np.eye(n)).losses(n, ParticipationSchema.min_separation(342, 6))
+  assert losses.sensitivity_squared == pytest.approx(6.0)
+  assert losses.rms_loss == pytest.approx(np.sqrt(6 * (n + 1) / 2), rel=1e-10)
+  assert round(losses.rms_loss, 2) == 78.48
+
+
+# --------------------------------------------------------------------------------------------------
+# Optimizer against independent brute-force optimization.
+
+
+def _brute_force_x_optimum(n, bands, workload):
+  """min tr(A^T A X^-1) / n over symmetric X with unit diagonal, zero beyond the band (Problem 2).
+
+  Parameterized by the free off-diagonal entries of X (not by C); BFGS with finite differences.
+  """
+  s = workload.T @ workload
+  i, j = np.tril_indices(n, -1)
+  free = (i - j) < bands
+  i, j = i[free], j[free]
+
+  def objective(v):
+    x = np.eye(n)
+    x[i, j] = v
+    x[j, i] = v
+    try:
+      chol = scipy.linalg.cho_factor(x)
+    except np.linalg.LinAlgError:
+      return 1e6
+    return np.trace(scipy.linalg.cho_solve(chol, s)) / n
+
+  if i.size == 0:
+    return objective(np.zeros(0))
+  best = scipy.optimize.minimize(objective, np.zeros(i.size), method='BFGS',
+                                 options={'gtol': 1e-9, 'maxiter': 5000})
+  return best.fun
+
+
+def _momentum_workload(n, momentum, learning_rates):
+  """A[t, s] = sum_{j=s}^{t} lr_j momentum^(j - s) (BandMF notes Sec. 5.8), built by loops."""
+  a = np.zeros((n, n))
+  for t in range(n):
+    for s in range(t + 1):
+      a[t, s] = sum(learning_rates[j] * momentum**(j - s) for j in range(s, t + 1))
+  return a
+
+
+@pytest.mark.parametrize('n, bands', [(8, 3), (9, 1), (7, 7)])
+def test_general_optimizer_matches_brute_force(n, bands):
+  participation = ParticipationSchema.min_separation(max(bands, 2), 2)
+  result = banded.optimize_banded(n, bands, participation, max_iterations=500, tolerance=1e-14)
+  c = result.strategy.strategy_matrix(n)
+  np.testing.assert_allclose(np.linalg.norm(c, axis=0), 1.0, rtol=1e-12)
+  _, rms = _dense_errors(c)
+  assert rms**2 == pytest.approx(_brute_force_x_optimum(n, bands, _prefix(n)), rel=1e-6)
+  if bands == 1:
+    np.testing.assert_allclose(c, np.eye(n), atol=1e-12)  # one band is DP-SGD
+
+
+def test_general_optimizer_with_momentum_workload_matches_brute_force():
+  n, bands = 8, 3
+  a = _momentum_workload(n, 0.9, np.linspace(1.0, 0.25, n))
+  result = banded.optimize_banded(n, bands, ParticipationSchema.min_separation(3, 2), workload=a,
+                                  max_iterations=500, tolerance=1e-14)
+  got = np.mean(np.sum((a @ result.strategy.noise_matrix(n))**2, axis=1))
+  assert result.details['workload_error']**2 == pytest.approx(got, rel=1e-10)
+  assert got == pytest.approx(_brute_force_x_optimum(n, bands, a), rel=1e-6)
+
+
+@pytest.mark.parametrize('error', ['rms', 'max'])
+def test_toeplitz_optimizer_matches_brute_force(error):
+  n, bands = 10, 3
+  participation = ParticipationSchema.min_separation(3, 2)
+  result = banded.optimize_banded(n, bands, participation, toeplitz=True, error=error,
+                                  max_iterations=500, tolerance=1e-14)
+  c = result.strategy.strategy_matrix(n)
+  np.testing.assert_allclose(c, scipy.linalg.toeplitz(c[:, 0], np.zeros(n)), atol=1e-15)
+
+  def loss(coefs):
+    dense = scipy.linalg.toeplitz(np.r_[coefs, np.zeros(n - bands)], np.zeros(n))
+    max_error, rms_error = _dense_errors(dense)
+    sens_sq = _eq5_brute_force(dense, participation)  # exact: columns 3 apart are orthogonal
+    return sens_sq * (rms_error if error == 'rms' else max_error)**2
+
+  brute = min((scipy.optimize.minimize(loss, x0, method='Nelder-Mead',
+                                       options={'xatol': 1e-10, 'fatol': 1e-12, 'maxiter': 20000})
+               for x0 in ([1.0, 0.5, 0.375], [1.0, 0.0, 0.0])), key=lambda r: r.fun)
+  got = result.losses.rms_loss if error == 'rms' else result.losses.max_loss
+  assert got**2 == pytest.approx(brute.fun, rel=1e-6)
+
+
+def test_max_error_objective_lowers_max_error():
+  n, bands = 24, 4
+  participation = ParticipationSchema.min_separation(4, 3)
+  rms = banded.optimize_banded(n, bands, participation, error='rms', max_iterations=300)
+  mx = banded.optimize_banded(n, bands, participation, error='max', max_iterations=300)
+  assert mx.losses.max_loss < rms.losses.max_loss * (1 - 1e-3)
+  assert mx.losses.rms_loss > rms.losses.rms_loss
+  assert mx.losses.sensitivity_squared == pytest.approx(3.0)
+
+
+def test_gradient_of_banded_objective_matches_finite_differences():
+  # The optimizer's analytic gradient (private) against central differences of its value.
+  n, bands = 11, 4
+  for error, workload in [('rms', None), ('max', _momentum_workload(n, 0.5, np.ones(n)))]:
+    objective = banded._BandedObjective(n, bands, banded._Workload(n, workload), error)
+    params = objective.params_from_matrix(_random_banded(n, bands, seed=5))
+    _, grad = objective.value_and_grad(params)
+    step = 1e-6
+    numeric = np.array([
+        (objective.value_and_grad(params + step * e)[0]
+         - objective.value_and_grad(params - step * e)[0]) / (2 * step)
+        for e in np.eye(params.size)])
+    np.testing.assert_allclose(grad, numeric, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.slow
+def test_stackoverflow_bandmf_table2_and_blt_table3():
+  # n = 2052, k = 6, b = 342, 342 bands, equal column norms, optimized for RMS (BandMF Table 2 row
+  # "MF (342) T"; BLT paper Table 3 row "BandMF (band=342)", whose first loss column is MaxLoss).
+  n, k, b = 2052, 6, 342
+  participation = ParticipationSchema.min_separation(b, k)
+  result = banded.optimize_banded(n, b, participation)
+  losses = result.losses
+  assert losses.sensitivity_squared == pytest.approx(k, rel=1e-12)
+  assert losses.max_loss <= 10.21 * 1.005
+  # Table 2 RMSE columns are relative to Multi-epoch MF; the ratio BandMF / DP-SGD is 1.05 / 9.63,
+  # with DP-SGD's absolute RMSE sqrt(k (n + 1) / 2).
+  ratio = losses.rms_loss / np.sqrt(k * (n + 1) / 2)
+  assert ratio == pytest.approx(1.05 / 9.63, rel=0.01)
+  assert losses.rms_loss == pytest.approx(8.60, abs=0.01)  # BLT Table 3 (second loss column)
