@@ -1,0 +1,92 @@
+"""BLT correlated noise as a streaming state: multiplication by C^-1 with d buffers (BLT paper Alg. 3).
+
+For C = BLT(theta, omega) the noise of round t is z_hat_t = (C^-1 z)_t, computed without C^-1:
+    z_t     = stddev * standard_normal_row(seed, row_t)
+    z_hat_t = z_t - sum_j omega_j S_j
+    S_j    <- theta_j S_j + z_hat_t          for j = 0 .. d-1, with S = 0 at the start of a segment.
+Only the d buffers S_j (each shaped like the model update) persist between rounds.
+
+Row numbering: row r of z is round r (0-based) counted over the whole run, so for a run without
+restarts the first n rounds equal stddev * `BLTStrategy.noise_matrix(n)` @ Z with Z[r] =
+`base.standard_normal_row(seed, r, specs)`. `restart` zeroes the buffers (a fresh BLT segment) while
+the rows keep counting: the segment starting at round r reproduces noise_matrix(m) @ Z[r:r+m].
+
+The buffers and the seed are secret: they determine past and future noise. Arithmetic is in each
+leaf's dtype (float32 for model updates; decays within 1e-7 of 1 round to 1 in float32, a relative
+change below float32 resolution).
+"""
+
+from typing import Any, NamedTuple, Tuple
+
+import tensorflow as tf
+
+from dp_ftrl_tff.mechanisms import blt as blt_mechanisms
+from dp_ftrl_tff.noise import base
+
+
+class BLTNoiseState(NamedTuple):
+  """State of `BLTNoise`.
+
+  Attributes:
+    seed: int64[2] seed of the z rows.
+    row: int64 scalar, the next row of z (= the next 0-based round of the run; not reset by restarts).
+    segment_round: int64 scalar, rounds generated since the last restart (or the start).
+    buffers: structure like the value specs; each leaf has shape [d] + leaf shape and the leaf's dtype,
+      entry j being buffer S_j.
+  """
+  seed: Any
+  row: Any
+  segment_round: Any
+  buffers: Any
+
+
+class BLTNoise(base.StreamingNoise):
+  """Streaming noise of a `BLTStrategy` (Alg. 3); the state holds d buffers per model tensor."""
+
+  def __init__(self, strategy: blt_mechanisms.BLTStrategy):
+    if not isinstance(strategy, blt_mechanisms.BLTStrategy):
+      raise ValueError(f'`strategy` must be a BLTStrategy, got {strategy!r}.')
+    self._strategy = strategy
+
+  @property
+  def strategy(self) -> blt_mechanisms.BLTStrategy:
+    return self._strategy
+
+  def initial_state(self, value_specs: Any, seed: tf.Tensor) -> BLTNoiseState:
+    """Zero buffers for updates shaped like `value_specs` (nested `tf.TensorSpec`, floating dtypes)."""
+    for spec in tf.nest.flatten(value_specs):
+      if not isinstance(spec, tf.TensorSpec) or not spec.dtype.is_floating:
+        raise ValueError(f'`value_specs` must hold floating tf.TensorSpecs, got {spec!r}.')
+      if not spec.shape.is_fully_defined():
+        raise ValueError(f'`value_specs` shapes must be fully defined, got {spec!r}.')
+    d = self._strategy.num_buffers
+    buffers = tf.nest.map_structure(lambda spec: tf.zeros([d] + spec.shape.as_list(), spec.dtype),
+                                    value_specs)
+    zero = tf.constant(0, tf.int64)
+    return BLTNoiseState(seed=tf.convert_to_tensor(seed, tf.int64), row=zero, segment_round=zero,
+                         buffers=buffers)
+
+  def next(self, state: BLTNoiseState, stddev: tf.Tensor) -> Tuple[Any, BLTNoiseState]:
+    """(z_hat_t, new_state): round t's noise, std `stddev` = sigma * zeta before the C^-1 mixing."""
+    specs = tf.nest.map_structure(lambda s: tf.TensorSpec(s.shape[1:], s.dtype), state.buffers)
+    z = base.standard_normal_row(state.seed, state.row, specs)
+    flat_z = tf.nest.flatten(z)
+    flat_buffers = tf.nest.flatten(state.buffers)
+    noise, buffers = [], []
+    for z_leaf, buffer in zip(flat_z, flat_buffers, strict=False):
+      dtype = buffer.dtype
+      broadcast = [-1] + [1] * z_leaf.shape.rank
+      theta = tf.reshape(tf.constant(self._strategy.theta, dtype), broadcast)
+      omega = tf.reshape(tf.constant(self._strategy.omega, dtype), broadcast)
+      z_hat = tf.cast(stddev, dtype) * z_leaf - tf.reduce_sum(omega * buffer, axis=0)
+      noise.append(z_hat)
+      buffers.append(theta * buffer + z_hat[tf.newaxis])
+    new_state = state._replace(
+        row=state.row + 1, segment_round=state.segment_round + 1,
+        buffers=tf.nest.pack_sequence_as(state.buffers, buffers))
+    return tf.nest.pack_sequence_as(z, noise), new_state
+
+  def restart(self, state: BLTNoiseState) -> BLTNoiseState:
+    """A fresh BLT segment: zero buffers; z rows keep counting."""
+    return state._replace(segment_round=tf.zeros_like(state.segment_round),
+                          buffers=tf.nest.map_structure(tf.zeros_like, state.buffers))
