@@ -1,0 +1,131 @@
+"""Banded (BandMF) correlated noise as a streaming state: C^-1 z by forward substitution (BandMF Alg. 9).
+
+For a lower-triangular C with b-hat bands the noise of round t (within a segment) is
+    noise_t = (stddev * z_t - sum_{j=1}^{b-hat - 1} C[t, t - j] noise_{t - j}) / C[t, t],
+so only the last b-hat - 1 outputs persist, in a ring buffer (slot t mod (b-hat - 1) holds noise_t).
+The band rows of C (`BandedStrategy.band_rows`, shape [n, b-hat]) are constants of the TF graph,
+gathered by the round within the segment.
+
+Row numbering: row r of z is round r (0-based) counted over the whole run, so for a run without
+restarts the first n rounds equal stddev * `BandedStrategy.noise_matrix(n)` @ Z with Z[r] =
+`base.standard_normal_row(seed, r, specs)`. `restart` zeroes the ring buffer and the in-segment round
+(a fresh C) while the rows keep counting: a segment starting at round r reproduces
+noise_matrix(m) @ Z[r:r+m].
+
+A BandMF C is built for n = `max_rounds` rounds. Asked for round n of a segment, the state fails with
+`tf.errors.InvalidArgumentError` (`beyond_max_rounds='error'`, the default) or starts a new segment
+(`beyond_max_rounds='restart'`; privacy accounting must then treat each segment as its own mechanism).
+
+The ring buffer and the seed are secret: they determine past and future noise. Arithmetic is in each
+leaf's dtype (float32 for model updates). Memory: (b-hat - 1) copies of the model update.
+"""
+
+from typing import Any, NamedTuple, Tuple
+
+import tensorflow as tf
+
+from dp_ftrl_tff import _validation
+from dp_ftrl_tff.mechanisms import banded as banded_mechanisms
+from dp_ftrl_tff.noise import base
+
+_BEYOND_MAX_ROUNDS = ('error', 'restart')
+
+
+class BandedNoiseState(NamedTuple):
+  """State of `BandedNoise`.
+
+  Attributes:
+    seed: int64[2] seed of the z rows.
+    row: int64 scalar, the next row of z (= the next 0-based round of the run; not reset by restarts).
+    segment_round: int64 scalar, rounds generated since the last restart (or the start): the row of C
+      used next.
+    buffers: structure like the value specs; each leaf has shape [b-hat - 1] + leaf shape and the
+      leaf's dtype; slot s holds the output of the latest in-segment round t' with t' mod (b-hat - 1)
+      = s.
+  """
+  seed: Any
+  row: Any
+  segment_round: Any
+  buffers: Any
+
+
+class BandedNoise(base.StreamingNoise):
+  """Streaming noise of a `BandedStrategy` (BandMF Alg. 9); b-hat - 1 buffers per model tensor."""
+
+  def __init__(self, strategy: banded_mechanisms.BandedStrategy, beyond_max_rounds: str = 'error'):
+    """Args:
+      strategy: the `BandedStrategy` C.
+      beyond_max_rounds: 'error' (default) to fail past `strategy.max_rounds` rounds of a segment, or
+        'restart' to begin a fresh segment there.
+    """
+    if not isinstance(strategy, banded_mechanisms.BandedStrategy):
+      raise ValueError(f'`strategy` must be a BandedStrategy, got {strategy!r}.')
+    self._strategy = strategy
+    self._beyond_max_rounds = _validation.check_one_of(beyond_max_rounds, 'beyond_max_rounds',
+                                                       _BEYOND_MAX_ROUNDS)
+
+  @property
+  def strategy(self) -> banded_mechanisms.BandedStrategy:
+    return self._strategy
+
+  @property
+  def beyond_max_rounds(self) -> str:
+    return self._beyond_max_rounds
+
+  def initial_state(self, value_specs: Any, seed: tf.Tensor) -> BandedNoiseState:
+    """Zero buffers for updates shaped like `value_specs` (nested `tf.TensorSpec`, floating dtypes)."""
+    for spec in tf.nest.flatten(value_specs):
+      if not isinstance(spec, tf.TensorSpec) or not spec.dtype.is_floating:
+        raise ValueError(f'`value_specs` must hold floating tf.TensorSpecs, got {spec!r}.')
+      if not spec.shape.is_fully_defined():
+        raise ValueError(f'`value_specs` shapes must be fully defined, got {spec!r}.')
+    depth = self._strategy.num_bands - 1
+    buffers = tf.nest.map_structure(
+        lambda spec: tf.zeros([depth] + spec.shape.as_list(), spec.dtype), value_specs)
+    zero = tf.constant(0, tf.int64)
+    return BandedNoiseState(seed=tf.convert_to_tensor(seed, tf.int64), row=zero, segment_round=zero,
+                            buffers=buffers)
+
+  def next(self, state: BandedNoiseState, stddev: tf.Tensor) -> Tuple[Any, BandedNoiseState]:
+    """(noise_t, new_state): round t's noise, std `stddev` = sigma * zeta before the C^-1 mixing."""
+    max_rounds = self._strategy.max_rounds
+    if self._beyond_max_rounds == 'restart':
+      state = tf.cond(state.segment_round >= max_rounds, lambda: self.restart(state), lambda: state)
+    else:
+      check = tf.debugging.assert_less(
+          state.segment_round, tf.constant(max_rounds, tf.int64),
+          message=f'BandedNoise: the banded strategy was built for {max_rounds} rounds; use '
+                  f"beyond_max_rounds='restart' to start a new segment.")
+      with tf.control_dependencies([check]):
+        state = state._replace(segment_round=tf.identity(state.segment_round))
+    t = state.segment_round
+    specs = tf.nest.map_structure(lambda s: tf.TensorSpec(s.shape[1:], s.dtype), state.buffers)
+    z = base.standard_normal_row(state.seed, state.row, specs)
+    depth = self._strategy.num_bands - 1
+    if depth:
+      # Slot s holds noise_{t - j_s} with j_s = ((t - s - 1) mod depth) + 1 in 1 .. depth.
+      lags = tf.math.floormod(t - 1 - tf.range(depth, dtype=tf.int64), depth) + 1
+      slot = tf.math.floormod(t, depth)
+    coef_tables = {}
+    noise, buffers = [], []
+    for z_leaf, buffer in zip(tf.nest.flatten(z), tf.nest.flatten(state.buffers), strict=False):
+      dtype = buffer.dtype
+      if dtype not in coef_tables:
+        coef_tables[dtype] = tf.gather(tf.constant(self._strategy.band_rows, dtype), t)
+      coefs = coef_tables[dtype]
+      value = tf.cast(stddev, dtype) * z_leaf
+      if depth:
+        value -= tf.tensordot(tf.gather(coefs, lags), buffer, axes=1)
+      out = value / coefs[0]
+      noise.append(out)
+      if depth:
+        buffer = tf.tensor_scatter_nd_update(buffer, [[slot]], out[tf.newaxis])
+      buffers.append(buffer)
+    new_state = state._replace(row=state.row + 1, segment_round=t + 1,
+                               buffers=tf.nest.pack_sequence_as(state.buffers, buffers))
+    return tf.nest.pack_sequence_as(z, noise), new_state
+
+  def restart(self, state: BandedNoiseState) -> BandedNoiseState:
+    """A fresh banded segment: zero buffers, in-segment round 0; z rows keep counting."""
+    return state._replace(segment_round=tf.zeros_like(state.segment_round),
+                          buffers=tf.nest.map_structure(tf.zeros_like, state.buffers))
