@@ -355,7 +355,7 @@ def segments_sensitivity_squared(segment_lengths: Sequence[int],
   rounds are 0-based and contiguous across segments. The participation constraint (min-sep b, at
   most k participations, or fixed-epoch) applies to the whole run, across segment boundaries. The
   result is max over admissible patterns of sum over all released nodes of all segments of
-  (count)^2: the squared sensitivity of the composition of the segments (rho = sens^2 / (2 sigma^2)).
+  (count)^2: the squared sensitivity of the composed segments (rho = sens^2 / (2 sigma^2)).
   EXACT, not an upper bound.
 
   Args:
