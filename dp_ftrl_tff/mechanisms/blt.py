@@ -204,16 +204,22 @@ class BLTStrategy(base.Strategy):
     return toeplitz.errors_from_noise_coefs(self.noise_coefs(num_rounds))
 
   def to_config(self) -> dict:
-    """{'name': 'blt', 'theta': [...], 'omega': [...]}, JSON-serializable, exact floats."""
-    return {'name': self.name, 'theta': list(self.theta), 'omega': list(self.omega)}
+    """{'mechanism': 'blt', 'theta': [...], 'omega': [...]}, JSON-serializable, exact floats."""
+    return {'mechanism': self.name, 'theta': list(self.theta), 'omega': list(self.omega)}
 
   @classmethod
   def from_config(cls, config: dict) -> 'BLTStrategy':
-    """Inverse of `to_config`."""
-    if not isinstance(config, dict) or config.get('name', cls.name) != cls.name:
-      raise ValueError(f'`config` must be a BLT config dict, got {config!r}.')
-    if 'theta' not in config or 'omega' not in config:
-      raise ValueError(f'`config` must hold `theta` and `omega`, got keys {sorted(config)}.')
+    """Inverse of `to_config`; raises ValueError on a wrong `mechanism`, unknown or missing keys."""
+    if not isinstance(config, dict):
+      raise ValueError(f'`config` must be a dict, got {type(config).__name__}.')
+    if config.get('mechanism') != cls.name:
+      raise ValueError(f'`mechanism` must be {cls.name!r}, got {config.get("mechanism")!r}.')
+    unknown = sorted(set(config) - {'mechanism', 'theta', 'omega'})
+    if unknown:
+      raise ValueError(f'Unknown keys for the blt mechanism: {unknown}.')
+    for key in ('theta', 'omega'):
+      if key not in config:
+        raise ValueError(f'`{key}` is missing from the blt config.')
     return cls(theta=config['theta'], omega=config['omega'])
 
   def __str__(self) -> str:

@@ -1,0 +1,408 @@
+"""Tests for BLT strategies against dense matrix math, brute force and the BLT paper's numbers.
+
+Reference values: notes/seed000.md (App. A parameters and their losses, Table 3 with its swapped
+column headers, Table 4 accounting targets, T1-T4).
+"""
+
+import itertools
+
+import numpy as np
+import pytest
+import scipy.linalg
+
+from dp_ftrl_tff.mechanisms import base, blt
+from dp_ftrl_tff.mechanisms import participation as participation_lib
+
+MinSep = participation_lib.ParticipationSchema.min_separation
+APP_A = blt.PRODUCTION_STRATEGIES
+# Table 3 setting (StackOverflow): n = 2052 rounds, min-sep b = 342, k = 6 participations.
+TABLE3_N, TABLE3 = 2052, MinSep(342, 6)
+
+
+def _dense_c(strategy, n):
+  """C from Eq. 2 with explicit Python loops."""
+  c = [1.0] + [sum(w * t**(i - 1) for t, w in zip(strategy.theta, strategy.omega, strict=True))
+               for i in range(1, n)]
+  return scipy.linalg.toeplitz(c, np.zeros(n))
+
+
+def _dense_losses(strategy, n, participation):
+  """(MaxLoss, RmsLoss) from the dense B = A C^-1 and brute-force sensitivity over all patterns."""
+  c = _dense_c(strategy, n)
+  b = np.tril(np.ones((n, n))) @ scipy.linalg.solve_triangular(c, np.eye(n), lower=True)
+  row_sq = np.sum(b**2, axis=1)
+  sens_sq = max(np.sum(c[:, list(p)].sum(axis=1)**2) for p in participation.patterns(n))
+  return np.sqrt(row_sq.max() * sens_sq), np.sqrt(row_sq.mean() * sens_sq), sens_sq
+
+
+def _impulse_response(strategy, n):
+  """Alg. 3 run on an impulse, in plain Python: the coefficients of C^-1."""
+  buffers = [0.0] * strategy.num_buffers
+  out = []
+  for t in range(n):
+    z_hat = (1.0 if t == 0 else 0.0) - sum(
+        w * s for w, s in zip(strategy.omega, buffers, strict=True))
+    buffers = [th * s + z_hat for th, s in zip(strategy.theta, buffers, strict=True)]
+    out.append(z_hat)
+  return np.array(out)
+
+
+# ------------------------------------------------------------------------------------------------
+# Coefficients and inverse.
+
+
+def test_toeplitz_coefs_app_a_values():
+  np.testing.assert_allclose(
+      APP_A[400].toeplitz_coefs(6), [1, 0.49964493, 0.37974627, 0.31271353, 0.2724454, 0.24604028],
+      atol=1e-8)
+  np.testing.assert_allclose(
+      APP_A[100].toeplitz_coefs(6), [1, 0.50819845, 0.38632752, 0.32905603, 0.29193331, 0.26504107],
+      atol=1e-8)
+
+
+@pytest.mark.parametrize('b', [100, 400, 1000])
+def test_strategy_and_noise_matrices_are_dense_c_and_its_inverse(b):
+  n = 60
+  strategy = APP_A[b]
+  c = _dense_c(strategy, n)
+  np.testing.assert_allclose(strategy.strategy_matrix(n), c, atol=1e-14)
+  np.testing.assert_allclose(strategy.noise_matrix(n),
+                             scipy.linalg.solve_triangular(c, np.eye(n), lower=True), atol=1e-12)
+  np.testing.assert_allclose(strategy.noise_coefs(n), _impulse_response(strategy, n), atol=1e-12)
+
+
+def test_noise_coefs_app_a_values_long_horizon():
+  # T1 of the notes, and agreement with the impulse response over 4000 rounds.
+  np.testing.assert_allclose(
+      APP_A[400].noise_coefs(6),
+      [1, -0.49964493, -0.13010121, -0.05797082, -0.0378294, -0.02831443], atol=1e-8)
+  np.testing.assert_allclose(APP_A[1000].noise_coefs(4000), _impulse_response(APP_A[1000], 4000),
+                             atol=2e-13)
+
+
+@pytest.mark.parametrize('b, theta_hat, omega_hat', [
+    (400, [0.9997003, 0.96756268, 0.75149125, 0.16583864],
+     [-1.21733719e-05, -5.14612882e-03, -7.36013962e-02, -4.20885234e-01]),
+    (1000, [0.99971309, 0.98770304, 0.87447858, 0.26202937],
+     [-8.64092835e-06, -1.15726078e-03, -3.22593843e-02, -4.56634489e-01]),
+])
+def test_inverse_app_a(b, theta_hat, omega_hat):
+  got_theta_hat, got_omega_hat = APP_A[b].inverse()
+  np.testing.assert_allclose(got_theta_hat, theta_hat, rtol=1e-7)
+  np.testing.assert_allclose(got_omega_hat, omega_hat, rtol=1e-6)
+  # Interlacing theta_1 > theta_hat_1 > theta_2 > ... (seed000 §2.5).
+  interlaced = np.ravel(np.column_stack([APP_A[b].theta, got_theta_hat]))
+  assert np.all(np.diff(interlaced) < 0)
+
+
+def test_inverse_b100_has_a_vanishing_buffer():
+  theta_hat, omega_hat = APP_A[100].inverse()
+  np.testing.assert_allclose(theta_hat, [0.90635825, 0.46050265, 0.167762, 0.0176428], rtol=1e-6)
+  np.testing.assert_allclose(omega_hat, [-2.66022514e-02, -2.15539915e-01, 0.0, -2.66056288e-01],
+                             atol=1e-9)
+
+
+@pytest.mark.parametrize('b', [400, 1000])
+def test_calc_output_scale_recovers_omega(b):
+  strategy = APP_A[b]
+  theta_hat = np.linalg.eigvals(np.diag(strategy.theta) - np.asarray(strategy.omega)[None, :]).real
+  np.testing.assert_allclose(blt.calc_output_scale(strategy.theta, theta_hat), strategy.omega,
+                             rtol=1e-6)
+
+
+def test_calc_output_scale_b100_nearly_equal_decays():
+  strategy = APP_A[100]
+  theta_hat = np.linalg.eigvals(np.diag(strategy.theta) - np.asarray(strategy.omega)[None, :]).real
+  np.testing.assert_allclose(blt.calc_output_scale(strategy.theta, theta_hat), strategy.omega,
+                             atol=1e-6)
+
+
+def test_calc_output_scale_single_buffer_and_dense_inverse():
+  np.testing.assert_allclose(blt.calc_output_scale([0.9], [0.6]), [0.3])
+  rng = np.random.default_rng(0)
+  for _ in range(5):
+    v = np.sort(rng.uniform(0.05, 0.99, size=6))[::-1]
+    theta, theta_hat = v[0::2], v[1::2]
+    omega = blt.calc_output_scale(theta, theta_hat)
+    omega_hat = blt.calc_output_scale(theta_hat, theta)
+    strategy = blt.BLTStrategy(theta, omega)
+    n = 40
+    expected = scipy.linalg.solve_triangular(_dense_c(strategy, n), np.eye(n), lower=True)[:, 0]
+    got = np.concatenate([[1.0], [omega_hat @ theta_hat**(i - 1) for i in range(1, n)]])
+    np.testing.assert_allclose(got, expected, atol=1e-12)
+
+
+def test_complex_inverse_falls_back_to_series_inverse():
+  strategy = blt.BLTStrategy(theta=(0.9, 0.5), omega=(0.5, -0.6))
+  with pytest.raises(ValueError, match='complex'):
+    strategy.inverse()
+  n = 30
+  np.testing.assert_allclose(
+      strategy.noise_coefs(n),
+      scipy.linalg.solve_triangular(_dense_c(strategy, n), np.eye(n), lower=True)[:, 0], atol=1e-10)
+
+
+# ------------------------------------------------------------------------------------------------
+# Sensitivity, errors, losses.
+
+
+@pytest.mark.parametrize('n, b, k, expected', [
+    (30, 7, 3, 3.279278511421676), (40, 9, 4, 4.031994512368695), (25, 5, 5, 4.603543602451992)])
+def test_sensitivity_matches_notes_t3(n, b, k, expected):
+  strategy = APP_A[400]
+  assert np.sqrt(strategy.sensitivity_squared(n, MinSep(b, k))) == pytest.approx(expected, rel=1e-12)
+  assert strategy.sensitivity_is_exact(n, MinSep(b, k))
+
+
+@pytest.mark.parametrize('strategy', [APP_A[100], blt.BLTStrategy((0.95, 0.4), (0.2, 0.3))])
+@pytest.mark.parametrize('n, b, k', [(12, 3, None), (13, 4, 2), (10, 1, 1), (11, 2, 4)])
+def test_losses_match_dense_brute_force(strategy, n, b, k):
+  participation = MinSep(b, k)
+  max_loss, rms_loss, sens_sq = _dense_losses(strategy, n, participation)
+  losses = strategy.losses(n, participation)
+  assert losses.sensitivity_squared == pytest.approx(sens_sq, rel=1e-12)
+  assert losses.max_loss == pytest.approx(max_loss, rel=1e-11)
+  assert losses.rms_loss == pytest.approx(rms_loss, rel=1e-11)
+
+
+def test_sensitivity_upper_bound_when_thm31_does_not_apply():
+  strategy = blt.BLTStrategy(theta=(0.9, 0.5), omega=(0.5, -0.6))  # c changes sign
+  n, participation = 12, MinSep(3)
+  c = strategy.strategy_matrix(n)
+  assert np.any(c.T @ c < 0)
+  # Lower bound on the true sensitivity: scalar contributions of either sign on admissible patterns.
+  signed = max(np.sum((c[:, list(p)] @ np.array(s))**2)
+               for p in participation.all_patterns(n)
+               for s in itertools.product((-1.0, 1.0), repeat=len(p)))
+  assert not strategy.sensitivity_is_exact(n, participation)
+  assert strategy.sensitivity_squared(n, participation) >= signed - 1e-12
+
+
+@pytest.mark.parametrize('b, n, k, sens, max_loss, rms_loss', [
+    (100, 2000, 10, 7.686141, 18.84705, 15.24772),
+    (400, 4000, 5, 4.883132, 10.67219, 9.74017),
+    (1000, 4000, 2, 2.833428, 5.68435, 5.33955),
+])
+def test_app_a_losses(b, n, k, sens, max_loss, rms_loss):
+  losses = APP_A[b].losses(n, MinSep(b, k))
+  assert np.sqrt(losses.sensitivity_squared) == pytest.approx(sens, abs=1e-6)
+  assert losses.max_loss == pytest.approx(max_loss, abs=1e-5)
+  assert losses.rms_loss == pytest.approx(rms_loss, abs=1e-5)
+
+
+@pytest.mark.parametrize('b, n, min_sep, k, sens', [
+    (1000, 2000, 2001, 1, 1.8323),  # pt-BR BLT-8.681 (BLT paper Table 4)
+    (400, 2350, 447, 5, 4.6081),    # id-ID BLT-7.379
+])
+def test_table4_accounting_sensitivities(b, n, min_sep, k, sens):
+  sens_sq = APP_A[b].sensitivity_squared(n, MinSep(min_sep, k))
+  assert np.sqrt(sens_sq) == pytest.approx(sens, abs=5e-5)
+
+
+def test_errors_closed_form_matches_dense_decoder():
+  n = 300
+  strategy = APP_A[400]
+  assert strategy.errors(n) == pytest.approx(
+      base.errors_from_decoder(np.tril(np.ones((n, n))) @ np.linalg.inv(_dense_c(strategy, n))),
+      rel=1e-10)
+
+
+# ------------------------------------------------------------------------------------------------
+# Differentiable loss (Alg. 4).
+
+
+def _finite_difference(f, x, step=1e-6):
+  grad = np.zeros_like(x)
+  for i in range(x.size):
+    e = np.zeros_like(x)
+    e[i] = step
+    grad[i] = (f(x + e) - f(x - e)) / (2 * step)
+  return grad
+
+
+@pytest.mark.parametrize('error', ['max', 'rms'])
+def test_loss_and_gradient_value_matches_dense_losses(error):
+  n, participation = 12, MinSep(3)
+  theta, theta_hat = np.array([0.97, 0.6]), np.array([0.8, 0.3])
+  omega = blt.calc_output_scale(theta, theta_hat)
+  max_loss, rms_loss, _ = _dense_losses(blt.BLTStrategy(theta, omega), n, participation)
+  value, _, _ = blt.loss_and_gradient(theta, theta_hat, n, participation, error)
+  assert value == pytest.approx(max_loss if error == 'max' else rms_loss, rel=1e-12)
+
+
+def test_loss_and_gradient_app_a_value():
+  strategy = APP_A[400]
+  theta_hat, _ = strategy.inverse()
+  value, _, _ = blt.loss_and_gradient(strategy.theta, theta_hat, 4000, MinSep(400, 5))
+  assert value == pytest.approx(10.67219, abs=1e-5)
+
+
+@pytest.mark.parametrize('error', ['max', 'rms'])
+@pytest.mark.parametrize('barrier', [0.0, 1e-3])
+@pytest.mark.parametrize('n, b, k', [(30, 7, 3), (200, 40, None), (50, 1, 1)])
+def test_gradient_matches_finite_differences(error, barrier, n, b, k):
+  participation = MinSep(b, k)
+  theta, theta_hat = np.array([0.99, 0.8, 0.3]), np.array([0.95, 0.5, 0.1])
+  _, grad_theta, grad_theta_hat = blt.loss_and_gradient(theta, theta_hat, n, participation, error,
+                                                        barrier)
+
+  def f_theta(x):
+    return blt.loss_and_gradient(x, theta_hat, n, participation, error, barrier)[0]
+
+  def f_theta_hat(x):
+    return blt.loss_and_gradient(theta, x, n, participation, error, barrier)[0]
+
+  np.testing.assert_allclose(grad_theta, _finite_difference(f_theta, theta), rtol=1e-6, atol=1e-8)
+  np.testing.assert_allclose(grad_theta_hat, _finite_difference(f_theta_hat, theta_hat), rtol=1e-6,
+                             atol=1e-8)
+
+
+@pytest.mark.parametrize('logits', [
+    [3.0, 1.0, 2.0, 0.5],
+    [25.0, 8.0, 1.5, 0.2],          # theta_1 = 1 - 1.4e-11
+    [30.0, 6.0, 3.0, 2.0, 1.0, 0.5],
+])
+def test_optimizer_objective_gradient_matches_finite_differences(logits):
+  logits = np.array(logits)
+  args = (500, 100, 5, 'max', 1e-7)
+  _, grad = blt._objective(logits, *args)
+  numeric = _finite_difference(lambda x: blt._objective(x, *args)[0], logits, step=1e-5)
+  np.testing.assert_allclose(grad, numeric, rtol=1e-5, atol=1e-9)
+
+
+def test_optimizer_objective_equals_strategy_loss_plus_barrier():
+  logits = np.array([25.0, 6.0, 2.0, 1.0])
+  value, _ = blt._objective(logits, 500, 100, 5, 'rms', 0.0)
+  strategy = blt._strategy_from_logits(logits)
+  assert value == pytest.approx(strategy.losses(500, MinSep(100, 5)).rms_loss, rel=1e-12)
+  with_barrier, _ = blt._objective(logits, 500, 100, 5, 'rms', 1e-3)
+  theta, omega = np.array(strategy.theta), np.array(strategy.omega)
+  # 1 - theta_1 = sigmoid(-25): use it directly (1 - theta_1 in float64 has 5 digits).
+  one_minus = np.array([1 / (1 + np.exp(25.0)), *(1 - theta[1:])])
+  barrier = 1e-3 * np.sum(-np.log(theta) - np.log(one_minus) - np.log(omega))
+  assert with_barrier == pytest.approx(value + barrier, rel=1e-12)
+
+
+# ------------------------------------------------------------------------------------------------
+# Optimizer (BLT paper Table 3; its printed "RMS Loss" column is MaxLoss and vice versa).
+
+
+def test_table3_two_buffers_k6():
+  result = blt.optimize_blt(TABLE3_N, TABLE3, num_buffers=2)
+  assert result.strategy.num_buffers == 2
+  assert result.losses.max_loss <= 10.81 * 1.005
+  assert result.losses.rms_loss == pytest.approx(9.34, rel=5e-3)
+  assert result.losses == result.strategy.losses(TABLE3_N, TABLE3)
+  assert sum(result.strategy.omega) < 1 and min(result.strategy.omega) > 0
+
+
+@pytest.mark.parametrize('num_buffers', [3, 4, 5])
+def test_table3_more_buffers_k6(num_buffers):
+  result = blt.optimize_blt(TABLE3_N, TABLE3, num_buffers=num_buffers)
+  assert result.strategy.num_buffers == num_buffers
+  assert result.losses.max_loss <= 10.79 * 1.005
+
+
+def test_table3_single_participation_parameters_at_k6():
+  strategy = blt.BLTStrategy(theta=(0.998902, 0.930336), omega=(0.052455, 0.30442))
+  losses = strategy.losses(TABLE3_N, TABLE3)
+  assert losses.max_loss == pytest.approx(11.80, rel=5e-3)
+  assert losses.rms_loss == pytest.approx(11.15, rel=5e-3)
+
+
+def test_table3_optimized_for_single_participation_evaluated_at_k6():
+  result = blt.optimize_blt(TABLE3_N, participation_lib.ParticipationSchema.single(),
+                            num_buffers=2)
+  assert result.losses.max_loss == pytest.approx(3.5853, rel=1e-3)  # seed000 §5.1
+  losses = result.strategy.losses(TABLE3_N, TABLE3)
+  assert losses.max_loss == pytest.approx(11.80, rel=5e-3)
+  assert losses.rms_loss == pytest.approx(11.15, rel=5e-3)
+
+
+def test_optimizer_reaches_app_a_b400_at_its_stated_setting():
+  result = blt.optimize_blt(4000, MinSep(400, 5), num_buffers=4)
+  assert result.losses.max_loss <= 10.67219 * (1 + 1e-5)
+
+
+def test_rms_optimization_beats_max_optimization_on_rms():
+  rms = blt.optimize_blt(TABLE3_N, TABLE3, num_buffers=2, error='rms')
+  assert rms.details['error'] == 'rms'
+  assert rms.losses.rms_loss < 9.3434 * 0.995
+
+
+def test_num_buffers_none_picks_smallest_within_tolerance():
+  result = blt.optimize_blt(1000, MinSep(250), max_num_buffers=4)
+  by_d = {int(d): loss for d, loss in result.details['loss_by_num_buffers'].items()}
+  assert sorted(by_d) == [1, 2, 3, 4]
+  best = min(by_d.values())
+  chosen = result.details['num_buffers']
+  assert result.strategy.num_buffers == chosen
+  assert by_d[chosen] <= best * 1.0005
+  assert all(by_d[d] > best * 1.0005 for d in by_d if d < chosen)
+  assert by_d[1] > by_d[2]  # one buffer is not enough (BLT paper Fig. 5)
+
+
+# ------------------------------------------------------------------------------------------------
+# Validation, config, printing.
+
+
+@pytest.mark.parametrize('theta, omega, match', [
+    ((0.0, 0.5), (0.1, 0.1), 'theta'),
+    ((1.5,), (0.1,), 'theta'),
+    ((np.nan,), (0.1,), 'theta'),
+    ((), (), 'theta'),
+    ((0.9, 0.5), (0.1,), 'omega'),
+    ((0.9,), (np.inf,), 'omega'),
+    ('abc', (0.1,), 'theta'),
+])
+def test_strategy_validation(theta, omega, match):
+  with pytest.raises(ValueError, match=match):
+    blt.BLTStrategy(theta, omega)
+
+
+def test_theta_one_is_allowed():
+  strategy = blt.BLTStrategy((1.0,), (0.5,))
+  np.testing.assert_allclose(strategy.toeplitz_coefs(4), [1, 0.5, 0.5, 0.5])
+
+
+def test_function_validation():
+  with pytest.raises(ValueError, match='theta'):
+    blt.calc_output_scale([0.5, 0.5], [0.4, 0.3])
+  with pytest.raises(ValueError, match='theta_hat'):
+    blt.calc_output_scale([0.5, 0.4], [0.3])
+  with pytest.raises(ValueError, match='error'):
+    blt.loss_and_gradient([0.9], [0.5], 10, MinSep(2), error='mean')
+  with pytest.raises(ValueError, match='participation'):
+    blt.loss_and_gradient([0.9], [0.5], 10, None)
+  with pytest.raises(ValueError, match='theta_hat'):
+    blt.loss_and_gradient([0.9], [1.5], 10, MinSep(2))
+  with pytest.raises(ValueError, match='num_buffers'):
+    blt.optimize_blt(100, MinSep(10), num_buffers=0)
+  with pytest.raises(ValueError, match='num_rounds'):
+    blt.optimize_blt(0, MinSep(10))
+  with pytest.raises(ValueError, match='num_rounds'):
+    APP_A[400].toeplitz_coefs(0)
+
+
+def test_config_round_trip_and_copy_pastable_str():
+  strategy = APP_A[400]
+  config = strategy.to_config()
+  assert config['mechanism'] == 'blt'
+  assert blt.BLTStrategy.from_config(config) == strategy
+  assert eval(str(strategy), {'BLTStrategy': blt.BLTStrategy}) == strategy  # pylint: disable=eval-used
+  assert strategy.name == 'blt' and strategy.max_rounds is None
+  with pytest.raises(ValueError, match='mechanism'):
+    blt.BLTStrategy.from_config({'mechanism': 'banded', 'theta': [0.5], 'omega': [0.1]})
+  with pytest.raises(ValueError, match='omega'):
+    blt.BLTStrategy.from_config({'mechanism': 'blt', 'theta': [0.5]})
+  with pytest.raises(ValueError, match='Unknown'):
+    blt.BLTStrategy.from_config({'mechanism': 'blt', 'theta': [0.5], 'omega': [0.1], 'x': 1})
+
+
+def test_mechanisms_blt_does_not_import_tensorflow_or_jax():
+  import subprocess
+  import sys
+  code = ('import sys; import dp_ftrl_tff.mechanisms.blt as m; '
+          'm.optimize_blt(50, m.participation_lib.ParticipationSchema.min_separation(10), 1); '
+          'assert "tensorflow" not in sys.modules and "jax" not in sys.modules')
+  subprocess.run([sys.executable, '-c', code], check=True)
