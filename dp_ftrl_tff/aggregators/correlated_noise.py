@@ -22,6 +22,7 @@ sequence bit for bit.
 """
 
 import collections
+import hashlib
 import json
 import numbers
 import os
@@ -36,6 +37,11 @@ from dp_ftrl_tff.accounting import adaptive_clipping as accounting_adaptive
 from dp_ftrl_tff.aggregators import adaptive_clipping as adaptive_lib
 from dp_ftrl_tff.aggregators import clipping
 from dp_ftrl_tff.aggregators import secure as secure_lib
+from dp_ftrl_tff.mechanisms import base as mechanisms_base
+from dp_ftrl_tff.mechanisms import blt as blt_mechanisms
+from dp_ftrl_tff.mechanisms import files as mechanisms_files
+from dp_ftrl_tff.mechanisms import gaussian as gaussian_mechanisms
+from dp_ftrl_tff.mechanisms import tree as tree_mechanisms
 from dp_ftrl_tff.noise import base as noise_base
 from dp_ftrl_tff.noise import gaussian as gaussian_noise
 
@@ -91,15 +97,31 @@ class _ClientParams(NamedTuple):
   quantile_params: Any
 
 
-def _strategy_from(strategy, expected_name: str):
+def _strategy_from(strategy, expected_name: str) -> mechanisms_base.Strategy:
   """A strategy object from an object or a file path (`mechanisms.files.load_strategy`)."""
   if isinstance(strategy, (str, os.PathLike)):
-    from dp_ftrl_tff.mechanisms import files  # Imported lazily: written in parallel (H1).
-    strategy = files.load_strategy(strategy)
-  if getattr(strategy, 'name', None) != expected_name or not hasattr(strategy, 'to_config'):
+    strategy = mechanisms_files.load_strategy(strategy)
+  if not isinstance(strategy, mechanisms_base.Strategy) or strategy.name != expected_name:
     raise ValueError(f'`strategy` must be a {expected_name} strategy or a path to one, got '
                      f'{strategy!r}.')
   return strategy
+
+
+def _mechanism_description(strategy: mechanisms_base.Strategy) -> dict:
+  """JSON description of a strategy: `to_config()`, with big arrays replaced by a fingerprint."""
+  description = {}
+  for key, value in strategy.to_config().items():
+    if isinstance(value, np.ndarray):
+      array = np.ascontiguousarray(value, dtype=np.float64)
+      description[key + '_shape'] = list(array.shape)
+      description[key + '_sha256'] = hashlib.sha256(array.tobytes()).hexdigest()
+    else:
+      description[key] = value
+  if 'name' in description and 'mechanism' not in description:
+    description['mechanism'] = description.pop('name')
+  if strategy.max_rounds is not None:
+    description['max_rounds'] = strategy.max_rounds
+  return description
 
 
 class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
@@ -107,12 +129,12 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
 
   Use the classmethods `gaussian`, `tree`, `banded`, `blt`. The general constructor takes a
   `noise_fn` building a fresh `dp_ftrl_tff.noise.base.StreamingNoise` (called once for the model and,
-  with adaptive clipping, once for the clipped-count stream) and the JSON-serializable `mechanism`
-  description the accountant reads.
+  with adaptive clipping, once for the clipped-count stream) and the `Strategy` it streams, which
+  the accountant reads (`factory.strategy`, `accounting_config()`).
 
   Args:
     noise_fn: zero-argument callable returning a new `StreamingNoise`.
-    mechanism: dict describing the mechanism (`{'name': ..., ...}`, e.g. `strategy.to_config()`).
+    strategy: the `dp_ftrl_tff.mechanisms` strategy whose `noise_matrix` the stream reproduces.
     noise_multiplier: sigma >= 0, the accounted noise multiplier (relative to the clip, on the sum).
     clients_per_round: m > 0, the fixed denominator of the mean (report goal).
     clip_norm: zeta > 0, the fixed L2 clip; with `adaptive_clip` the initial clip (or None).
@@ -128,7 +150,7 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
 
   def __init__(self,
                noise_fn: Callable[[], noise_base.StreamingNoise],
-               mechanism: dict,
+               strategy: mechanisms_base.Strategy,
                noise_multiplier: float,
                clients_per_round: float,
                clip_norm: Optional[float],
@@ -141,8 +163,8 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
                default_restarts: adaptive_lib.RestartSchedule = adaptive_lib.GBOARD_RESTARTS):
     if not callable(noise_fn):
       raise ValueError(f'`noise_fn` must be callable, got {noise_fn!r}.')
-    if not isinstance(mechanism, dict) or 'name' not in mechanism:
-      raise ValueError(f'`mechanism` must be a dict with a "name", got {mechanism!r}.')
+    if not isinstance(strategy, mechanisms_base.Strategy):
+      raise ValueError(f'`strategy` must be a dp_ftrl_tff.mechanisms Strategy, got {strategy!r}.')
     self._noise_fn = noise_fn
     self._noise_multiplier = _validation.check_nonnegative_float(noise_multiplier,
                                                                  'noise_multiplier')
@@ -200,7 +222,8 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
       raise ValueError(f'`secure` must be None, an int number of bits or a SecureAggregation, got '
                        f'{secure!r}.')
     self._secure = secure
-    self._mechanism = dict(mechanism)
+    self._strategy = strategy
+    self._mechanism = _mechanism_description(strategy)
 
   # ----------------------------------------------------------------------------------------------
   # Named constructors.
@@ -213,8 +236,8 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
     With adaptive clipping the clip follows the estimate every round (`EVERY_ROUND`) unless a
     schedule is given. `kwargs`: `adaptive_clip`, `secure`, `zeroing_norm`, `restarts`.
     """
-    return cls(gaussian_noise.GaussianNoise, {'name': 'gaussian'}, noise_multiplier,
-               clients_per_round, clip_norm, noise_seed=noise_seed,
+    return cls(gaussian_noise.GaussianNoise, gaussian_mechanisms.GaussianStrategy(),
+               noise_multiplier, clients_per_round, clip_norm, noise_seed=noise_seed,
                default_restarts=adaptive_lib.EVERY_ROUND, **kwargs)
 
   @classmethod
@@ -235,10 +258,10 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
       period = _validation.check_positive_int(restart_rounds, 'restart_rounds')
       restart_rounds = adaptive_lib.RestartSchedule(warmup=period, period=period)
     from dp_ftrl_tff.noise import tree as tree_noise  # Written in parallel (H2).
-    return cls(lambda: tree_noise.TreeNoise(efficient=efficient),
-               {'name': 'tree_efficient' if efficient else 'tree', 'efficient': efficient},
-               noise_multiplier, clients_per_round, clip_norm, noise_seed=noise_seed,
-               restarts=restart_rounds, **kwargs)
+    strategy = tree_mechanisms.TreeStrategy('efficient' if efficient else 'vanilla')
+    return cls(lambda: tree_noise.TreeNoise(efficient=efficient), strategy, noise_multiplier,
+               clients_per_round, clip_norm, noise_seed=noise_seed, restarts=restart_rounds,
+               **kwargs)
 
   @classmethod
   def banded(cls, noise_multiplier: float, clients_per_round: float, clip_norm: Optional[float],
@@ -255,11 +278,11 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
     strategy = _strategy_from(strategy, 'banded')
     _validation.check_one_of(beyond_max_rounds, 'beyond_max_rounds', {'error', 'restart'})
     from dp_ftrl_tff.noise import banded as banded_noise  # Written in parallel (H4).
-    mechanism = dict(strategy.to_config(), beyond_max_rounds=beyond_max_rounds)
-    mechanism.setdefault('name', 'banded')
-    return cls(lambda: banded_noise.BandedNoise(strategy, beyond_max_rounds=beyond_max_rounds),
-               mechanism, noise_multiplier, clients_per_round, clip_norm, noise_seed=noise_seed,
-               **kwargs)
+    factory = cls(lambda: banded_noise.BandedNoise(strategy, beyond_max_rounds=beyond_max_rounds),
+                  strategy, noise_multiplier, clients_per_round, clip_norm, noise_seed=noise_seed,
+                  **kwargs)
+    factory._mechanism['beyond_max_rounds'] = beyond_max_rounds  # pylint: disable=protected-access
+    return factory
 
   @classmethod
   def blt(cls, noise_multiplier: float, clients_per_round: float, clip_norm: Optional[float],
@@ -275,19 +298,21 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
     if strategy is None:
       if theta is None or omega is None:
         raise ValueError('`blt` needs `strategy`, or both `theta` and `omega`.')
-      from dp_ftrl_tff.mechanisms import blt as blt_mechanisms  # Written in parallel (H1).
       strategy = blt_mechanisms.BLTStrategy(theta=np.asarray(theta, np.float64),
                                             omega=np.asarray(omega, np.float64))
     elif theta is not None or omega is not None:
       raise ValueError('Give either `strategy` or `theta`/`omega`, not both.')
     strategy = _strategy_from(strategy, 'blt')
     from dp_ftrl_tff.noise import blt as blt_noise  # Written in parallel (H3).
-    mechanism = dict(strategy.to_config())
-    mechanism.setdefault('name', 'blt')
-    return cls(lambda: blt_noise.BLTNoise(strategy), mechanism, noise_multiplier,
+    return cls(lambda: blt_noise.BLTNoise(strategy), strategy, noise_multiplier,
                clients_per_round, clip_norm, noise_seed=noise_seed, **kwargs)
 
   # ----------------------------------------------------------------------------------------------
+
+  @property
+  def strategy(self) -> mechanisms_base.Strategy:
+    """The mechanism's `Strategy` (for the accountant: sensitivity, losses)."""
+    return self._strategy
 
   @property
   def noise_multiplier(self) -> float:

@@ -55,7 +55,8 @@ class SecureAggregation:
     _validation.check_positive_int(self.bits, 'bits')
     if self.bits > 22:
       raise ValueError(f'`bits` must be at most 22 (float32 arithmetic), got {self.bits!r}.')
-    _validation.check_one_of(self.rotation, 'rotation', _ROTATIONS)
+    if self.rotation not in _ROTATIONS:
+      raise ValueError(f"`rotation` must be 'dft', 'hd' or None, got {self.rotation!r}.")
     _validation.check_float_in_range(self.beta, 'beta', 0.0, 1.0, high_inclusive=False)
     _validation.check_float_in_range(self.modclip_prob, 'modclip_prob', 0.0, 1.0,
                                      low_inclusive=False, high_inclusive=False)
