@@ -30,7 +30,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 from absl import flags, logging
 
-from dp_ftrl_tff import _validation
+from dp_ftrl_tff import _validation, aggregators
 from dp_ftrl_tff.learning import client_sampler as sampler_lib
 from dp_ftrl_tff.learning import dp_ftrl, participation_log
 from dp_ftrl_tff.mechanisms import participation as participation_lib
@@ -173,12 +173,12 @@ class RunConfig:
     return participation_lib.ParticipationSchema.min_separation(self.min_sep,
                                                                  self.max_participations)
 
-  def restart_rounds(self) -> List[int]:
-    """0-based rounds that start a new mechanism segment (none without --restart_period)."""
+  def restart_schedule(self) -> Optional[aggregators.RestartSchedule]:
+    """Restarts at rounds warmup + i * period (warmup defaults to the period), or None."""
     if self.restart_period is None:
-      return []
+      return None
     warmup = self.restart_period if self.restart_warmup is None else self.restart_warmup
-    return [r for r in range(warmup, self.rounds, self.restart_period) if r > 0]
+    return aggregators.RestartSchedule(warmup=warmup, period=self.restart_period)
 
 
 def config_from_flags(task_settings: Dict[str, Any]) -> RunConfig:
@@ -232,7 +232,8 @@ def resolve_strategy(config: RunConfig):
   saved = _saved_mechanism_path(config.output_dir)
   if saved is not None or config.mechanism_file is not None:
     strategy = files.load_strategy(saved or config.mechanism_file)
-    if strategy.name != config.aggregator:
+    if strategy.name != config.aggregator and not (
+        config.aggregator.startswith('tree') and strategy.name.startswith('tree')):
       raise ValueError(f'`mechanism_file` {saved or config.mechanism_file!r} holds a '
                        f'{strategy.name!r} strategy, but --aggregator={config.aggregator}.')
     source = 'run directory' if saved else config.mechanism_file
@@ -270,23 +271,36 @@ def _build_strategy(config: RunConfig):
                            f'{time.time() - start:.1f} s')
 
 
-def build_aggregator(config: RunConfig, strategy) -> tff.aggregators.UnweightedAggregationFactory:
-  """The DP aggregator of the run (TFF stand-in until `dp_ftrl_tff.aggregators` lands)."""
+def build_aggregator(config: RunConfig, strategy) -> aggregators.CorrelatedNoiseFactory:
+  """The run's `CorrelatedNoiseFactory` for `strategy` (clipping, SecAgg, restarts from `config`)."""
+  kwargs = dict(noise_seed=config.noise_seed,
+                secure=config.secure_bits if config.secure_aggregation else None)
+  if config.adaptive_clipping:
+    kwargs['adaptive_clip'] = aggregators.AdaptiveClipping(
+        target_quantile=config.target_unclipped_quantile, learning_rate=config.clip_learning_rate,
+        clipped_count_stddev=config.clipped_count_stddev)
+  schedule = config.restart_schedule()
+  args = (config.noise_multiplier, config.clients_per_round, config.clip_norm)
+  factory = aggregators.CorrelatedNoiseFactory
   if config.aggregator == 'gaussian':
-    if config.adaptive_clipping:
-      return tff.aggregators.DifferentiallyPrivateFactory.gaussian_adaptive(
-          config.noise_multiplier, config.clients_per_round,
-          initial_l2_norm_clip=config.clip_norm,
-          target_unclipped_quantile=config.target_unclipped_quantile,
-          learning_rate=config.clip_learning_rate,
-          clipped_count_stddev=config.clipped_count_stddev)
-    return tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
-        config.noise_multiplier, config.clients_per_round, config.clip_norm)
+    return factory.gaussian(*args, restarts=schedule, **kwargs)
   if config.aggregator in ('tree', 'tree_efficient'):
-    return tff.aggregators.DifferentiallyPrivateFactory.tree_aggregation(
-        config.noise_multiplier, config.clients_per_round, config.clip_norm, record_specs=None,
-        noise_seed=config.noise_seed, use_efficient=config.aggregator == 'tree_efficient')
-  raise ValueError(f'--aggregator={config.aggregator} needs dp_ftrl_tff.aggregators ({strategy}).')
+    return factory.tree(*args, efficient=config.aggregator == 'tree_efficient',
+                        restart_rounds=schedule, **kwargs)
+  if config.aggregator == 'banded':
+    return factory.banded(*args, strategy=strategy, restarts=schedule, **kwargs)
+  return factory.blt(*args, strategy=strategy, restarts=schedule, **kwargs)
+
+
+def momentum_reset_rounds(config: RunConfig, factory: aggregators.CorrelatedNoiseFactory
+                          ) -> List[int]:
+  """Rounds where the aggregator starts a new correlated-noise segment; the server momentum is reset
+  there (DP-FTRLM `restart_dp_tree`). None for Gaussian noise, whose "restarts" only adopt a clip."""
+  restarts = factory.accounting_config()['restarts']
+  if config.aggregator == 'gaussian' or restarts is None:
+    return []
+  schedule = aggregators.RestartSchedule(warmup=restarts['warmup'], period=restarts['period'])
+  return schedule.restart_rounds(config.rounds)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -385,7 +399,7 @@ def run(task: Task, config: RunConfig) -> Dict[str, Any]:
   csv_release = tff.program.CSVFileReleaseManager(
       os.path.join(config.output_dir, 'metrics.csv'), key_fieldname='round')
   tb_release = tff.program.TensorBoardReleaseManager(os.path.join(config.output_dir, 'tensorboard'))
-  restarts = set(config.restart_rounds())
+  restarts = set(momentum_reset_rounds(config, aggregator))
   metrics = {}
   started = time.time()
   for round_num in range(start_round, config.rounds):

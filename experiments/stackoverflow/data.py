@@ -1,0 +1,214 @@
+"""Federated StackOverflow data for the driver: synthetic population, TFF's cache, or a SQLite file.
+
+Element format (TFF's `stackoverflow.load_data`): `OrderedDict(creation_date=string, score=int64,
+tags=string, title=string, tokens=string, type=string)`, `tokens` being space-separated words.
+The SQLite file follows TFF's schema (`tff.simulation.datasets.SqlClientData`): a table `examples`
+(split_name TEXT, client_id TEXT, serialized_example_proto BLOB holding a `tf.train.Example` with the
+six features above) and a table `client_metadata` (client_id TEXT, split_name TEXT, num_examples
+INTEGER); splits 'train', 'heldout', 'test'.
+
+`synthetic_client_data` builds many clients (TFF's `get_synthetic()` has 3) whose sentences follow a
+fixed random Markov chain over a synthetic vocabulary: each word has a few likely successors, so the
+next-word model has a learnable signal. It is generated deterministically from a seed with numpy.
+
+Token ids (TFF research convention, one OOV bucket): pad 0, vocabulary words 1..V, OOV V+1,
+beginning of sentence V+2, end of sentence V+3; the model's output size is V+4.
+"""
+
+import collections
+import os
+import sqlite3
+from typing import List, Optional, Tuple
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from dp_ftrl_tff import _validation
+
+_SQLITE_NAME = 'stackoverflow.sqlite'  # what TFF's `stackoverflow.load_data` caches (decompressed)
+_WORD_COUNT_NAME = 'stackoverflow.word_count'
+_STRING_FEATURES = ('creation_date', 'tags', 'title', 'tokens', 'type')
+
+
+def special_tokens(vocab_size: int) -> collections.OrderedDict:
+  """Ids of pad, oov, bos, eos for a vocabulary of `vocab_size` words."""
+  vocab_size = _validation.check_positive_int(vocab_size, 'vocab_size')
+  return collections.OrderedDict(pad=0, oov=vocab_size + 1, bos=vocab_size + 2, eos=vocab_size + 3)
+
+
+def _element(tokens: str, index: int) -> collections.OrderedDict:
+  return collections.OrderedDict(
+      creation_date='2018-01-01 00:00:00 UTC', score=np.int64(index % 7), tags='synthetic',
+      title='synthetic', tokens=tokens, type='question' if index % 2 else 'answer')
+
+
+def synthetic_client_data(
+    num_clients: int, *, vocab_size: int, examples_per_client: int = 20, seed: int = 0,
+    extra_words: float = 0.2,
+) -> Tuple[tff.simulation.datasets.ClientData, tf.data.Dataset, List[str]]:
+  """A synthetic federated StackOverflow population, a test set and its vocabulary.
+
+  Args:
+    num_clients: number of clients.
+    vocab_size: V, the vocabulary the model uses; the chain has V * (1 + extra_words) words, so the
+      rarest ones are out of vocabulary.
+    examples_per_client: mean sentences per client (between half and 1.5 times it).
+    seed: the population is a pure function of the arguments.
+    extra_words: fraction of additional (out-of-vocabulary) words.
+
+  Returns:
+    (train ClientData, test dataset of 500 sentences, vocabulary: the V most frequent words).
+  """
+  num_clients = _validation.check_positive_int(num_clients, 'num_clients')
+  vocab_size = _validation.check_positive_int(vocab_size, 'vocab_size')
+  examples_per_client = _validation.check_positive_int(examples_per_client, 'examples_per_client')
+  seed = _validation.check_nonnegative_int(seed, 'seed')
+  extra_words = _validation.check_nonnegative_float(extra_words, 'extra_words')
+  num_words = vocab_size + max(1, int(vocab_size * extra_words))
+  rng = np.random.default_rng([seed, 0])
+  # Each word has 3 successors with probabilities 0.6, 0.25, 0.15; sentences start at a Zipf word.
+  successors = rng.integers(0, num_words, size=(num_words, 3))
+  start_p = 1.0 / np.arange(1, num_words + 1)
+  start_p /= start_p.sum()
+
+  def sentence(r: np.random.Generator) -> List[int]:
+    words = [int(r.choice(num_words, p=start_p))]
+    for _ in range(int(r.integers(4, 25))):
+      words.append(int(successors[words[-1], r.choice(3, p=(0.6, 0.25, 0.15))]))
+    return words
+
+  def examples(sentences):
+    tokens = [' '.join(f'w{w}' for w in s) for s in sentences]
+    rows = [_element(t, i) for i, t in enumerate(tokens)]
+    return collections.OrderedDict((k, np.array([r[k] for r in rows])) for k in rows[0])
+
+  counts = np.zeros(num_words, dtype=np.int64)
+  clients = collections.OrderedDict()
+  width = len(str(num_clients - 1))
+  for i in range(num_clients):
+    r = np.random.default_rng([seed, 1, i])
+    size = int(r.integers(max(1, examples_per_client // 2),
+                          examples_per_client + examples_per_client // 2 + 1))
+    sentences = [sentence(r) for _ in range(size)]
+    for s in sentences:
+      np.add.at(counts, s, 1)
+    clients[f'synthetic_{i:0{width}d}'] = examples(sentences)
+  test_rng = np.random.default_rng([seed, 2])
+  test = examples([sentence(test_rng) for _ in range(500)])
+  order = np.lexsort((np.arange(num_words), -counts))  # by count, ties by word index
+  vocab = [f'w{w}' for w in order[:vocab_size]]
+  return (tff.simulation.datasets.TestClientData(clients),
+          tf.data.Dataset.from_tensor_slices(test), vocab)
+
+
+def _parse_tff_example(serialized: tf.Tensor) -> collections.OrderedDict:
+  """Parses one serialized `tf.train.Example` of TFF's StackOverflow SQLite file."""
+  spec = {k: tf.io.FixedLenFeature(shape=(), dtype=tf.string) for k in _STRING_FEATURES}
+  spec['score'] = tf.io.FixedLenFeature(shape=(), dtype=tf.int64)
+  parsed = tf.io.parse_example(serialized, spec)
+  return collections.OrderedDict((k, parsed[k]) for k in sorted(spec))
+
+
+def _vocab_from_word_counts(path: str, vocab_size: int) -> List[str]:
+  words = []
+  with open(path) as f:
+    for line in f:
+      words.append(line.split()[0])
+      if len(words) == vocab_size:
+        break
+  return words
+
+
+def _vocab_from_data(database: str, vocab_size: int, max_clients: int = 1000) -> List[str]:
+  """The most frequent words (by number of clients using them, like TFF's word counts) in the train
+  split of the first `max_clients` clients."""
+  with sqlite3.connect(database) as connection:
+    client_ids = [row[0] for row in connection.execute(
+        "SELECT client_id FROM client_metadata WHERE split_name = 'train' ORDER BY client_id "
+        'LIMIT ?', (max_clients,))]
+  data = tff.simulation.datasets.SqlClientData(database, 'train')
+  counts = collections.Counter()
+  for client_id in client_ids:
+    words = set()
+    for serialized in data.create_tf_dataset_for_client(client_id):
+      words.update(_parse_tff_example(serialized)['tokens'].numpy().decode().split())
+    counts.update(words)
+  return [w for w, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:vocab_size]]
+
+
+def load_client_data(source: str, *, vocab_size: int, word_counts: Optional[str] = None,
+                     ) -> Tuple[tff.simulation.datasets.ClientData, tf.data.Dataset, List[str]]:
+  """Real federated StackOverflow: 'tff' (TFF's loader; downloads about 9 GB if not cached), a cache
+  directory holding TFF's decompressed `stackoverflow.sqlite`, or the path of such a SQLite file.
+
+  The vocabulary comes from `word_counts` (TFF's `stackoverflow.word_count` format: `word count` per
+  line, most frequent first), else from that file beside the SQLite file, else it is counted from the
+  train split (first 1000 clients). Paths never trigger a download.
+
+  Returns:
+    (train ClientData, test dataset, vocabulary of at most `vocab_size` words).
+  """
+  vocab_size = _validation.check_positive_int(vocab_size, 'vocab_size')
+  if not isinstance(source, str) or not source:
+    raise ValueError(f'`source` must be "tff" or a path, got {source!r}.')
+  if source == 'tff':
+    train, _, test = tff.simulation.datasets.stackoverflow.load_data()
+    vocab = list(tff.simulation.datasets.stackoverflow.load_word_counts(vocab_size=vocab_size))
+    return train, test.create_tf_dataset_from_all_clients(), vocab
+  path = os.path.join(source, _SQLITE_NAME) if os.path.isdir(source) else source
+  if not os.path.isfile(path):
+    raise ValueError(f'`data`: no StackOverflow SQLite file at {path!r} (expected TFF\'s '
+                     f'decompressed {_SQLITE_NAME} or a directory holding it).')
+  beside = os.path.join(os.path.dirname(path), _WORD_COUNT_NAME)
+  if word_counts is not None:
+    if not os.path.isfile(word_counts):
+      raise ValueError(f'`word_counts`: no file at {word_counts!r}.')
+    vocab = _vocab_from_word_counts(word_counts, vocab_size)
+  elif os.path.isfile(beside):
+    vocab = _vocab_from_word_counts(beside, vocab_size)
+  else:
+    vocab = _vocab_from_data(path, vocab_size)
+
+  def split(name):
+    return tff.simulation.datasets.SqlClientData(path, name).preprocess(
+        lambda ds: ds.map(_parse_tff_example))
+
+  return split('train'), split('test').create_tf_dataset_from_all_clients(), vocab
+
+
+def preprocess_fn(vocab: List[str], sequence_length: int, batch_size: int, num_epochs: int,
+                  max_elements: Optional[int] = None, shuffle_seed: int = 0):
+  """Maps raw elements to `OrderedDict(x=int64[B, L], y=int64[B, L])` next-word batches.
+
+  A sentence becomes [bos] + ids(tokens[:L]) + [eos], truncated and padded (with 0) to L + 1 ids;
+  x is ids[:-1] and y is ids[1:]. Words outside `vocab` map to the OOV id.
+  """
+  if not vocab:
+    raise ValueError('`vocab` must not be empty.')
+  sequence_length = _validation.check_positive_int(sequence_length, 'sequence_length')
+  batch_size = _validation.check_positive_int(batch_size, 'batch_size')
+  num_epochs = _validation.check_positive_int(num_epochs, 'num_epochs')
+  if max_elements is not None:
+    _validation.check_positive_int(max_elements, 'max_elements')
+  ids = special_tokens(len(vocab))
+  vocab = list(vocab)
+
+  def to_xy(element):
+    table = tf.lookup.StaticHashTable(  # built per trace: datasets are traced inside TFF
+        tf.lookup.KeyValueTensorInitializer(vocab, tf.range(1, len(vocab) + 1, dtype=tf.int64)),
+        default_value=ids['oov'])
+    words = tf.strings.split(element['tokens'])[:sequence_length]
+    tokens = tf.concat([[ids['bos']], table.lookup(words), [ids['eos']]], axis=0)[
+        :sequence_length + 1]
+    tokens = tf.pad(tokens, [[0, sequence_length + 1 - tf.shape(tokens)[0]]])
+    tokens = tf.reshape(tokens, [sequence_length + 1])
+    return collections.OrderedDict(x=tokens[:-1], y=tokens[1:])
+
+  def preprocess(dataset: tf.data.Dataset) -> tf.data.Dataset:
+    if max_elements is not None:
+      dataset = dataset.take(max_elements)
+    return (dataset.map(to_xy).shuffle(128, seed=shuffle_seed).repeat(num_epochs)
+            .batch(batch_size))
+
+  return preprocess

@@ -1,0 +1,74 @@
+"""StackOverflow next-word prediction with DP-FTRL:
+`python -m experiments.stackoverflow.run_stackoverflow --root_output_dir=... [flags]`.
+
+Model (BandMF / BLT papers, after Reddi et al. 2021): vocabulary 10000, embedding 96, one LSTM layer
+of 670 units, sequences of 20 tokens, accuracy with and without OOV / EOS. Data: a synthetic
+population, TFF's loader, or an offline cache directory / SQLite file in TFF's format. See
+`experiments/training_loop.py` for what a run writes and `docs/training.md` for usage.
+"""
+
+from absl import app, flags
+
+from experiments import training_loop
+from experiments.stackoverflow import data as so_data
+from experiments.stackoverflow import models as so_models
+
+_VOCAB_SIZE = flags.DEFINE_integer('vocab_size', 10000, 'Vocabulary size V.')
+_EMBEDDING_SIZE = flags.DEFINE_integer('embedding_size', 96, 'Word embedding size.')
+_LSTM_SIZE = flags.DEFINE_integer('lstm_size', 670, 'LSTM units.')
+_SEQUENCE_LENGTH = flags.DEFINE_integer('sequence_length', 20, 'Tokens per sequence.')
+_MAX_ELEMENTS = flags.DEFINE_integer('max_elements_per_client', 256,
+                                     'Sentences used per client and round.')
+_WORD_COUNTS = flags.DEFINE_string('word_counts', None,
+                                   'Vocabulary file in TFF\'s stackoverflow.word_count format.')
+
+
+def build_task(config: training_loop.RunConfig) -> training_loop.Task:
+  """The StackOverflow task described by `config` (model sizes in its `task` dict)."""
+  settings = config.task
+  vocab_size = settings['vocab_size']
+  if config.data == 'synthetic':
+    train, test, vocab = so_data.synthetic_client_data(
+        config.synthetic_num_clients, vocab_size=vocab_size,
+        examples_per_client=config.synthetic_examples_per_client, seed=config.seed)
+  else:
+    train, test, vocab = so_data.load_client_data(config.data, vocab_size=vocab_size,
+                                                  word_counts=settings['word_counts'])
+  vocab_size = len(vocab)  # a small dataset can have fewer distinct words than asked
+  sizes = (vocab_size, settings['embedding_size'], settings['lstm_size'])
+  preprocess = so_data.preprocess_fn(vocab, settings['sequence_length'], config.client_batch_size,
+                                     config.client_epochs, settings['max_elements_per_client'],
+                                     shuffle_seed=config.seed)
+
+  def keras_model_fn():
+    model = so_models.build_keras_model(*sizes, seed=config.seed)
+    model.compile(loss=so_models.loss_fn(), metrics=so_models.metrics_fn(vocab_size))
+    return model
+
+  return training_loop.Task(
+      train_data=train,
+      model_fn=so_models.tff_model_fn(*sizes, settings['sequence_length'], seed=config.seed),
+      keras_model_fn=keras_model_fn,
+      client_preprocess_fn=preprocess,
+      eval_dataset=so_data.preprocess_fn(vocab, settings['sequence_length'], 256, 1)(test),
+      accuracy_metric='accuracy_no_oov_or_eos')
+
+
+def config_from_flags() -> training_loop.RunConfig:
+  return training_loop.config_from_flags({
+      'vocab_size': _VOCAB_SIZE.value, 'embedding_size': _EMBEDDING_SIZE.value,
+      'lstm_size': _LSTM_SIZE.value, 'sequence_length': _SEQUENCE_LENGTH.value,
+      'max_elements_per_client': _MAX_ELEMENTS.value, 'word_counts': _WORD_COUNTS.value})
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  training_loop.set_up_logging()
+  config = config_from_flags()
+  training_loop.run(build_task(config), config)
+
+
+if __name__ == '__main__':
+  flags.mark_flag_as_required('root_output_dir')
+  app.run(main)
