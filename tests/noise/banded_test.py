@@ -126,6 +126,21 @@ def test_beyond_max_rounds_restart_starts_new_segment():
   assert int(state.row) == 12 and int(state.segment_round) == 2
 
 
+def test_beyond_max_rounds_restart_in_graph_mode_matches_eager():
+  strategy, _ = _random_strategy(3, 2, seed=12)
+  noise = banded.BandedNoise(strategy, beyond_max_rounds='restart')
+  specs = _specs(tf.float32)
+  seed = base.initial_seed(2)
+  step = tf.function(lambda state: noise.next(state, tf.constant(1.0)))
+  state = noise.initial_state(specs, seed)
+  eager, _ = _stream(noise, specs, seed, 7)
+  for t in range(7):
+    out, state = step(state)
+    for key in specs:
+      np.testing.assert_allclose(out[key], eager[t][key], rtol=1e-6, atol=1e-7)
+  assert int(state.segment_round) == 1
+
+
 def test_restart_zeroes_buffers_and_rows_keep_counting():
   n, bands = 8, 4
   strategy, c = _random_strategy(n, bands, seed=6)
