@@ -454,13 +454,13 @@ def _logits_from_decreasing(log_v: np.ndarray) -> np.ndarray:
 
 
 def _initial_logits(num_buffers: int, num_rounds: int) -> list:
-  """Deterministic starting points: 1 - v log-spaced from 1e-11 or 1 / (2n) down to 0.5.
+  """Deterministic starting points: 1 - v log-spaced from 1e-11 or min(1 / (2n), 0.01) down to 0.5.
 
   The first start puts theta_1 at 1 - 1e-11 (logit ~25), where the App. A optima sit; a random start
   with moderate logits rarely reaches it.
   """
   starts = []
-  for top_gap in (1e-11, 0.5 / num_rounds):
+  for top_gap in (1e-11, min(0.5 / num_rounds, 0.01)):
     gaps = np.geomspace(top_gap, 0.5, 2 * num_buffers + 1)[:-1]
     starts.append(_logits_from_decreasing(np.log1p(-gaps)))
   return starts
