@@ -1,18 +1,18 @@
 """Streaming tree-aggregation noise (vanilla and Honaker-efficient) in TensorFlow.
 
 Generates round after round the residual of the noisy prefix sums of the binary-tree mechanism
-(DP-FTRL, Kairouz et al. 2021, App. B.1 and B.3; notes/seed002.md Sec. 4.1-4.4): round t's noise is
-stddev * (b_t - b_{t-1}) with b_t the noise of the prefix sum over rounds 0..t, so that the noise the
+(DP-FTRL, Kairouz et al. 2021, App. B.1 and B.3; notes/seed002.md Sec. 4.1-4.4): round t's noise
+is stddev * (b_t - b_{t-1}) with b_t the noise of the prefix sum over rounds 0..t, so the noise the
 server model accumulates after round t is b_t. `TreeStrategy(variant).noise_matrix(n) @ Z`
 (`dp_ftrl_tff.mechanisms.tree`) reproduces it exactly.
 
 Row numbering of z: the tree's nodes in `mechanisms.tree.tree_nodes` order (by last round, then
-height). Round t (0-based within a tree) completes the nodes of heights 0 .. h, h = ctz(t + 1); the
-node of height j uses row R + j, where R is the state's `row` at the start of the round, and the round
-advances `row` by h + 1 (so row R = 2 t - popcount(t) plus the rows of earlier trees). The vanilla
-tree draws only row R + h (the lower nodes are never used by its decoder); the efficient tree draws
-all of rows R .. R + h. `restart` starts a fresh tree (round 0, cleared levels) and rows keep counting:
-no z row is ever reused. No tree completion is done at a restart.
+height). Round t (0-based within a tree) completes the nodes of heights 0 .. h, h = ctz(t + 1);
+the node of height j uses row R + j, where R is the state's `row` at the start of the round, and the
+round advances `row` by h + 1 (so R = 2 t - popcount(t) plus the rows of earlier trees). The
+vanilla tree draws only row R + h (the lower nodes are never used by its decoder); the efficient
+tree draws all of rows R .. R + h. `restart` starts a fresh tree (round 0, cleared levels) and rows
+keep counting: no z row is ever reused. No tree completion is done at a restart.
 
 State memory: one stored node per level, `num_levels` = max_rounds_per_tree.bit_length() copies of
 the value structure (the vanilla tree stores node noises z, the efficient one Honaker's r' values).
@@ -34,8 +34,8 @@ class TreeNoiseState(NamedTuple):
     seed: int64[2] seed of the z rows.
     round: int64 scalar, the number of rounds done in the current tree (the next 0-based round).
     row: int64 scalar, the next unused row of z.
-    levels: structure like the value specs, each leaf of shape [num_levels, *value_shape]: the stored
-      left-sibling node of each height (vanilla: z; efficient: r' = z + (r'_left + r'_right) / 2).
+    levels: structure like the value specs, each leaf of shape [num_levels, *value_shape]: the
+      stored left-sibling node of each height (vanilla: z; efficient: r' = z + (r'_left + r'_right) / 2).
       Only the heights of the set bits of `round` hold live values.
   """
   seed: Any
@@ -67,8 +67,9 @@ class TreeNoise(base.StreamingNoise):
   Args:
     efficient: True for Honaker's streaming estimator (`TreeStrategy('efficient')`), False for the
       vanilla tree (`TreeStrategy('vanilla')`).
-    max_rounds_per_tree: the most rounds one tree may run before a restart; fixes the number of stored
-      levels to its bit length (fixed-shape state for TFF). Running a tree longer fails an assertion.
+    max_rounds_per_tree: the most rounds one tree may run before a restart; fixes the number of
+      stored levels to its bit length (fixed-shape state for TFF). Running a tree longer fails an
+      assertion.
   """
 
   def __init__(self, efficient: bool = True, max_rounds_per_tree: int = 2**15):

@@ -1,7 +1,7 @@
 """Acceptance tests for `dp_ftrl_tff.noise.tree.TreeNoise`.
 
-The streamed noise (fixed seed, stddev 1) must equal `TreeStrategy(variant).noise_matrix(n) @ Z`, with
-Z's rows rebuilt independently by `standard_normal_row`, across restarts too (block-diagonal noise
+The streamed noise (fixed seed, stddev 1) must equal `TreeStrategy(variant).noise_matrix(n) @ Z`,
+with Z's rows rebuilt independently by `standard_normal_row`, across restarts too (block-diagonal noise
 matrices with consecutive z rows): float64 to ~1e-12, float32 to 1e-5 relative.
 """
 
@@ -21,7 +21,7 @@ def _specs(dtype):
 
 
 def _stream(noise, specs, seed, segment_lengths, stddev=1.0):
-  """Runs the segments back to back (restart between them); returns [rounds, coords] and the state."""
+  """Runs the segments back to back, restarting between them: ([rounds, coords], final state)."""
   state = noise.initial_state(specs, seed)
   step = tf.function(noise.next)
   restart = tf.function(noise.restart)
@@ -80,8 +80,8 @@ def test_stddev_scales_noise():
 
 
 def test_prefix_noise_variance_matches_efficient_table():
-  # Monte Carlo over coordinates: the accumulated noise after 25 rounds has variance 2.0495 and after
-  # 32 rounds 0.5079 (seed002 Sec. 4.2), vs 3 and 1 for vanilla.
+  # Monte Carlo over coordinates: the accumulated noise after 25 rounds has variance 2.0495 and
+  # after 32 rounds 0.5079 (seed002 Sec. 4.2), vs 3 and 1 for vanilla.
   specs = collections.OrderedDict(x=tf.TensorSpec([20000], tf.float64))
   for efficient, at_25, at_32 in [(True, 2.0495, 0.5079), (False, 3.0, 1.0)]:
     streamed, _ = _stream(tree.TreeNoise(efficient=efficient), specs, base.initial_seed(11), [32])

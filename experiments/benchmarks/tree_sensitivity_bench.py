@@ -1,0 +1,62 @@
+"""Times the exact tree sensitivity (one tree, min-sep participation) and prints its value.
+
+Default setting: the DESIGN.md anchor, TF-Privacy's compute_zcdp_single_tree(noise_multiplier=7,
+total_steps=2000, max_participation=6, min_separation=313), i.e. n = 2000, k = 6, min_sep b = 314 in
+our convention: squared sensitivity 79 (rho = 79 / 98 = 0.80612). TF-Privacy's recursive DP took 250 s
+on this machine type. `--compare_tf_privacy` also times it (slow; loads its accountant module only).
+
+  .venv/bin/python -m experiments.benchmarks.tree_sensitivity_bench [--num_rounds=2000 ...]
+"""
+
+import importlib.util
+import pathlib
+import time
+
+from absl import app, flags
+
+from dp_ftrl_tff.mechanisms import tree
+from dp_ftrl_tff.mechanisms.participation import ParticipationSchema
+
+_NUM_ROUNDS = flags.DEFINE_integer('num_rounds', 2000, 'n.')
+_MIN_SEP = flags.DEFINE_integer('min_sep', 314, 'b (TF-Privacy min_separation + 1).')
+_MAX_PARTICIPATIONS = flags.DEFINE_integer('max_participations', 6, 'k.')
+_NOISE_MULTIPLIER = flags.DEFINE_float('noise_multiplier', 7.0, 'sigma, for the printed rho.')
+_REPEATS = flags.DEFINE_integer('repeats', 5, 'Timed repetitions (the best is reported).')
+_COMPARE = flags.DEFINE_bool('compare_tf_privacy', False, "Also time TF-Privacy's DP (slow).")
+
+
+def _tf_privacy_accountant():
+  package = importlib.util.find_spec('tensorflow_privacy')
+  path = (pathlib.Path(package.origin).parent / 'privacy' / 'analysis' /
+          'tree_aggregation_accountant.py')
+  spec = importlib.util.spec_from_file_location('tfp_tree_accountant', path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def main(argv):
+  del argv
+  participation = ParticipationSchema.min_separation(_MIN_SEP.value, _MAX_PARTICIPATIONS.value)
+  times = []
+  for _ in range(_REPEATS.value):
+    start = time.perf_counter()
+    value = tree.tree_sensitivity_squared(_NUM_ROUNDS.value, participation)
+    times.append(time.perf_counter() - start)
+  rho = value / (2 * _NOISE_MULTIPLIER.value**2)
+  print(f'ours: n={_NUM_ROUNDS.value} k={_MAX_PARTICIPATIONS.value} min_sep={_MIN_SEP.value}: '
+        f'sens^2 {value}  rho {rho:.5f}  best {min(times):.3f} s  '
+        f'(all: {", ".join(f"{t:.3f}" for t in times)})', flush=True)
+  if _COMPARE.value:
+    accountant = _tf_privacy_accountant()
+    start = time.perf_counter()
+    tfp_rho = accountant.compute_zcdp_single_tree(
+        noise_multiplier=_NOISE_MULTIPLIER.value, total_steps=_NUM_ROUNDS.value,
+        max_participation=_MAX_PARTICIPATIONS.value, min_separation=_MIN_SEP.value - 1)
+    seconds = time.perf_counter() - start
+    print(f'TF-Privacy: rho {tfp_rho:.5f} (sens^2 {tfp_rho * 2 * _NOISE_MULTIPLIER.value**2:.0f})  '
+          f'{seconds:.1f} s', flush=True)
+
+
+if __name__ == '__main__':
+  app.run(main)
