@@ -1,0 +1,171 @@
+"""Tests for the `python -m dp_ftrl_tff.mechanisms` CLI: subprocess runs and in-process error cases."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from dp_ftrl_tff.mechanisms import cli
+from dp_ftrl_tff.mechanisms import participation as participation_lib
+
+P = participation_lib.ParticipationSchema
+OPTIMIZE_BLT_KEYS = ['mechanism', 'rounds', 'min_sep', 'max_participations', 'buffers', 'theta',
+                     'omega', 'max_loss', 'rms_loss', 'sensitivity_squared', 'seconds']
+OPTIMIZE_BANDED_KEYS = ['mechanism', 'rounds', 'bands', 'min_sep', 'max_participations', 'max_loss',
+                        'rms_loss', 'sensitivity_squared', 'seconds']
+LOSS_KEYS = ['max_loss', 'rms_loss', 'sensitivity_squared']
+
+
+def _run(*args):
+  return subprocess.run([sys.executable, '-m', 'dp_ftrl_tff.mechanisms', *args],
+                        capture_output=True, text=True, timeout=300, check=False)
+
+
+def _run_json(*args):
+  proc = _run(*args, '--json')
+  assert proc.returncode == 0, proc.stderr
+  return json.loads(proc.stdout)
+
+
+def _dense_losses(c, n, schema):
+  """Independent reference: B = A C^-1 densely, sensitivity by brute force (C >= 0 here)."""
+  decoder = np.tril(np.ones((n, n))) @ np.linalg.inv(c)
+  rows = np.sum(decoder**2, axis=1)
+  sens_sq = max(np.sum(c[:, list(p)].sum(axis=1)**2) for p in schema.all_patterns(n))
+  return np.sqrt(rows.max() * sens_sq), np.sqrt(rows.mean() * sens_sq), sens_sq
+
+
+def test_evaluate_gaussian_json():
+  out = _run_json('evaluate', '--mechanism=gaussian', '--rounds=2052', '--min_sep=342',
+                  '--max_participations=6')
+  assert list(out) == ['mechanism', 'rounds', 'min_sep', 'max_participations'] + LOSS_KEYS
+  assert out['rms_loss'] == pytest.approx(78.48, abs=0.005)  # BandMF Table 2, DP-SGD
+  assert out['sensitivity_squared'] == 6
+
+
+def test_evaluate_blt_against_dense_reference_and_table():
+  theta, omega = [0.9, 0.5], [0.2, 0.25]
+  n, b, k = 12, 3, 2
+  out = _run_json('evaluate', '--mechanism=blt', f'--rounds={n}', f'--min_sep={b}',
+                  f'--max_participations={k}', '--theta=0.9,0.5', '--omega=0.2,0.25')
+  coefs = np.concatenate([[1.0], [sum(w * t**(i - 1) for t, w in zip(theta, omega, strict=False))
+                                  for i in range(1, n)]])
+  c = np.array([[coefs[i - j] if i >= j else 0.0 for j in range(n)] for i in range(n)])
+  max_loss, rms_loss, sens_sq = _dense_losses(c, n, P.min_separation(b, k))
+  assert out['max_loss'] == pytest.approx(max_loss, rel=1e-10)
+  assert out['rms_loss'] == pytest.approx(rms_loss, rel=1e-10)
+  assert out['sensitivity_squared'] == pytest.approx(sens_sq, rel=1e-10)
+  assert out['theta'] == theta and out['omega'] == omega
+  table = _run('evaluate', '--mechanism=tree', '--rounds=8', '--min_sep=1',
+               '--max_participations=1')
+  assert table.returncode == 0
+  assert table.stdout.splitlines()[0].split() == ['mechanism', 'tree']
+  assert any(line.startswith('sensitivity_squared') for line in table.stdout.splitlines())
+
+
+def test_optimize_blt_then_evaluate_file(tmp_path):
+  path = tmp_path / 'blt.json'
+  out = _run_json('optimize', '--mechanism=blt', '--rounds=64', '--min_sep=8',
+                  '--max_participations=4', '--buffers=1', f'--output={path}')
+  assert list(out) == OPTIMIZE_BLT_KEYS
+  assert out['buffers'] == 1 and len(out['theta']) == 1
+  assert out['max_participations'] == 4
+  again = _run_json('evaluate', f'--mechanism_file={path}', '--rounds=64', '--min_sep=8',
+                    '--max_participations=4')
+  for key in LOSS_KEYS:
+    assert again[key] == pytest.approx(out[key], rel=1e-12)
+  assert json.loads(path.read_text())['setting']['num_rounds'] == 64
+
+
+def test_optimize_banded_then_evaluate_file(tmp_path):
+  path = tmp_path / 'banded.npz'
+  out = _run_json('optimize', '--mechanism=banded', '--rounds=16', '--bands=4', '--min_sep=4',
+                  f'--output={path}')
+  assert list(out) == OPTIMIZE_BANDED_KEYS
+  assert out['sensitivity_squared'] == pytest.approx(4.0)  # unit column norms, k_eff = 16 / 4
+  again = _run_json('evaluate', '--mechanism=banded', f'--mechanism_file={path}', '--rounds=16',
+                    '--min_sep=4')
+  for key in LOSS_KEYS:
+    assert again[key] == pytest.approx(out[key], rel=1e-12)
+
+
+def test_subprocess_errors_are_one_line_without_traceback():
+  for args, flag in [(['evaluate', '--mechanism=blt', '--rounds=0', '--min_sep=3'], '--rounds'),
+                     (['optimize', '--mechanism=gaussian', '--rounds=10', '--min_sep=2'],
+                      '--mechanism')]:
+    proc = _run(*args)
+    assert proc.returncode != 0
+    assert proc.stdout == ''
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert flag in proc.stderr and 'Traceback' not in proc.stderr
+
+
+@pytest.mark.parametrize('args,flag', [
+    (['evaluate', '--mechanism=tree', '--min_sep=3'], '--rounds'),
+    (['evaluate', '--mechanism=tree', '--rounds=10'], '--min_sep'),
+    (['evaluate', '--mechanism=tree', '--rounds=x', '--min_sep=1'], '--rounds'),
+    (['evaluate', '--mechanism=tree', '--rounds=10', '--min_sep=0'], '--min_sep'),
+    (['evaluate', '--mechanism=tree', '--rounds=10', '--min_sep=2', '--max_participations=0'],
+     '--max_participations'),
+    (['evaluate', '--mechanism=nope', '--rounds=10', '--min_sep=2'], '--mechanism'),
+    (['evaluate', '--rounds=10', '--min_sep=2'], '--mechanism'),
+    (['evaluate', '--mechanism=blt', '--rounds=10', '--min_sep=2'], '--theta'),
+    (['evaluate', '--mechanism=blt', '--rounds=10', '--min_sep=2', '--theta=0.5,0.4',
+      '--omega=0.1'], '--theta'),
+    (['evaluate', '--mechanism=blt', '--rounds=10', '--min_sep=2', '--theta=a', '--omega=0.1'],
+     '--theta'),
+    (['evaluate', '--mechanism=blt', '--rounds=10', '--min_sep=2', '--theta=1.5', '--omega=0.1'],
+     '--theta'),
+    (['evaluate', '--mechanism=banded', '--rounds=10', '--min_sep=2'], '--mechanism_file'),
+    (['evaluate', '--mechanism=tree', '--rounds=10', '--min_sep=2', '--buffers=2'], '--buffers'),
+    (['evaluate', '--mechanism_file=/nonexistent.json', '--rounds=10', '--min_sep=2'],
+     '--mechanism_file'),
+    (['evaluate', '--mechanism=tree', '--rounds=10', '--min_sep=2', '--fixed_epoch'],
+     '--max_participations'),
+    (['optimize', '--mechanism=banded', '--rounds=10', '--min_sep=2'], '--bands'),
+    (['optimize', '--mechanism=banded', '--rounds=10', '--min_sep=2', '--bands=11'], '--bands'),
+    (['optimize', '--mechanism=banded', '--rounds=10', '--min_sep=2', '--bands=2',
+      '--output=x.json'], '--output'),
+    (['optimize', '--mechanism=blt', '--rounds=10', '--min_sep=2', '--bands=2'], '--bands'),
+    (['optimize', '--mechanism=blt', '--rounds=10', '--min_sep=2', '--buffers=0'], '--buffers'),
+    (['optimize', '--mechanism=blt', '--rounds=10', '--min_sep=2', '--error=mean'], '--error'),
+    (['optimize', '--mechanism=blt', '--rounds=10', '--min_sep=2', '--unknown=1'], 'unknown'),
+    (['run', '--mechanism=blt', '--rounds=10', '--min_sep=2'], 'command'),
+    (['--mechanism=blt', '--rounds=10', '--min_sep=2'], 'command'),
+])
+def test_errors_name_the_flag(capsys, args, flag):
+  assert cli.main(['prog'] + args) == 2
+  captured = capsys.readouterr()
+  assert captured.out == ''
+  lines = captured.err.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith('error: ')
+  assert flag in lines[0]
+
+
+def test_evaluate_mechanism_must_match_file(tmp_path, capsys):
+  path = tmp_path / 'g.json'
+  path.write_text(json.dumps({'mechanism': 'gaussian'}))
+  assert cli.main(['prog', 'evaluate', '--mechanism=blt', f'--mechanism_file={path}',
+                   '--rounds=4', '--min_sep=1']) == 2
+  assert '--mechanism' in capsys.readouterr().err
+  assert cli.main(['prog', 'evaluate', f'--mechanism_file={path}', '--rounds=4', '--min_sep=2',
+                   '--max_participations=2', '--fixed_epoch', '--json']) == 0
+  out = json.loads(capsys.readouterr().out)
+  assert out['sensitivity_squared'] == 2.0 and out['mechanism'] == 'gaussian'
+
+
+def test_banded_file_rounds_limit(tmp_path, capsys):
+  path = tmp_path / 'b.npz'
+  assert cli.main(['prog', 'optimize', '--mechanism=banded', '--rounds=6', '--bands=2',
+                   '--min_sep=2', f'--output={path}']) == 0
+  capsys.readouterr()
+  assert cli.main(['prog', 'evaluate', f'--mechanism_file={path}', '--rounds=7',
+                   '--min_sep=2']) == 2
+  assert '--rounds' in capsys.readouterr().err
+
+
+def test_help_exits_zero(capsys):
+  assert cli.main(['prog', '--help']) == 0
+  assert 'optimize' in capsys.readouterr().out
