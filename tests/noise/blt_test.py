@@ -57,10 +57,11 @@ def test_float64_stream_equals_noise_matrix_times_z(strategy):
   seed = base.initial_seed(7)
   rounds, state = _stream(blt.BLTNoise(strategy), specs, seed, n)
   z = _z_rows(specs, seed, range(n))
-  inverse = _dense_noise_inverse(strategy, n)
-  np.testing.assert_allclose(strategy.noise_matrix(n), inverse, atol=1e-12)
+  noise_matrix = strategy.noise_matrix(n)
+  np.testing.assert_allclose(noise_matrix, _dense_noise_inverse(strategy, n), atol=1e-12)
   for key in specs:
-    np.testing.assert_allclose(_stack(rounds, key), inverse @ _stack(z, key), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(_stack(rounds, key), noise_matrix @ _stack(z, key), rtol=0,
+                               atol=1e-12)
   assert int(state.row) == n and int(state.segment_round) == n
 
 
