@@ -30,14 +30,6 @@ def test_sensitivity_is_largest_pattern_size(schema):
   assert strategy.sensitivity_squared(n, schema) == brute
 
 
-def test_bandmf_table2_dp_sgd_rmse():
-  # BandMF paper Table 2: DP-SGD prefix-sum RMSE sqrt(k (n + 1) / 2) = 78.48 at n = 2052, k = 6.
-  losses = gaussian.GaussianStrategy().losses(2052, P.min_separation(342, 6))
-  assert losses.rms_loss == pytest.approx(78.48, abs=0.005)
-  assert losses.sensitivity_squared == 6.0
-  assert losses.max_loss == pytest.approx(np.sqrt(6 * 2052))
-
-
 def test_config_round_trip_and_validation():
   strategy = gaussian.GaussianStrategy()
   config = strategy.to_config()
