@@ -111,13 +111,12 @@ def test_runs_inside_tff_computation():
 
   @tff.tensorflow.computation(init_fn.type_signature.result)
   def next_fn(state):
-    state = tree.TreeNoiseState(*state) if not isinstance(state, tree.TreeNoiseState) else state
+    assert isinstance(state, tree.TreeNoiseState)  # TFF keeps the NamedTuple container
     value, state = noise.next(state, tf.constant(1.0))
     return value, state
 
   @tff.tensorflow.computation(init_fn.type_signature.result)
   def restart_fn(state):
-    state = tree.TreeNoiseState(*state) if not isinstance(state, tree.TreeNoiseState) else state
     return noise.restart(state)
 
   state = init_fn()
