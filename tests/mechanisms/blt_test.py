@@ -319,6 +319,15 @@ def test_table3_optimized_for_single_participation_evaluated_at_k6():
   assert losses.rms_loss == pytest.approx(11.15, rel=5e-3)
 
 
+def test_table3_five_buffers_optimized_for_single_participation_evaluated_at_k6():
+  # The "BLT (nbuf=5, k=1)" row: 11.40 / 10.87 (MaxLoss / RmsLoss after un-swapping the headers).
+  result = blt.optimize_blt(TABLE3_N, participation_lib.ParticipationSchema.single(),
+                            num_buffers=5)
+  losses = result.strategy.losses(TABLE3_N, TABLE3)
+  assert losses.max_loss == pytest.approx(11.40, rel=5e-3)
+  assert losses.rms_loss == pytest.approx(10.87, rel=5e-3)
+
+
 def test_optimizer_reaches_app_a_b400_at_its_stated_setting():
   result = blt.optimize_blt(4000, MinSep(400, 5), num_buffers=4)
   assert result.losses.max_loss <= 10.67219 * (1 + 1e-5)
