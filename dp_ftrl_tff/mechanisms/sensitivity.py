@@ -88,16 +88,17 @@ def single_participation_squared(strategy_matrix) -> float:
   return float(np.max(np.sum(c**2, axis=0)))
 
 
-def _columns_orthogonal_beyond(c: np.ndarray, min_sep: int) -> bool:
-  """True if (C^T C)_{ij} = 0 exactly for all |i - j| >= min_sep.
+def _orthogonality_beyond(c: np.ndarray, min_sep: int):
+  """(ok, gram): ok is True if (C^T C)_{ij} = 0 exactly for all |i - j| >= min_sep.
 
   Cheap structural test first: if every column at distance >= b after column j has its first nonzero
   row below column j's last nonzero row, the supports are disjoint (true for lower-triangular C with
-  at most b bands). Otherwise the Gram matrix is formed and checked entry by entry.
+  at most b bands) and gram is None. Otherwise the Gram matrix is formed, checked entry by entry and
+  returned for reuse.
   """
   n = c.shape[1]
   if min_sep >= n:
-    return True
+    return True, None
   nonzero = c != 0
   has_any = nonzero.any(axis=0)
   rows = c.shape[0]
@@ -105,10 +106,9 @@ def _columns_orthogonal_beyond(c: np.ndarray, min_sep: int) -> bool:
   last = np.where(has_any, rows - 1 - np.argmax(nonzero[::-1], axis=0), -1)
   later_first = np.minimum.accumulate(first[::-1])[::-1]  # min first row over columns >= i
   if np.all(later_first[min_sep:] > last[:n - min_sep]):
-    return True
+    return True, None
   gram = c.T @ c
-  i, j = np.indices(gram.shape)
-  return not np.any(gram[np.abs(i - j) >= min_sep])
+  return not np.any(np.tril(gram, -min_sep)), gram  # symmetric: one triangle suffices
 
 
 def banded_squared(strategy_matrix, participation) -> float:
@@ -125,7 +125,7 @@ def banded_squared(strategy_matrix, participation) -> float:
   participation = _check_participation(participation)
   n = c.shape[1]
   k = participation.effective_max_participations(n)
-  if k > 1 and not _columns_orthogonal_beyond(c, participation.min_sep):
+  if k > 1 and not _orthogonality_beyond(c, participation.min_sep)[0]:
     raise ValueError(f'`strategy_matrix` has non-orthogonal columns at distance >= min_sep='
                      f'{participation.min_sep}; use min_sep_upper_bound_squared or dense_squared.')
   col_sq = np.sum(c**2, axis=0)
@@ -144,10 +144,14 @@ def min_sep_upper_bound_squared(strategy_matrix, participation) -> float:
   """
   c = _check_strategy_matrix(strategy_matrix)
   participation = _check_participation(participation)
-  n = c.shape[1]
+  return _alg4_from_gram(c.T @ c, participation)
+
+
+def _alg4_from_gram(gram: np.ndarray, participation) -> float:
+  n = gram.shape[0]
   b = participation.min_sep
   k = participation.effective_max_participations(n)
-  abs_gram = np.abs(c.T @ c)
+  abs_gram = np.abs(gram)
   chunk = max(1, _ALG4_ELEMENTS_PER_CHUNK // (n + b))
   row_values = np.concatenate([
       _vec_sens_rows(abs_gram[start:start + chunk], b, k) for start in range(0, n, chunk)
@@ -257,6 +261,18 @@ class DenseMethod(NamedTuple):
   exact: bool
 
 
+def _dense_plan(c: np.ndarray, participation):
+  """(DenseMethod, Gram matrix if it was formed, else None) for a validated C."""
+  if not participation.fixed_epoch and participation.is_single_participation(c.shape[1]):
+    return DenseMethod('single', True), None
+  orthogonal, gram = _orthogonality_beyond(c, participation.min_sep)
+  if orthogonal:
+    return DenseMethod('banded', True), gram
+  if participation.fixed_epoch:
+    return DenseMethod('fixed_epoch', fixed_epoch_is_exact(c, participation)), gram
+  return DenseMethod('min_sep_upper_bound', False), gram
+
+
 def dense_method(strategy_matrix, participation) -> DenseMethod:
   """The method `dense_squared` applies: the exact one when available, BandMF Alg. 4 otherwise.
 
@@ -265,22 +281,7 @@ def dense_method(strategy_matrix, participation) -> DenseMethod:
   this also covers k = 1, where only the first b rounds are admissible); Alg. 4 (upper bound).
   """
   c = _check_strategy_matrix(strategy_matrix)
-  participation = _check_participation(participation)
-  if not participation.fixed_epoch and participation.is_single_participation(c.shape[1]):
-    return DenseMethod('single', True)
-  if _columns_orthogonal_beyond(c, participation.min_sep):
-    return DenseMethod('banded', True)
-  if participation.fixed_epoch:
-    return DenseMethod('fixed_epoch', fixed_epoch_is_exact(c, participation))
-  return DenseMethod('min_sep_upper_bound', False)
-
-
-_DENSE_FUNCTIONS = {
-    'single': lambda c, participation: single_participation_squared(c),
-    'banded': banded_squared,
-    'fixed_epoch': fixed_epoch_squared,
-    'min_sep_upper_bound': min_sep_upper_bound_squared,
-}
+  return _dense_plan(c, _check_participation(participation))[0]
 
 
 def dense_squared(strategy_matrix, participation) -> float:
@@ -289,8 +290,15 @@ def dense_squared(strategy_matrix, participation) -> float:
   See `dense_method` for the choice and `dense_squared_is_exact` for whether the value is exact.
   """
   c = _check_strategy_matrix(strategy_matrix)
-  method = dense_method(c, participation)
-  return _DENSE_FUNCTIONS[method.name](c, participation)
+  participation = _check_participation(participation)
+  method, gram = _dense_plan(c, participation)
+  if method.name == 'single':
+    return single_participation_squared(c)
+  if method.name == 'banded':
+    return banded_squared(c, participation)
+  if method.name == 'fixed_epoch':
+    return fixed_epoch_squared(c, participation)
+  return _alg4_from_gram(gram, participation)
 
 
 def dense_squared_is_exact(strategy_matrix, participation) -> bool:
