@@ -346,7 +346,7 @@ def _column_indices(num_rounds: int, num_bands: int) -> tuple:
   """Row and column indices of the band of an n x n lower-triangular C, column by column."""
   j, r = np.indices((num_rounds, num_bands))
   valid = j + r < num_rounds
-  return (j + r)[valid], j[valid], j[valid]
+  return (j + r)[valid], j[valid]
 
 
 class _BandedObjective:
@@ -361,20 +361,20 @@ class _BandedObjective:
     self.num_bands = num_bands
     self.workload = workload
     self.error = error
-    self.rows, self.cols, self.col_of_entry = _column_indices(num_rounds, num_bands)
+    self.rows, self.cols = _column_indices(num_rounds, num_bands)
 
   def matrix(self, params: np.ndarray) -> np.ndarray:
-    norms = np.sqrt(np.bincount(self.col_of_entry, weights=params**2, minlength=self.n))
+    norms = np.sqrt(np.bincount(self.cols, weights=params**2, minlength=self.n))
     c = np.zeros((self.n, self.n))
-    c[self.rows, self.cols] = params / norms[self.col_of_entry]
+    c[self.rows, self.cols] = params / norms[self.cols]
     return c
 
   def params_from_matrix(self, c: np.ndarray) -> np.ndarray:
     return c[self.rows, self.cols]
 
   def value_and_grad(self, params: np.ndarray) -> tuple:
-    norms = np.sqrt(np.bincount(self.col_of_entry, weights=params**2, minlength=self.n))
-    unit = params / norms[self.col_of_entry]
+    norms = np.sqrt(np.bincount(self.cols, weights=params**2, minlength=self.n))
+    unit = params / norms[self.cols]
     c = np.zeros((self.n, self.n))
     c[self.rows, self.cols] = unit
     if np.any(np.diag(c) <= 0):
@@ -386,8 +386,8 @@ class _BandedObjective:
       return np.inf, np.zeros_like(params)
     grad_m = self.workload.apply_transpose(2.0 * weights[:, None] * b)
     grad_unit = _band_gradient(c, m, grad_m, self.num_bands)[self.rows, self.cols]
-    radial = np.bincount(self.col_of_entry, weights=grad_unit * unit, minlength=self.n)
-    grad = (grad_unit - unit * radial[self.col_of_entry]) / norms[self.col_of_entry]
+    radial = np.bincount(self.cols, weights=grad_unit * unit, minlength=self.n)
+    grad = (grad_unit - unit * radial[self.cols]) / norms[self.cols]
     return value, grad
 
 
@@ -450,7 +450,8 @@ def optimize_banded(num_rounds: int, num_bands: int,
     max_iterations: L-BFGS iterations (per stage).
     max_seconds: optional wall-clock budget for the general stage; the best point so far is returned.
     tolerance: relative objective decrease below which L-BFGS stops.
-    initial: optional `BandedStrategy` with `num_bands` bands and n rounds to start from (general).
+    initial: optional `BandedStrategy` with `num_bands` bands and n rounds to start the general
+      optimizer from (not with `toeplitz=True`).
 
   Returns:
     `base.OptimizationResult` with the prefix-sum `Losses` under `participation`; `details` holds the
@@ -476,9 +477,11 @@ def optimize_banded(num_rounds: int, num_bands: int,
                               or initial.max_rounds != num_rounds):
     raise ValueError(f'`initial` must be a BandedStrategy with {num_bands} bands and {num_rounds} '
                      f'rounds, got {initial!r}.')
+  if initial is not None and toeplitz:
+    raise ValueError('`initial` applies to the general optimizer only, not with `toeplitz=True`.')
   details = {'error': error, 'toeplitz': toeplitz}
 
-  if initial is None or toeplitz:
+  if initial is None:
     workload_coefs = work.toeplitz_coefs(num_rounds) if toeplitz else np.ones(num_rounds)
     coefs, details['toeplitz_stage'] = _minimize(
         lambda c: _toeplitz_objective(c, num_rounds, workload_coefs, error if toeplitz else 'rms'),

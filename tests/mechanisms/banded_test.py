@@ -82,6 +82,9 @@ def test_rejects_bad_arguments():
     banded.optimize_banded(4, 2, ParticipationSchema.single(), workload=np.ones((4, 4)))
   with pytest.raises(ValueError, match='initial'):
     banded.optimize_banded(4, 2, ParticipationSchema.single(), initial=strategy)
+  two_bands = banded.BandedStrategy(_random_banded(4, 2))
+  with pytest.raises(ValueError, match='initial'):
+    banded.optimize_banded(4, 2, ParticipationSchema.single(), toeplitz=True, initial=two_bands)
 
 
 def test_from_toeplitz_matches_scipy_toeplitz():
@@ -257,6 +260,15 @@ def test_toeplitz_optimizer_matches_brute_force(error):
                for x0 in ([1.0, 0.5, 0.375], [1.0, 0.0, 0.0])), key=lambda r: r.fun)
   got = result.losses.rms_loss if error == 'rms' else result.losses.max_loss
   assert got**2 == pytest.approx(brute.fun, rel=1e-6)
+
+
+def test_warm_start_from_initial_does_not_increase_loss():
+  n, bands = 20, 4
+  participation = ParticipationSchema.min_separation(4, 5)
+  start = banded.BandedStrategy(_random_banded(n, bands, seed=9, normalize=True))
+  result = banded.optimize_banded(n, bands, participation, initial=start, max_iterations=5)
+  assert 'toeplitz_stage' not in result.details
+  assert result.losses.rms_loss < start.losses(n, participation).rms_loss
 
 
 def test_max_error_objective_lowers_max_error():
