@@ -236,16 +236,17 @@ def resolve_strategy(config: RunConfig):
         config.aggregator.startswith('tree') and strategy.name.startswith('tree')):
       raise ValueError(f'`mechanism_file` {saved or config.mechanism_file!r} holds a '
                        f'{strategy.name!r} strategy, but --aggregator={config.aggregator}.')
-    source = 'run directory' if saved else config.mechanism_file
+    source, setting = ('run directory' if saved else config.mechanism_file), None
   else:
-    strategy, source = _build_strategy(config)
+    strategy, source, setting = _build_strategy(config)
   if strategy.max_rounds is not None and strategy.max_rounds < config.rounds:
     raise ValueError(f'The {strategy.name} strategy covers {strategy.max_rounds} rounds, '
                      f'--rounds={config.rounds}.')
   if saved is None:
     os.makedirs(config.output_dir, exist_ok=True)
     ext = '.npz' if strategy.name == 'banded' else '.json'
-    files.save_strategy(strategy, os.path.join(config.output_dir, _MECHANISM_BASENAME + ext))
+    files.save_strategy(strategy, os.path.join(config.output_dir, _MECHANISM_BASENAME + ext),
+                        setting=setting)
   logging.info('Mechanism (%s): %s', source, strategy)
   return strategy
 
@@ -254,11 +255,11 @@ def _build_strategy(config: RunConfig):
   participation = config.participation
   if config.aggregator == 'gaussian':
     from dp_ftrl_tff.mechanisms import gaussian  # pylint: disable=g-import-not-at-top
-    return gaussian.GaussianStrategy(), 'built'
+    return gaussian.GaussianStrategy(), 'built', None
   if config.aggregator in ('tree', 'tree_efficient'):
     from dp_ftrl_tff.mechanisms import tree  # pylint: disable=g-import-not-at-top
     variant = 'efficient' if config.aggregator == 'tree_efficient' else 'vanilla'
-    return tree.TreeStrategy(variant), 'built'
+    return tree.TreeStrategy(variant), 'built', None
   start = time.time()
   if config.aggregator == 'blt':
     from dp_ftrl_tff.mechanisms import blt  # pylint: disable=g-import-not-at-top
@@ -267,8 +268,8 @@ def _build_strategy(config: RunConfig):
     from dp_ftrl_tff.mechanisms import banded  # pylint: disable=g-import-not-at-top
     num_bands = min(config.num_bands or config.min_sep, config.rounds)
     result = banded.optimize_banded(config.rounds, num_bands, participation)
-  return result.strategy, (f'optimized for n={config.rounds}, {participation} in '
-                           f'{time.time() - start:.1f} s')
+  source = f'optimized for n={config.rounds}, {participation} in {time.time() - start:.1f} s'
+  return result.strategy, source, result
 
 
 def build_aggregator(config: RunConfig, strategy) -> aggregators.CorrelatedNoiseFactory:

@@ -1,0 +1,126 @@
+"""Driver integration tests: 2 rounds of each driver with every aggregator, SecAgg, resume, errors.
+
+Tiny models and populations keep each run to seconds; the TFF processes are built per run, which
+dominates the time.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from experiments import training_loop
+from experiments.emnist import run_emnist
+from experiments.stackoverflow import run_stackoverflow
+from tests.experiments import conftest
+
+AGGREGATORS = training_loop.AGGREGATORS
+EMNIST_TASK = {'model': 'tiny', 'only_digits': True}
+SO_TASK = {'vocab_size': 50, 'embedding_size': 8, 'lstm_size': 8, 'sequence_length': 6,
+           'max_elements_per_client': 8, 'word_counts': None}
+
+
+def _check_run(config, result, num_rounds):
+  out = config.output_dir
+  for name in ('hparams.json', 'metrics.csv', 'participation.csv'):
+    assert os.path.exists(os.path.join(out, name)), name
+  assert os.listdir(os.path.join(out, 'tensorboard'))
+  assert any(f.startswith('mechanism.') for f in os.listdir(out))
+  history = conftest.read_log(os.path.join(out, 'participation.csv'))
+  rounds = sorted(r for rs in history.values() for r in rs)
+  assert rounds == sorted(list(range(num_rounds)) * config.clients_per_round)
+  for rs in history.values():
+    assert np.all(np.diff(rs) >= config.min_sep)
+  assert np.isfinite(result['metrics']['train_loss'])
+  assert 'eval_loss' in result['metrics']
+
+
+@pytest.mark.parametrize('aggregator', AGGREGATORS)
+def test_emnist_every_aggregator(config_factory, aggregator):
+  config = config_factory(aggregator=aggregator, task=EMNIST_TASK)
+  result = training_loop.run(run_emnist.build_task(config), config)
+  _check_run(config, result, 2)
+
+
+@pytest.mark.parametrize('aggregator', AGGREGATORS)
+def test_stackoverflow_every_aggregator(config_factory, aggregator):
+  config = config_factory(aggregator=aggregator, task=SO_TASK)
+  result = training_loop.run(run_stackoverflow.build_task(config), config)
+  _check_run(config, result, 2)
+  assert 'train_accuracy_no_oov_or_eos' in result['metrics']
+
+
+def _final_weights(result):
+  return result['process'].get_model_weights(result['state']).trainable
+
+
+def _write_blt(path):
+  from dp_ftrl_tff.mechanisms import blt, files
+  files.save_strategy(blt.BLTStrategy(theta=(0.9, 0.5), omega=(0.3, 0.2)), path)
+
+
+def test_resume_gives_the_same_weights(config_factory, tmp_path):
+  mechanism = str(tmp_path / 'blt.json')
+  _write_blt(mechanism)
+  common = dict(aggregator='blt', mechanism_file=mechanism, task=EMNIST_TASK, rounds=4,
+                checkpoint_every=2, restart_period=3)
+  straight = config_factory(name='straight', **common)
+  expected = _final_weights(training_loop.run(run_emnist.build_task(straight), straight))
+  first = config_factory(name='resumed', **dict(common, rounds=2))
+  training_loop.run(run_emnist.build_task(first), first)
+  # A crash after logging round 2 but before its checkpoint: the log row must be dropped on resume.
+  with open(os.path.join(first.output_dir, 'participation.csv'), 'a') as f:
+    f.write('stale_client,2\n')
+  second = config_factory(name='resumed', **common)
+  result = training_loop.run(run_emnist.build_task(second), second)
+  for got, want in zip(_final_weights(result), expected, strict=False):
+    np.testing.assert_array_equal(got, want)
+  history = conftest.read_log(os.path.join(second.output_dir, 'participation.csv'))
+  assert 'stale_client' not in history
+  assert sum(len(r) for r in history.values()) == 4 * second.clients_per_round
+
+
+def test_impossible_schedule_fails_before_training(config_factory):
+  config = config_factory(min_sep=11, rounds=20, task=EMNIST_TASK)  # 11 * 3 clients > 30
+  with pytest.raises(ValueError, match='Impossible schedule'):
+    training_loop.run(run_emnist.build_task(config), config)
+  assert not os.path.exists(config.output_dir)
+
+
+def test_mechanism_file_of_another_kind_fails(config_factory, tmp_path):
+  mechanism = str(tmp_path / 'blt.json')
+  _write_blt(mechanism)
+  config = config_factory(aggregator='banded', mechanism_file=mechanism, task=EMNIST_TASK)
+  with pytest.raises(ValueError, match="holds a 'blt' strategy.*--aggregator=banded"):
+    training_loop.run(run_emnist.build_task(config), config)
+
+
+def test_rerun_with_other_settings_fails(config_factory):
+  config = config_factory(task=EMNIST_TASK, rounds=1)
+  training_loop.run(run_emnist.build_task(config), config)
+  other = config_factory(task=EMNIST_TASK, rounds=1, noise_multiplier=2.0)
+  with pytest.raises(ValueError, match='noise_multiplier'):
+    training_loop.run(run_emnist.build_task(other), other)
+
+
+def test_unknown_aggregator_flag_fails_with_usage_message(tmp_path):
+  proc = subprocess.run(
+      [sys.executable, '-m', 'experiments.emnist.run_emnist', f'--root_output_dir={tmp_path}',
+       '--aggregator=dpsgd'], capture_output=True, text=True, timeout=300,
+      env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3'))
+  assert proc.returncode != 0
+  assert "--aggregator" in proc.stderr and 'gaussian|tree|tree_efficient|banded|blt' in proc.stderr
+
+
+def test_secure_aggregation(config_factory):
+  # Runs last in this module: it switches the process to TFF's test context (secure intrinsics).
+  config = config_factory(aggregator='blt', secure_aggregation=True, secure_bits=16,
+                          task=EMNIST_TASK)
+  result = training_loop.run(run_emnist.build_task(config), config)
+  _check_run(config, result, 2)
+  with open(os.path.join(config.output_dir, 'hparams.json')) as f:
+    assert json.load(f)['secure_aggregation'] is True
+  assert any('secure' in k for k in result['metrics'])
