@@ -116,13 +116,13 @@ def _inverse(c: np.ndarray, num_bands: int) -> np.ndarray:
 def _band_gradient(c: np.ndarray, m: np.ndarray, grad_m: np.ndarray, num_bands: int) -> np.ndarray:
   """The band of d/dC of a loss whose gradient in M = C^-1 is `grad_m`: -(C^-T grad_m M^T) on the band.
 
-  Returns a dense n x n array whose band entries (0 <= i - j < b-hat) are the gradient; other entries
-  are unspecified. O(b-hat n^2): U = C^-T grad_m is needed only at columns below each row block's end,
-  because M[j, l] = 0 for l > j.
+  Returns band rows G (n, b-hat), G[i, r] = d/dC[i, i - r] (0 where i - r < 0). O(b-hat n^2):
+  U = C^-T grad_m is needed only at columns below each row block's end, because M[j, l] = 0 for l > j
+  (so the rest of U is never written nor read).
   """
   n = c.shape[0]
   s = _BLOCK
-  u = np.zeros((n, n))
+  u = np.empty((n, n))
   starts = list(range(0, n, s))
   for i0 in reversed(starts):
     i1 = min(n, i0 + s)
@@ -132,12 +132,17 @@ def _band_gradient(c: np.ndarray, m: np.ndarray, grad_m: np.ndarray, num_bands: 
       rhs -= c[i1:hi, i0:i1].T @ u[i1:hi, :i1]
     u[i0:i1, :i1] = scipy.linalg.solve_triangular(c[i0:i1, i0:i1], rhs, trans='T', lower=True,
                                                   check_finite=False)
-  grad_c = np.zeros((n, n))
+  grad_rows = np.zeros((n, num_bands))
+  lags = np.arange(num_bands)
   for i0 in starts:
     i1 = min(n, i0 + s)
     lo = max(0, i0 - num_bands + 1)
-    grad_c[i0:i1, lo:i1] = -(u[i0:i1, :i1] @ m[lo:i1, :i1].T)
-  return grad_c
+    block = u[i0:i1, :i1] @ m[lo:i1, :i1].T  # rows i0..i1-1, columns lo..i1-1
+    rows = np.arange(i0, i1)[:, np.newaxis]
+    cols = rows - lags
+    valid = cols >= 0
+    grad_rows[i0:i1] = np.where(valid, -block[rows - i0, np.where(valid, cols - lo, 0)], 0.0)
+  return grad_rows
 
 
 def stream_inverse(band_rows, values) -> np.ndarray:
@@ -385,7 +390,7 @@ class _BandedObjective:
     if not np.isfinite(value):
       return np.inf, np.zeros_like(params)
     grad_m = self.workload.apply_transpose(2.0 * weights[:, None] * b)
-    grad_unit = _band_gradient(c, m, grad_m, self.num_bands)[self.rows, self.cols]
+    grad_unit = _band_gradient(c, m, grad_m, self.num_bands)[self.rows, self.rows - self.cols]
     radial = np.bincount(self.cols, weights=grad_unit * unit, minlength=self.n)
     grad = (grad_unit - unit * radial[self.cols]) / norms[self.cols]
     return value, grad
