@@ -95,6 +95,13 @@ def test_from_toeplitz_matches_scipy_toeplitz():
   assert strategy.num_bands == 3
 
 
+def test_fhu_coefficients_square_to_prefix_sums():
+  n = 9
+  root = scipy.linalg.toeplitz(banded.fhu_coefficients(n), np.zeros(n))
+  np.testing.assert_allclose(root @ root, _prefix(n), atol=1e-14)
+  np.testing.assert_allclose(banded.fhu_coefficients(4), [1.0, 0.5, 0.375, 0.3125])
+
+
 def test_config_round_trip():
   strategy = banded.BandedStrategy(_random_banded(9, 3))
   config = strategy.to_config()
