@@ -1,0 +1,237 @@
+"""rho-zCDP and (epsilon, delta) of a correlated-noise mechanism without amplification.
+
+Without sampling, a whole training run of a matrix mechanism is ONE Gaussian release of C x with noise
+std sigma * zeta per coordinate (BandMF paper Sec. 9 of notes/seed001.md; accounting colab, notes/
+seed003_004.md A.2). With clip norm zeta = 1 and squared sensitivity sens^2 (the mechanisms' own
+`sensitivity_squared`, never re-derived here):
+
+  * effective noise multiplier  sigma_eff = sigma / sens;
+  * rho-zCDP                    rho = sens^2 / (2 sigma^2) = 1 / (2 sigma_eff^2);
+  * (epsilon, delta)            from dp_accounting's PLD accountant (default settings: add-or-remove
+                                neighbours, value discretization 1e-4) composed once with
+                                `GaussianDpEvent(noise_multiplier = 1 / sqrt(2 rho))`, exactly as the
+                                colab and the Gboard / BLT papers do (dp-accounting 0.4.3 has no zCDP
+                                event, so the Gaussian event carries rho).
+
+Two other conversions exist for comparison and for reproducing older papers:
+  * 'gaussian': the exact Gaussian tradeoff curve (Balle & Wang 2018; notes/seed000.md Sec. 3.6),
+    delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2) with mu = sqrt(2 rho). Fast; the PLD
+    value exceeds it by about 1e-7 relative (discretization). Used for plots.
+  * 'rdp': RDP of the Gaussian, (alpha, alpha rho), converted with dp_accounting's RdpAccountant (the
+    Canonne-Kamath-Steinke conversion) on TF-Privacy's order grid; the DP-FTRL paper's Tables 3-5
+    (notes/seed002.md Sec. 9) use it.
+
+Conventions: rounds are 0-based; `min_sep` = b (r2 - r1 >= b; TF-Privacy's min_separation = b - 1);
+noise multipliers are relative to the clip norm (noise std sigma * zeta on the SUM of clipped updates).
+Tree restarts are composed across segments by the tree module (exact, min-sep spanning segments); for
+other strategies restarts are composed by adding per-segment worst cases (a valid upper bound).
+"""
+
+import dataclasses
+import math
+from typing import Optional, Sequence
+
+import dp_accounting
+import numpy as np
+import scipy.optimize
+import scipy.special
+
+from dp_ftrl_tff import _validation
+from dp_ftrl_tff.mechanisms import base
+from dp_ftrl_tff.mechanisms import participation as participation_lib
+from dp_ftrl_tff.mechanisms import tree as tree_lib
+
+CONVERSIONS = ('pld', 'gaussian', 'rdp')
+
+#: TF-Privacy's order grid (1.1 .. 10.9, 12 .. 63): with the 'rdp' conversion it reproduces the
+#: DP-FTRL paper's Tables 3-5.
+TF_PRIVACY_RDP_ORDERS = tuple([1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64)))
+
+DEFAULT_DELTA = 1e-10
+
+
+def _check_delta(delta) -> float:
+  return _validation.check_float_in_range(delta, 'delta', 0.0, 1.0, low_inclusive=False,
+                                          high_inclusive=False)
+
+
+def rho_from_sensitivity(sensitivity_squared: float, noise_multiplier: float) -> float:
+  """rho = sens^2 / (2 sigma^2) (clip norm 1, sigma relative to the clip norm)."""
+  sens_sq = _validation.check_nonnegative_float(sensitivity_squared, 'sensitivity_squared')
+  sigma = _validation.check_positive_float(noise_multiplier, 'noise_multiplier')
+  return sens_sq / (2.0 * sigma**2)
+
+
+def effective_noise_multiplier(sensitivity_squared: float, noise_multiplier: float) -> float:
+  """sigma / sens: the noise multiplier of the equivalent single Gaussian mechanism (inf if sens=0)."""
+  sens_sq = _validation.check_nonnegative_float(sensitivity_squared, 'sensitivity_squared')
+  sigma = _validation.check_positive_float(noise_multiplier, 'noise_multiplier')
+  return math.inf if sens_sq == 0 else sigma / math.sqrt(sens_sq)
+
+
+def _gaussian_log_delta(epsilon: float, mu: float) -> float:
+  """log delta(eps) of the Gaussian tradeoff with sensitivity/noise ratio mu, computed in logs."""
+  log_a = scipy.special.log_ndtr(-epsilon / mu + mu / 2.0)
+  log_b = epsilon + scipy.special.log_ndtr(-epsilon / mu - mu / 2.0)
+  return float(log_a + np.log1p(-np.exp(min(log_b - log_a, 0.0))))
+
+
+def _epsilon_gaussian(rho: float, delta: float) -> float:
+  mu = math.sqrt(2.0 * rho)
+  target = math.log(delta)
+  if _gaussian_log_delta(0.0, mu) <= target:
+    return 0.0
+  upper = rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta))  # zCDP bound: always sufficient
+  while _gaussian_log_delta(upper, mu) > target:
+    upper *= 2.0
+  return float(scipy.optimize.brentq(lambda e: _gaussian_log_delta(e, mu) - target, 0.0, upper,
+                                     xtol=1e-15, rtol=4 * np.finfo(float).eps, maxiter=500))
+
+
+def epsilon_from_rho(rho: float, delta: float = DEFAULT_DELTA, conversion: str = 'pld', *,
+                     value_discretization_interval: float = 1e-4,
+                     orders: Optional[Sequence[float]] = None) -> float:
+  """epsilon at `delta` of one Gaussian mechanism whose zCDP is rho (noise multiplier 1/sqrt(2 rho)).
+
+  Args:
+    rho: rho-zCDP, >= 0 (0 gives epsilon 0).
+    delta: in (0, 1).
+    conversion: 'pld' (default; dp_accounting PLD, the papers' convention), 'gaussian' (exact
+      tradeoff curve) or 'rdp' (dp_accounting RDP on `orders`).
+    value_discretization_interval: PLD only; dp_accounting's default 1e-4 reproduces the papers.
+      PLD cost grows with rho (about 0.2 s at rho = 1, 2 s at rho = 10 on one core).
+    orders: RDP only; defaults to `TF_PRIVACY_RDP_ORDERS`.
+
+  Returns:
+    epsilon as a float.
+  """
+  rho = _validation.check_nonnegative_float(rho, 'rho')
+  delta = _check_delta(delta)
+  _validation.check_one_of(conversion, 'conversion', CONVERSIONS)
+  if rho == 0:
+    return 0.0
+  event = dp_accounting.GaussianDpEvent(noise_multiplier=1.0 / math.sqrt(2.0 * rho))
+  if conversion == 'gaussian':
+    return _epsilon_gaussian(rho, delta)
+  if conversion == 'pld':
+    interval = _validation.check_positive_float(value_discretization_interval,
+                                                'value_discretization_interval')
+    accountant = dp_accounting.pld.PLDAccountant(value_discretization_interval=interval)
+  else:
+    orders = TF_PRIVACY_RDP_ORDERS if orders is None else tuple(orders)
+    if not orders or any(not isinstance(a, (int, float)) or a <= 1 for a in orders):
+      raise ValueError(f'`orders` must be a non-empty sequence of numbers > 1, got {orders!r}.')
+    accountant = dp_accounting.rdp.RdpAccountant(orders=orders)
+  accountant.compose(event, 1)
+  return float(accountant.get_epsilon(delta))
+
+
+def check_restart_rounds(restart_rounds: Optional[Sequence[int]], num_rounds: int) -> tuple:
+  """Validates 0-based restart rounds (a restart at r starts a fresh segment AT round r).
+
+  Returns the sorted tuple of distinct rounds in (0, n); an empty tuple means no restart.
+  """
+  num_rounds = _validation.check_positive_int(num_rounds, 'num_rounds')
+  if restart_rounds is None:
+    return ()
+  rounds = []
+  for r in restart_rounds:
+    r = _validation.check_positive_int(r, 'restart_rounds')
+    if r >= num_rounds:
+      raise ValueError(f'`restart_rounds` must lie in (0, {num_rounds}), got {r}.')
+    rounds.append(r)
+  return tuple(sorted(set(rounds)))
+
+
+def segment_lengths(num_rounds: int, restart_rounds: Sequence[int]) -> tuple:
+  """Lengths of the segments [0, r_1), [r_1, r_2), ..., [r_last, n) for restarts r_1 < r_2 < ..."""
+  restarts = check_restart_rounds(restart_rounds, num_rounds)
+  bounds = (0,) + restarts + (num_rounds,)
+  return tuple(b - a for a, b in zip(bounds[:-1], bounds[1:], strict=True))
+
+
+def accounted_sensitivity_squared(strategy: base.Strategy, num_rounds: int,
+                                  participation: participation_lib.ParticipationSchema,
+                                  restart_rounds: Optional[Sequence[int]] = None) -> float:
+  """Squared sensitivity (clip norm 1) of a whole run, restarts included.
+
+  Without restarts: `strategy.sensitivity_squared(n, participation)`. With restarts (the noise state
+  restarts at each round in `restart_rounds`, so C is block diagonal): trees use the tree module's
+  exact segment DP (`segments_sensitivity_squared`, the participation constraint spanning segments);
+  any other strategy adds the per-segment worst cases, sum_s sens^2(C_{n_s}), an upper bound.
+  """
+  if not isinstance(strategy, base.Strategy):
+    raise ValueError(f'`strategy` must be a mechanisms Strategy, got {strategy!r}.')
+  num_rounds = strategy.check_num_rounds(num_rounds)
+  if not isinstance(participation, participation_lib.ParticipationSchema):
+    raise ValueError(f'`participation` must be a ParticipationSchema, got {participation!r}.')
+  lengths = segment_lengths(num_rounds, restart_rounds)
+  if len(lengths) == 1:
+    return float(strategy.sensitivity_squared(num_rounds, participation))
+  if isinstance(strategy, tree_lib.TreeStrategy):
+    return float(tree_lib.segments_sensitivity_squared(lengths, participation, strategy.completion))
+  return float(sum(strategy.sensitivity_squared(m, participation) for m in lengths))
+
+
+@dataclasses.dataclass(frozen=True)
+class Guarantee:
+  """The DP guarantee of one training run (clip norm 1; noise multipliers relative to the clip).
+
+  Attributes:
+    mechanism: the strategy's name ('gaussian', 'tree', 'tree_efficient', 'banded', 'blt', ...).
+    num_rounds: n.
+    participation: the `ParticipationSchema` the sensitivity was computed for.
+    restart_rounds: 0-based rounds at which the noise restarts (empty: none).
+    sensitivity_squared: sens^2 of the whole run.
+    noise_multiplier: sigma, the accounted noise multiplier (relative to the clip norm).
+    rho: sens^2 / (2 sigma^2).
+    epsilon: at `delta`, with `conversion`.
+    delta: the target delta.
+    conversion: 'pld', 'gaussian' or 'rdp'.
+  """
+  mechanism: str
+  num_rounds: int
+  participation: participation_lib.ParticipationSchema
+  restart_rounds: tuple
+  sensitivity_squared: float
+  noise_multiplier: float
+  rho: float
+  epsilon: float
+  delta: float
+  conversion: str = 'pld'
+
+  @property
+  def effective_noise_multiplier(self) -> float:
+    """sigma / sens, the noise multiplier of the equivalent single Gaussian mechanism."""
+    return effective_noise_multiplier(self.sensitivity_squared, self.noise_multiplier)
+
+
+def guarantee(strategy: base.Strategy, num_rounds: int,
+              participation: participation_lib.ParticipationSchema, noise_multiplier: float,
+              delta: float = DEFAULT_DELTA, *, restart_rounds: Optional[Sequence[int]] = None,
+              conversion: str = 'pld') -> Guarantee:
+  """rho-zCDP and (epsilon, delta) of `strategy` run for `num_rounds` rounds (no amplification).
+
+  Args:
+    strategy: a `dp_ftrl_tff.mechanisms` Strategy.
+    num_rounds: n >= 1.
+    participation: the participation schema (declared, or realized from a log).
+    noise_multiplier: sigma > 0, relative to the clip norm. With adaptive clipping pass the accounted
+      z (see `adaptive_clipping`), not the inflated value multiplier.
+    delta: in (0, 1), default 1e-10.
+    restart_rounds: 0-based rounds at which the noise state restarts (None: no restart).
+    conversion: see `epsilon_from_rho`.
+
+  Returns:
+    A `Guarantee`.
+  """
+  sigma = _validation.check_positive_float(noise_multiplier, 'noise_multiplier')
+  delta = _check_delta(delta)
+  _validation.check_one_of(conversion, 'conversion', CONVERSIONS)
+  restarts = check_restart_rounds(restart_rounds, num_rounds)
+  sens_sq = accounted_sensitivity_squared(strategy, num_rounds, participation, restarts)
+  rho = rho_from_sensitivity(sens_sq, sigma)
+  return Guarantee(mechanism=strategy.name, num_rounds=int(num_rounds), participation=participation,
+                   restart_rounds=restarts, sensitivity_squared=sens_sq, noise_multiplier=sigma,
+                   rho=rho, epsilon=epsilon_from_rho(rho, delta, conversion), delta=delta,
+                   conversion=conversion)
