@@ -36,6 +36,14 @@ def _check_run(config, result, num_rounds):
     assert np.all(np.diff(rs) >= config.min_sep)
   assert np.isfinite(result['metrics']['train_loss'])
   assert 'eval_loss' in result['metrics']
+  with open(os.path.join(out, 'privacy_report.json')) as f:
+    report = json.load(f)
+  assert report['violations'] == []
+  observed = min((b - a for rs in history.values() for a, b in zip(rs, rs[1:], strict=False)), default=None)
+  assert report['observed_min_sep'] == observed
+  assert observed is None or observed >= config.min_sep
+  if config.noise_multiplier > 0:
+    assert report['declared']['rho'] > 0 and np.isfinite(report['declared']['epsilon'])
 
 
 @pytest.mark.parametrize('aggregator', AGGREGATORS)
