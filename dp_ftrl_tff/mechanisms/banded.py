@@ -311,13 +311,13 @@ class _Workload:
       return np.cumsum(x[::-1], axis=0)[::-1]
     return self._matrix.T @ x
 
-  def toeplitz_coefs(self, num_rounds: int) -> np.ndarray:
-    """Coefficients of A if it is lower-triangular Toeplitz; raises ValueError otherwise."""
+  def toeplitz_coefs(self, num_rounds: int) -> Optional[np.ndarray]:
+    """Coefficients of A if it is lower-triangular Toeplitz, else None."""
     if self._matrix is None:
       return np.ones(num_rounds)
     coefs = self._matrix[:, 0]
     if not np.allclose(toeplitz_lib.materialize(coefs, num_rounds), self._matrix, rtol=0, atol=1e-12):
-      raise ValueError('`workload` must be Toeplitz for `toeplitz=True`.')
+      return None
     return coefs
 
 
@@ -435,10 +435,11 @@ def optimize_banded(num_rounds: int, num_bands: int,
 
   General (`toeplitz=False`): C lower triangular with `num_bands` bands and unit column norms
   (diag(C^T C) = 1), minimizing the workload error (mean of ||B_i||^2 for 'rms', a smooth maximum for
-  'max', B = A C^-1) by L-BFGS over the band entries with analytic gradients, warm-started from the
-  column-normalized banded Toeplitz optimum (or from `initial`). With `num_bands` <= `min_sep` the
-  squared sensitivity is exactly k_eff for every candidate (BandMF Thm. 2), so the error is the loss up
-  to that constant; with more bands the reported losses use the Alg. 4 upper bound.
+  'max', B = A C^-1) by L-BFGS over the band entries with analytic gradients. It starts from the
+  column-normalized banded Toeplitz optimum for the workload (prefix sums if the workload is not
+  Toeplitz), or from `initial`. With `num_bands` <= `min_sep` the squared sensitivity is exactly k_eff
+  for every candidate (BandMF Thm. 2), so the error is the loss up to that constant; with more bands
+  the reported losses use the Alg. 4 upper bound.
 
   Toeplitz (`toeplitz=True`): C[t, t - j] = c_j for j < `num_bands`, L-BFGS over c minimizing
   k_eff ||c||^2 Error^2 (||c||^2 is the largest column norm; exact error: 'max' is the last row),
@@ -487,7 +488,11 @@ def optimize_banded(num_rounds: int, num_bands: int,
   details = {'error': error, 'toeplitz': toeplitz}
 
   if initial is None:
-    workload_coefs = work.toeplitz_coefs(num_rounds) if toeplitz else np.ones(num_rounds)
+    workload_coefs = work.toeplitz_coefs(num_rounds)
+    if workload_coefs is None:
+      if toeplitz:
+        raise ValueError('`workload` must be Toeplitz for `toeplitz=True`.')
+      workload_coefs = np.ones(num_rounds)  # warm start from the prefix-sum Toeplitz optimum
     coefs, details['toeplitz_stage'] = _minimize(
         lambda c: _toeplitz_objective(c, num_rounds, workload_coefs, error if toeplitz else 'rms'),
         fhu_coefficients(num_bands), max_iterations, None, tolerance)
