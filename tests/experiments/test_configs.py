@@ -1,0 +1,36 @@
+"""Every flagfile in configs/ parses with its driver's flags into a valid, schedulable run."""
+
+import glob
+import os
+
+import pytest
+from absl import flags
+
+from dp_ftrl_tff.learning import client_sampler
+from experiments.emnist import run_emnist
+from experiments.stackoverflow import run_stackoverflow
+
+CONFIG_DIR = os.path.join(os.path.dirname(__file__), '..', '..', 'configs')
+# Training populations of the real datasets (TFF's documentation).
+POPULATIONS = {'emnist': 3383, 'stackoverflow': 342477}
+
+
+@pytest.mark.parametrize('path', sorted(glob.glob(os.path.join(CONFIG_DIR, '*.cfg'))))
+def test_flagfile_is_valid(path, tmp_path):
+  driver = run_stackoverflow if 'stackoverflow' in os.path.basename(path) else run_emnist
+  saved = flags.FLAGS.flag_values_dict()
+  try:
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(['prog', f'--flagfile={path}', f'--root_output_dir={tmp_path}'])
+    config = driver.config_from_flags()
+  finally:
+    flags.FLAGS.unparse_flags()
+    for name, value in saved.items():
+      flags.FLAGS[name].value = value
+  population = (config.synthetic_num_clients if config.data == 'synthetic' else
+                POPULATIONS['stackoverflow' if driver is run_stackoverflow else 'emnist'])
+  client_sampler.check_schedule(population, config.clients_per_round, config.min_sep,
+                                config.max_participations, config.rounds)
+  if 'stackoverflow' in path:
+    assert (config.rounds, config.min_sep, config.max_participations) == (2052, 342, 6)
+    assert config.task['vocab_size'] == 10000 and config.task['lstm_size'] == 670

@@ -1,0 +1,79 @@
+"""Tests of the DP-FTRL learning process: server momentum, validation and restarts."""
+
+import collections
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from dp_ftrl_tff.learning import dp_ftrl
+
+SPEC = collections.OrderedDict(x=tf.TensorSpec([None, 2], tf.float32),
+                               y=tf.TensorSpec([None, 1], tf.float32))
+
+
+def _model_fn():
+  model = tf.keras.Sequential([tf.keras.layers.Input((2,)), tf.keras.layers.Dense(
+      1, use_bias=False, kernel_initializer='zeros')])
+  return tff.learning.models.from_keras_model(model, loss=tf.keras.losses.MeanSquaredError(),
+                                              input_spec=SPEC)
+
+
+@pytest.fixture(scope='module')
+def process():
+  # No noise, no effective clipping: the process must be plain FedAvg with server SGD-momentum.
+  aggregator = tff.aggregators.UnweightedMeanFactory()
+  return dp_ftrl.build_dp_ftrl_process(_model_fn, tff.learning.optimizers.build_sgdm(0.1),
+                                       aggregator=aggregator, server_learning_rate=0.5,
+                                       server_momentum=0.9)
+
+
+def _client(x, y):
+  return tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
+      x=np.array(x, np.float32), y=np.array(y, np.float32))).batch(len(x))
+
+
+def test_matches_fedavg_with_momentum_by_hand(process):
+  clients = [([[1.0, 0.0]], [[1.0]]), ([[0.0, 2.0]], [[-1.0]])]
+  data = [_client(x, y) for x, y in clients]
+  w, buf = np.zeros(2), np.zeros(2)
+  state = process.initialize()
+  for _ in range(3):
+    deltas = []
+    for x, y in clients:  # one local SGD step on 0.5 * ... MSE: grad = 2 x (x.w - y)
+      x, y = np.array(x[0]), y[0][0]
+      grad = 2 * x * (x @ w - y)
+      deltas.append(-0.1 * grad)
+    pseudo_grad = -np.mean(deltas, axis=0)
+    buf = 0.9 * buf + pseudo_grad
+    w = w - 0.5 * buf
+    state = process.next(state, data).state
+  got = process.get_model_weights(state).trainable[0].reshape(-1)
+  np.testing.assert_allclose(got, w, rtol=1e-5)
+
+
+def test_restart_keeps_model_and_zeroes_momentum(process):
+  state = process.initialize()
+  state = process.next(state, [_client([[1.0, 1.0]], [[1.0]])]).state
+  restarted = dp_ftrl.restart_state(state, process.initialize())
+  for a, b in zip(process.get_model_weights(restarted).trainable,
+                  process.get_model_weights(state).trainable, strict=False):
+    np.testing.assert_array_equal(a, b)
+  assert np.any(np.asarray(state.finalizer['accumulator'][0]) != 0)
+  np.testing.assert_array_equal(restarted.finalizer['accumulator'][0], 0)
+  calls = []
+  dp_ftrl.restart_state(state, process.initialize(),
+                        aggregator_restart_fn=lambda s: calls.append(s) or s)
+  assert len(calls) == 1
+
+
+@pytest.mark.parametrize('kwargs, match', [
+    (dict(server_learning_rate=0.0), 'server_learning_rate'),
+    (dict(server_learning_rate=1.0, server_momentum=1.0), 'server_momentum'),
+    (dict(server_learning_rate=1.0, aggregator=object()), 'aggregator'),
+])
+def test_validation(kwargs, match):
+  kwargs.setdefault('aggregator', tff.aggregators.UnweightedMeanFactory())
+  with pytest.raises(ValueError, match=match):
+    dp_ftrl.build_dp_ftrl_process(_model_fn, tff.learning.optimizers.build_sgdm(0.1), **kwargs)
