@@ -1,0 +1,41 @@
+"""Tests for `dp_ftrl_tff.accounting.calibration`: round trips target -> sigma -> target."""
+
+import pytest
+
+from dp_ftrl_tff.accounting import calibration, zcdp
+
+
+@pytest.mark.parametrize('target_rho, sens_sq', [(1e-3, 1.0), (0.15, 0.6), (0.8, 79.0), (5.0, 3.0)])
+def test_rho_round_trip(target_rho, sens_sq):
+  sigma = calibration.noise_multiplier_for_rho(target_rho, sens_sq)
+  assert zcdp.rho_from_sensitivity(sens_sq, sigma) == pytest.approx(target_rho, rel=1e-12)
+
+
+@pytest.mark.parametrize('conversion', ['pld', 'gaussian', 'rdp'])
+@pytest.mark.parametrize('target_epsilon, delta', [(0.5, 1e-10), (3.0, 1e-10), (8.0, 1e-6)])
+def test_epsilon_round_trip(conversion, target_epsilon, delta):
+  sigma = calibration.noise_multiplier_for_epsilon(target_epsilon, 21.0, delta, conversion)
+  rho = zcdp.rho_from_sensitivity(21.0, sigma)
+  assert zcdp.epsilon_from_rho(rho, delta, conversion) == pytest.approx(target_epsilon, rel=1e-6)
+
+
+def test_colab_epsilon_recovers_the_colab_noise_multiplier():
+  # es-ES: sens^2 0.6 and epsilon 3.4240074094281336 came from sigma = 1.411 (PLD, delta 1e-10).
+  sigma = calibration.noise_multiplier_for_epsilon(3.4240074094281336, 0.6, 1e-10)
+  assert sigma == pytest.approx(1.411, rel=1e-6)
+
+
+def test_gboard_rounded_rho_recovers_paper_epsilon():
+  assert calibration.rho_for_epsilon(4.492218378173317, 1e-10) == pytest.approx(0.25, rel=1e-6)
+
+
+@pytest.mark.parametrize('call, name', [
+    (lambda: calibration.noise_multiplier_for_rho(0.0, 1.0), 'target_rho'),
+    (lambda: calibration.noise_multiplier_for_rho(1.0, -1.0), 'sensitivity_squared'),
+    (lambda: calibration.rho_for_epsilon(-1.0), 'target_epsilon'),
+    (lambda: calibration.rho_for_epsilon(1.0, 2.0), 'delta'),
+    (lambda: calibration.rho_for_epsilon(1.0, 1e-6, 'zcdp'), 'conversion'),
+    (lambda: calibration.noise_multiplier_for_epsilon(1.0, 0.0), 'sensitivity_squared')])
+def test_rejects_bad_input(call, name):
+  with pytest.raises(ValueError, match=name):
+    call()

@@ -1,0 +1,129 @@
+"""Tests for `dp_ftrl_tff.accounting.report`: keys, realized participation, observed tree patterns."""
+
+import json
+
+import numpy as np
+import pytest
+
+from dp_ftrl_tff.accounting import adaptive_clipping, report, zcdp
+from dp_ftrl_tff.accounting import participation_log as log_lib
+from dp_ftrl_tff.mechanisms import gaussian, tree
+from dp_ftrl_tff.mechanisms import participation as participation_lib
+
+Schema = participation_lib.ParticipationSchema
+
+
+def test_declared_report_keys_and_values():
+  result = report.build_report(gaussian.GaussianStrategy(), 100, Schema(30, 2), noise_multiplier=2.0,
+                               delta=1e-6)
+  out = json.loads(result.to_json())
+  assert list(out)[:len(report.REQUIRED_KEYS)] == list(report.REQUIRED_KEYS)
+  # DP-SGD: sens^2 = k = 2 (closed form), rho = 2 / (2 * 4).
+  assert out['sensitivity_squared'] == 2.0 and out['rho'] == pytest.approx(0.25)
+  assert (out['min_sep'], out['min_separation'], out['max_participations']) == (30, 29, 2)
+  assert out['effective_noise_multiplier'] == pytest.approx(2.0 / np.sqrt(2.0))
+  assert out['epsilon'] == pytest.approx(zcdp.epsilon_from_rho(0.25, 1e-6))
+  assert out['participation_source'] == 'declared' and out['warnings'] == []
+
+
+def test_effective_k_is_reported():
+  result = report.build_report(gaussian.GaussianStrategy(), 100, Schema(30), noise_multiplier=1.0)
+  assert result.to_dict()['max_participations'] == 4  # ceil(100 / 30)
+
+
+def test_log_that_violates_the_schema_is_reported_with_the_realized_guarantee():
+  log = log_lib.ParticipationLog.from_arrays(['a', 'b', 'a', 'a', 'c'], [0, 1, 4, 8, 9])
+  result = report.build_report(gaussian.GaussianStrategy(), 10, Schema(5, 2), noise_multiplier=1.0,
+                               log=log)
+  out = result.to_dict()
+  assert out['participation_source'] == 'observed'
+  assert (out['min_sep'], out['max_participations']) == (4, 3)
+  assert out['sensitivity_squared'] == 3.0  # realized k = 3 participations, C = I
+  assert len(out['observed']['violations']) == 2 and len(out['warnings']) == 2
+  assert out['declared']['sensitivity_squared'] == 2.0
+  assert 'VIOLATES' in result.to_markdown() and 'does NOT hold' in result.to_markdown()
+  assert 'WARNING' in result.summary()
+
+
+def test_compliant_log_has_no_warning():
+  log = log_lib.ParticipationLog.from_arrays(['a', 'b', 'a'], [0, 1, 6])
+  result = report.build_report(gaussian.GaussianStrategy(), 10, Schema(5, 2), noise_multiplier=1.0,
+                               log=log)
+  assert result.warnings == () and result.observed.violations == ()
+
+
+def test_tree_observed_patterns_match_dense_matrix():
+  rng = np.random.default_rng(0)
+  n = 23
+  ids = rng.integers(0, 12, size=60).astype(str)
+  rounds = rng.integers(0, n, size=60)
+  keep = np.unique(np.stack([ids.astype(int), rounds]), axis=1, return_index=True)[1]
+  ids, rounds = ids[keep], rounds[keep]
+  log = log_lib.ParticipationLog.from_arrays(ids, rounds)
+  strategy = tree.TreeStrategy('vanilla')
+  result = report.build_report(strategy, n, None, noise_multiplier=6.0, log=log,
+                               restart_rounds=[9])
+  # Independent: dense block-diagonal C of two trees (9 and 14 rounds), ||C u||^2 per client.
+  dense = np.zeros((0, n))
+  for start, length in ((0, 9), (9, 14)):
+    block = np.zeros((strategy.num_nodes(length), n))
+    block[:, start:start + length] = strategy.strategy_matrix(length)
+    dense = np.vstack([dense, block])
+  best = 0.0
+  for client in np.unique(ids):
+    u = np.zeros(n)
+    u[rounds[ids == client]] = 1.0
+    best = max(best, float(np.sum((dense @ u)**2)))
+  patterns = result.observed.tree_patterns
+  assert patterns['sensitivity_squared'] == best
+  assert patterns['rho'] == pytest.approx(best / (2 * 6.0**2))
+  assert patterns['sensitivity_squared'] <= result.guarantee.sensitivity_squared
+
+
+def test_calibration_through_the_report():
+  result = report.build_report(tree.TreeStrategy(), 2000, Schema(314, 6), target_rho=0.5)
+  assert result.guarantee.rho == pytest.approx(0.5, rel=1e-12)
+  assert result.guarantee.noise_multiplier == pytest.approx(np.sqrt(79 / 1.0), rel=1e-12)
+  assert result.calibration == {'target_rho': 0.5}
+
+
+def test_adaptive_clipping_value_noise_multiplier():
+  result = report.build_report(tree.TreeStrategy(), 1900, Schema(527, 3), noise_multiplier=7.0,
+                               clipped_count_stddev=325.0, restart_rounds=[128, 1152])
+  assert result.value_noise_multiplier == pytest.approx(7.000405952470763, rel=1e-14)
+  assert result.value_noise_multiplier == adaptive_clipping.inflated_noise_multiplier(7.0, 325.0)
+  assert 'z_Delta' in result.to_markdown()
+
+
+def test_markdown_has_the_app_c_checklist():
+  text = report.build_report(gaussian.GaussianStrategy(), 10, Schema(2, 2),
+                             noise_multiplier=1.0).to_markdown()
+  for heading in ('DP setting', 'Data accesses covered', 'Final mechanism output',
+                  'Unit of privacy', 'Adjacency', 'Accounting', 'Participation', 'min_separation',
+                  'Formal statement'):
+    assert heading in text
+
+
+def test_write_report_files(tmp_path):
+  strategy = tree.TreeStrategy('efficient')
+  result = report.build_report(strategy, 64, Schema(8, 4), noise_multiplier=3.0)
+  paths = report.write_report(result, strategy, str(tmp_path), plots=True)
+  assert sorted(p.split('/')[-1] for p in paths) == sorted(
+      ['report.json', 'report.md', *report.PLOT_FILES])
+  for name in report.PLOT_FILES:
+    assert (tmp_path / name).read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+  assert json.loads((tmp_path / 'report.json').read_text())['rho'] == result.guarantee.rho
+
+
+@pytest.mark.parametrize('kwargs, match', [
+    (dict(noise_multiplier=1.0, target_rho=1.0), 'Exactly one'),
+    (dict(), 'Exactly one'),
+    (dict(noise_multiplier=1.0, participation=None), 'participation'),
+    (dict(noise_multiplier=-1.0), 'noise_multiplier'),
+    (dict(noise_multiplier=1.0, clipped_count_stddev=0.4), 'noise_multiplier'),
+])
+def test_build_report_rejects_bad_input(kwargs, match):
+  args = dict(participation=Schema(2, 2))
+  args.update(kwargs)
+  with pytest.raises(ValueError, match=match):
+    report.build_report(gaussian.GaussianStrategy(), 10, **args)

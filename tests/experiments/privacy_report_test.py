@@ -1,0 +1,83 @@
+"""End-to-end tests of `python -m experiments.privacy_report` (run as a subprocess)."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from dp_ftrl_tff.accounting import report
+from dp_ftrl_tff.mechanisms import blt, files
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _run(*args):
+  return subprocess.run([sys.executable, '-m', 'experiments.privacy_report', *args], cwd=_ROOT,
+                        capture_output=True, text=True, timeout=300)
+
+
+def test_writes_report_files_and_json_keys(tmp_path):
+  out = tmp_path / 'out'
+  proc = _run('--mechanism=tree_efficient', '--noise_multiplier=7', '--rounds=2000', '--min_sep=314',
+              '--max_participations=6', '--restart_rounds=128,1152', '--clipped_count_stddev=325',
+              f'--output_dir={out}', '--json')
+  assert proc.returncode == 0, proc.stderr
+  printed = json.loads(proc.stdout)
+  written = json.loads((out / 'report.json').read_text())
+  assert printed == written
+  for key in report.REQUIRED_KEYS:
+    assert key in written
+  assert written['min_separation'] == written['min_sep'] - 1 == 313
+  assert written['delta'] == 1e-10
+  assert written['value_noise_multiplier'] == pytest.approx(7.000405952470763)
+  # Restarts only lower the exact tree sensitivity (79 without restarts, TF-Privacy's value).
+  assert written['sensitivity_squared'] <= 79
+  for name in ('report.md', *report.PLOT_FILES):
+    assert (out / name).stat().st_size > 0
+
+
+def test_blt_from_file_and_participation_log(tmp_path):
+  path = str(tmp_path / 'blt.json')
+  files.save_strategy(blt.PRODUCTION_STRATEGIES[400], path)
+  log = tmp_path / 'log.csv'
+  with open(log, 'w', newline='') as f:
+    writer = csv.writer(f)
+    writer.writerow(('client_id', 'round'))
+    writer.writerows([('u1', 0), ('u2', 1), ('u1', 3), ('u3', 5), ('u2', 6)])
+  proc = _run(f'--mechanism_file={path}', '--target_epsilon=2', '--rounds=8', '--min_sep=4',
+              f'--participation_log={log}', '--json')
+  assert proc.returncode == 0, proc.stderr
+  out = json.loads(proc.stdout)
+  assert out['mechanism'] == 'blt' and out['participation_source'] == 'observed'
+  assert (out['min_sep'], out['max_participations']) == (3, 2)
+  assert out['epsilon'] == pytest.approx(2.0, rel=1e-6)
+  assert any('min_sep=4' in w for w in out['warnings'])
+
+
+@pytest.mark.parametrize('args, flag', [
+    (['--mechanism=foo', '--noise_multiplier=1', '--rounds=10', '--min_sep=1'], '--mechanism'),
+    (['--mechanism=tree', '--noise_multiplier=1', '--rounds=ten', '--min_sep=1'], '--rounds'),
+    (['--mechanism=tree', '--noise_multiplier=1', '--rounds=10', '--min_sep=0'], '--min_sep'),
+    (['--mechanism=tree', '--rounds=10', '--min_sep=1'], '--noise_multiplier'),
+    (['--mechanism=tree', '--noise_multiplier=1', '--target_rho=1', '--rounds=10', '--min_sep=1'],
+     '--target_rho'),
+    (['--mechanism=gaussian', '--noise_multiplier=1', '--rounds=10', '--min_sep=1', '--delta=2'],
+     '--delta'),
+    (['--mechanism=blt', '--blt_theta=0.9,2', '--blt_omega=0.1,0.1', '--noise_multiplier=1',
+      '--rounds=10', '--min_sep=1'], '--blt_theta'),
+    (['--mechanism=gaussian', '--noise_multiplier=1', '--participation_log=/nonexistent.csv'],
+     '--participation_log'),
+    (['--mechanism=banded', '--noise_multiplier=1', '--rounds=10', '--min_sep=1'],
+     '--mechanism_file'),
+    (['--mechanism=tree', '--noise_multiplier=1', '--rounds=10', '--min_sep=1',
+      '--restart_rounds=10'], '--restart_rounds'),
+])
+def test_bad_flags_give_one_line_errors(args, flag):
+  proc = _run(*args)
+  assert proc.returncode != 0
+  lines = proc.stderr.strip().splitlines()
+  assert len(lines) == 1, proc.stderr
+  assert flag in lines[0]
