@@ -1,8 +1,20 @@
 """Correlated-noise mechanisms in numpy/scipy (no TensorFlow): participation schemas, sensitivity,
-Toeplitz helpers, Gaussian / tree / banded / BLT strategies, losses and optimizers."""
+Toeplitz helpers, Gaussian / tree / banded / BLT strategies, losses, optimizers and strategy files."""
 
-from dp_ftrl_tff.mechanisms.base import Losses, OptimizationResult, Strategy, prefix_sum_workload
+from dp_ftrl_tff.mechanisms.banded import BandedStrategy, optimize_banded
+from dp_ftrl_tff.mechanisms.base import (
+    Losses,
+    OptimizationResult,
+    Strategy,
+    momentum_workload,
+    prefix_sum_workload,
+)
+from dp_ftrl_tff.mechanisms.blt import BLTStrategy, optimize_blt
+from dp_ftrl_tff.mechanisms.files import load_strategy, save_strategy
+from dp_ftrl_tff.mechanisms.gaussian import GaussianStrategy
 from dp_ftrl_tff.mechanisms.participation import ParticipationSchema
+from dp_ftrl_tff.mechanisms.tree import TreeStrategy
 
-__all__ = ['Losses', 'OptimizationResult', 'ParticipationSchema', 'Strategy',
-           'prefix_sum_workload']
+__all__ = ['BLTStrategy', 'BandedStrategy', 'GaussianStrategy', 'Losses', 'OptimizationResult',
+           'ParticipationSchema', 'Strategy', 'TreeStrategy', 'load_strategy', 'momentum_workload',
+           'optimize_banded', 'optimize_blt', 'prefix_sum_workload', 'save_strategy']

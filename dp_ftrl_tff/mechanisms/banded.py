@@ -238,8 +238,7 @@ class BandedStrategy(base.Strategy):
     `sensitivity.dense_squared`.
     """
     num_rounds = self.check_num_rounds(num_rounds)
-    if not isinstance(participation, participation_lib.ParticipationSchema):
-      raise ValueError(f'`participation` must be a ParticipationSchema, got {participation!r}.')
+    participation_lib.check_participation(participation)
     return float(sensitivity.dense_squared(self.strategy_matrix(num_rounds), participation))
 
   def to_config(self) -> dict:
@@ -249,15 +248,7 @@ class BandedStrategy(base.Strategy):
   @classmethod
   def from_config(cls, config: dict) -> 'BandedStrategy':
     """Inverse of `to_config`; raises ValueError on a wrong `mechanism`, unknown or missing keys."""
-    if not isinstance(config, dict):
-      raise ValueError(f'`config` must be a dict, got {type(config).__name__}.')
-    if config.get('mechanism') != cls.name:
-      raise ValueError(f'`mechanism` must be {cls.name!r}, got {config.get("mechanism")!r}.')
-    unknown = sorted(set(config) - {'mechanism', 'band_rows'})
-    if unknown:
-      raise ValueError(f'Unknown keys for the banded mechanism: {unknown}.')
-    if 'band_rows' not in config:
-      raise ValueError('`band_rows` is missing from the banded config.')
+    base.check_config(config, (cls.name,), required=('band_rows',))
     return cls.from_band_rows(config['band_rows'])
 
   def __repr__(self) -> str:
@@ -468,8 +459,7 @@ def optimize_banded(num_rounds: int, num_bands: int,
   num_bands = _validation.check_positive_int(num_bands, 'num_bands')
   if num_bands > num_rounds:
     raise ValueError(f'`num_bands`={num_bands} must not exceed `num_rounds`={num_rounds}.')
-  if not isinstance(participation, participation_lib.ParticipationSchema):
-    raise ValueError(f'`participation` must be a ParticipationSchema, got {participation!r}.')
+  participation_lib.check_participation(participation)
   if not isinstance(toeplitz, bool):
     raise ValueError(f'`toeplitz` must be a bool, got {toeplitz!r}.')
   error = _validation.check_one_of(error, 'error', _ERRORS)

@@ -18,7 +18,7 @@ All computations are float64 numpy; nothing here imports TensorFlow.
 
 import abc
 import dataclasses
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -46,6 +46,67 @@ def prefix_sum_workload(num_rounds: int) -> np.ndarray:
   """A: the n x n lower-triangular all-ones matrix, float64."""
   num_rounds = _validation.check_positive_int(num_rounds, 'num_rounds')
   return np.tril(np.ones((num_rounds, num_rounds)))
+
+
+def momentum_workload(num_rounds: int, momentum: float,
+                      learning_rates: Optional[Sequence[float]] = None) -> np.ndarray:
+  """A for SGD with momentum and a learning-rate schedule (BandMF paper Sec. 5.8), float64 n x n.
+
+  The server keeps a momentum buffer m_t = momentum * m_{t-1} + x_t (m_{-1} = 0) and steps
+  theta_{t+1} = theta_t - lr_t m_t, so theta_{t+1} = theta_0 - (A x)_t with
+  A[t, s] = sum_{j=s}^{t} lr_j momentum^(j - s) for t >= s (0 above the diagonal), i.e.
+  A = (prefix sums) diag(lr) (momentum^(t - s))_{t >= s}. Rounds are 0-based. The learning rates carry
+  only the schedule's shape; the server learning rate supplies the magnitude. `momentum=0` with unit
+  learning rates is `prefix_sum_workload`.
+
+  Args:
+    num_rounds: n.
+    momentum: beta in [0, 1).
+    learning_rates: lr_0 .. lr_{n-1}, each finite and > 0; None for all ones (constant rate).
+
+  Returns:
+    The lower-triangular workload A, shape (n, n).
+  """
+  num_rounds = _validation.check_positive_int(num_rounds, 'num_rounds')
+  momentum = _validation.check_float_in_range(momentum, 'momentum', 0.0, 1.0, high_inclusive=False)
+  if learning_rates is None:
+    learning_rates = np.ones(num_rounds)
+  else:
+    try:
+      learning_rates = np.asarray(learning_rates, dtype=np.float64)
+    except (TypeError, ValueError) as e:
+      raise ValueError(f'`learning_rates` must be a 1-D sequence of reals, got '
+                       f'{learning_rates!r}.') from e
+    if learning_rates.shape != (num_rounds,):
+      raise ValueError(f'`learning_rates` must have shape ({num_rounds},), got '
+                       f'{learning_rates.shape}.')
+    if not np.all(np.isfinite(learning_rates)) or np.any(learning_rates <= 0):
+      raise ValueError(f'`learning_rates` must be finite and positive, got {learning_rates}.')
+  lags = np.subtract.outer(np.arange(num_rounds), np.arange(num_rounds))
+  buffer_weights = np.where(lags >= 0, momentum**np.maximum(lags, 0), 0.0)  # beta^(t - s), t >= s
+  return np.cumsum(learning_rates[:, None] * buffer_weights, axis=0)
+
+
+def check_config(config, mechanisms: Sequence[str], required: Sequence[str] = (),
+                 optional: Sequence[str] = ()) -> str:
+  """Validates a strategy config for a `from_config`; returns its `mechanism` entry.
+
+  Raises ValueError unless `config` is a dict whose `mechanism` is one of `mechanisms`, holding every
+  key of `required` and no keys beyond `mechanism`, `required` and `optional`.
+  """
+  if not isinstance(config, dict):
+    raise ValueError(f'`config` must be a dict, got {type(config).__name__}.')
+  mechanism = config.get('mechanism')
+  if mechanism not in mechanisms:
+    expected = repr(mechanisms[0]) if len(mechanisms) == 1 else f'one of {sorted(mechanisms)}'
+    raise ValueError(f'`mechanism` must be {expected}, got {mechanism!r}.')
+  unknown = sorted(set(config) - {'mechanism', *required, *optional})
+  if unknown:
+    raise ValueError(f'Unknown keys for the {mechanism} mechanism: {unknown}.')
+  for key in required:
+    if key not in config:
+      raise ValueError(f'`{key}` is missing from the {mechanism} config.')
+  return mechanism
 
 
 def errors_from_decoder(decoder_matrix: np.ndarray) -> tuple:
@@ -108,8 +169,7 @@ class Strategy(abc.ABC):
              participation: participation_lib.ParticipationSchema) -> Losses:
     """MaxLoss, RmsLoss and squared sensitivity (clip norm 1, noise multiplier 1)."""
     num_rounds = self.check_num_rounds(num_rounds)
-    if not isinstance(participation, participation_lib.ParticipationSchema):
-      raise ValueError(f'`participation` must be a ParticipationSchema, got {participation!r}.')
+    participation_lib.check_participation(participation)
     sens_sq = self.sensitivity_squared(num_rounds, participation)
     max_error, rms_error = self.errors(num_rounds)
     sens = float(np.sqrt(sens_sq))

@@ -210,16 +210,7 @@ class BLTStrategy(base.Strategy):
   @classmethod
   def from_config(cls, config: dict) -> 'BLTStrategy':
     """Inverse of `to_config`; raises ValueError on a wrong `mechanism`, unknown or missing keys."""
-    if not isinstance(config, dict):
-      raise ValueError(f'`config` must be a dict, got {type(config).__name__}.')
-    if config.get('mechanism') != cls.name:
-      raise ValueError(f'`mechanism` must be {cls.name!r}, got {config.get("mechanism")!r}.')
-    unknown = sorted(set(config) - {'mechanism', 'theta', 'omega'})
-    if unknown:
-      raise ValueError(f'Unknown keys for the blt mechanism: {unknown}.')
-    for key in ('theta', 'omega'):
-      if key not in config:
-        raise ValueError(f'`{key}` is missing from the blt config.')
+    base.check_config(config, (cls.name,), required=('theta', 'omega'))
     return cls(theta=config['theta'], omega=config['omega'])
 
   def __str__(self) -> str:
@@ -369,8 +360,7 @@ def _loss_from_log_decays(log_theta: np.ndarray, log_theta_hat: np.ndarray, cros
 def _pattern_shape(num_rounds: int,
                    participation: participation_lib.ParticipationSchema) -> Tuple[int, int]:
   """(b, k) of pi* = (0, b, ..., (k - 1) b) for `participation` over `num_rounds` rounds."""
-  if not isinstance(participation, participation_lib.ParticipationSchema):
-    raise ValueError(f'`participation` must be a ParticipationSchema, got {participation!r}.')
+  participation_lib.check_participation(participation)
   return participation.min_sep, len(participation.earliest_pattern(num_rounds))
 
 

@@ -48,7 +48,7 @@ MECHANISMS = tuple(_CLASSES)
 
 def strategy_class(mechanism: str) -> type:
   """The `Strategy` subclass for a mechanism name ('gaussian', 'tree', ..., 'blt')."""
-  _validation.check_one_of(mechanism, 'mechanism', _CLASSES)
+  _validation.check_one_of(mechanism, 'mechanism', MECHANISMS)
   module_name, class_name = _CLASSES[mechanism]
   return getattr(importlib.import_module(module_name), class_name)
 
@@ -56,19 +56,13 @@ def strategy_class(mechanism: str) -> type:
 def strategy_from_config(config: dict) -> base.Strategy:
   """Builds a strategy from a config dict, dispatching on its `mechanism` key.
 
-  Accepts the legacy key `name` in place of `mechanism`. The remaining entries go to the class's
-  `from_config`, which validates them.
+  The class's `from_config` validates the remaining entries.
   """
   if not isinstance(config, dict):
     raise ValueError(f'`config` must be a dict, got {type(config).__name__}.')
-  mechanism = config.get('mechanism', config.get('name'))
-  if mechanism is None:
+  if 'mechanism' not in config:
     raise ValueError('`mechanism` is missing from the strategy config.')
-  if mechanism not in _CLASSES:
-    raise ValueError(f'`mechanism` must be one of {sorted(_CLASSES)}, got {mechanism!r}.')
-  params = {key: value for key, value in config.items() if key not in ('mechanism', 'name')}
-  params['mechanism'] = mechanism
-  return strategy_class(mechanism).from_config(params)
+  return strategy_class(config['mechanism']).from_config(config)
 
 
 def setting_from_result(result: base.OptimizationResult) -> dict:
@@ -154,8 +148,7 @@ def save_strategy(strategy: base.Strategy, path,
     setting = setting_from_result(setting)
   elif setting is not None:
     setting = _check_setting(setting)
-  config = {key: value for key, value in strategy.to_config().items()
-            if key not in ('mechanism', 'name')}
+  config = {key: value for key, value in strategy.to_config().items() if key != 'mechanism'}
   reserved = sorted(set(config) & set(_RESERVED_KEYS))
   if reserved:
     raise ValueError(f'`strategy` config uses reserved keys {reserved}.')

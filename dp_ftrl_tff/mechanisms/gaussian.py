@@ -28,8 +28,7 @@ class GaussianStrategy(base.Strategy):
                           participation: participation_lib.ParticipationSchema) -> float:
     """k_eff = min(k, ceil(n / b)): orthogonal unit columns, one per participation."""
     num_rounds = self.check_num_rounds(num_rounds)
-    if not isinstance(participation, participation_lib.ParticipationSchema):
-      raise ValueError(f'`participation` must be a ParticipationSchema, got {participation!r}.')
+    participation_lib.check_participation(participation)
     return float(participation.effective_max_participations(num_rounds))
 
   def errors(self, num_rounds: int) -> tuple:
@@ -43,13 +42,7 @@ class GaussianStrategy(base.Strategy):
   @classmethod
   def from_config(cls, config: dict) -> 'GaussianStrategy':
     """Inverse of `to_config`; raises ValueError on a wrong `mechanism` or unknown keys."""
-    if not isinstance(config, dict):
-      raise ValueError(f'`config` must be a dict, got {type(config).__name__}.')
-    if config.get('mechanism') != cls.name:
-      raise ValueError(f'`mechanism` must be {cls.name!r}, got {config.get("mechanism")!r}.')
-    unknown = sorted(set(config) - {'mechanism'})
-    if unknown:
-      raise ValueError(f'Unknown keys for the gaussian mechanism: {unknown}.')
+    base.check_config(config, (cls.name,))
     return cls()
 
   def __eq__(self, other) -> bool:

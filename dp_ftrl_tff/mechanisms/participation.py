@@ -18,6 +18,7 @@ Three schemas (BandMF paper Sec. 3, BLT paper Sec. 3.1), one class:
 import dataclasses
 import itertools
 import math
+import numbers
 from typing import Iterator, Optional, Tuple
 
 from dp_ftrl_tff import _validation
@@ -60,6 +61,8 @@ class ParticipationSchema:
   @classmethod
   def fixed_epoch_order(cls, num_epochs: int, rounds_per_epoch: int) -> 'ParticipationSchema':
     """(k, b)-participation: k = `num_epochs` epochs of b = `rounds_per_epoch` rounds each."""
+    _validation.check_positive_int(num_epochs, 'num_epochs')
+    _validation.check_positive_int(rounds_per_epoch, 'rounds_per_epoch')
     return cls(min_sep=rounds_per_epoch, max_participations=num_epochs, fixed_epoch=True)
 
   @property
@@ -110,7 +113,10 @@ class ParticipationSchema:
           yield pattern
 
   def admits(self, pattern, num_rounds: int) -> bool:
-    """True if the sorted round indices `pattern` are allowed in `num_rounds` rounds."""
+    """True if the round indices `pattern` (integers, any order) are allowed in `num_rounds` rounds."""
+    num_rounds = _validation.check_positive_int(num_rounds, 'num_rounds')
+    if any(isinstance(r, bool) or not isinstance(r, numbers.Integral) for r in pattern):
+      raise ValueError(f'`pattern` must hold integer rounds, got {pattern!r}.')
     pattern = tuple(sorted(int(r) for r in pattern))
     if len(set(pattern)) != len(pattern):
       return False
@@ -140,3 +146,10 @@ class ParticipationSchema:
     k = 'ceil(n/b)' if self.max_participations is None else self.max_participations
     kind = 'fixed-epoch' if self.fixed_epoch else 'min-sep'
     return f'{kind}(min_sep={self.min_sep}, max_participations={k})'
+
+
+def check_participation(participation) -> ParticipationSchema:
+  """Returns `participation`; raises ValueError unless it is a `ParticipationSchema`."""
+  if not isinstance(participation, ParticipationSchema):
+    raise ValueError(f'`participation` must be a ParticipationSchema, got {participation!r}.')
+  return participation

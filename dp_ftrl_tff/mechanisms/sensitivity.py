@@ -32,12 +32,6 @@ from dp_ftrl_tff.mechanisms import toeplitz
 _ALG4_ELEMENTS_PER_CHUNK = 4_000_000
 
 
-def _check_participation(participation) -> participation_lib.ParticipationSchema:
-  if not isinstance(participation, participation_lib.ParticipationSchema):
-    raise ValueError(f'`participation` must be a ParticipationSchema, got {participation!r}.')
-  return participation
-
-
 def _check_strategy_matrix(strategy_matrix) -> np.ndarray:
   c = np.asarray(strategy_matrix, dtype=np.float64)
   if c.ndim != 2 or c.size == 0:
@@ -122,7 +116,7 @@ def banded_squared(strategy_matrix, participation) -> float:
     ValueError: if C has a non-zero Gram entry at |i - j| >= b while k >= 2.
   """
   c = _check_strategy_matrix(strategy_matrix)
-  participation = _check_participation(participation)
+  participation = participation_lib.check_participation(participation)
   n = c.shape[1]
   k = participation.effective_max_participations(n)
   if k > 1 and not _orthogonality_beyond(c, participation.min_sep)[0]:
@@ -143,7 +137,7 @@ def min_sep_upper_bound_squared(strategy_matrix, participation) -> float:
   off-diagonal entry larger than X_ii): use `banded_squared` there. O(n^2 k) time, in row chunks.
   """
   c = _check_strategy_matrix(strategy_matrix)
-  participation = _check_participation(participation)
+  participation = participation_lib.check_participation(participation)
   return _alg4_from_gram(c.T @ c, participation)
 
 
@@ -197,7 +191,7 @@ def fixed_epoch_squared(strategy_matrix, participation) -> float:
     ValueError: if `participation` is not a fixed-epoch schema.
   """
   c = _check_strategy_matrix(strategy_matrix)
-  participation = _check_participation(participation)
+  participation = participation_lib.check_participation(participation)
   _require_fixed_epoch(participation)
   return float(np.max(np.sum(np.abs(_epoch_blocks(c, participation)), axis=(1, 2))))
 
@@ -205,7 +199,7 @@ def fixed_epoch_squared(strategy_matrix, participation) -> float:
 def fixed_epoch_is_exact(strategy_matrix, participation) -> bool:
   """True when `fixed_epoch_squared` is exact: X >= 0 on every epoch pattern."""
   c = _check_strategy_matrix(strategy_matrix)
-  participation = _check_participation(participation)
+  participation = participation_lib.check_participation(participation)
   _require_fixed_epoch(participation)
   return bool(np.all(_epoch_blocks(c, participation) >= 0))
 
@@ -225,7 +219,7 @@ def toeplitz_is_exact(coefs, num_rounds: int, participation) -> bool:
   coefficients under a fixed-epoch schema.
   """
   c = toeplitz.padded_coefs(coefs, num_rounds)
-  participation = _check_participation(participation)
+  participation = participation_lib.check_participation(participation)
   return _toeplitz_exact_case(c, participation, participation.effective_max_participations(c.size))
 
 
@@ -243,7 +237,7 @@ def toeplitz_squared(coefs, num_rounds: int, participation) -> float:
   See `toeplitz_is_exact`.
   """
   c = toeplitz.padded_coefs(coefs, num_rounds)
-  participation = _check_participation(participation)
+  participation = participation_lib.check_participation(participation)
   n = c.size
   k = participation.effective_max_participations(n)
   if not _toeplitz_exact_case(c, participation, k):
@@ -281,7 +275,7 @@ def dense_method(strategy_matrix, participation) -> DenseMethod:
   this also covers k = 1, where only the first b rounds are admissible); Alg. 4 (upper bound).
   """
   c = _check_strategy_matrix(strategy_matrix)
-  return _dense_plan(c, _check_participation(participation))[0]
+  return _dense_plan(c, participation_lib.check_participation(participation))[0]
 
 
 def dense_squared(strategy_matrix, participation) -> float:
@@ -290,7 +284,7 @@ def dense_squared(strategy_matrix, participation) -> float:
   See `dense_method` for the choice and `dense_squared_is_exact` for whether the value is exact.
   """
   c = _check_strategy_matrix(strategy_matrix)
-  participation = _check_participation(participation)
+  participation = participation_lib.check_participation(participation)
   method, gram = _dense_plan(c, participation)
   if method.name == 'single':
     return single_participation_squared(c)

@@ -320,12 +320,6 @@ def _check_bool(value, name: str) -> bool:
   return bool(value)
 
 
-def _check_participation(participation) -> participation_lib.ParticipationSchema:
-  if not isinstance(participation, participation_lib.ParticipationSchema):
-    raise ValueError(f'`participation` must be a ParticipationSchema, got {participation!r}.')
-  return participation
-
-
 def _check_segments(segment_lengths, completion) -> Tuple[Tuple[int, ...], Tuple[bool, ...]]:
   if isinstance(segment_lengths, (str, bytes)) or not hasattr(segment_lengths, '__len__') or (
       len(segment_lengths) == 0):
@@ -370,7 +364,7 @@ def segments_sensitivity_squared(segment_lengths: Sequence[int],
     The squared sensitivity, an int.
   """
   lengths, completed = _check_segments(segment_lengths, completion)
-  participation = _check_participation(participation)
+  participation = participation_lib.check_participation(participation)
   num_rounds = sum(lengths)
   max_count = participation.effective_max_participations(num_rounds)
   if participation.fixed_epoch:
@@ -392,8 +386,9 @@ def tree_sensitivity_squared(num_rounds: int, participation: participation_lib.P
   Matches TF-Privacy's `compute_zcdp_single_tree(...) * 2 sigma^2` with its min_separation = b - 1,
   e.g. 79 for n=2000, k=6, b=314; single participation gives floor(log2 n) + 1.
   """
-  return segments_sensitivity_squared([num_rounds], participation, _check_bool(completion,
-                                                                                'completion'))
+  num_rounds = _validation.check_positive_int(num_rounds, 'num_rounds')
+  return segments_sensitivity_squared([num_rounds], participation,
+                                      _check_bool(completion, 'completion'))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -461,7 +456,7 @@ def _padded_leaves_array(lengths: np.ndarray) -> np.ndarray:
 def pattern_sensitivity_squared(num_rounds: int, rounds, completion: bool = False) -> int:
   """||C u||^2 for ONE participation pattern u (0-based rounds) of a single tree of n rounds."""
   num_rounds = _validation.check_positive_int(num_rounds, 'num_rounds')
-  rounds = np.asarray(rounds, dtype=np.int64).reshape(-1)
+  rounds = np.asarray(rounds).reshape(-1)  # integer check in `clients_sensitivity_squared`
   _, values = clients_sensitivity_squared(np.zeros(rounds.size, np.int64), rounds, [num_rounds],
                                           _check_bool(completion, 'completion'))
   return int(values.sum())
@@ -474,7 +469,7 @@ def earliest_pattern_sensitivity_squared(num_rounds: int,
 
   The BLT paper accounts TreeAgg-Full with it (Table 3); `tree_sensitivity_squared` is exact.
   """
-  participation = _check_participation(participation)
+  participation = participation_lib.check_participation(participation)
   return pattern_sensitivity_squared(num_rounds, participation.earliest_pattern(num_rounds),
                                      completion)
 
@@ -565,15 +560,8 @@ class TreeStrategy(base.Strategy):
   @classmethod
   def from_config(cls, config: dict) -> 'TreeStrategy':
     """Inverse of `to_config`; raises ValueError on a wrong `mechanism` or unknown keys."""
-    if not isinstance(config, dict):
-      raise ValueError(f'`config` must be a dict, got {type(config).__name__}.')
     variants = {name: variant for variant, name in _NAMES.items()}
-    mechanism = config.get('mechanism')
-    if mechanism not in variants:
-      raise ValueError(f'`mechanism` must be one of {sorted(variants)}, got {mechanism!r}.')
-    unknown = sorted(set(config) - {'mechanism', 'completion'})
-    if unknown:
-      raise ValueError(f'Unknown keys for the {mechanism} mechanism: {unknown}.')
+    mechanism = base.check_config(config, tuple(variants), optional=('completion',))
     return cls(variant=variants[mechanism], completion=config.get('completion', False))
 
   def __eq__(self, other) -> bool:

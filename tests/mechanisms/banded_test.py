@@ -7,7 +7,7 @@ import pytest
 import scipy.linalg
 import scipy.optimize
 
-from dp_ftrl_tff.mechanisms import banded
+from dp_ftrl_tff.mechanisms import banded, base
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from dp_ftrl_tff.mechanisms.participation import ParticipationSchema
 
@@ -23,12 +23,8 @@ def _random_banded(n, bands, seed=0, normalize=False):
   return c
 
 
-def _prefix(n):
-  return np.tril(np.ones((n, n)))
-
-
 def _dense_errors(c):
-  rows = np.sum((_prefix(c.shape[0]) @ np.linalg.inv(c))**2, axis=1)
+  rows = np.sum((base.prefix_sum_workload(c.shape[0]) @ np.linalg.inv(c))**2, axis=1)
   return np.sqrt(np.max(rows)), np.sqrt(np.mean(rows))
 
 
@@ -101,7 +97,7 @@ def test_from_toeplitz_matches_scipy_toeplitz():
 def test_fhu_coefficients_square_to_prefix_sums():
   n = 9
   root = scipy.linalg.toeplitz(banded.fhu_coefficients(n), np.zeros(n))
-  np.testing.assert_allclose(root @ root, _prefix(n), atol=1e-14)
+  np.testing.assert_allclose(root @ root, base.prefix_sum_workload(n), atol=1e-14)
   np.testing.assert_allclose(banded.fhu_coefficients(4), [1.0, 0.5, 0.375, 0.3125])
 
 
@@ -219,15 +215,6 @@ def _brute_force_x_optimum(n, bands, workload):
   return best.fun
 
 
-def _momentum_workload(n, momentum, learning_rates):
-  """A[t, s] = sum_{j=s}^{t} lr_j momentum^(j - s) (BandMF notes Sec. 5.8), built by loops."""
-  a = np.zeros((n, n))
-  for t in range(n):
-    for s in range(t + 1):
-      a[t, s] = sum(learning_rates[j] * momentum**(j - s) for j in range(s, t + 1))
-  return a
-
-
 @pytest.mark.parametrize('n, bands', [(8, 3), (9, 1), (7, 7)])
 def test_general_optimizer_matches_brute_force(n, bands):
   participation = ParticipationSchema.min_separation(max(bands, 2), 2)
@@ -235,14 +222,14 @@ def test_general_optimizer_matches_brute_force(n, bands):
   c = result.strategy.strategy_matrix(n)
   np.testing.assert_allclose(np.linalg.norm(c, axis=0), 1.0, rtol=1e-12)
   _, rms = _dense_errors(c)
-  assert rms**2 == pytest.approx(_brute_force_x_optimum(n, bands, _prefix(n)), rel=1e-6)
+  assert rms**2 == pytest.approx(_brute_force_x_optimum(n, bands, base.prefix_sum_workload(n)), rel=1e-6)
   if bands == 1:
     np.testing.assert_allclose(c, np.eye(n), atol=1e-12)  # one band is DP-SGD
 
 
 def test_general_optimizer_with_momentum_workload_matches_brute_force():
   n, bands = 8, 3
-  a = _momentum_workload(n, 0.9, np.linspace(1.0, 0.25, n))
+  a = base.momentum_workload(n, 0.9, np.linspace(1.0, 0.25, n))
   result = banded.optimize_banded(n, bands, ParticipationSchema.min_separation(3, 2), workload=a,
                                   max_iterations=500, tolerance=1e-14)
   got = np.mean(np.sum((a @ result.strategy.noise_matrix(n))**2, axis=1))
@@ -254,7 +241,7 @@ def test_general_optimizer_with_momentum_workload_matches_brute_force():
 def test_toeplitz_optimizer_matches_brute_force(error, momentum):
   n, bands = 10, 3
   participation = ParticipationSchema.min_separation(3, 2)
-  workload = _prefix(n) if momentum is None else _momentum_workload(n, momentum, np.ones(n))
+  workload = base.prefix_sum_workload(n) if momentum is None else base.momentum_workload(n, momentum)
   result = banded.optimize_banded(n, bands, participation, toeplitz=True, error=error,
                                   workload=None if momentum is None else workload,
                                   max_iterations=500, tolerance=1e-14)
@@ -296,7 +283,7 @@ def test_max_error_objective_lowers_max_error():
 def test_gradient_of_banded_objective_matches_finite_differences():
   # The optimizer's analytic gradient (private) against central differences of its value.
   n, bands = 11, 4
-  for error, workload in [('rms', None), ('max', _momentum_workload(n, 0.5, np.ones(n)))]:
+  for error, workload in [('rms', None), ('max', base.momentum_workload(n, 0.5))]:
     objective = banded._BandedObjective(n, bands, banded._Workload(n, workload), error)
     params = objective.params_from_matrix(_random_banded(n, bands, seed=5))
     _, grad = objective.value_and_grad(params)

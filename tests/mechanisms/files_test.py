@@ -92,6 +92,8 @@ def _write(tmp_path, document, name='s.json'):
 @pytest.mark.parametrize('document,field', [
     ({'theta': THETA, 'omega': OMEGA}, 'mechanism'),
     ({'mechanism': 'nope'}, 'mechanism'),
+    ({'mechanism': ['blt']}, 'mechanism'),
+    ({'name': 'blt', 'theta': THETA, 'omega': OMEGA}, 'mechanism'),  # the legacy key is gone
     ({'mechanism': 'blt', 'omega': OMEGA}, 'theta'),
     ({'mechanism': 'blt', 'theta': THETA}, 'omega'),
     ({'mechanism': 'blt', 'theta': THETA, 'omega': OMEGA[:2]}, 'omega'),

@@ -110,9 +110,34 @@ def test_num_rounds_is_validated():
   with pytest.raises(ValueError, match='num_rounds'):
     P.single().effective_max_participations(0)
   with pytest.raises(ValueError, match='num_rounds'):
+    P.single().admits((0,), 0)
+  with pytest.raises(ValueError, match='num_rounds'):
     list(P.single().all_patterns(-1))
 
 
 def test_str_mentions_kind():
   assert str(P.fixed_epoch_order(2, 3)) == 'fixed-epoch(min_sep=3, max_participations=2)'
   assert str(P.min_separation(3)) == 'min-sep(min_sep=3, max_participations=ceil(n/b))'
+
+
+@pytest.mark.parametrize('call, name', [
+    (lambda: P.fixed_epoch_order(0, 3), 'num_epochs'),
+    (lambda: P.fixed_epoch_order(2, 0), 'rounds_per_epoch'),
+    (lambda: P.min_separation(3).admits((0, 'a'), 10), 'pattern'),
+    (lambda: P.min_separation(3).admits((0, 3.0), 10), 'pattern'),
+])
+def test_constructors_and_admits_name_bad_arguments(call, name):
+  with pytest.raises(ValueError, match=name):
+    call()
+
+
+def test_admits_rejects_rounds_outside_the_run():
+  assert not P.min_separation(3).admits((-3, 0), 10)
+  assert not P.min_separation(3).admits((0, 10), 10)
+
+
+def test_check_participation():
+  schema = P.min_separation(3, 2)
+  assert participation_lib.check_participation(schema) is schema
+  with pytest.raises(ValueError, match='participation'):
+    participation_lib.check_participation((3, 2))

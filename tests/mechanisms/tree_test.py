@@ -303,12 +303,16 @@ def test_losses_use_exact_sensitivity():
     (lambda: tree.TreeStrategy('vanilla', completion=1), 'completion'),
     (lambda: tree.tree_nodes(0), 'num_rounds'),
     (lambda: tree.tree_sensitivity_squared(5, 'single'), 'participation'),
+    (lambda: tree.tree_sensitivity_squared(0, P.single()), 'num_rounds'),
+    (lambda: tree.pattern_sensitivity_squared(4, [0.5]), 'rounds'),
+    (lambda: tree.earliest_pattern_sensitivity_squared(4, None), 'participation'),
     (lambda: tree.segments_sensitivity_squared([], P.single()), 'segment_lengths'),
     (lambda: tree.segments_sensitivity_squared([3, 0], P.single()), 'segment_lengths'),
     (lambda: tree.segments_sensitivity_squared([3, 4], P.single(), [True]), 'completion'),
     (lambda: tree.clients_sensitivity_squared([0], [5], [5]), 'rounds'),
     (lambda: tree.node_row(2, 1), 'end'),
     (lambda: tree.TreeStrategy.from_config({'mechanism': 'blt'}), 'mechanism'),
+    (lambda: tree.TreeStrategy.from_config({'mechanism': 'tree', 'extra': 1}), 'Unknown keys'),
 ])
 def test_invalid_arguments_raise(call, name):
   with pytest.raises(ValueError, match=name):
