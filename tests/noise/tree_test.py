@@ -9,52 +9,36 @@ import collections
 
 import numpy as np
 import pytest
-import scipy.linalg
 import tensorflow as tf
 
 from dp_ftrl_tff.mechanisms import tree as tree_mechanism
 from dp_ftrl_tff.noise import base, tree
-
-
-def _specs(dtype):
-  return collections.OrderedDict(a=tf.TensorSpec([3], dtype), b=tf.TensorSpec([2, 2], dtype))
+from tests.noise import stream_testing
 
 
 def _stream(noise, specs, seed, segment_lengths, stddev=1.0):
-  """Runs the segments back to back, restarting between them: ([rounds, coords], final state)."""
-  state = noise.initial_state(specs, seed)
-  step = tf.function(noise.next)
-  restart = tf.function(noise.restart)
-  rows = []
-  for index, length in enumerate(segment_lengths):
-    if index:
-      state = restart(state)
-    for _ in range(length):
-      value, state = step(state, tf.constant(stddev, tf.float64))
-      rows.append(np.concatenate([np.reshape(v.numpy(), -1) for v in tf.nest.flatten(value)]))
-  return np.stack(rows), state
+  """The flattened stream [rounds, coords] of a tree noise run and its final state."""
+  stream, state = stream_testing.run_stream(noise, specs, seed, segment_lengths, stddev=stddev,
+                                            tf_function=True)
+  return stream_testing.flat(stream), state
 
 
-def _expected(variant, specs, seed, segment_lengths):
-  strategy = tree_mechanism.TreeStrategy(variant)
-  matrix = scipy.linalg.block_diag(*[strategy.noise_matrix(m) for m in segment_lengths])
-  z = np.stack([
-      np.concatenate([np.reshape(v.numpy(), -1) for v in tf.nest.flatten(
-          base.standard_normal_row(seed, tf.constant(r, tf.int64), specs))])
-      for r in range(matrix.shape[1])
-  ])
-  return matrix @ z.astype(np.float64), matrix.shape[1]
+def _expected(efficient, specs, seed, segment_lengths):
+  """blockdiag(TreeStrategy(variant).noise_matrix(m) per segment) @ Z, flattened; and #z rows."""
+  strategy = tree_mechanism.TreeStrategy('efficient' if efficient else 'vanilla')
+  expected, num_rows = stream_testing.expected_stream(strategy.noise_matrix, segment_lengths, specs,
+                                                      seed)
+  return stream_testing.flat(expected), num_rows
 
 
 @pytest.mark.parametrize('efficient', [False, True])
 @pytest.mark.parametrize('segment_lengths', [[37], [20, 17, 1]])
 def test_stream_matches_noise_matrix_float64(efficient, segment_lengths):
   seed = base.initial_seed(1234)
-  specs = _specs(tf.float64)
+  specs = stream_testing.value_specs(tf.float64)
   noise = tree.TreeNoise(efficient=efficient, max_rounds_per_tree=64)
   streamed, state = _stream(noise, specs, seed, segment_lengths)
-  variant = 'efficient' if efficient else 'vanilla'
-  expected, num_rows = _expected(variant, specs, seed, segment_lengths)
+  expected, num_rows = _expected(efficient, specs, seed, segment_lengths)
   np.testing.assert_allclose(streamed, expected, rtol=0, atol=1e-12)
   assert int(state.row) == num_rows  # every node row used once, none skipped or reused
   assert int(state.round) == segment_lengths[-1]
@@ -63,17 +47,17 @@ def test_stream_matches_noise_matrix_float64(efficient, segment_lengths):
 @pytest.mark.parametrize('efficient', [False, True])
 def test_stream_matches_noise_matrix_float32(efficient):
   seed = base.initial_seed(7)
-  specs = _specs(tf.float32)
+  specs = stream_testing.value_specs(tf.float32)
   segments = [45, 19]
-  streamed, _ = _stream(tree.TreeNoise(efficient=efficient), specs, seed, segments, stddev=1.0)
-  expected, _ = _expected('efficient' if efficient else 'vanilla', specs, seed, segments)
+  streamed, _ = _stream(tree.TreeNoise(efficient=efficient), specs, seed, segments)
+  expected, _ = _expected(efficient, specs, seed, segments)
   assert streamed.dtype == np.float32
   assert np.max(np.abs(streamed - expected)) <= 1e-5 * np.max(np.abs(expected))
 
 
 def test_stddev_scales_noise():
   seed = base.initial_seed(3)
-  specs = _specs(tf.float64)
+  specs = stream_testing.value_specs(tf.float64)
   unit, _ = _stream(tree.TreeNoise(), specs, seed, [9])
   scaled, _ = _stream(tree.TreeNoise(), specs, seed, [9], stddev=2.5)
   np.testing.assert_allclose(scaled, 2.5 * unit, rtol=1e-12)
@@ -93,7 +77,7 @@ def test_prefix_noise_variance_matches_efficient_table():
 def test_too_many_rounds_fail():
   noise = tree.TreeNoise(max_rounds_per_tree=3)
   assert noise.num_levels == 2
-  state = noise.initial_state(_specs(tf.float32), base.initial_seed(0))
+  state = noise.initial_state(stream_testing.value_specs(tf.float32), base.initial_seed(0))
   for _ in range(3):
     _, state = noise.next(state, tf.constant(1.0))
   with pytest.raises(tf.errors.InvalidArgumentError, match='max_rounds_per_tree'):
@@ -101,34 +85,14 @@ def test_too_many_rounds_fail():
 
 
 def test_runs_inside_tff_computation():
-  tff = pytest.importorskip('tensorflow_federated')
-  specs = _specs(tf.float32)
+  pytest.importorskip('tensorflow_federated')
+  specs = stream_testing.value_specs(tf.float32)
   noise = tree.TreeNoise(efficient=True, max_rounds_per_tree=16)
-
-  @tff.tensorflow.computation
-  def init_fn():
-    return noise.initial_state(specs, base.initial_seed(5))
-
-  @tff.tensorflow.computation(init_fn.type_signature.result)
-  def next_fn(state):
-    assert isinstance(state, tree.TreeNoiseState)  # TFF keeps the NamedTuple container
-    value, state = noise.next(state, tf.constant(1.0))
-    return value, state
-
-  @tff.tensorflow.computation(init_fn.type_signature.result)
-  def restart_fn(state):
-    return noise.restart(state)
-
-  state = init_fn()
-  rows = []
-  for length_index, length in enumerate([5, 3]):
-    if length_index:
-      state = restart_fn(state)
-    for _ in range(length):
-      value, state = next_fn(state)
-      rows.append(np.concatenate([np.reshape(value['a'], -1), np.reshape(value['b'], -1)]))
-  expected, _ = _expected('efficient', specs, base.initial_seed(5), [5, 3])
-  assert np.max(np.abs(np.stack(rows) - expected)) <= 1e-5 * np.max(np.abs(expected))
+  # The helper also checks that TFF keeps the TreeNoiseState container.
+  stream, _, _ = stream_testing.run_stream_in_tff(noise, specs, 5, [5, 3])
+  expected, _ = _expected(True, specs, base.initial_seed(5), [5, 3])
+  streamed = stream_testing.flat(stream)
+  assert np.max(np.abs(streamed - expected)) <= 1e-5 * np.max(np.abs(expected))
 
 
 @pytest.mark.parametrize('kwargs, name', [
