@@ -261,6 +261,12 @@ def _guarantee_dict(g: zcdp.Guarantee) -> dict:
           'rho': g.rho, 'epsilon': g.epsilon, 'delta': g.delta}
 
 
+def _json_config(config: dict) -> dict:
+  """The strategy config with arrays (e.g. banded `band_rows`) summarized by their shape."""
+  return {k: (f'<float64 array of shape {list(np.shape(v))}>' if isinstance(v, np.ndarray) else v)
+          for k, v in config.items()}
+
+
 def _sensitivity_exact(strategy: base.Strategy, num_rounds: int,
                        participation: participation_lib.ParticipationSchema,
                        restarts: Sequence[int]) -> bool:
@@ -369,7 +375,8 @@ def build_report(strategy: base.Strategy, num_rounds: Optional[int] = None,
       warnings.append(f'adaptive clipping inflates the value noise multiplier by '
                       f'{value_nm / headline.noise_multiplier:.3g}x.')
   return PrivacyReport(
-      guarantee=headline, mechanism_config=strategy.to_config(), participation_source=source,
+      guarantee=headline, mechanism_config=_json_config(strategy.to_config()),
+      participation_source=source,
       sensitivity_exact=exact, declared=declared, observed=observed,
       clipped_count_stddev=None if clipped_count_stddev is None else float(clipped_count_stddev),
       value_noise_multiplier=value_nm, calibration=calibration_info, warnings=tuple(warnings))

@@ -7,7 +7,7 @@ import pytest
 
 from dp_ftrl_tff.accounting import adaptive_clipping, report, zcdp
 from dp_ftrl_tff.accounting import participation_log as log_lib
-from dp_ftrl_tff.mechanisms import gaussian, tree
+from dp_ftrl_tff.mechanisms import banded, gaussian, tree
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 
 Schema = participation_lib.ParticipationSchema
@@ -127,3 +127,14 @@ def test_build_report_rejects_bad_input(kwargs, match):
   args.update(kwargs)
   with pytest.raises(ValueError, match=match):
     report.build_report(gaussian.GaussianStrategy(), 10, **args)
+
+
+def test_banded_with_more_bands_than_min_sep_is_flagged_as_upper_bound():
+  c = np.tril(np.ones((12, 12))) - np.tril(np.ones((12, 12)), -4)  # 4 bands
+  strategy = banded.BandedStrategy(c)
+  loose = report.build_report(strategy, 12, Schema(2, 3), noise_multiplier=2.0)
+  tight = report.build_report(strategy, 12, Schema(4, 3), noise_multiplier=2.0)
+  assert not loose.sensitivity_exact and any('upper bound' in w for w in loose.warnings)
+  assert tight.sensitivity_exact and tight.warnings == ()
+  # Alg. 5 with bands <= min_sep: 3 disjoint column groups of squared norm 4 (first columns).
+  assert tight.guarantee.sensitivity_squared == 12.0

@@ -6,10 +6,11 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from dp_ftrl_tff.accounting import report
-from dp_ftrl_tff.mechanisms import blt, files
+from dp_ftrl_tff.mechanisms import banded, blt, files
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -81,3 +82,15 @@ def test_bad_flags_give_one_line_errors(args, flag):
   lines = proc.stderr.strip().splitlines()
   assert len(lines) == 1, proc.stderr
   assert flag in lines[0]
+
+
+def test_saved_banded_file(tmp_path):
+  path = str(tmp_path / 'banded.npz')
+  files.save_strategy(banded.BandedStrategy(np.eye(50) + np.eye(50, k=-1)), path)  # 2 bands
+  proc = _run(f'--mechanism_file={path}', '--noise_multiplier=2', '--rounds=50', '--min_sep=1',
+              '--max_participations=2', '--json')
+  assert proc.returncode == 0, proc.stderr
+  out = json.loads(proc.stdout)
+  assert out['mechanism'] == 'banded' and not out['sensitivity_exact']
+  proc = _run(f'--mechanism_file={path}', '--noise_multiplier=2', '--rounds=51', '--min_sep=1')
+  assert proc.returncode != 0 and '--rounds' in proc.stderr
