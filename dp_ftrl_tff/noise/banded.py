@@ -74,17 +74,10 @@ class BandedNoise(base.StreamingNoise):
 
   def initial_state(self, value_specs: Any, seed: tf.Tensor) -> BandedNoiseState:
     """Zero buffers for updates shaped like `value_specs` (nested `tf.TensorSpec`, floating dtypes)."""
-    for spec in tf.nest.flatten(value_specs):
-      if not isinstance(spec, tf.TensorSpec) or not spec.dtype.is_floating:
-        raise ValueError(f'`value_specs` must hold floating tf.TensorSpecs, got {spec!r}.')
-      if not spec.shape.is_fully_defined():
-        raise ValueError(f'`value_specs` shapes must be fully defined, got {spec!r}.')
-    depth = self._strategy.num_bands - 1
-    buffers = tf.nest.map_structure(
-        lambda spec: tf.zeros([depth] + spec.shape.as_list(), spec.dtype), value_specs)
+    base.check_value_specs(value_specs)
     zero = tf.constant(0, tf.int64)
     return BandedNoiseState(seed=tf.convert_to_tensor(seed, tf.int64), row=zero, segment_round=zero,
-                            buffers=buffers)
+                            buffers=base.zero_buffers(value_specs, self._strategy.num_bands - 1))
 
   def next(self, state: BandedNoiseState, stddev: tf.Tensor) -> Tuple[Any, BandedNoiseState]:
     """(noise_t, new_state): round t's noise, std `stddev` = sigma * zeta before the C^-1 mixing."""
@@ -99,8 +92,7 @@ class BandedNoise(base.StreamingNoise):
       with tf.control_dependencies([check]):
         state = state._replace(segment_round=tf.identity(state.segment_round))
     t = state.segment_round
-    specs = tf.nest.map_structure(lambda s: tf.TensorSpec(s.shape[1:], s.dtype), state.buffers)
-    z = base.standard_normal_row(state.seed, state.row, specs)
+    z = base.standard_normal_row(state.seed, state.row, base.buffer_row_specs(state.buffers))
     depth = self._strategy.num_bands - 1
     if depth:
       # Slot s holds noise_{t - j_s} with j_s = ((t - s - 1) mod depth) + 1 in 1 .. depth.
@@ -108,7 +100,7 @@ class BandedNoise(base.StreamingNoise):
       slot = tf.math.floormod(t, depth)
     coef_tables = {}
     noise, buffers = [], []
-    for z_leaf, buffer in zip(tf.nest.flatten(z), tf.nest.flatten(state.buffers), strict=False):
+    for z_leaf, buffer in zip(tf.nest.flatten(z), tf.nest.flatten(state.buffers), strict=True):
       dtype = buffer.dtype
       if dtype not in coef_tables:
         coef_tables[dtype] = tf.gather(tf.constant(self._strategy.band_rows, dtype), t)

@@ -53,6 +53,30 @@ def standard_normal_row(seed: tf.Tensor, row: tf.Tensor, value_specs: Any) -> An
   return tf.nest.pack_sequence_as(value_specs, draws)
 
 
+def check_value_specs(value_specs: Any) -> None:
+  """Raises ValueError unless `value_specs` holds at least one `tf.TensorSpec`, all of them of fully
+  defined shape and floating dtype."""
+  leaves = tf.nest.flatten(value_specs)
+  if not leaves:
+    raise ValueError('`value_specs` must hold at least one tf.TensorSpec.')
+  for spec in leaves:
+    if not isinstance(spec, tf.TensorSpec) or not spec.dtype.is_floating or (
+        not spec.shape.is_fully_defined()):
+      raise ValueError(f'`value_specs` must be tf.TensorSpecs of fully defined shape and floating '
+                       f'dtype, got {spec!r}.')
+
+
+def zero_buffers(value_specs: Any, depth: int) -> Any:
+  """`depth` stacked zero copies of each leaf: a structure like `value_specs` of [depth, *shape]."""
+  return tf.nest.map_structure(lambda spec: tf.zeros([depth] + spec.shape.as_list(), spec.dtype),
+                               value_specs)
+
+
+def buffer_row_specs(buffers: Any) -> Any:
+  """The value specs of one row of stacked buffers (leaves [depth, *shape] -> TensorSpec(shape))."""
+  return tf.nest.map_structure(lambda b: tf.TensorSpec(b.shape[1:], b.dtype), buffers)
+
+
 class StreamingNoise(abc.ABC):
   """A streaming correlated-noise generator. Subclasses: one module per kind in this package.
 

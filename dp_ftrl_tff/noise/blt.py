@@ -54,26 +54,16 @@ class BLTNoise(base.StreamingNoise):
 
   def initial_state(self, value_specs: Any, seed: tf.Tensor) -> BLTNoiseState:
     """Zero buffers for updates shaped like `value_specs` (nested `tf.TensorSpec`, floating dtypes)."""
-    for spec in tf.nest.flatten(value_specs):
-      if not isinstance(spec, tf.TensorSpec) or not spec.dtype.is_floating:
-        raise ValueError(f'`value_specs` must hold floating tf.TensorSpecs, got {spec!r}.')
-      if not spec.shape.is_fully_defined():
-        raise ValueError(f'`value_specs` shapes must be fully defined, got {spec!r}.')
-    d = self._strategy.num_buffers
-    buffers = tf.nest.map_structure(lambda spec: tf.zeros([d] + spec.shape.as_list(), spec.dtype),
-                                    value_specs)
+    base.check_value_specs(value_specs)
     zero = tf.constant(0, tf.int64)
     return BLTNoiseState(seed=tf.convert_to_tensor(seed, tf.int64), row=zero, segment_round=zero,
-                         buffers=buffers)
+                         buffers=base.zero_buffers(value_specs, self._strategy.num_buffers))
 
   def next(self, state: BLTNoiseState, stddev: tf.Tensor) -> Tuple[Any, BLTNoiseState]:
     """(z_hat_t, new_state): round t's noise, std `stddev` = sigma * zeta before the C^-1 mixing."""
-    specs = tf.nest.map_structure(lambda s: tf.TensorSpec(s.shape[1:], s.dtype), state.buffers)
-    z = base.standard_normal_row(state.seed, state.row, specs)
-    flat_z = tf.nest.flatten(z)
-    flat_buffers = tf.nest.flatten(state.buffers)
+    z = base.standard_normal_row(state.seed, state.row, base.buffer_row_specs(state.buffers))
     noise, buffers = [], []
-    for z_leaf, buffer in zip(flat_z, flat_buffers, strict=False):
+    for z_leaf, buffer in zip(tf.nest.flatten(z), tf.nest.flatten(state.buffers), strict=True):
       dtype = buffer.dtype
       broadcast = [-1] + [1] * z_leaf.shape.rank
       theta = tf.reshape(tf.constant(self._strategy.theta, dtype), broadcast)

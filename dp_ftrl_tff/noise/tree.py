@@ -44,17 +44,6 @@ class TreeNoiseState(NamedTuple):
   levels: Any
 
 
-def _check_specs(value_specs) -> None:
-  leaves = tf.nest.flatten(value_specs)
-  if not leaves:
-    raise ValueError('`value_specs` must hold at least one tf.TensorSpec.')
-  for spec in leaves:
-    if not isinstance(spec, tf.TensorSpec) or not spec.dtype.is_floating or (
-        not spec.shape.is_fully_defined()):
-      raise ValueError(f'`value_specs` must be tf.TensorSpecs of fully defined shape and floating '
-                       f'dtype, got {spec!r}.')
-
-
 def _trailing_zeros(x: tf.Tensor) -> tf.Tensor:
   """ctz(x) for an int64 scalar x > 0: popcount of the bits below the lowest set bit."""
   lowest = tf.bitwise.bitwise_and(x, -x)
@@ -90,15 +79,13 @@ class TreeNoise(base.StreamingNoise):
     return self._num_levels
 
   def initial_state(self, value_specs: Any, seed: tf.Tensor) -> TreeNoiseState:
-    _check_specs(value_specs)
-    levels = tf.nest.map_structure(
-        lambda s: tf.zeros([self._num_levels] + s.shape.as_list(), s.dtype), value_specs)
+    base.check_value_specs(value_specs)
     return TreeNoiseState(seed=tf.convert_to_tensor(seed, tf.int64),
                           round=tf.constant(0, tf.int64), row=tf.constant(0, tf.int64),
-                          levels=levels)
+                          levels=base.zero_buffers(value_specs, self._num_levels))
 
   def next(self, state: TreeNoiseState, stddev: tf.Tensor) -> Tuple[Any, TreeNoiseState]:
-    specs = tf.nest.map_structure(lambda x: tf.TensorSpec(x.shape[1:], x.dtype), state.levels)
+    specs = base.buffer_row_specs(state.levels)
     check = tf.debugging.assert_less(
         state.round, tf.constant(self._max_rounds, tf.int64),
         message='TreeNoise: the tree ran more rounds than `max_rounds_per_tree`; restart it.')

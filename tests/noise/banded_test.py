@@ -162,5 +162,6 @@ def test_rejects_bad_arguments():
   strategy, _ = _random_strategy(4, 2)
   with pytest.raises(ValueError, match='beyond_max_rounds'):
     banded.BandedNoise(strategy, beyond_max_rounds='wrap')
-  with pytest.raises(ValueError, match='value_specs'):
-    banded.BandedNoise(strategy).initial_state([tf.TensorSpec([2], tf.int32)], base.initial_seed(0))
+  for specs in ([tf.TensorSpec([2], tf.int32)], [tf.TensorSpec([None], tf.float32)], []):
+    with pytest.raises(ValueError, match='value_specs'):
+      banded.BandedNoise(strategy).initial_state(specs, base.initial_seed(0))

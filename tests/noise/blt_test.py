@@ -109,6 +109,8 @@ def test_rejects_non_blt_strategy(bad):
     blt.BLTNoise(bad)
 
 
-def test_rejects_integer_specs():
+@pytest.mark.parametrize('specs', [[tf.TensorSpec([2], tf.int32)], [tf.TensorSpec([None], tf.float32)],
+                                   []], ids=['integer', 'unknown_shape', 'empty'])
+def test_rejects_bad_specs(specs):
   with pytest.raises(ValueError, match='value_specs'):
-    blt.BLTNoise(_TWO_BUFFERS).initial_state([tf.TensorSpec([2], tf.int32)], base.initial_seed(0))
+    blt.BLTNoise(_TWO_BUFFERS).initial_state(specs, base.initial_seed(0))
