@@ -32,7 +32,7 @@ _FNV_PRIME = np.uint64(0x100000001B3)
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)  # arrays: compare fields explicitly
 class ParticipationLog:
   """A parsed log, sorted by (client, round).
 
