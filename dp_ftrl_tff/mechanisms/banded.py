@@ -7,7 +7,8 @@ BandMF paper (Choquette-Choo et al. 2023, arXiv:2306.08153):
     squared sensitivity is VecSens(diag(C^T C)) exactly; with equal column norms 1 it is k_eff. With
     b-hat > min_sep (realized separation below the bands) Alg. 4 gives an upper bound.
   * Sec. 4, Problem 2: minimize the prefix-sum error ||A C^-1||_F^2 over banded C with equal column
-    norms (diag(C^T C) = 1). Sec. 5.8: other workloads (SGD with momentum / learning-rate schedules).
+    norms (diag(C^T C) = 1). Sec. 5.8: other workloads, e.g. SGD with momentum and a learning-rate
+    schedule (`base.momentum_workload`), through `optimize_banded(..., workload=A)`.
   * Sec. 6, Alg. 9: the noise C^-1 z streams by forward substitution with a buffer of the last
     b-hat - 1 outputs (`stream_inverse`, the numpy reference of `dp_ftrl_tff.noise.banded`).
   * Banded Toeplitz C (one coefficient per band, McKenna 2024, "BandToep") via `toeplitz=True`.
@@ -442,8 +443,9 @@ def optimize_banded(num_rounds: int, num_bands: int,
     participation: the schema the result's losses are reported for.
     toeplitz: optimize a banded Toeplitz C (b-hat parameters, milliseconds per step).
     error: 'rms' (default, BandMF paper) or 'max'.
-    workload: optional lower-triangular n x n A (e.g. SGD with momentum and a learning-rate schedule,
-      BandMF Sec. 5.8); prefix sums by default. Must be Toeplitz with `toeplitz=True`.
+    workload: optional lower-triangular n x n A (e.g. `base.momentum_workload`, SGD with momentum
+      and a learning-rate schedule, BandMF Sec. 5.8); prefix sums by default. Must be Toeplitz with
+      `toeplitz=True` (momentum with a constant learning rate is).
     max_iterations: L-BFGS iterations (per stage).
     max_seconds: optional wall-clock budget for the general stage; the best point so far is returned.
     tolerance: relative objective decrease below which L-BFGS stops.

@@ -1,4 +1,8 @@
-"""The interface every correlated-noise strategy implements, and the loss figures they report.
+"""The interface every correlated-noise strategy implements, the loss figures they report, workloads.
+
+Holds `Strategy` (the ABC), `Losses`, `OptimizationResult`, the workloads `prefix_sum_workload` and
+`momentum_workload` (SGD with momentum and a learning-rate schedule, BandMF paper Sec. 5.8),
+`errors_from_decoder` and `check_config` (the validation every `from_config` shares).
 
 Notation (matrix-factorization view, BLT paper Eq. 1; BandMF paper Sec. 2):
   * `workload` A: the n x n lower-triangular all-ones prefix-sum matrix (A_{ij} = 1 for i >= j).

@@ -8,6 +8,9 @@ aggregator state and checkpoints with it.
 Randomness is stateless and counter based: row r of z (one standard normal draw per model coordinate)
 is `standard_normal_row(seed, r, value_specs)`, a pure function of the int64[2] seed and the row index.
 Tests rebuild z in numpy with the same function and compare against dense matrix math.
+
+Also holds the value-structure helpers the buffered states share: `check_value_specs`, `zero_buffers`
+(stacked per-leaf buffers of the tree, banded and BLT states) and `buffer_row_specs`.
 """
 
 import abc

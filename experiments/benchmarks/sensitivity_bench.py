@@ -16,7 +16,7 @@ import time
 import numpy as np
 from absl import app, flags
 
-from dp_ftrl_tff.mechanisms import sensitivity, toeplitz
+from dp_ftrl_tff.mechanisms import blt, sensitivity, toeplitz
 from dp_ftrl_tff.mechanisms.participation import ParticipationSchema
 
 _NUM_ROUNDS = flags.DEFINE_integer('num_rounds', 2052, 'n.')
@@ -25,11 +25,6 @@ _MAX_PARTICIPATIONS = flags.DEFINE_integer('max_participations', 6, 'k.')
 _LARGE_ROUNDS = flags.DEFINE_integer('large_rounds', 200_000, 'n for the Toeplitz-only cases.')
 _REPEATS = flags.DEFINE_integer('repeats', 3, 'Timed repetitions (the best is reported).')
 
-_THETA = np.array([0.9999999999921251, 0.9944453083640997, 0.8985923474607591, 0.4912001418098778])
-_OMEGA = np.array([0.0070314825502323835, 0.10613806907600574, 0.1898159060327625,
-                   0.1966594748073734])
-
-
 def _best_time(fn, repeats):
   best, value = np.inf, None
   for _ in range(repeats):
@@ -37,11 +32,6 @@ def _best_time(fn, repeats):
     value = fn()
     best = min(best, time.perf_counter() - start)
   return best, value
-
-
-def _blt_coefs(n):
-  i = np.arange(1, n)[:, None]
-  return np.concatenate([[1.0], np.sum(_OMEGA * _THETA**(i - 1), axis=1)])
 
 
 def main(argv):
@@ -59,10 +49,9 @@ def main(argv):
       ('banded_squared (Alg. 5), b-banded C', lambda: sensitivity.banded_squared(banded, schema)),
   ]
   for large in (n, _LARGE_ROUNDS.value):
-    coefs = _blt_coefs(large)
-    large_schema = ParticipationSchema.min_separation(b, k)
+    coefs = blt.PRODUCTION_STRATEGIES[400].toeplitz_coefs(large)
     cases.append((f'toeplitz_squared (Thm. 3.1), n={large}',
-                  lambda c=coefs, m=large, s=large_schema: sensitivity.toeplitz_squared(c, m, s)))
+                  lambda c=coefs, m=large: sensitivity.toeplitz_squared(c, m, schema)))
     cases.append((f'inverse_coefs, n={large}',
                   lambda c=coefs, m=large: float(toeplitz.inverse_coefs(c, m)[-1])))
   for label, fn in cases:

@@ -14,6 +14,7 @@ import hypothesis
 import hypothesis.strategies as st
 import numpy as np
 import pytest
+import scipy.linalg
 
 from dp_ftrl_tff.mechanisms import base, tree
 from dp_ftrl_tff.mechanisms import participation as participation_lib
@@ -52,15 +53,8 @@ def _brute_force(matrix, patterns):
 
 
 def _segments_matrix(lengths, completed):
-  blocks = [tree.tree_matrix(m, c) for m, c in zip(lengths, completed, strict=True)]
-  rows = sum(b.shape[0] for b in blocks)
-  out = np.zeros((rows, sum(lengths)))
-  r = col = 0
-  for b in blocks:
-    out[r:r + b.shape[0], col:col + b.shape[1]] = b
-    r += b.shape[0]
-    col += b.shape[1]
-  return out
+  return scipy.linalg.block_diag(*[tree.tree_matrix(m, c)
+                                   for m, c in zip(lengths, completed, strict=True)])
 
 
 # ---------------------------------------------------------------- nodes, C, decoders
