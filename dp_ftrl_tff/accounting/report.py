@@ -424,7 +424,7 @@ def write_plots(report: PrivacyReport, strategy: base.Strategy, output_dir: str,
   ax.set_xlabel('rounds trained')
   ax.set_ylabel(f'epsilon (delta={delta:g})')
   ax.set_title(f'{g.mechanism}, sigma={sigma:.4g}, min_sep={schema.min_sep}, '
-               f'k={schema.max_participations}')
+               f'k={schema.effective_max_participations(n)}')
   ax.grid(alpha=0.3)
   fig.tight_layout()
   paths.append(os.path.join(output_dir, PLOT_FILES[0]))
@@ -450,6 +450,8 @@ def write_plots(report: PrivacyReport, strategy: base.Strategy, output_dir: str,
   ax.set_title(f'n={n}, sigma={sigma:.4g}, max_participations={k or "ceil(n/b)"}')
   ax.grid(alpha=0.3, which='both')
   ax.legend(fontsize=8)
+  fig.text(0.01, 0.01, 'Same noise multiplier for all; their errors differ (DP-SGD adds the most).',
+           fontsize=7, color='gray')
   fig.tight_layout()
   paths.append(os.path.join(output_dir, PLOT_FILES[1]))
   fig.savefig(paths[-1], dpi=100)
