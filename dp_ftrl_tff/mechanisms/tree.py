@@ -433,15 +433,21 @@ def clients_sensitivity_squared(client_ids, rounds, segment_lengths: Sequence[in
   seg_len = np.asarray(lengths, np.int64)[segment]
   seg_done = np.asarray(completed)[segment]
   top = max(_padded_leaves(m) for m in lengths).bit_length()
+  num_segments = len(lengths)
+  node_stride = max(_padded_leaves(m) for m in lengths)  # node index < padded leaves at height 0
+  if ids.size * num_segments * node_stride >= np.iinfo(np.int64).max:
+    raise ValueError('`client_ids`: too many clients x rounds to index with int64 keys.')
   for height in range(top):
     node = local >> height
     released = np.where(seg_done, (_padded_leaves_array(seg_len) >> height) > 0,
                         ((node + 1) << height) <= seg_len)
-    keys = np.stack([client_index[released], segment[released], node[released]], axis=1)
-    if not keys.size:
+    if not np.any(released):
       continue
-    uniq, counts = np.unique(keys, axis=0, return_counts=True)
-    np.add.at(totals, uniq[:, 0], counts.astype(np.int64)**2)
+    # One int64 key per (client, segment, node): 1-D np.unique is ~40x faster than unique(axis=0).
+    keys = (client_index[released].astype(np.int64) * num_segments
+            + segment[released]) * node_stride + node[released]
+    uniq, counts = np.unique(keys, return_counts=True)
+    np.add.at(totals, uniq // (num_segments * node_stride), counts.astype(np.int64)**2)
   return ids, totals
 
 
