@@ -42,8 +42,11 @@ from dp_ftrl_tff.mechanisms import blt as blt_mechanisms
 from dp_ftrl_tff.mechanisms import files as mechanisms_files
 from dp_ftrl_tff.mechanisms import gaussian as gaussian_mechanisms
 from dp_ftrl_tff.mechanisms import tree as tree_mechanisms
+from dp_ftrl_tff.noise import banded as banded_noise
 from dp_ftrl_tff.noise import base as noise_base
+from dp_ftrl_tff.noise import blt as blt_noise
 from dp_ftrl_tff.noise import gaussian as gaussian_noise
+from dp_ftrl_tff.noise import tree as tree_noise
 
 #: Keys of the measurements `next` reports (server placed), in this order.
 MEASUREMENT_KEYS = ('round', 'segment', 'restart', 'clip', 'sensitivity_clip', 'quantile_estimate',
@@ -243,13 +246,16 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
   @classmethod
   def tree(cls, noise_multiplier: float, clients_per_round: float, clip_norm: Optional[float],
            efficient: bool = True, restart_rounds: Optional[adaptive_lib.RestartSchedule] = None,
-           noise_seed: Optional[int] = None, **kwargs) -> 'CorrelatedNoiseFactory':
+           noise_seed: Optional[int] = None, *, max_rounds_per_tree: Optional[int] = None,
+           **kwargs) -> 'CorrelatedNoiseFactory':
     """Tree aggregation (DP-FTRL, Kairouz et al. 2021): residuals of the noisy prefix sums.
 
     Args:
       efficient: Honaker's efficient estimator (True) or the vanilla tree.
       restart_rounds: a `RestartSchedule`, an int period p (restarts at p, 2p, ...) or None (no
         restarts with a fixed clip; rounds 128 + 1024 i with adaptive clipping).
+      max_rounds_per_tree: the longest tree (sets the stored levels of the noise state); None means
+        the longest segment of the restart schedule, or 2^15 rounds without restarts.
       Other arguments: see the class docstring; `kwargs`: `adaptive_clip`, `secure`, `zeroing_norm`.
     """
     if not isinstance(efficient, bool):
@@ -257,11 +263,24 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
     if restart_rounds is not None and not isinstance(restart_rounds, adaptive_lib.RestartSchedule):
       period = _validation.check_positive_int(restart_rounds, 'restart_rounds')
       restart_rounds = adaptive_lib.RestartSchedule(warmup=period, period=period)
-    from dp_ftrl_tff.noise import tree as tree_noise  # Written in parallel (H2).
+    if max_rounds_per_tree is not None:
+      max_rounds_per_tree = _validation.check_positive_int(max_rounds_per_tree,
+                                                           'max_rounds_per_tree')
     strategy = tree_mechanisms.TreeStrategy('efficient' if efficient else 'vanilla')
-    return cls(lambda: tree_noise.TreeNoise(efficient=efficient), strategy, noise_multiplier,
-               clients_per_round, clip_norm, noise_seed=noise_seed, restarts=restart_rounds,
-               **kwargs)
+    tree_length = {}  # Filled below, once the factory has resolved its restart schedule.
+
+    def noise_fn():
+      return tree_noise.TreeNoise(efficient=efficient,
+                                  max_rounds_per_tree=tree_length['max_rounds_per_tree'])
+
+    factory = cls(noise_fn, strategy, noise_multiplier, clients_per_round, clip_norm,
+                  noise_seed=noise_seed, restarts=restart_rounds, **kwargs)
+    restarts = factory._restarts  # pylint: disable=protected-access
+    if max_rounds_per_tree is None:
+      max_rounds_per_tree = (2**15 if restarts is None
+                             else max(restarts.warmup, restarts.period))
+    tree_length['max_rounds_per_tree'] = max_rounds_per_tree
+    return factory
 
   @classmethod
   def banded(cls, noise_multiplier: float, clients_per_round: float, clip_norm: Optional[float],
@@ -277,7 +296,6 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
     """
     strategy = _strategy_from(strategy, 'banded')
     _validation.check_one_of(beyond_max_rounds, 'beyond_max_rounds', {'error', 'restart'})
-    from dp_ftrl_tff.noise import banded as banded_noise  # Written in parallel (H4).
     factory = cls(lambda: banded_noise.BandedNoise(strategy, beyond_max_rounds=beyond_max_rounds),
                   strategy, noise_multiplier, clients_per_round, clip_norm, noise_seed=noise_seed,
                   **kwargs)
@@ -303,7 +321,6 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
     elif theta is not None or omega is not None:
       raise ValueError('Give either `strategy` or `theta`/`omega`, not both.')
     strategy = _strategy_from(strategy, 'blt')
-    from dp_ftrl_tff.noise import blt as blt_noise  # Written in parallel (H3).
     return cls(lambda: blt_noise.BLTNoise(strategy), strategy, noise_multiplier,
                clients_per_round, clip_norm, noise_seed=noise_seed, **kwargs)
 

@@ -1,0 +1,288 @@
+"""CorrelatedNoiseFactory processes against dense numpy, hand-computed means and theory.
+
+Processes are built once per module (TFF tracing is slow) and shared by the tests.
+"""
+
+import asyncio
+import collections
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from dp_ftrl_tff.accounting import adaptive_clipping as accounting_adaptive
+from dp_ftrl_tff.aggregators import (
+  AdaptiveClipping,
+  CorrelatedNoiseFactory,
+  RestartSchedule,
+  SecureAggregation,
+  correlated_noise,
+)
+from dp_ftrl_tff.mechanisms import banded as banded_mechanisms
+from dp_ftrl_tff.mechanisms import blt as blt_mechanisms
+from dp_ftrl_tff.mechanisms import gaussian as gaussian_mechanisms
+from dp_ftrl_tff.mechanisms import tree as tree_mechanisms
+from dp_ftrl_tff.noise import base
+
+NUM_ROUNDS = 8
+SEED = 1234
+BIG_DIM = 100_000
+BANDED = banded_mechanisms.BandedStrategy.from_toeplitz([1.0, 0.5, 0.25], num_rounds=NUM_ROUNDS)
+BLT = blt_mechanisms.BLTStrategy(theta=(0.9, 0.5), omega=(0.3, 0.2))
+
+# name -> (constructor, strategy whose noise_matrix the stream must reproduce)
+MECHANISMS = {
+    'gaussian': (lambda **kw: CorrelatedNoiseFactory.gaussian(**kw),
+                 gaussian_mechanisms.GaussianStrategy()),
+    'tree_efficient': (lambda **kw: CorrelatedNoiseFactory.tree(efficient=True, **kw),
+                       tree_mechanisms.TreeStrategy('efficient')),
+    'tree_vanilla': (lambda **kw: CorrelatedNoiseFactory.tree(efficient=False, **kw),
+                     tree_mechanisms.TreeStrategy('vanilla')),
+    'banded': (lambda **kw: CorrelatedNoiseFactory.banded(strategy=BANDED, **kw), BANDED),
+    'blt': (lambda **kw: CorrelatedNoiseFactory.blt(strategy=BLT, **kw), BLT),
+}
+
+
+def _flat(structure):
+  return np.concatenate([np.ravel(np.asarray(x, np.float64)) for x in tf.nest.flatten(structure)])
+
+
+def _run(process, client_values, num_rounds, state=None):
+  state = process.initialize() if state is None else state
+  outputs = []
+  for _ in range(num_rounds):
+    output = process.next(state, client_values)
+    state = output.state
+    outputs.append(output)
+  return state, outputs
+
+
+def _dense_noise(strategy, value_type, seed, num_rounds, stddev):
+  """stddev * M z with z rows rebuilt by `standard_normal_row`: (num_rounds, dim) float64."""
+  specs = tff.types.type_to_tf_tensor_specs(value_type)
+  matrix = strategy.noise_matrix(num_rounds)
+  seed_tensor = base.initial_seed(seed)
+  z = np.stack([_flat(base.standard_normal_row(seed_tensor, r, specs))
+                for r in range(matrix.shape[1])])
+  return stddev * (matrix @ z)
+
+
+SMALL_TYPE = tff.types.to_type(collections.OrderedDict(
+    w=tff.TensorType(np.float64, [3, 2]), b=tff.TensorType(np.float64, [2])))
+BIG_TYPE = tff.TensorType(np.float32, [BIG_DIM])
+
+
+@pytest.fixture(scope='module', params=sorted(MECHANISMS))
+def mechanism(request):
+  """(name, strategy, float64 small process, float32 1e5-dim process), noise mult 1, clip 1."""
+  constructor, strategy = MECHANISMS[request.param]
+  factory = constructor(noise_multiplier=1.0, clients_per_round=1, clip_norm=1.0, noise_seed=SEED)
+  return request.param, strategy, factory.create(SMALL_TYPE), factory.create(BIG_TYPE)
+
+
+def test_stream_equals_dense_noise_float64(mechanism):
+  _, strategy, small_process, _ = mechanism
+  zeros = collections.OrderedDict(w=np.zeros([3, 2]), b=np.zeros([2]))
+  _, outputs = _run(small_process, [zeros], NUM_ROUNDS)
+  got = np.stack([_flat(o.result) for o in outputs])
+  expected = _dense_noise(strategy, SMALL_TYPE, SEED, NUM_ROUNDS, stddev=1.0)
+  np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_stream_float32_and_variance_match_theory(mechanism):
+  name, strategy, _, big_process = mechanism
+  _, outputs = _run(big_process, [np.zeros(BIG_DIM, np.float32)], NUM_ROUNDS)
+  got = np.stack([np.asarray(o.result, np.float64) for o in outputs])
+  expected = _dense_noise(strategy, BIG_TYPE, SEED, NUM_ROUNDS, stddev=1.0)
+  assert np.max(np.abs(got - expected)) <= 1e-5 * np.max(np.abs(expected)), name
+  # Empirical variance over 1e5 coordinates vs sigma^2 zeta^2 ||M_t||^2 and ||B_t||^2.
+  noise_matrix = strategy.noise_matrix(NUM_ROUNDS)
+  decoder = np.cumsum(noise_matrix, axis=0)
+  np.testing.assert_allclose(np.var(got, axis=1), np.sum(noise_matrix**2, axis=1), rtol=0.05)
+  np.testing.assert_allclose(np.var(np.cumsum(got, axis=0), axis=1), np.sum(decoder**2, axis=1),
+                             rtol=0.05)
+  for o in outputs:
+    assert o.measurements['noise_stddev'] == 1.0
+    assert o.measurements['clip'] == 1.0
+
+
+@pytest.fixture(scope='module')
+def robust_processes():
+  """Gaussian processes with zeroing at 100: no noise (m = 3), and noise (m = 3)."""
+  value_type = tff.TensorType(np.float32, [2])
+  quiet = CorrelatedNoiseFactory.gaussian(0.0, 3, 1.0, zeroing_norm=100.0).create(value_type)
+  noisy = CorrelatedNoiseFactory.gaussian(1.0, 3, 1.0, noise_seed=3,
+                                          zeroing_norm=100.0).create(value_type)
+  return quiet, noisy
+
+
+CLIENTS = [np.array([3.0, 4.0], np.float32), np.array([0.3, 0.4], np.float32),
+           np.array([np.nan, 1.0], np.float32), np.array([np.inf, 0.0], np.float32),
+           np.array([1e3, 0.0], np.float32), np.array([-np.inf, np.nan], np.float32)]
+
+
+def test_no_noise_gives_clipped_mean_and_counts(robust_processes):
+  quiet, _ = robust_processes
+  _, outputs = _run(quiet, CLIENTS, 2)
+  expected = (np.array([0.6, 0.8]) + np.array([0.3, 0.4])) / 3.0
+  for o in outputs:
+    np.testing.assert_allclose(o.result, expected, rtol=1e-6)
+    assert o.measurements['zeroed_count'] == 4
+    assert o.measurements['clipped_count'] == 1
+    assert o.measurements['noise_stddev'] == 0.0
+  assert [o.measurements['round'] for o in outputs] == [0, 1]
+
+
+def test_non_finite_updates_never_reach_the_output(robust_processes):
+  _, noisy = robust_processes
+  state, outputs = _run(noisy, CLIENTS, 3)
+  quiet_mean = (np.array([0.6, 0.8]) + np.array([0.3, 0.4])) / 3.0
+  expected_noise = _dense_noise(gaussian_mechanisms.GaussianStrategy(), tff.TensorType(
+      np.float32, [2]), 3, 3, stddev=1.0) / 3.0
+  for t, o in enumerate(outputs):
+    assert np.all(np.isfinite(o.result))
+    np.testing.assert_allclose(o.result, quiet_mean + expected_noise[t], rtol=1e-5, atol=1e-6)
+    assert o.measurements['zeroed_count'] == 4
+  assert np.all(np.isfinite(_flat(state.dp.noise_state)))
+
+
+@pytest.fixture(scope='module')
+def adaptive_process():
+  """Tree + adaptive clipping, no noise (deterministic estimate), restarts at rounds 2, 5, 8."""
+  factory = CorrelatedNoiseFactory.tree(
+      0.0, 4, None, noise_seed=1, restart_rounds=RestartSchedule(warmup=2, period=3),
+      adaptive_clip=AdaptiveClipping(initial_clip=1.0, target_quantile=0.5, learning_rate=0.2))
+  return factory.create(tff.TensorType(np.float32, [1]))
+
+
+def test_adaptive_clip_changes_only_at_restarts(adaptive_process):
+  norms = np.array([0.5, 2.0, 3.0, 4.0])
+  clients = [np.array([n], np.float32) for n in norms]
+  _, outputs = _run(adaptive_process, clients, 7)
+  estimate, clip = 1.0, 1.0
+  for t, o in enumerate(outputs):
+    m = o.measurements
+    assert m['round'] == t
+    np.testing.assert_allclose(m['clip'], clip, rtol=1e-6)
+    np.testing.assert_allclose(o.result, np.minimum(norms, clip).sum() / 4.0, rtol=1e-5)
+    assert m['clipped_count'] == int(np.sum(norms > clip))
+    # Andrew et al. geometric update (no noise): fraction below the tracked estimate.
+    estimate *= math.exp(-0.2 * (np.mean(norms <= estimate) - 0.5))
+    np.testing.assert_allclose(m['quantile_estimate'], estimate, rtol=1e-5)
+    assert bool(m['restart']) == (t + 1 in (2, 5, 8))
+    assert m['segment'] == sum(t >= r for r in (2, 5))
+    if m['restart']:
+      clip = estimate
+
+
+def test_adaptive_noise_multiplier_is_inflated():
+  factory = CorrelatedNoiseFactory.blt(1.0, 20, None, strategy=BLT, adaptive_clip=True)
+  expected = accounting_adaptive.inflated_noise_multiplier(1.0, 1.0)
+  assert factory.value_noise_multiplier == pytest.approx(expected)
+  assert factory.accounting_config()['restarts'] == {'warmup': 128, 'period': 1024}
+  assert factory.accounting_config()['initial_clip'] == 0.1
+
+
+def test_checkpoint_round_trip_and_resume_bit_for_bit(tmp_path):
+  factory = CorrelatedNoiseFactory.blt(
+      1.0, 20, None, strategy=BLT,
+      adaptive_clip=AdaptiveClipping(initial_clip=0.5, restarts=RestartSchedule(2, 2)))
+  process = factory.create(tff.TensorType(np.float32, [5]))
+  clients = [np.full([5], v, np.float32) for v in (0.1, 0.3, 1.0)]
+  state, _ = _run(process, clients, 3)  # OS-entropy seed: only the state knows it.
+  manager = tff.program.FileProgramStateManager(tmp_path)
+  asyncio.run(manager.save(state, 3))
+  _, continued = _run(process, clients, 3, state=state)
+  restored = asyncio.run(manager.load(3, process.initialize()))
+  _, resumed = _run(process, clients, 3, state=restored)
+  for a, b in zip(continued, resumed, strict=False):
+    np.testing.assert_array_equal(a.result, b.result)
+    assert a.measurements['clip'] == b.measurements['clip']
+  assert any(o.measurements['restart'] for o in continued)
+  noise_stddevs = [o.measurements['noise_stddev'] for o in continued]
+  clips = [o.measurements['clip'] for o in continued]
+  np.testing.assert_allclose(noise_stddevs, factory.value_noise_multiplier * np.array(clips),
+                             rtol=1e-6)
+  assert b'"blt"' in restored.dp.mechanism
+
+
+@pytest.mark.parametrize('kwargs, name', [
+    ({'noise_multiplier': -1.0}, 'noise_multiplier'),
+    ({'clients_per_round': 0}, 'clients_per_round'),
+    ({'clip_norm': 0.0}, 'clip_norm'),
+    ({'clip_norm': None}, 'clip_norm'),
+    ({'noise_seed': -3}, 'noise_seed'),
+    ({'zeroing_norm': -1.0}, 'zeroing_norm'),
+    ({'secure': True}, 'secure'),
+    ({'adaptive_clip': 'yes'}, 'adaptive_clip'),
+    ({'adaptive_clip': AdaptiveClipping(initial_clip=2.0)}, 'clip_norm'),
+    ({'noise_multiplier': 5.0, 'adaptive_clip': True}, 'noise_multiplier'),
+])
+def test_invalid_parameters_are_named(kwargs, name):
+  args = dict(noise_multiplier=1.0, clients_per_round=10, clip_norm=1.0)
+  args.update(kwargs)
+  with pytest.raises(ValueError, match=name):
+    CorrelatedNoiseFactory.gaussian(**args)
+
+
+def test_invalid_strategy_and_options_are_named():
+  with pytest.raises(ValueError, match='strategy'):
+    CorrelatedNoiseFactory.banded(1.0, 10, 1.0, strategy=BLT)
+  with pytest.raises(ValueError, match='beyond_max_rounds'):
+    CorrelatedNoiseFactory.banded(1.0, 10, 1.0, strategy=BANDED, beyond_max_rounds='wrap')
+  with pytest.raises(ValueError, match='theta'):
+    CorrelatedNoiseFactory.blt(1.0, 10, 1.0)
+  with pytest.raises(ValueError, match='restart_rounds'):
+    CorrelatedNoiseFactory.tree(1.0, 10, 1.0, restart_rounds=0)
+
+
+def test_blt_from_theta_omega_and_file(tmp_path):
+  from dp_ftrl_tff.mechanisms import files
+  by_params = CorrelatedNoiseFactory.blt(1.0, 10, 1.0, theta=BLT.theta, omega=BLT.omega)
+  path = tmp_path / 'blt.json'
+  files.save_strategy(BLT, path)
+  by_file = CorrelatedNoiseFactory.blt(1.0, 10, 1.0, strategy=str(path))
+  assert by_params.strategy == BLT and by_file.strategy == BLT
+
+
+@pytest.mark.parametrize('value_type', [tff.TensorType(np.int32, [3]),
+                                        tff.StructType([tff.TensorType(np.float32, [2])]),
+                                        tff.TensorType(np.float32, [None])])
+def test_mismatched_value_type_at_create(value_type):
+  with pytest.raises(ValueError, match='value_type'):
+    CorrelatedNoiseFactory.gaussian(1.0, 10, 1.0).create(value_type)
+
+
+def test_banded_beyond_max_rounds_errors():
+  process = CorrelatedNoiseFactory.banded(1.0, 1, 1.0, strategy=BANDED, noise_seed=0).create(
+      tff.TensorType(np.float32, [2]))
+  with pytest.raises(Exception, match='built for'):
+    _run(process, [np.zeros(2, np.float32)], NUM_ROUNDS + 1)
+
+
+@pytest.fixture(scope='module')
+def secure_context():
+  tff.backends.test.set_sync_test_cpp_execution_context()
+
+
+@pytest.mark.parametrize('bits', [16, 20])
+def test_secure_matches_plain_within_discretization_bound(secure_context, bits):
+  del secure_context
+  dim, num_clients, m = 50, 5, 5.0
+  value_type = tff.TensorType(np.float32, [dim])
+  rng = np.random.default_rng(bits)
+  clients = [rng.normal(size=dim).astype(np.float32) * 0.3 for _ in range(num_clients)]
+  plain = CorrelatedNoiseFactory.gaussian(0.0, m, 1.0).create(value_type)
+  config = SecureAggregation(bits=bits)
+  secure = CorrelatedNoiseFactory.gaussian(0.0, m, 1.0, secure=config).create(value_type)
+  _, (plain_out,) = _run(plain, clients, 1)
+  _, (secure_out,) = _run(secure, clients, 1)
+  gamma = 1.0 / config.scale_factor(1.0, m, dim)
+  bound = num_clients * gamma * math.sqrt(config.padded_dim(dim)) / m
+  error = np.linalg.norm(np.asarray(secure_out.result, np.float64) - plain_out.result)
+  assert 0 < error <= bound
+  sensitivity = correlated_noise.clip_after_rounding(1.0, config, m, dim)
+  np.testing.assert_allclose(secure_out.measurements['sensitivity_clip'], sensitivity, rtol=1e-6)
+  assert 1.0 < sensitivity <= 1.0 + gamma * math.sqrt(config.padded_dim(dim)) + 1e-4
