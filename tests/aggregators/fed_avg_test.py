@@ -69,7 +69,6 @@ CONSTRUCTORS = {
 }
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize('name', sorted(CONSTRUCTORS))
 def test_trains_three_rounds(name):
   weights = _train(CONSTRUCTORS[name](), 3)
@@ -82,7 +81,6 @@ def plain_weights():
   return _train(CorrelatedNoiseFactory.blt(0.0, NUM_CLIENTS, 1.0, strategy=BLT), 3)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize('bits', [16, 20])
 def test_secure_matches_plain_within_discretization_bound(plain_weights, bits):
   config = SecureAggregation(bits=bits)
