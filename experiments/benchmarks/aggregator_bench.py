@@ -126,6 +126,7 @@ def main(argv):
         print(f'{name}: failed\n{out.stderr[-3000:]}', file=sys.stderr)
         continue
       result = json.loads(lines[-1][len('RESULT '):])
+      print(f'{name}: {json.dumps(result)}', flush=True)
       results.setdefault(name, []).append(result)
   print(f'dim={_DIM.value} clients={_CLIENTS.value} timed rounds={_ROUNDS.value} '
         f'repeats={_REPEATS.value}')
