@@ -120,8 +120,6 @@ def _mechanism_description(strategy: mechanisms_base.Strategy) -> dict:
       description[key + '_sha256'] = hashlib.sha256(array.tobytes()).hexdigest()
     else:
       description[key] = value
-  if 'name' in description and 'mechanism' not in description:
-    description['mechanism'] = description.pop('name')
   if strategy.max_rounds is not None:
     description['max_rounds'] = strategy.max_rounds
   return description
