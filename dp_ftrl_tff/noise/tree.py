@@ -9,13 +9,21 @@ server model accumulates after round t is b_t. `TreeStrategy(variant).noise_matr
 Row numbering of z: the tree's nodes in `mechanisms.tree.tree_nodes` order (by last round, then
 height). Round t (0-based within a tree) completes the nodes of heights 0 .. h, h = ctz(t + 1);
 the node of height j uses row R + j, where R is the state's `row` at the start of the round, and the
-round advances `row` by h + 1 (so R = 2 t - popcount(t) plus the rows of earlier trees). The
-vanilla tree draws only row R + h (the lower nodes are never used by its decoder); the efficient
-tree draws all of rows R .. R + h. `restart` starts a fresh tree (round 0, cleared levels) and rows
-keep counting: no z row is ever reused. No tree completion is done at a restart.
+round advances `row` by h + 1 (so R = 2 t - popcount(t) plus the rows of earlier trees). Round t
+replaces the left siblings of heights j < h (bits 0 .. h-1 of t are all set); the one of height j
+ended at round t - 2^j, so its row is R + 1 + j - 2^(j + 1). `restart` starts a fresh tree (round 0)
+and rows keep counting: no z row is ever reused. No tree completion is done at a restart.
 
-State memory: one stored node per level, `num_levels` = max_rounds_per_tree.bit_length() copies of
-the value structure (the vanilla tree stores node noises z, the efficient one Honaker's r' values).
+Per-round cost (h = ctz(t + 1) is 1 on average over rounds):
+  * vanilla: round t's noise is z[R + h] minus the h replaced left siblings, which are z rows drawn
+    again from the seed (row formula above). The state stores no model-sized tensor; a round costs
+    h + 1 draws.
+  * efficient: Honaker's r' = z + (r'_left + r'_right) / 2 of a node needs its whole subtree, so the
+    state stores the r' of one left sibling per height: `num_levels` = max_rounds_per_tree.bit_length()
+    separate tensors (per leaf of the value structure). A round draws h + 1 rows, reads the h
+    replaced levels and rewrites only level h; the other levels pass through uncopied.
+The noise is computed from the nodes themselves (no running sum), so float32 rounding does not build
+up over a long tree.
 """
 
 from typing import Any, NamedTuple, Tuple
@@ -34,13 +42,16 @@ class TreeNoiseState(NamedTuple):
     seed: int64[2] seed of the z rows.
     round: int64 scalar, the number of rounds done in the current tree (the next 0-based round).
     row: int64 scalar, the next unused row of z.
-    levels: structure like the value specs, each leaf of shape [num_levels, *value_shape]: the
-      stored left-sibling node of each height (vanilla: z; efficient: r' = z + (r'_left + r'_right) / 2).
-      Only the heights of the set bits of `round` hold live values.
+    template: structure like the value specs of empty tensors [0, *value_shape]: carries the value
+      shapes and dtypes at no memory cost.
+    levels: tuple of one structure like the value specs per stored height (efficient: `num_levels`
+      of them, Honaker's r' = z + (r'_left + r'_right) / 2 of the left sibling of that height;
+      vanilla: empty). Only the heights of the set bits of `round` hold live values.
   """
   seed: Any
   round: Any
   row: Any
+  template: Any
   levels: Any
 
 
@@ -50,6 +61,10 @@ def _trailing_zeros(x: tf.Tensor) -> tf.Tensor:
   return tf.cast(tf.raw_ops.PopulationCount(x=lowest - 1), tf.int64)
 
 
+def _add(x: Any, y: Any) -> Any:
+  return tf.nest.map_structure(tf.add, x, y)
+
+
 class TreeNoise(base.StreamingNoise):
   """Tree-aggregation residual noise: vanilla binary counter or Honaker efficient (stack form).
 
@@ -57,8 +72,8 @@ class TreeNoise(base.StreamingNoise):
     efficient: True for Honaker's streaming estimator (`TreeStrategy('efficient')`), False for the
       vanilla tree (`TreeStrategy('vanilla')`).
     max_rounds_per_tree: the most rounds one tree may run before a restart; fixes the number of
-      stored levels to its bit length (fixed-shape state for TFF). Running a tree longer fails an
-      assertion.
+      levels (its bit length; the efficient tree stores one model-sized tensor per level, a
+      fixed-shape state for TFF). Running a tree longer fails an assertion.
   """
 
   def __init__(self, efficient: bool = True, max_rounds_per_tree: int = 2**15):
@@ -67,7 +82,7 @@ class TreeNoise(base.StreamingNoise):
     self._efficient = efficient
     self._max_rounds = _validation.check_positive_int(max_rounds_per_tree, 'max_rounds_per_tree')
     self._num_levels = self._max_rounds.bit_length()
-    # Honaker weight of a stored node of height l: its estimate is r' / (2 - 2^-l).
+    # Honaker weight of a node of height l: its estimate is r' / (2 - 2^-l).
     self._level_weights = 1.0 / (2.0 - 2.0**-np.arange(self._num_levels))
 
   @property
@@ -80,50 +95,69 @@ class TreeNoise(base.StreamingNoise):
 
   def initial_state(self, value_specs: Any, seed: tf.Tensor) -> TreeNoiseState:
     base.check_value_specs(value_specs)
-    return TreeNoiseState(seed=tf.convert_to_tensor(seed, tf.int64),
-                          round=tf.constant(0, tf.int64), row=tf.constant(0, tf.int64),
-                          levels=base.zero_buffers(value_specs, self._num_levels))
+    num_stored = self._num_levels if self._efficient else 0
+    return TreeNoiseState(
+        seed=tf.convert_to_tensor(seed, tf.int64), round=tf.constant(0, tf.int64),
+        row=tf.constant(0, tf.int64), template=base.zero_buffers(value_specs, 0),
+        levels=tuple(tf.nest.map_structure(lambda spec: tf.zeros(spec.shape, spec.dtype), value_specs)
+                     for _ in range(num_stored)))
 
   def next(self, state: TreeNoiseState, stddev: tf.Tensor) -> Tuple[Any, TreeNoiseState]:
-    specs = base.buffer_row_specs(state.levels)
+    specs = base.buffer_row_specs(state.template)
     check = tf.debugging.assert_less(
         state.round, tf.constant(self._max_rounds, tf.int64),
         message='TreeNoise: the tree ran more rounds than `max_rounds_per_tree`; restart it.')
     with tf.control_dependencies([check]):
       height = _trailing_zeros(state.round + 1)
     if self._efficient:
-      node = self._efficient_node(state, height, specs)
+      new, levels = self._efficient_step(state, height, specs)
     else:
-      node = base.standard_normal_row(state.seed, state.row + height, specs)
-
-    def residual(node_value, levels):
-      weights = tf.constant(self._level_weights if self._efficient else
-                            np.ones(self._num_levels), levels.dtype)
-      merged = tf.tensordot(weights[:height], levels[:height], axes=1)  # the nodes node replaces
-      new = node_value * weights[height] - merged
-      return new * tf.cast(stddev, levels.dtype)
-
-    noise = tf.nest.map_structure(residual, node, state.levels)
-    levels = tf.nest.map_structure(
-        lambda levels, value: tf.tensor_scatter_nd_update(levels, [[height]], value[tf.newaxis]),
-        state.levels, node)
+      new, levels = self._vanilla_step(state, height, specs), ()
+    noise = tf.nest.map_structure(lambda x: x * tf.cast(stddev, x.dtype), new)
     return noise, state._replace(round=state.round + 1, row=state.row + height + 1, levels=levels)
 
-  def _efficient_node(self, state: TreeNoiseState, height: tf.Tensor, specs: Any) -> Any:
-    """r' of the node of height `height` ending this round: rows row .. row + height."""
-    leaf = base.standard_normal_row(state.seed, state.row, specs)
+  def _vanilla_step(self, state: TreeNoiseState, height: tf.Tensor, specs: Any) -> Any:
+    """z[R + h] minus the replaced left siblings z[R + 1 + j - 2^(j + 1)], j < h."""
 
     def body(level, value):
-      z = base.standard_normal_row(state.seed, state.row + level + 1, specs)
-      value = tf.nest.map_structure(
-          lambda z_l, left, right: z_l + (tf.gather(left, level) + right) / 2, z, state.levels,
-          value)
-      return level + 1, value
+      sibling_row = state.row + 1 + level - tf.bitwise.left_shift(tf.constant(2, tf.int64), level)
+      sibling = base.standard_normal_row(state.seed, sibling_row, specs)
+      return level + 1, tf.nest.map_structure(tf.subtract, value, sibling)
 
-    _, node = tf.while_loop(lambda level, _: level < height, body,
-                            (tf.constant(0, tf.int64), leaf))
-    return node
+    _, value = tf.while_loop(
+        lambda level, _: level < height, body,
+        (tf.constant(0, tf.int64), base.standard_normal_row(state.seed, state.row + height, specs)))
+    return value
+
+  def _efficient_step(self, state: TreeNoiseState, height: tf.Tensor, specs: Any):
+    """(w_h r'_new - sum_{j < h} w_j r'_j, levels with r'_new at height h); w_l = 1 / (2 - 2^-l).
+
+    r'_new is built up the right spine: the leaf z[R], then at each height j + 1 <= h,
+    z[R + j + 1] + (r'_j + spine) / 2. The loop over the stored levels is unrolled (fixed count);
+    each step is a `tf.cond` that passes the value through untouched above height h.
+    """
+    spine = base.standard_normal_row(state.seed, state.row, specs)
+    replaced = tf.nest.map_structure(tf.zeros_like, spine)  # sum_{j < h} w_j r'_j
+    for level, stored in enumerate(state.levels[:-1]):
+      weight = self._level_weights[level]
+
+      def climb(level=level, stored=stored, weight=weight, spine=spine, replaced=replaced):
+        z = base.standard_normal_row(state.seed, state.row + level + 1, specs)
+        spine = tf.nest.map_structure(lambda z_l, left, right: z_l + (left + right) / 2, z, stored,
+                                      spine)
+        replaced = _add(replaced, tf.nest.map_structure(
+            lambda left: left * tf.constant(weight, left.dtype), stored))
+        return spine, replaced
+
+      spine, replaced = tf.cond(level < height, climb, lambda s=spine, r=replaced: (s, r))
+    new = tf.nest.map_structure(
+        lambda node, sum_replaced: node * tf.gather(
+            tf.constant(self._level_weights, node.dtype), height) - sum_replaced, spine, replaced)
+    levels = tuple(
+        tf.cond(tf.equal(height, level), lambda s=spine: s, lambda old=stored: old)
+        for level, stored in enumerate(state.levels))
+    return new, levels
 
   def restart(self, state: TreeNoiseState) -> TreeNoiseState:
-    return state._replace(round=tf.zeros_like(state.round),
-                          levels=tf.nest.map_structure(tf.zeros_like, state.levels))
+    # Levels above the set bits of `round` are never read, so round = 0 clears the tree.
+    return state._replace(round=tf.zeros_like(state.round))

@@ -55,6 +55,20 @@ def test_stream_matches_noise_matrix_float32(efficient):
   assert np.max(np.abs(streamed - expected)) <= 1e-5 * np.max(np.abs(expected))
 
 
+@pytest.mark.parametrize('efficient', [False, True])
+def test_long_float32_stream_stays_accurate(efficient):
+  # 2000 rounds reach height 10: float32 rounding must not build up over the tree.
+  seed = base.initial_seed(21)
+  specs = collections.OrderedDict(x=tf.TensorSpec([3], tf.float32))
+  segments = [2000]
+  noise = tree.TreeNoise(efficient=efficient, max_rounds_per_tree=2048)
+  streamed, _ = _stream(noise, specs, seed, segments)
+  expected, _ = _expected(efficient, specs, seed, segments)
+  assert np.max(np.abs(streamed - expected)) <= 1e-5 * np.max(np.abs(expected))
+  prefix_error = np.cumsum(streamed.astype(np.float64), axis=0) - np.cumsum(expected, axis=0)
+  assert np.max(np.abs(prefix_error)) <= 1e-5 * np.max(np.abs(expected))
+
+
 def test_stddev_scales_noise():
   seed = base.initial_seed(3)
   specs = stream_testing.value_specs(tf.float64)
