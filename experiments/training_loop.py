@@ -8,7 +8,8 @@ A run writes into `<root_output_dir>/<experiment_name>/`:
     (learning state incl. aggregator noise state, and the client sampler's state);
   * `participation.csv`: the participation log `client_id,round` (0-based rounds);
   * `metrics.csv` and `tensorboard/`: per-round metrics through `tff.program` release managers;
-  * `privacy_report.json` (and its text form printed at the end).
+  * `privacy_report/`: report.json, report.md and plots (`dp_ftrl_tff.accounting.report`), its
+    summary printed at the end.
 Rerunning with the same output directory resumes from the latest checkpoint.
 
 Conventions: rounds are 0-based; `min_sep` = b (r2 - r1 >= b; TF-Privacy's min_separation = b - 1);
@@ -32,7 +33,7 @@ from absl import flags, logging
 
 from dp_ftrl_tff import _validation, aggregators
 from dp_ftrl_tff.accounting import participation_log as log_lib
-from dp_ftrl_tff.accounting import zcdp
+from dp_ftrl_tff.accounting import report as report_lib
 from dp_ftrl_tff.learning import client_sampler as sampler_lib
 from dp_ftrl_tff.learning import dp_ftrl, participation_log
 from dp_ftrl_tff.mechanisms import participation as participation_lib
@@ -431,66 +432,37 @@ def run(task: Task, config: RunConfig) -> Dict[str, Any]:
                                       metrics.get(f'train_{task.accuracy_metric}', float('nan')),
                                       round_seconds, mean_seconds * (config.rounds - done)))
   report = privacy_report(config, aggregator, strategy)
-  logging.info('%s', format_privacy_report(report))
+  if report is not None:
+    logging.info('Privacy report (%s):\n%s', os.path.join(config.output_dir, 'privacy_report'),
+                 report.summary())
   return {'metrics': metrics, 'state': state, 'process': process, 'privacy_report': report}
 
 
 def privacy_report(config: RunConfig, factory: aggregators.CorrelatedNoiseFactory,
-                   strategy) -> Dict[str, Any]:
-  """rho-zCDP and (epsilon, delta) of the finished run, for the declared participation schema and for
-  the one observed in the participation log; written to `privacy_report.json`.
+                   strategy) -> Optional[report_lib.PrivacyReport]:
+  """The finished run's privacy report (`dp_ftrl_tff.accounting.report`), or None without noise.
 
-  No amplification by sampling is claimed. With adaptive clipping the accounted noise multiplier is
-  sigma (the model noise uses the inflated sigma_Delta, Gboard Thm. 1).
+  Written to `privacy_report/` (report.json, report.md with the BLT paper's App. C checklist, plots).
+  The headline uses the participation observed in `participation.csv`; the declared schema's
+  guarantee is under `declared`, and any violation of it is a warning. No amplification by sampling
+  is claimed. With adaptive clipping the accounted noise multiplier is sigma (the model noise uses
+  the inflated sigma_Delta, Gboard Thm. 1), and the report states both.
   """
+  if factory.noise_multiplier == 0:
+    logging.warning('Noise multiplier 0: the run has no differential-privacy guarantee.')
+    return None
   accounting = factory.accounting_config()
   restart_rounds = None
   if accounting['restarts'] is not None and config.aggregator != 'gaussian':
     restart_rounds = aggregators.RestartSchedule(**accounting['restarts']).restart_rounds(
         config.rounds)
   log = log_lib.read_participation_log(os.path.join(config.output_dir, 'participation.csv'))
-  report = {'mechanism': strategy.name, 'strategy': str(strategy), 'num_rounds': config.rounds,
-            'clients_per_round': config.clients_per_round,
-            'noise_multiplier': factory.noise_multiplier,
-            'value_noise_multiplier': factory.value_noise_multiplier,
-            'adaptive_clipping': config.adaptive_clipping, 'restart_rounds': restart_rounds or [],
-            'delta': config.target_delta, 'participation_log': log.path,
-            'observed_min_sep': log.min_sep, 'observed_max_participations': log.max_participations,
-            'participation_histogram': log.participation_histogram()}
-  for label, schema in (('declared', config.participation), ('observed', log.realized_schema(
-      config.rounds))):
-    if factory.noise_multiplier == 0:
-      report[label] = {'min_sep': schema.min_sep, 'epsilon': float('inf')}
-      continue
-    result = zcdp.guarantee(strategy, config.rounds, schema, factory.noise_multiplier,
-                            config.target_delta, restart_rounds=restart_rounds)
-    report[label] = {'min_sep': schema.min_sep, 'min_separation': schema.min_separation_between,
-                     'max_participations': schema.effective_max_participations(config.rounds),
-                     'sensitivity_squared': result.sensitivity_squared, 'rho': result.rho,
-                     'epsilon': result.epsilon}
-  violations = log.violations(config.participation, config.rounds)
-  report['violations'] = violations
-  with open(os.path.join(config.output_dir, 'privacy_report.json'), 'w') as f:
-    json.dump(report, f, indent=2)
+  report = report_lib.build_report(
+      strategy, config.rounds, config.participation, noise_multiplier=factory.noise_multiplier,
+      delta=config.target_delta, restart_rounds=restart_rounds, log=log,
+      clipped_count_stddev=accounting['clipped_count_stddev'])
+  report_lib.write_report(report, strategy, os.path.join(config.output_dir, 'privacy_report'))
   return report
-
-
-def format_privacy_report(report: Dict[str, Any]) -> str:
-  """A short human-readable form of `privacy_report`'s result."""
-  lines = [f"Privacy report: {report['mechanism']}, n={report['num_rounds']} rounds, "
-           f"{report['clients_per_round']} clients/round, noise multiplier "
-           f"{report['noise_multiplier']:.4g}, delta={report['delta']:g} (no amplification)"]
-  for label in ('declared', 'observed'):
-    entry = report[label]
-    if 'rho' not in entry:
-      lines.append(f'  {label}: min_sep={entry["min_sep"]}: no noise, epsilon = inf')
-      continue
-    lines.append(f"  {label:8s} min_sep b={entry['min_sep']} (min_separation {entry['min_separation']})"
-                 f", k={entry['max_participations']}: sens^2={entry['sensitivity_squared']:.4g}, "
-                 f"rho={entry['rho']:.4g}, epsilon={entry['epsilon']:.4g}")
-  lines.append('  participation log complies with the declared schema' if not report['violations']
-               else f"  VIOLATIONS: {report['violations']}")
-  return '\n'.join(lines)
 
 
 def set_up_logging() -> None:

@@ -36,14 +36,18 @@ def _check_run(config, result, num_rounds):
     assert np.all(np.diff(rs) >= config.min_sep)
   assert np.isfinite(result['metrics']['train_loss'])
   assert 'eval_loss' in result['metrics']
-  with open(os.path.join(out, 'privacy_report.json')) as f:
+  with open(os.path.join(out, 'privacy_report', 'report.json')) as f:
     report = json.load(f)
-  assert report['violations'] == []
+  assert os.path.exists(os.path.join(out, 'privacy_report', 'report.md'))
+  assert report['observed']['violations'] == []
   observed = min((b - a for rs in history.values() for a, b in zip(rs, rs[1:], strict=False)), default=None)
-  assert report['observed_min_sep'] == observed
+  assert report['observed']['min_sep'] == observed
   assert observed is None or observed >= config.min_sep
   if config.noise_multiplier > 0:
     assert report['declared']['rho'] > 0 and np.isfinite(report['declared']['epsilon'])
+    # The headline uses the observed participation, which is never worse than the declared one.
+    assert report['participation_source'] == 'observed'
+    assert report['rho'] <= report['declared']['rho'] + 1e-12
 
 
 @pytest.mark.parametrize('aggregator', AGGREGATORS)
