@@ -14,14 +14,15 @@ replaces the left siblings of heights j < h (bits 0 .. h-1 of t are all set); th
 ended at round t - 2^j, so its row is R + 1 + j - 2^(j + 1). `restart` starts a fresh tree (round 0)
 and rows keep counting: no z row is ever reused. No tree completion is done at a restart.
 
-Per-round cost (h = ctz(t + 1) is 1 on average over rounds):
-  * vanilla: round t's noise is z[R + h] minus the h replaced left siblings, which are z rows drawn
-    again from the seed (row formula above). The state stores no model-sized tensor; a round costs
-    h + 1 draws.
+Per-round cost (h = ctz(t + 1) is 1 on average over rounds). In TFF the state crosses the executor
+twice a round, so its size, not the TF work, dominates the round time (docs/benchmarks/aggregators.md):
+  * vanilla: round t's noise is z[R + h] minus the h replaced left siblings, drawn again from the
+    seed (row formula above). The state stores no model-sized tensor; a round costs h + 1 draws.
   * efficient: Honaker's r' = z + (r'_left + r'_right) / 2 of a node needs its whole subtree, so the
-    state stores the r' of one left sibling per height: `num_levels` = max_rounds_per_tree.bit_length()
-    separate tensors (per leaf of the value structure). A round draws h + 1 rows, reads the h
-    replaced levels and rewrites only level h; the other levels pass through uncopied.
+    state stores the r' of the left sibling of each height 0 .. num_levels - 2, stacked in one
+    tensor per leaf of the value structure (one stacked tensor moves through TFF faster than one
+    tensor per level; the node of the top height is never replaced within a tree, so it is not
+    stored). A round draws h + 1 rows and reads the h replaced levels.
 The noise is computed from the nodes themselves (no running sum), so float32 rounding does not build
 up over a long tree.
 """
@@ -42,16 +43,14 @@ class TreeNoiseState(NamedTuple):
     seed: int64[2] seed of the z rows.
     round: int64 scalar, the number of rounds done in the current tree (the next 0-based round).
     row: int64 scalar, the next unused row of z.
-    template: structure like the value specs of empty tensors [0, *value_shape]: carries the value
-      shapes and dtypes at no memory cost.
-    levels: tuple of one structure like the value specs per stored height (efficient: `num_levels`
-      of them, Honaker's r' = z + (r'_left + r'_right) / 2 of the left sibling of that height;
-      vanilla: empty). Only the heights of the set bits of `round` hold live values.
+    levels: structure like the value specs, each leaf of shape [num_stored, *value_shape]
+      (efficient: num_stored = num_levels - 1, row l holds Honaker's r' of the left sibling of
+      height l; vanilla: num_stored = 0, the leaves only carry the value shapes and dtypes). Only
+      the heights of the set bits of `round` hold live values.
   """
   seed: Any
   round: Any
   row: Any
-  template: Any
   levels: Any
 
 
@@ -61,10 +60,6 @@ def _trailing_zeros(x: tf.Tensor) -> tf.Tensor:
   return tf.cast(tf.raw_ops.PopulationCount(x=lowest - 1), tf.int64)
 
 
-def _add(x: Any, y: Any) -> Any:
-  return tf.nest.map_structure(tf.add, x, y)
-
-
 class TreeNoise(base.StreamingNoise):
   """Tree-aggregation residual noise: vanilla binary counter or Honaker efficient (stack form).
 
@@ -72,8 +67,8 @@ class TreeNoise(base.StreamingNoise):
     efficient: True for Honaker's streaming estimator (`TreeStrategy('efficient')`), False for the
       vanilla tree (`TreeStrategy('vanilla')`).
     max_rounds_per_tree: the most rounds one tree may run before a restart; fixes the number of
-      levels (its bit length; the efficient tree stores one model-sized tensor per level, a
-      fixed-shape state for TFF). Running a tree longer fails an assertion.
+      levels to its bit length (the efficient tree stores all but the top one: a fixed-shape state
+      for TFF). Running a tree longer fails an assertion.
   """
 
   def __init__(self, efficient: bool = True, max_rounds_per_tree: int = 2**15):
@@ -82,6 +77,7 @@ class TreeNoise(base.StreamingNoise):
     self._efficient = efficient
     self._max_rounds = _validation.check_positive_int(max_rounds_per_tree, 'max_rounds_per_tree')
     self._num_levels = self._max_rounds.bit_length()
+    self._num_stored = self._num_levels - 1 if efficient else 0
     # Honaker weight of a node of height l: its estimate is r' / (2 - 2^-l).
     self._level_weights = 1.0 / (2.0 - 2.0**-np.arange(self._num_levels))
 
@@ -95,15 +91,12 @@ class TreeNoise(base.StreamingNoise):
 
   def initial_state(self, value_specs: Any, seed: tf.Tensor) -> TreeNoiseState:
     base.check_value_specs(value_specs)
-    num_stored = self._num_levels if self._efficient else 0
-    return TreeNoiseState(
-        seed=tf.convert_to_tensor(seed, tf.int64), round=tf.constant(0, tf.int64),
-        row=tf.constant(0, tf.int64), template=base.zero_buffers(value_specs, 0),
-        levels=tuple(tf.nest.map_structure(lambda spec: tf.zeros(spec.shape, spec.dtype), value_specs)
-                     for _ in range(num_stored)))
+    return TreeNoiseState(seed=tf.convert_to_tensor(seed, tf.int64),
+                          round=tf.constant(0, tf.int64), row=tf.constant(0, tf.int64),
+                          levels=base.zero_buffers(value_specs, self._num_stored))
 
   def next(self, state: TreeNoiseState, stddev: tf.Tensor) -> Tuple[Any, TreeNoiseState]:
-    specs = base.buffer_row_specs(state.template)
+    specs = base.buffer_row_specs(state.levels)
     check = tf.debugging.assert_less(
         state.round, tf.constant(self._max_rounds, tf.int64),
         message='TreeNoise: the tree ran more rounds than `max_rounds_per_tree`; restart it.')
@@ -112,7 +105,7 @@ class TreeNoise(base.StreamingNoise):
     if self._efficient:
       new, levels = self._efficient_step(state, height, specs)
     else:
-      new, levels = self._vanilla_step(state, height, specs), ()
+      new, levels = self._vanilla_step(state, height, specs), state.levels
     noise = tf.nest.map_structure(lambda x: x * tf.cast(stddev, x.dtype), new)
     return noise, state._replace(round=state.round + 1, row=state.row + height + 1, levels=levels)
 
@@ -133,29 +126,32 @@ class TreeNoise(base.StreamingNoise):
     """(w_h r'_new - sum_{j < h} w_j r'_j, levels with r'_new at height h); w_l = 1 / (2 - 2^-l).
 
     r'_new is built up the right spine: the leaf z[R], then at each height j + 1 <= h,
-    z[R + j + 1] + (r'_j + spine) / 2. The loop over the stored levels is unrolled (fixed count);
-    each step is a `tf.cond` that passes the value through untouched above height h.
+    z[R + j + 1] + (r'_j + spine) / 2.
     """
-    spine = base.standard_normal_row(state.seed, state.row, specs)
-    replaced = tf.nest.map_structure(tf.zeros_like, spine)  # sum_{j < h} w_j r'_j
-    for level, stored in enumerate(state.levels[:-1]):
-      weight = self._level_weights[level]
 
-      def climb(level=level, stored=stored, weight=weight, spine=spine, replaced=replaced):
-        z = base.standard_normal_row(state.seed, state.row + level + 1, specs)
-        spine = tf.nest.map_structure(lambda z_l, left, right: z_l + (left + right) / 2, z, stored,
-                                      spine)
-        replaced = _add(replaced, tf.nest.map_structure(
-            lambda left: left * tf.constant(weight, left.dtype), stored))
-        return spine, replaced
+    def climb(level, spine):
+      z = base.standard_normal_row(state.seed, state.row + level + 1, specs)
+      spine = tf.nest.map_structure(
+          lambda z_l, levels, right: z_l + (tf.gather(levels, level) + right) / 2, z, state.levels,
+          spine)
+      return level + 1, spine
 
-      spine, replaced = tf.cond(level < height, climb, lambda s=spine, r=replaced: (s, r))
-    new = tf.nest.map_structure(
-        lambda node, sum_replaced: node * tf.gather(
-            tf.constant(self._level_weights, node.dtype), height) - sum_replaced, spine, replaced)
-    levels = tuple(
-        tf.cond(tf.equal(height, level), lambda s=spine: s, lambda old=stored: old)
-        for level, stored in enumerate(state.levels))
+    _, spine = tf.while_loop(lambda level, _: level < height, climb,
+                             (tf.constant(0, tf.int64), base.standard_normal_row(
+                                 state.seed, state.row, specs)))
+
+    def residual(node, levels):
+      weights = tf.constant(self._level_weights, node.dtype)
+      replaced = tf.tensordot(weights[:height], levels[:height], axes=1)
+      return node * weights[height] - replaced
+
+    new = tf.nest.map_structure(residual, spine, state.levels)
+    levels = tf.cond(
+        height < self._num_stored,
+        lambda: tf.nest.map_structure(
+            lambda levels, node: tf.tensor_scatter_nd_update(levels, [[height]], node[tf.newaxis]),
+            state.levels, spine),
+        lambda: state.levels)
     return new, levels
 
   def restart(self, state: TreeNoiseState) -> TreeNoiseState:
