@@ -40,9 +40,21 @@ def _library_name(directory: pathlib.Path) -> str:
   return 'conftest' if len(rel.parts) == 1 else 'test_package'
 
 
+def _own_target_modules(package: pathlib.Path) -> list:
+  """Binaries at the top of `experiments/` (demo, privacy_report) get a target of their own: they
+  import the driver subpackages, which import `experiments.training_loop`, so one package-wide target
+  would be a dependency cycle."""
+  if package != ROOT / 'experiments':
+    return []
+  return sorted(p for p in package.glob('*.py') if "__name__ == '__main__'" in p.read_text())
+
+
 def _label_for_module(module: str, packages: set) -> str | None:
   """The package label that provides dotted `module` (or its parent package)."""
   parts = module.split('.')
+  module_file = ROOT.joinpath(*parts).with_suffix('.py')
+  if module_file in _own_target_modules(module_file.parent):
+    return f'//{module_file.parent.relative_to(ROOT).as_posix()}:{module_file.stem}'
   while parts:
     candidate = ROOT.joinpath(*parts)
     if candidate in packages:
@@ -87,18 +99,27 @@ def _format_list(items) -> str:
   return '[\n' + ''.join(f'        "{item}",\n' for item in items) + '    ]'
 
 
+def _py_library(name: str, sources, deps, data: str = '') -> str:
+  return (f'py_library(\n    name = "{name}",\n'
+          f'    srcs = {_format_list([s.name for s in sources])},\n{data}'
+          f'    deps = {_format_list(deps)},\n)\n')
+
+
 def _library_build(package: pathlib.Path, packages: set) -> str:
-  sources = sorted(package.glob('*.py'))
+  separate = _own_target_modules(package)
+  sources = sorted(p for p in package.glob('*.py') if p not in separate)
   rel = package.relative_to(ROOT).as_posix()
   own = f'//{rel}:{package.name}'
-  deps = _deps(sources, packages, own)
   data = ''
   if rel == 'experiments' and (ROOT / 'configs').is_dir():
     data = '    data = ["//configs"],\n'
-  return (f'{HEADER}\npackage(default_visibility = ["//visibility:public"])\n\n'
-          f'py_library(\n    name = "{package.name}",\n'
-          f'    srcs = {_format_list([s.name for s in sources])},\n{data}'
-          f'    deps = {_format_list(deps)},\n)\n')
+  blocks = [f'{HEADER}\npackage(default_visibility = ["//visibility:public"])\n',
+            _py_library(package.name, sources, _deps(sources, packages, own), data)]
+  for module in separate:
+    label = f'//{rel}:{module.stem}'
+    deps = sorted(set(_deps([module], packages, label)) | {own})
+    blocks.append(_py_library(module.stem, [module], deps))
+  return '\n'.join(blocks)
 
 
 def _tests_build(directory: pathlib.Path, packages: set) -> str:
