@@ -29,7 +29,7 @@ from typing import Any, Callable, Dict, List, Optional
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
-from absl import flags, logging
+from absl import app, flags, logging
 
 from dp_ftrl_tff import _validation, aggregators
 from dp_ftrl_tff.accounting import participation_log as log_lib
@@ -463,6 +463,19 @@ def privacy_report(config: RunConfig, factory: aggregators.CorrelatedNoiseFactor
       clipped_count_stddev=accounting['clipped_count_stddev'])
   report_lib.write_report(report, strategy, os.path.join(config.output_dir, 'privacy_report'))
   return report
+
+
+def driver_main(build_task: Callable, config_from_flags: Callable[[], RunConfig]) -> Callable:
+  """The absl `main` of a driver: flags -> `RunConfig` -> `run(build_task(config), config)`."""
+
+  def main(argv):
+    if len(argv) > 1:
+      raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+    set_up_logging()
+    config = config_from_flags()
+    run(build_task(config), config)
+
+  return main
 
 
 def set_up_logging() -> None:

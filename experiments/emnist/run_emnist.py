@@ -15,6 +15,7 @@ from experiments.emnist import models as emnist_models
 _MODEL = flags.DEFINE_enum('model', 'fedavg_cnn', emnist_models.MODELS, 'EMNIST model.')
 _ONLY_DIGITS = flags.DEFINE_bool('only_digits', True, '10 digit classes (else 62 classes).')
 
+
 def build_task(config: training_loop.RunConfig) -> training_loop.Task:
   """The EMNIST task described by `config` (its `task` dict holds `model` and `only_digits`)."""
   num_classes = 10 if config.task['only_digits'] else 62
@@ -42,16 +43,11 @@ def build_task(config: training_loop.RunConfig) -> training_loop.Task:
       eval_dataset=eval_dataset,
       accuracy_metric='accuracy')
 
+
 def config_from_flags() -> training_loop.RunConfig:
   return training_loop.config_from_flags({'model': _MODEL.value, 'only_digits': _ONLY_DIGITS.value})
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
-  training_loop.set_up_logging()
-  config = config_from_flags()
-  training_loop.run(build_task(config), config)
 
 if __name__ == '__main__':
   flags.mark_flag_as_required('root_output_dir')
-  app.run(main)
+  app.run(training_loop.driver_main(build_task, config_from_flags))

@@ -61,14 +61,6 @@ def config_from_flags() -> training_loop.RunConfig:
       'max_elements_per_client': _MAX_ELEMENTS.value, 'word_counts': _WORD_COUNTS.value})
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
-  training_loop.set_up_logging()
-  config = config_from_flags()
-  training_loop.run(build_task(config), config)
-
-
 if __name__ == '__main__':
   flags.mark_flag_as_required('root_output_dir')
-  app.run(main)
+  app.run(training_loop.driver_main(build_task, config_from_flags))
