@@ -1,7 +1,8 @@
 """Writes (or checks) the Bazel BUILD files from the source tree.
 
 One `py_library` per Python package under `dp_ftrl_tff/` and `experiments/`, with deps read from the
-modules' imports, and one `py_test` per `tests/**/*_test.py` module, run by `tests/bazel_pytest_main.py`.
+modules' imports, and one `py_pytest` (a py_test macro in `tests/pytest.bzl`, run by
+`tests/bazel_pytest_main.py`) per `tests/**/*_test.py` module.
 `make lint` runs this with `--check`, so the BUILD graph cannot drift from the imports.
 
 Usage: python tools/gen_bazel_build.py [--check]
@@ -124,7 +125,8 @@ def _library_build(package: pathlib.Path, packages: set) -> str:
 
 def _tests_build(directory: pathlib.Path, packages: set) -> str:
   rel = directory.relative_to(ROOT).as_posix()
-  blocks = [f'{HEADER}\npackage(default_visibility = ["//visibility:public"])\n']
+  blocks = [f'{HEADER}\nload("//tests:pytest.bzl", "py_pytest")\n\n'
+            'package(default_visibility = ["//visibility:public"])\n']
   # Everything in a test directory that is not a test module (conftest, shared test helpers).
   helpers = sorted(p for p in directory.glob('*.py')
                    if not p.name.endswith('_test.py') and p.name != 'bazel_pytest_main.py')
@@ -133,20 +135,15 @@ def _tests_build(directory: pathlib.Path, packages: set) -> str:
   if rel != 'tests':
     helper_deps.add('//tests:conftest')
   if rel == 'tests':
-    blocks.append('exports_files(["bazel_pytest_main.py"])\n')
+    blocks.append('exports_files([\n    "bazel_pytest_main.py",\n    "pytest.bzl",\n])\n')
   blocks.append(f'py_library(\n    name = "{_library_name(directory)}",\n'
                 f'    srcs = {_format_list([p.name for p in helpers])},\n'
                 f'    deps = {_format_list(sorted(helper_deps))},\n)\n')
   size = 'large' if directory.name in LONG_TEST_DIRS else 'medium'
   for test in sorted(directory.glob('*_test.py')):
     deps = sorted(set(_deps([test], packages, None)) | {own})
-    blocks.append(
-        f'py_test(\n    name = "{test.stem}",\n    size = "{size}",\n'
-        f'    srcs = [\n        "{test.name}",\n        "//tests:bazel_pytest_main.py",\n    ],\n'
-        f'    args = ["{rel}/{test.name}"],\n'
-        f'    data = ["//:pyproject.toml"],\n'
-        f'    main = "//tests:bazel_pytest_main.py",\n'
-        f'    deps = {_format_list(deps)},\n)\n')
+    blocks.append(f'py_pytest(\n    name = "{test.stem}",\n    size = "{size}",\n'
+                  f'    deps = {_format_list(deps)},\n)\n')
   return '\n'.join(blocks)
 
 
