@@ -1,4 +1,4 @@
-"""Published figures reproduced with the core helpers only (gaussian, toeplitz, sensitivity).
+"""Published figures reproduced with the core helpers (gaussian, toeplitz, sensitivity, tree).
 
 Sources: BandMF paper Table 2 (n = 2052, k = 6, b = 342) and the BLT paper's App. A production BLTs
 with the losses and sensitivities of its Table 4 rows (see shared/notes/seed000.md, seed001.md). BLT
@@ -9,7 +9,7 @@ from blt.py.
 import numpy as np
 import pytest
 
-from dp_ftrl_tff.mechanisms import gaussian, sensitivity, toeplitz
+from dp_ftrl_tff.mechanisms import gaussian, sensitivity, toeplitz, tree
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 
 P = participation_lib.ParticipationSchema
@@ -36,6 +36,15 @@ def test_bandmf_table2_dp_sgd():
   assert losses.rms_loss == pytest.approx(78.48, abs=0.005)
   assert losses.rms_loss / 8.1523 == pytest.approx(9.63, abs=0.005)
   assert losses.sensitivity_squared == 6.0
+
+
+def test_bandmf_table2_tree_pseudo_inverse_ratio_to_dp_sgd():
+  # Table 2: optimal TreeAgg (pseudo-inverse decoder) RMSE 1.53 and DP-SGD 9.63, both relative to
+  # Multi-epoch MF, with sensitivity 1 under min-sep; the ratio is normalization-free.
+  schema = P.min_separation(342, 6)
+  tree_rms = tree.TreeStrategy('full').losses(2052, schema).rms_loss
+  dp_sgd_rms = gaussian.GaussianStrategy().losses(2052, schema).rms_loss
+  assert tree_rms / dp_sgd_rms == pytest.approx(1.53 / 9.63, rel=0.01)
 
 
 @pytest.mark.parametrize('key,n,b,k,sens,max_loss,rms_loss', [
