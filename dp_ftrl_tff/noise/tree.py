@@ -19,10 +19,12 @@ twice a round, so its size, not the TF work, dominates the round time (docs/benc
   * vanilla: round t's noise is z[R + h] minus the h replaced left siblings, drawn again from the
     seed (row formula above). The state stores no model-sized tensor; a round costs h + 1 draws.
   * efficient: Honaker's r' = z + (r'_left + r'_right) / 2 of a node needs its whole subtree, so the
-    state stores the r' of the left sibling of each height 0 .. num_levels - 2, stacked in one
-    tensor per leaf of the value structure (one stacked tensor moves through TFF faster than one
-    tensor per level; the node of the top height is never replaced within a tree, so it is not
-    stored). A round draws h + 1 rows and reads the h replaced levels.
+    state stores the r' of the live left siblings only: the heights of the set bits of `round`, in
+    ascending height order, stacked in one tensor of dynamic leading dimension per leaf of the value
+    structure (TFF type [None, *shape]; one stacked tensor moves through TFF faster than one tensor
+    per level). A round reads and pops the h lowest entries (heights 0 .. h - 1, the replaced
+    siblings) and pushes the new node, so the state holds popcount(round) model copies (the node of
+    the top height is never replaced within a tree, so it is not pushed). A round draws h + 1 rows.
 The noise is computed from the nodes themselves (no running sum), so float32 rounding does not build
 up over a long tree.
 """
@@ -44,14 +46,24 @@ class TreeNoiseState(NamedTuple):
     round: int64 scalar, the number of rounds done in the current tree (the next 0-based round).
     row: int64 scalar, the next unused row of z.
     levels: structure like the value specs, each leaf of shape [num_stored, *value_shape]
-      (efficient: num_stored = num_levels - 1, row l holds Honaker's r' of the left sibling of
-      height l; vanilla: num_stored = 0, the leaves only carry the value shapes and dtypes). Only
-      the heights of the set bits of `round` hold live values.
+      (efficient: num_stored = popcount(round) in a dynamic leading dimension, the TFF type is
+      [None, *value_shape]; row i holds Honaker's r' of the left sibling of the i-th lowest set bit
+      of `round`, not counting the top height; vanilla: num_stored = 0, the leaves only carry the
+      value shapes and dtypes).
   """
   seed: Any
   round: Any
   row: Any
   levels: Any
+
+
+def _dynamic_depth(buffer: tf.Tensor) -> tf.Tensor:
+  """`buffer` [depth, *shape] with its leading dimension unknown to tracing (TFF type [None, ...]).
+
+  The efficient tree's stack changes depth every round; a traced `initial_state` must already have
+  the type that `next` returns.
+  """
+  return tf.compat.v1.placeholder_with_default(buffer, [None] + buffer.shape.as_list()[1:])
 
 
 def _trailing_zeros(x: tf.Tensor) -> tf.Tensor:
@@ -67,8 +79,7 @@ class TreeNoise(base.StreamingNoise):
     efficient: True for Honaker's streaming estimator (`TreeStrategy('efficient')`), False for the
       vanilla tree (`TreeStrategy('vanilla')`).
     max_rounds_per_tree: the most rounds one tree may run before a restart; fixes the number of
-      levels to its bit length (the efficient tree stores all but the top one: a fixed-shape state
-      for TFF). Running a tree longer fails an assertion.
+      levels to its bit length. Running a tree longer fails an assertion.
   """
 
   def __init__(self, efficient: bool = True, max_rounds_per_tree: int = 2**15):
@@ -77,7 +88,6 @@ class TreeNoise(base.StreamingNoise):
     self._efficient = efficient
     self._max_rounds = _validation.check_positive_int(max_rounds_per_tree, 'max_rounds_per_tree')
     self._num_levels = self._max_rounds.bit_length()
-    self._num_stored = self._num_levels - 1 if efficient else 0
     # Honaker weight of a node of height l: its estimate is r' / (2 - 2^-l).
     self._level_weights = 1.0 / (2.0 - 2.0**-np.arange(self._num_levels))
 
@@ -91,9 +101,12 @@ class TreeNoise(base.StreamingNoise):
 
   def initial_state(self, value_specs: Any, seed: tf.Tensor) -> TreeNoiseState:
     base.check_value_specs(value_specs)
+    levels = base.zero_buffers(value_specs, 0)
+    if self._efficient:
+      levels = tf.nest.map_structure(_dynamic_depth, levels)
     return TreeNoiseState(seed=tf.convert_to_tensor(seed, tf.int64),
                           round=tf.constant(0, tf.int64), row=tf.constant(0, tf.int64),
-                          levels=base.zero_buffers(value_specs, self._num_stored))
+                          levels=levels)
 
   def next(self, state: TreeNoiseState, stddev: tf.Tensor) -> Tuple[Any, TreeNoiseState]:
     specs = base.buffer_row_specs(state.levels)
@@ -146,14 +159,15 @@ class TreeNoise(base.StreamingNoise):
       return node * weights[height] - replaced
 
     new = tf.nest.map_structure(residual, spine, state.levels)
-    levels = tf.cond(
-        height < self._num_stored,
-        lambda: tf.nest.map_structure(
-            lambda levels, node: tf.tensor_scatter_nd_update(levels, [[height]], node[tf.newaxis]),
-            state.levels, spine),
-        lambda: state.levels)
+    # Pop the h replaced siblings, push the new node unless it has the top height (never replaced).
+    pushed = tf.minimum(tf.constant(self._num_levels - 1, tf.int64) - height, 1)
+    levels = tf.nest.map_structure(
+        lambda levels, node: tf.concat([node[tf.newaxis][:pushed], levels[height:]], axis=0),
+        state.levels, spine)
     return new, levels
 
   def restart(self, state: TreeNoiseState) -> TreeNoiseState:
-    # Levels above the set bits of `round` are never read, so round = 0 clears the tree.
-    return state._replace(round=tf.zeros_like(state.round))
+    levels = state.levels
+    if self._efficient:  # Empty the stack.
+      levels = tf.nest.map_structure(lambda buffer: _dynamic_depth(buffer[:0]), levels)
+    return state._replace(round=tf.zeros_like(state.round), levels=levels)

@@ -5,6 +5,7 @@ with Z's rows rebuilt independently by `standard_normal_row`, across restarts to
 matrices with consecutive z rows): float64 to ~1e-12, float32 to 1e-5 relative.
 """
 
+import asyncio
 import collections
 
 import numpy as np
@@ -88,6 +89,24 @@ def test_prefix_noise_variance_matches_efficient_table():
     assert np.var(prefix[31]) == pytest.approx(at_32, rel=0.05)
 
 
+def test_efficient_state_holds_only_live_levels():
+  # After t rounds the live left siblings are the set bits of t, except the top height (3 for
+  # max_rounds_per_tree=8), which is never replaced; a restart empties the stack.
+  noise = tree.TreeNoise(efficient=True, max_rounds_per_tree=8)
+  specs = stream_testing.value_specs(tf.float32)
+  state = noise.initial_state(specs, base.initial_seed(0))
+  depths, states = [], []
+  for _ in range(8):
+    _, state = noise.next(state, tf.constant(1.0))
+    depths.append({int(leaf.shape[0]) for leaf in tf.nest.flatten(state.levels)})
+    states.append(state)
+  assert depths == [{1}, {1}, {2}, {1}, {2}, {2}, {3}, {0}]
+  state = noise.restart(states[6])  # 3 live levels
+  assert {int(leaf.shape[0]) for leaf in tf.nest.flatten(state.levels)} == {0}
+  _, state = noise.next(state, tf.constant(1.0))
+  assert {int(leaf.shape[0]) for leaf in tf.nest.flatten(state.levels)} == {1}
+
+
 def test_too_many_rounds_fail():
   noise = tree.TreeNoise(max_rounds_per_tree=3)
   assert noise.num_levels == 2
@@ -103,10 +122,31 @@ def test_runs_inside_tff_computation():
   specs = stream_testing.value_specs(tf.float32)
   noise = tree.TreeNoise(efficient=True, max_rounds_per_tree=16)
   # The helper also checks that TFF keeps the TreeNoiseState container.
-  stream, _, _ = stream_testing.run_stream_in_tff(noise, specs, 5, [5, 3])
+  stream, state, step = stream_testing.run_stream_in_tff(noise, specs, 5, [5, 3])
+  # The stack of live levels has a dynamic depth in the TFF type: 2 levels after round 3.
+  state_type = step.type_signature.parameter[0]
+  assert [leaf_type.shape[0] for leaf_type in state_type.levels] == [None] * len(specs)
+  assert [np.shape(leaf)[0] for leaf in tf.nest.flatten(state.levels)] == [2] * len(specs)
   expected, _ = _expected(True, specs, base.initial_seed(5), [5, 3])
   streamed = stream_testing.flat(stream)
   assert np.max(np.abs(streamed - expected)) <= 1e-5 * np.max(np.abs(expected))
+
+
+def test_dynamic_depth_state_checkpoint_round_trip(tmp_path):
+  # The saved stack (2 live levels) is deeper than the template state (0 levels): the restored state
+  # must carry the saved depth and continue the stream bit for bit.
+  tff = pytest.importorskip('tensorflow_federated')
+  specs = stream_testing.value_specs(tf.float32)
+  noise = tree.TreeNoise(efficient=True, max_rounds_per_tree=16)
+  _, state, step = stream_testing.run_stream_in_tff(noise, specs, 5, [3])
+  manager = tff.program.FileProgramStateManager(tmp_path)
+  asyncio.run(manager.save(state, 3))
+  template = noise.initial_state(specs, base.initial_seed(5))
+  restored = asyncio.run(manager.load(3, template))
+  assert isinstance(restored, tree.TreeNoiseState)
+  continued, _ = step(state, np.float32(1.0))
+  resumed, _ = step(restored, np.float32(1.0))
+  tf.nest.map_structure(np.testing.assert_array_equal, continued, resumed)
 
 
 @pytest.mark.parametrize('kwargs, name', [
