@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 IN_SESSION := tools/in_session.sh
 PYTEST_ARGS ?=
 
-.PHONY: install test test-fast lint demo bazel-test bench clean
+.PHONY: install test test-fast lint demo bazel-test clean
 
 install: $(STAMP)
 
