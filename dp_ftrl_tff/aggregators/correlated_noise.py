@@ -394,13 +394,16 @@ def _build_process(factory: CorrelatedNoiseFactory, value_type, value_specs, dim
     record_factory = tff.aggregators.SumFactory()
     sensitivity_fn = tf.identity
   else:
+    # The scale, the rounding's prior norm bound and the post-rounding sensitivity follow the
+    # active clip (TFF's DistributedDpSumFactory keeps them in its state the same way).
     scale = secure.scale_factor(f._initial_clip, m, dim)  # pylint: disable=protected-access
-    padded_dim = secure.padded_dim(dim)
-    config['secure'].update(scale_factor=scale, padded_dim=padded_dim)
-    record_factory = secure_lib.record_aggregation_factory(secure, scale)
+    config['secure'].update(unit_scale_factor=secure.unit_scale_factor(m, dim),
+                            padded_dim=secure.padded_dim(dim))
+    record_factory = secure_lib.record_aggregation_factory(
+        secure, scale, f._initial_clip)  # pylint: disable=protected-access
 
     def sensitivity_fn(clip):
-      return secure_lib.inflated_clip(clip, 1.0 / scale, secure.beta, padded_dim)
+      return secure.sensitivity_clip(clip, m, dim)
 
   record_process = record_factory.create(value_type)
   count_type = tff.TensorType(np.int32, [2])
@@ -478,6 +481,8 @@ def _build_process(factory: CorrelatedNoiseFactory, value_type, value_specs, dim
         round=dp_state.round, segment=dp_state.segment, restart=restart, clip=dp_state.clip,
         sensitivity_clip=dp_state.sensitivity_clip, quantile_estimate=estimate,
         clipped_count=counts[0], zeroed_count=counts[1], noise_stddev=stddev)
+    if secure is not None:
+      measurements['scale_factor'] = secure.scale_factor_tensor(dp_state.clip, m, dim)
     return new_state, result, measurements
 
   value_sum_type = record_process.next.type_signature.result.result.member
@@ -489,6 +494,11 @@ def _build_process(factory: CorrelatedNoiseFactory, value_type, value_specs, dim
     @tff.tensorflow.computation(dp_state_type, value_sum_type, count_type, tf.float32)
     def server_fn(dp_state, value_sum, counts, quantile_sum):
       return server_fn_impl(dp_state, value_sum, counts, quantile_sum)
+
+  if secure is not None:
+    @tff.tensorflow.computation(record_process.initialize.type_signature.result.member, np.float32)
+    def record_state_for_clip(record_state, clip):
+      return secure_lib.with_clip(record_state, secure.scale_factor_tensor(clip, m, dim), clip)
 
   @tff.federated_computation
   def init_fn():
@@ -514,10 +524,16 @@ def _build_process(factory: CorrelatedNoiseFactory, value_type, value_specs, dim
       quantile_agg_state = quantile_out.state
       dp_state, result, dp_measurements = tff.federated_map(
           server_fn, (state.dp, record_out.result, count_out.result, quantile_out.result))
-    new_state = CorrelatedNoiseState(dp=dp_state, record_agg=record_out.state,
+    record_state = record_out.state
+    if secure is not None:
+      record_state = tff.federated_map(record_state_for_clip, (record_state, dp_state.clip))
+    new_state = CorrelatedNoiseState(dp=dp_state, record_agg=record_state,
                                      count_agg=count_out.state, quantile_agg=quantile_agg_state)
     measurements = collections.OrderedDict(
         (key, dp_measurements[key]) for key in MEASUREMENT_KEYS)
+    if secure is not None:
+      measurements['scale_factor'] = dp_measurements['scale_factor']
+      measurements['modular_wrap'] = _find_measurement(record_out.measurements, 'modular_wrap')
     measurements['record_agg'] = record_out.measurements
     return tff.templates.MeasuredProcessOutput(
         state=tff.federated_zip(new_state), result=result,
@@ -526,11 +542,15 @@ def _build_process(factory: CorrelatedNoiseFactory, value_type, value_specs, dim
   return tff.templates.AggregationProcess(init_fn, next_fn)
 
 
-def clip_after_rounding(clip_norm: float, secure: secure_lib.SecureAggregation,
-                        clients_per_round: float, dim: int) -> float:
-  """The sensitivity clip a SecAgg factory uses for updates with `dim` coordinates (for tests/docs).
-  """
-  scale = secure.scale_factor(clip_norm, clients_per_round, dim)
-  return float(secure_lib.inflated_clip(clip_norm, 1.0 / scale, secure.beta,
-                                        secure.padded_dim(dim)).numpy())
+def _find_measurement(measurements, key: str):
+  """The server value named `key` in a nested federated measurements structure (depth first)."""
+  names = tff.structure.name_list(measurements.type_signature.member)
+  if key in names:
+    return measurements[key]
+  for name in names:
+    if isinstance(measurements.type_signature.member[name], tff.types.StructType):
+      found = _find_measurement(measurements[name], key)
+      if found is not None:
+        return found
+  return None
 

@@ -17,9 +17,10 @@ the field with probability about 1 - modclip_prob. Without rotation no flattenin
 then uses the worst case n (c / gamma + 1) <= 2^(bits - 1).
 """
 
+import collections
 import dataclasses
 import math
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 import scipy.special
@@ -70,22 +71,44 @@ class SecureAggregation:
       return 2 * math.ceil(dim / 2)
     return dim
 
-  def scale_factor(self, clip_norm: float, clients_per_round: float, dim: int) -> float:
-    """1 / gamma: the scale applied before rounding (see the module docstring)."""
-    clip_norm = _validation.check_positive_float(clip_norm, 'clip_norm')
+  def unit_scale_factor(self, clients_per_round: float, dim: int) -> float:
+    """The scale for a clip of 1, before the `MAX_SCALE_FACTOR` cap; the scale is this / clip."""
     n = _validation.check_positive_float(clients_per_round, 'clients_per_round')
     d = self.padded_dim(dim)
     field = 2.0**self.bits
     if self.rotation is None:
-      scale = (field / 2.0 / n - 1.0) / clip_norm
+      scale = field / 2.0 / n - 1.0
     else:
-      k = math.sqrt(2.0) * float(scipy.special.erfcinv(self.modclip_prob))
+      k = self.num_stddevs
       headroom = field**2 - n * k**2
-      scale = math.sqrt(max(headroom, 0.0)) / (2.0 * k * clip_norm * n / math.sqrt(d))
+      scale = math.sqrt(max(headroom, 0.0)) / (2.0 * k * n / math.sqrt(d))
     if scale <= 0:
       raise ValueError(f'`bits`={self.bits} is too small for {n:g} clients per round: the sum '
                        'cannot fit in the field. Increase `bits`.')
-    return min(scale, MAX_SCALE_FACTOR)
+    return scale
+
+  @property
+  def num_stddevs(self) -> float:
+    """k: the field spans +-k standard deviations of the aggregate (two-sided tail modclip_prob)."""
+    return math.sqrt(2.0) * float(scipy.special.erfcinv(self.modclip_prob))
+
+  def scale_factor(self, clip_norm: float, clients_per_round: float, dim: int) -> float:
+    """1 / gamma: the scale applied before rounding (see the module docstring)."""
+    clip_norm = _validation.check_positive_float(clip_norm, 'clip_norm')
+    return min(self.unit_scale_factor(clients_per_round, dim) / clip_norm, MAX_SCALE_FACTOR)
+
+  def scale_factor_tensor(self, clip_norm, clients_per_round: float, dim: int) -> tf.Tensor:
+    """`scale_factor` as a float32 TF op, for a clip that changes in the graph (adaptive clipping).
+    """
+    unit = self.unit_scale_factor(clients_per_round, dim)
+    return tf.minimum(tf.constant(unit, tf.float32) / tf.cast(clip_norm, tf.float32),
+                      tf.constant(MAX_SCALE_FACTOR, tf.float32))
+
+  def sensitivity_clip(self, clip_norm, clients_per_round: float, dim: int) -> tf.Tensor:
+    """L2 bound (unscaled) of a record clipped to `clip_norm` after rounding at its own scale (TF op).
+    """
+    scale = self.scale_factor_tensor(clip_norm, clients_per_round, dim)
+    return inflated_clip(clip_norm, 1.0 / scale, self.beta, self.padded_dim(dim))
 
 
 def inflated_clip(clip_norm, gamma: float, beta: float, padded_dim: int) -> tf.Tensor:
@@ -99,16 +122,21 @@ def inflated_clip(clip_norm, gamma: float, beta: float, padded_dim: int) -> tf.T
   return bound + NORM_LEEWAY
 
 
-def record_aggregation_factory(config: SecureAggregation, scale_factor: float
+def record_aggregation_factory(config: SecureAggregation, scale_factor: float,
+                               prior_norm_bound: float
                                ) -> tff.aggregators.UnweightedAggregationFactory:
-  """TFF's chain: concat -> [rotation] -> stochastic discretization -> modular clips -> secure sum.
+  """TFF's chain: concat -> [rotation] -> stochastic discretization -> wrap check -> modular clips
+  -> secure sum.
 
   The two modular clips ([-2^(b-1), 2^(b-1)) then [0, 2^b)) and the secure sum with bound 2^b - 1
   are arranged as in TFF's `DistributedDpSumFactory`, so the server output is the centred sum.
+  `scale_factor` and `prior_norm_bound` (the clip, which conditional rounding with beta > 0 needs)
+  are the initial values of the discretization state; `with_clip` moves both to a new clip.
   """
   if not isinstance(config, SecureAggregation):
     raise ValueError(f'`config` must be a SecureAggregation, got {config!r}.')
   scale_factor = _validation.check_positive_float(scale_factor, 'scale_factor')
+  prior_norm_bound = _validation.check_positive_float(prior_norm_bound, 'prior_norm_bound')
   agg = tff.aggregators.SecureSumFactory(upper_bound_threshold=2**config.bits - 1,
                                          lower_bound_threshold=0)
   agg = tff.aggregators.modular_clipping.ModularClippingSumFactory(
@@ -116,13 +144,130 @@ def record_aggregation_factory(config: SecureAggregation, scale_factor: float
   agg = tff.aggregators.modular_clipping.ModularClippingSumFactory(
       clip_range_lower=-(2**(config.bits - 1)), clip_range_upper=2**(config.bits - 1),
       inner_agg_factory=agg)
+  agg = ModularWrapCheckFactory(agg, config.bits)
   agg = tff.aggregators.discretization.DiscretizationFactory(
-      inner_agg_factory=agg, scale_factor=scale_factor, stochastic=True, beta=config.beta)
+      inner_agg_factory=agg, scale_factor=scale_factor, stochastic=True, beta=config.beta,
+      prior_norm_bound=prior_norm_bound)
   if config.rotation == 'hd':
     agg = tff.aggregators.HadamardTransformFactory(inner_agg_factory=agg)
   elif config.rotation == 'dft':
     agg = tff.aggregators.DiscreteFourierTransformFactory(inner_agg_factory=agg)
   return tff.aggregators.concat_factory(inner_agg_factory=agg)
+
+
+def with_clip(record_state: Any, scale_factor: tf.Tensor, clip_norm: tf.Tensor) -> Any:
+  """The record chain's state with the discretization's scale and prior norm bound replaced.
+
+  Inside a TF computation: walks the nested state of `record_aggregation_factory`'s process (the
+  rotation wraps it in a tuple) to the `DiscretizationFactory` state, as TFF's
+  `DistributedDpSumFactory._autotune_component_states` does.
+  """
+  if isinstance(record_state, collections.abc.Mapping):
+    if 'scale_factor' in record_state and 'prior_norm_bound' in record_state:
+      updated = collections.OrderedDict(record_state)
+      updated['scale_factor'] = tf.cast(scale_factor, tf.float32)
+      updated['prior_norm_bound'] = tf.cast(clip_norm, tf.float32)
+      return type(record_state)(updated) if isinstance(record_state, dict) else updated
+    return type(record_state)(
+        (key, with_clip(value, scale_factor, clip_norm)) for key, value in record_state.items())
+  if isinstance(record_state, (list, tuple)) and not hasattr(record_state, '_fields'):
+    return type(record_state)(with_clip(value, scale_factor, clip_norm) for value in record_state)
+  return record_state
+
+
+#: Bits beyond the field that the wrap check's projection keeps (see `ModularWrapCheckFactory`).
+WRAP_CHECK_BITS = 8
+
+
+class ModularWrapCheckFactory(tff.aggregators.UnweightedAggregationFactory):
+  """Detects modular wraps of a secure sum of integer vectors in a 2^bits field.
+
+  TFF's modular clips return v = s - 2^b w, where s = sum_i x_i is the true sum of the rounded
+  client vectors and w is an integer vector (w != 0 exactly when some coordinate of a client vector
+  or of the sum left [-2^(b-1), 2^(b-1))). Each client also sends, through a second secure sum, the
+  projection p_i = <r, x_i> mod 2^(b+q) with random odd weights r_j = 2 a_j + 1, a_j uniform in
+  [0, 2^(q-1)) (q = `WRAP_CHECK_BITS`, fresh weights every round). The server computes
+  (sum_i p_i - <r, v>) mod 2^(b+q) = 2^b (<r, w> mod 2^q), which is
+    * zero when there was no wrap;
+    * nonzero when exactly one coordinate wrapped once (r_j is odd);
+    * nonzero with probability at least 1 - 2^-(q-1) over r whenever some w_j is odd (with w_1 odd,
+      2 a_1 w_1 mod 2^q is uniform over the even residues, so <r, w> mod 2^q is uniform over one
+      parity class).
+  The measurement `modular_wrap` is 1 in a round where a wrap was detected, else 0. The projection
+  reveals nothing the server does not already see: without a wrap the server holds s itself, and the
+  DP noise is added after the secure sum.
+  """
+
+  def __init__(self, inner_agg_factory: tff.aggregators.UnweightedAggregationFactory, bits: int):
+    self._inner = inner_agg_factory
+    self._bits = _validation.check_positive_int(bits, 'bits')
+    self._modulus = 2**(self._bits + WRAP_CHECK_BITS)
+
+  def create(self, value_type) -> tff.templates.AggregationProcess:
+    inner_process = self._inner.create(value_type)
+    projection_type = tff.TensorType(np.int64, [1])
+    projection_process = tff.aggregators.SecureSumFactory(
+        upper_bound_threshold=self._modulus - 1, lower_bound_threshold=0).create(projection_type)
+    size = int(np.prod(value_type.shape))
+    modulus = self._modulus
+
+    def weights(round_index):
+      seed = tf.stack([tf.cast(round_index, tf.int64), tf.constant(0x5EC, tf.int64)])
+      half = tf.random.stateless_uniform([size], seed, minval=0, maxval=2**(WRAP_CHECK_BITS - 1),
+                                         dtype=tf.int64)
+      return 2 * half + 1
+
+    def project(value, round_index):
+      # Residues in [0, 2^(b+q)) times weights < 2^q stay below 2^38; reduced again before the sum,
+      # which stays below 2^30 * size: exact in int64 for any model size.
+      residues = tf.math.floormod(tf.cast(tf.reshape(value, [-1]), tf.int64), modulus)
+      terms = tf.math.floormod(residues * weights(round_index), modulus)
+      return tf.math.floormod(tf.reduce_sum(terms), modulus)
+
+    @tff.tensorflow.computation
+    def init_round():
+      return tf.constant(0, tf.int64)
+
+    @tff.tensorflow.computation(value_type, np.int64)
+    def client_projection(value, round_index):
+      return tf.reshape(project(value, round_index), [1])
+
+    @tff.tensorflow.computation(inner_process.next.type_signature.result.result.member, np.int64,
+                                projection_type)
+    def detect_wrap(value_sum, round_index, projection_sum):
+      difference = tf.math.floormod(projection_sum[0] - project(value_sum, round_index), modulus)
+      return tf.cast(tf.not_equal(difference, 0), tf.int32)
+
+    @tff.tensorflow.computation(np.int64)
+    def next_round(round_index):
+      return round_index + 1
+
+    @tff.federated_computation
+    def init_fn():
+      return tff.federated_zip(collections.OrderedDict(
+          round=tff.federated_eval(init_round, tff.SERVER),
+          inner=inner_process.initialize(), projection=projection_process.initialize()))
+
+    @tff.federated_computation(init_fn.type_signature.result,
+                               tff.FederatedType(value_type, tff.CLIENTS))
+    def next_fn(state, value):
+      round_index = state['round']
+      projections = tff.federated_map(
+          client_projection, (value, tff.federated_broadcast(round_index)))
+      inner_output = inner_process.next(state['inner'], value)
+      projection_output = projection_process.next(state['projection'], projections)
+      wrap = tff.federated_map(detect_wrap,
+                                (inner_output.result, round_index, projection_output.result))
+      new_state = collections.OrderedDict(
+          round=tff.federated_map(next_round, round_index), inner=inner_output.state,
+          projection=projection_output.state)
+      measurements = collections.OrderedDict(modular_wrap=wrap,
+                                             wrap_check=inner_output.measurements)
+      return tff.templates.MeasuredProcessOutput(
+          state=tff.federated_zip(new_state), result=inner_output.result,
+          measurements=tff.federated_zip(measurements))
+
+    return tff.templates.AggregationProcess(init_fn, next_fn)
 
 
 def count_aggregation_factory(secure: bool, upper: float, lower: float

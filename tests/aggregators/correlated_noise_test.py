@@ -19,7 +19,6 @@ from dp_ftrl_tff.aggregators import (
   CorrelatedNoiseFactory,
   RestartSchedule,
   SecureAggregation,
-  correlated_noise,
 )
 from dp_ftrl_tff.mechanisms import banded as banded_mechanisms
 from dp_ftrl_tff.mechanisms import blt as blt_mechanisms
@@ -288,6 +287,6 @@ def test_secure_matches_plain_within_discretization_bound(bits):
   bound = num_clients * gamma * math.sqrt(config.padded_dim(dim)) / m
   error = np.linalg.norm(np.asarray(secure_out.result, np.float64) - plain_out.result)
   assert 0 < error <= bound
-  sensitivity = correlated_noise.clip_after_rounding(1.0, config, m, dim)
+  sensitivity = float(config.sensitivity_clip(1.0, m, dim))
   np.testing.assert_allclose(secure_out.measurements['sensitivity_clip'], sensitivity, rtol=1e-6)
   assert 1.0 < sensitivity <= 1.0 + gamma * math.sqrt(config.padded_dim(dim)) + 1e-4
