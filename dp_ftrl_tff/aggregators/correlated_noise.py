@@ -171,9 +171,7 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
                                                                  'noise_multiplier')
     self._clients_per_round = _validation.check_positive_float(clients_per_round,
                                                                'clients_per_round')
-    if noise_seed is not None:
-      noise_seed = _validation.check_nonnegative_int(noise_seed, 'noise_seed')
-    self._noise_seed = noise_seed
+    self._noise_seed = noise_base.check_noise_seed(noise_seed)
     self._zeroing_norm = clipping.check_zeroing_norm(zeroing_norm)
     if restarts is not None and not isinstance(restarts, adaptive_lib.RestartSchedule):
       raise ValueError(f'`restarts` must be a RestartSchedule or None, got {restarts!r}.')
@@ -335,6 +333,11 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
     return self._noise_multiplier
 
   @property
+  def secure(self) -> Optional[secure_lib.SecureAggregation]:
+    """The SecAgg settings, or None for a plain sum."""
+    return self._secure
+
+  @property
   def value_noise_multiplier(self) -> float:
     """sigma_Delta: the multiplier on the model sum (> sigma with adaptive clipping, Thm. 1)."""
     return self._value_noise_multiplier
@@ -360,15 +363,26 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
             'zeroing_norm': self._zeroing_norm}
 
   def create(self, value_type) -> tff.templates.AggregationProcess:
-    """The `AggregationProcess` for client updates of `value_type` (a structure of floats)."""
-    if isinstance(value_type, (tf.TensorSpec, np.dtype)) or (
+    """The `AggregationProcess` for client updates of `value_type` (a structure of floats).
+
+    `value_type`: a `tff.TensorType`, a `tff.StructWithPythonType` of them, or the same as a
+    `tf.TensorSpec` or a (nested) list / tuple / dict of `tf.TensorSpec`s (converted with
+    `tff.types.tensorflow_to_type`).
+    """
+    if isinstance(value_type, tf.TensorSpec) or (
         isinstance(value_type, (list, tuple, dict)) and value_type):
-      value_type = tff.types.to_type(value_type)
+      try:
+        value_type = (tff.types.tensorflow_to_type(value_type) if all(
+            isinstance(spec, tf.TensorSpec) for spec in tf.nest.flatten(value_type))
+                      else tff.types.to_type(value_type))
+      except (TypeError, ValueError) as error:
+        raise ValueError('`value_type` must be a tff.TensorType, a tf.TensorSpec or a structure of '
+                         f'them, got {value_type!r} ({error}).') from error
     if not (isinstance(value_type, tff.types.TensorType) or (
         isinstance(value_type, tff.types.StructWithPythonType)
         and tff.types.is_structure_of_tensors(value_type))):
-      raise ValueError('`value_type` must be a tff.TensorType or a tff.StructWithPythonType of '
-                       f'tensors, got {value_type!r}.')
+      raise ValueError('`value_type` must be a tff.TensorType, a tf.TensorSpec or a structure of '
+                       f'them (tff.StructWithPythonType), got {value_type!r}.')
     if not tff.types.is_structure_of_floats(value_type):
       raise ValueError(f'`value_type` must hold only floating tensors, got {value_type!r}.')
     value_specs = tff.types.type_to_tf_tensor_specs(value_type)
@@ -455,10 +469,11 @@ def _build_process(factory: CorrelatedNoiseFactory, value_type, value_specs, dim
     noise, noise_state = value_noise.next(dp_state.noise_state, stddev)
     result = tf.nest.map_structure(lambda s, z: (s + z) / tf.constant(m, s.dtype), value_sum, noise)
     next_round = dp_state.round + 1
-    if restarts is None:
-      restart = tf.constant(False)
-    else:
-      restart = restarts.is_restart_round(next_round)
+    # A new segment starts on the schedule, or when the stream has no rounds left in its segment
+    # (a banded strategy with beyond_max_rounds='restart'): either way it is counted here.
+    restart = value_noise.segment_ended(noise_state)
+    if restarts is not None:
+      restart = tf.logical_or(restart, restarts.is_restart_round(next_round))
     clip = dp_state.clip
     sensitivity_clip = dp_state.sensitivity_clip
     quantile_state = dp_state.quantile_state
@@ -470,8 +485,7 @@ def _build_process(factory: CorrelatedNoiseFactory, value_type, value_specs, dim
       sensitivity_clip = tf.where(restart, sensitivity_fn(clip), sensitivity_clip)
       quantile_state = tf.cond(restart, lambda: quantile_query.restart(quantile_state),
                                lambda: quantile_state)
-    if restarts is not None:
-      noise_state = tf.cond(restart, lambda: value_noise.restart(noise_state), lambda: noise_state)
+    noise_state = tf.cond(restart, lambda: value_noise.restart(noise_state), lambda: noise_state)
     restart_int = tf.cast(restart, tf.int64)
     new_state = dp_state._replace(
         round=next_round, segment=dp_state.segment + restart_int,

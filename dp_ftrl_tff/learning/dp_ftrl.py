@@ -15,12 +15,15 @@ two agree for momentum 0). The fresh noise segment (never reusing noise rows) is
 can be restarted through `restart_state(..., aggregator_restart_fn=...)`.
 """
 
+import collections
 from typing import Any, Callable, Optional
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from dp_ftrl_tff import _validation
+from dp_ftrl_tff import _validation, aggregators
+from dp_ftrl_tff.aggregators import secure as secure_lib
 
 
 def build_dp_ftrl_process(
@@ -60,9 +63,78 @@ def build_dp_ftrl_process(
                                                      high_inclusive=False)
   server_optimizer = tff.learning.optimizers.build_sgdm(learning_rate=server_learning_rate,
                                                         momentum=server_momentum or None)
+  if isinstance(aggregator, aggregators.CorrelatedNoiseFactory):
+    # build_unweighted_fed_avg is build_weighted_fed_avg with UNIFORM weights and the weights dropped;
+    # keeping them lets `zeroed_count` include the updates TFF's client work zeroed.
+    return tff.learning.algorithms.build_weighted_fed_avg(
+        model_fn, client_optimizer_fn, server_optimizer_fn=server_optimizer,
+        client_weighting=tff.learning.ClientWeighting.UNIFORM,
+        model_aggregator=count_non_finite_updates(aggregator))
   return tff.learning.algorithms.build_unweighted_fed_avg(
       model_fn, client_optimizer_fn, server_optimizer_fn=server_optimizer,
       model_aggregator=aggregator)
+
+
+class _NonFiniteCountingFactory(tff.aggregators.WeightedAggregationFactory):
+  """See `count_non_finite_updates`."""
+
+  def __init__(self, inner: 'aggregators.CorrelatedNoiseFactory'):
+    self._inner = inner
+
+  def create(self, value_type, weight_type) -> tff.templates.AggregationProcess:
+    inner_process = self._inner.create(value_type)
+    count_process = secure_lib.count_aggregation_factory(
+        self._inner.secure is not None, 1, 0).create(tff.TensorType(np.int32))
+
+    @tff.tensorflow.computation(weight_type)
+    def was_zeroed(weight):
+      return tf.cast(tf.equal(weight, 0), tf.int32)
+
+    @tff.tensorflow.computation(inner_process.next.type_signature.result.measurements.member
+                                .zeroed_count, np.int32)
+    def add_counts(zeroed_count, non_finite_count):
+      return zeroed_count + tf.cast(non_finite_count, zeroed_count.dtype)
+
+    @tff.federated_computation
+    def init_fn():
+      return tff.federated_zip((inner_process.initialize(), count_process.initialize()))
+
+    @tff.federated_computation(init_fn.type_signature.result,
+                               tff.FederatedType(value_type, tff.CLIENTS),
+                               tff.FederatedType(weight_type, tff.CLIENTS))
+    def next_fn(state, value, weight):
+      inner_state, count_state = state
+      inner_output = inner_process.next(inner_state, value)
+      count_output = count_process.next(count_state, tff.federated_map(was_zeroed, weight))
+      measurements = inner_output.measurements
+      names = tff.structure.name_list(measurements.type_signature.member)
+      fields = collections.OrderedDict((name, measurements[name]) for name in names)
+      fields['zeroed_count'] = tff.federated_map(
+          add_counts, (fields['zeroed_count'], count_output.result))
+      return tff.templates.MeasuredProcessOutput(
+          state=tff.federated_zip((inner_output.state, count_output.state)),
+          result=inner_output.result, measurements=tff.federated_zip(fields))
+
+    return tff.templates.AggregationProcess(init_fn, next_fn)
+
+
+def count_non_finite_updates(aggregator: 'aggregators.CorrelatedNoiseFactory'
+                             ) -> tff.aggregators.WeightedAggregationFactory:
+  """`aggregator` as a weighted factory whose `zeroed_count` also counts TFF's zeroed updates.
+
+  TFF's model-delta client work (inside `build_unweighted_fed_avg` and `build_weighted_fed_avg`)
+  replaces a client update with a non-finite value by zeros and gives it weight 0, so an unweighted
+  aggregator never sees it. With `client_weighting=tff.learning.ClientWeighting.UNIFORM` every other
+  client has weight 1; this wrapper ignores the weights for the mean (the mean stays unweighted, over
+  the fixed `clients_per_round`) and adds the clients with weight 0 to the measurement
+  `zeroed_count` (summed with SecAgg when the aggregator uses it). Use it as
+  `build_weighted_fed_avg(..., client_weighting=UNIFORM, model_aggregator=...)`;
+  `build_dp_ftrl_process` does.
+  """
+  if not isinstance(aggregator, aggregators.CorrelatedNoiseFactory):
+    raise ValueError('`aggregator` must be a CorrelatedNoiseFactory, got '
+                     f'{type(aggregator).__name__}.')
+  return _NonFiniteCountingFactory(aggregator)
 
 
 AggregatorRestartFn = Callable[[Any], Any]

@@ -117,6 +117,12 @@ class BandedNoise(base.StreamingNoise):
                                buffers=tf.nest.pack_sequence_as(state.buffers, buffers))
     return tf.nest.pack_sequence_as(z, noise), new_state
 
+  def segment_ended(self, state: BandedNoiseState) -> tf.Tensor:
+    """True after the strategy's last round when `beyond_max_rounds='restart'`."""
+    if self._beyond_max_rounds != 'restart':
+      return tf.constant(False)
+    return state.segment_round >= self._strategy.max_rounds
+
   def restart(self, state: BandedNoiseState) -> BandedNoiseState:
     """A fresh banded segment: zero buffers, in-segment round 0; z rows keep counting."""
     return state._replace(segment_round=tf.zeros_like(state.segment_round),

@@ -22,15 +22,25 @@ import tensorflow as tf
 SEED_SHAPE = (2,)
 
 
+def check_noise_seed(noise_seed) -> Optional[int]:
+  """`noise_seed` as an int in [0, 2^63) (it becomes an int64 seed), or None."""
+  if noise_seed is None:
+    return None
+  if isinstance(noise_seed, bool) or not isinstance(noise_seed, (int, np.integer)):
+    raise ValueError(f'`noise_seed` must be an int or None, got {noise_seed!r}.')
+  if not 0 <= int(noise_seed) < 2**63:
+    raise ValueError(f'`noise_seed` must lie in [0, 2**63) (an int64), got {noise_seed}.')
+  return int(noise_seed)
+
+
 def initial_seed(noise_seed: Optional[int]) -> tf.Tensor:
   """An int64[2] seed tensor: fixed from `noise_seed`, or fresh from OS entropy when it is None.
 
   Call inside a TF computation: with `noise_seed=None`, each execution draws a new seed.
   """
+  noise_seed = check_noise_seed(noise_seed)
   if noise_seed is None:
     return tf.random.uniform(SEED_SHAPE, minval=tf.int64.min, maxval=tf.int64.max, dtype=tf.int64)
-  if isinstance(noise_seed, bool) or not isinstance(noise_seed, (int, np.integer)):
-    raise ValueError(f'`noise_seed` must be an int or None, got {noise_seed!r}.')
   return tf.constant([0, int(noise_seed)], dtype=tf.int64)
 
 
@@ -99,3 +109,9 @@ class StreamingNoise(abc.ABC):
   def restart(self, state: Any) -> Any:
     """A state that starts a fresh mechanism segment (new tree / banded / BLT stream), same seed
     lineage: rows keep counting so no z row is ever reused."""
+
+  def segment_ended(self, state: Any) -> tf.Tensor:
+    """bool tensor: the stream cannot continue its segment and must `restart` before its next round
+    (a banded strategy at its last round with `beyond_max_rounds='restart'`). False by default."""
+    del state
+    return tf.constant(False)

@@ -216,6 +216,8 @@ def test_checkpoint_round_trip_and_resume_bit_for_bit(tmp_path):
     ({'clip_norm': 0.0}, 'clip_norm'),
     ({'clip_norm': None}, 'clip_norm'),
     ({'noise_seed': -3}, 'noise_seed'),
+    ({'noise_seed': 2**63}, 'noise_seed'),
+    ({'noise_seed': 1.5}, 'noise_seed'),
     ({'zeroing_norm': -1.0}, 'zeroing_norm'),
     ({'secure': True}, 'secure'),
     ({'adaptive_clip': 'yes'}, 'adaptive_clip'),
@@ -255,6 +257,38 @@ def test_blt_from_theta_omega_and_file(tmp_path):
 def test_mismatched_value_type_at_create(value_type):
   with pytest.raises(ValueError, match='value_type'):
     CorrelatedNoiseFactory.gaussian(1.0, 10, 1.0).create(value_type)
+
+
+def test_create_accepts_tensor_specs():
+  factory = CorrelatedNoiseFactory.gaussian(0.0, 1, 10.0)
+  process = factory.create(tf.TensorSpec([3], tf.float32))
+  _, (output,) = _run(process, [np.array([1.0, 2.0, 3.0], np.float32)], 1)
+  np.testing.assert_allclose(output.result, [1.0, 2.0, 3.0])
+  nested = factory.create(collections.OrderedDict(a=tf.TensorSpec([2], tf.float32),
+                                                  b=tf.TensorSpec([1], tf.float32)))
+  assert nested.next.type_signature.result.result.member == tff.types.to_type(
+      collections.OrderedDict(a=tff.TensorType(np.float32, [2]), b=tff.TensorType(np.float32, [1])))
+  with pytest.raises(ValueError, match='tf.TensorSpec'):
+    factory.create([tf.TensorSpec([2], tf.float32), 'x'])
+
+
+def test_banded_restart_beyond_max_rounds_is_measured():
+  process = CorrelatedNoiseFactory.banded(
+      1.0, 1, 1.0, strategy=BANDED, noise_seed=0, beyond_max_rounds='restart').create(
+          tff.TensorType(np.float32, [2]))
+  _, outputs = _run(process, [np.zeros(2, np.float32)], 2 * NUM_ROUNDS + 1)
+  restarts = [bool(o.measurements['restart']) for o in outputs]
+  segments = [int(o.measurements['segment']) for o in outputs]
+  # Rounds 0..7 form segment 0 (the strategy's 8 rounds); round 7 ends it, round 8 starts segment 1.
+  assert restarts == [t in (NUM_ROUNDS - 1, 2 * NUM_ROUNDS - 1) for t in range(2 * NUM_ROUNDS + 1)]
+  assert segments == [t // NUM_ROUNDS for t in range(2 * NUM_ROUNDS + 1)]
+  # Segment 1 is the strategy's noise again on the next z rows (8..15): dense check.
+  specs = tff.types.type_to_tf_tensor_specs(tff.TensorType(np.float32, [2]))
+  z = np.stack([_flat(base.standard_normal_row(base.initial_seed(0), r, specs))
+                for r in range(NUM_ROUNDS, 2 * NUM_ROUNDS)])
+  expected = BANDED.noise_matrix(NUM_ROUNDS) @ z
+  got = np.stack([_flat(o.result) for o in outputs[NUM_ROUNDS:2 * NUM_ROUNDS]])
+  np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
 
 
 def test_banded_beyond_max_rounds_errors():

@@ -77,3 +77,27 @@ def test_validation(kwargs, match):
   kwargs.setdefault('aggregator', tff.aggregators.UnweightedMeanFactory())
   with pytest.raises(ValueError, match=match):
     dp_ftrl.build_dp_ftrl_process(_model_fn, tff.learning.optimizers.build_sgdm(0.1), **kwargs)
+
+
+def test_non_finite_client_updates_are_counted_in_zeroed_count():
+  from dp_ftrl_tff.aggregators import CorrelatedNoiseFactory
+  factory = CorrelatedNoiseFactory.gaussian(0.0, 3, 10.0)
+  ours = dp_ftrl.build_dp_ftrl_process(_model_fn, tff.learning.optimizers.build_sgdm(0.1),
+                                       aggregator=factory, server_learning_rate=1.0,
+                                       server_momentum=0.0)
+  plain = tff.learning.algorithms.build_unweighted_fed_avg(
+      _model_fn, tff.learning.optimizers.build_sgdm(0.1),
+      server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0), model_aggregator=factory)
+  # The third client's label is NaN: its update is non-finite and TFF's client work zeroes it.
+  data = [_client([[1.0, 0.0]], [[1.0]]), _client([[0.0, 2.0]], [[-1.0]]),
+          _client([[1.0, 1.0]], [[np.nan]])]
+  ours_out = ours.next(ours.initialize(), data)
+  plain_out = plain.next(plain.initialize(), data)
+  assert ours_out.metrics['aggregator']['zeroed_count'] == 1
+  assert plain_out.metrics['aggregator']['zeroed_count'] == 0  # What TFF alone lets it see.
+  for a, b in zip(ours.get_model_weights(ours_out.state).trainable,
+                  plain.get_model_weights(plain_out.state).trainable, strict=True):
+    np.testing.assert_allclose(a, b, rtol=1e-6)
+  assert np.all(np.isfinite(ours.get_model_weights(ours_out.state).trainable[0]))
+  with pytest.raises(ValueError, match='aggregator'):
+    dp_ftrl.count_non_finite_updates(tff.aggregators.UnweightedMeanFactory())
