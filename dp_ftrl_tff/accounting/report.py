@@ -83,6 +83,8 @@ class PrivacyReport:
     observed: `ObservedParticipation` or None.
     clipped_count_stddev: adaptive clipping's sigma_b, or None.
     value_noise_multiplier: the inflated z_Delta the model sum must use with adaptive clipping.
+    secure_aggregation: with SecAgg, the chain's settings, each segment's clip and post-rounding
+      sensitivity clip, and the rounds whose secure sum wrapped (see `build_report`); else None.
     calibration: {'target_rho': ...} or {'target_epsilon': ...} when sigma was calibrated, else None.
     warnings: loud messages (schema violations, upper bounds, large inflation).
   """
@@ -95,6 +97,7 @@ class PrivacyReport:
   clipped_count_stddev: Optional[float] = None
   value_noise_multiplier: Optional[float] = None
   calibration: Optional[dict] = None
+  secure_aggregation: Optional[dict] = None
   warnings: tuple = ()
 
   @property
@@ -131,6 +134,7 @@ class PrivacyReport:
         'clipped_count_stddev': self.clipped_count_stddev,
         'value_noise_multiplier': self.value_noise_multiplier,
         'calibration': self.calibration,
+        'secure_aggregation': self.secure_aggregation,
         'declared': None if self.declared is None else _guarantee_dict(self.declared),
         'observed': None if self.observed is None else dataclasses.asdict(self.observed),
         'warnings': list(self.warnings),
@@ -158,6 +162,10 @@ class PrivacyReport:
       lines.append(f'  adaptive clipping: model-sum noise multiplier z_Delta='
                    f'{self.value_noise_multiplier:.10g} (clipped-count std '
                    f'{self.clipped_count_stddev:g})')
+    if self.secure_aggregation is not None:
+      wraps = self.secure_aggregation['wrap_rounds']
+      lines.append(f"  SecAgg: {self.secure_aggregation['bits']} bits, noise on the post-rounding "
+                   f'clip, {len(wraps)} round(s) with a modular wrap')
     if self.observed is not None and self.observed.tree_patterns is not None:
       t = self.observed.tree_patterns
       lines.append(f'  observed patterns: sens^2={t["sensitivity_squared"]:.6g}, rho={t["rho"]:.6g}'
@@ -202,6 +210,14 @@ class PrivacyReport:
       md.append(f'- Adaptive clipping (Gboard Thm. 1): clipped-count noise std '
                 f'{self.clipped_count_stddev:g}; the model sum uses z_Delta = '
                 f'{self.value_noise_multiplier:.10g}, equivalent to the accounted sigma above.')
+    if self.secure_aggregation is not None:
+      sa = self.secure_aggregation
+      ratio = max((seg['sensitivity_clip'] / seg['clip'] for seg in sa['segments']), default=1.0)
+      md.append(f"- SecAgg ({sa['bits']} bits, rotation {sa['rotation']}, beta {sa['beta']:g}): "
+                'records are rounded before the secure sum, which can grow their norm; each '
+                'segment\'s noise std is sigma x its post-rounding clip (at most '
+                f'{ratio:.6g} x the clip), so sigma is relative to the post-rounding bound. Rounds '
+                f"whose secure sum wrapped around the field: {sa['wrap_rounds'] or 'none'}.")
     if self.calibration is not None:
       (key, value), = self.calibration.items()
       md.append(f'- sigma was calibrated to meet {key} = {value:g}.')
@@ -289,7 +305,8 @@ def build_report(strategy: base.Strategy, num_rounds: Optional[int] = None,
                  restart_rounds: Optional[Sequence[int]] = None,
                  log: Optional[log_lib.ParticipationLog] = None,
                  clipped_count_stddev: Optional[float] = None,
-                 observed_patterns: bool = True) -> PrivacyReport:
+                 observed_patterns: bool = True,
+                 secure_aggregation: Optional[dict] = None) -> PrivacyReport:
   """Builds the privacy report of a run.
 
   Args:
@@ -303,6 +320,11 @@ def build_report(strategy: base.Strategy, num_rounds: Optional[int] = None,
     log: a `ParticipationLog`; the headline then uses the realized participation.
     clipped_count_stddev: adaptive clipping's sigma_b (the report adds the value noise multiplier).
     observed_patterns: trees with a log: also the exact guarantee over the observed patterns.
+    secure_aggregation: with SecAgg, a dict with the chain's 'bits', 'rotation', 'beta',
+      'modclip_prob', 'segments' (one {'segment', 'clip', 'sensitivity_clip'} per noise segment: the
+      active clip and the post-rounding L2 bound the noise std was proportional to) and
+      'wrap_rounds' (rounds whose secure sum wrapped around the field). A wrap voids the norm bound
+      of that round's sum, so each one is a warning.
   """
   if not isinstance(strategy, base.Strategy):
     raise ValueError(f'`strategy` must be a mechanisms Strategy, got {strategy!r}.')
@@ -374,12 +396,41 @@ def build_report(strategy: base.Strategy, num_rounds: Optional[int] = None,
     if value_nm >= 2 * headline.noise_multiplier:
       warnings.append(f'adaptive clipping inflates the value noise multiplier by '
                       f'{value_nm / headline.noise_multiplier:.3g}x.')
+  if secure_aggregation is not None:
+    secure_aggregation = _check_secure_aggregation(secure_aggregation)
+    if secure_aggregation['wrap_rounds']:
+      warnings.append(f"the secure sum wrapped around its {secure_aggregation['bits']}-bit field "
+                      f"in rounds {secure_aggregation['wrap_rounds']}: those rounds' sums are not "
+                      'bounded by the clip, and the guarantee does not cover them.')
   return PrivacyReport(
       guarantee=headline, mechanism_config=_json_config(strategy.to_config()),
       participation_source=source,
       sensitivity_exact=exact, declared=declared, observed=observed,
       clipped_count_stddev=None if clipped_count_stddev is None else float(clipped_count_stddev),
-      value_noise_multiplier=value_nm, calibration=calibration_info, warnings=tuple(warnings))
+      value_noise_multiplier=value_nm, calibration=calibration_info,
+      secure_aggregation=secure_aggregation, warnings=tuple(warnings))
+
+
+def _check_secure_aggregation(secure_aggregation: dict) -> dict:
+  """Validates `build_report`'s `secure_aggregation` dict; returns a JSON-ready copy."""
+  if not isinstance(secure_aggregation, dict):
+    raise ValueError(f'`secure_aggregation` must be a dict, got {secure_aggregation!r}.')
+  missing = {'bits', 'rotation', 'beta', 'modclip_prob', 'segments', 'wrap_rounds'} - set(
+      secure_aggregation)
+  if missing:
+    raise ValueError(f'`secure_aggregation` lacks the keys {sorted(missing)}.')
+  segments = []
+  for segment in secure_aggregation['segments']:
+    clip = _validation.check_positive_float(segment['clip'], 'clip')
+    bound = _validation.check_positive_float(segment['sensitivity_clip'], 'sensitivity_clip')
+    if bound < clip:
+      raise ValueError(f'`sensitivity_clip`={bound} is below the clip {clip}: a post-rounding '
+                       'bound is never smaller than the clip.')
+    segments.append({'segment': int(segment['segment']), 'clip': clip, 'sensitivity_clip': bound})
+  out = dict(secure_aggregation)
+  out['segments'] = segments
+  out['wrap_rounds'] = sorted(int(r) for r in secure_aggregation['wrap_rounds'])
+  return out
 
 
 def alternative_strategies(strategy: base.Strategy) -> dict:

@@ -138,3 +138,29 @@ def test_banded_with_more_bands_than_min_sep_is_flagged_as_upper_bound():
   assert tight.sensitivity_exact and tight.warnings == ()
   # Alg. 5 with bands <= min_sep: 3 disjoint column groups of squared norm 4 (first columns).
   assert tight.guarantee.sensitivity_squared == 12.0
+
+
+def test_secure_aggregation_segments_and_wraps_are_reported():
+  secure = {'bits': 16, 'rotation': 'dft', 'beta': 0.0, 'modclip_prob': 1e-4,
+            'segments': [{'segment': 0, 'clip': 1.0, 'sensitivity_clip': 1.002},
+                         {'segment': 1, 'clip': 10.0, 'sensitivity_clip': 10.02}],
+            'wrap_rounds': []}
+  plain = report.build_report(gaussian.GaussianStrategy(), 100, Schema(30, 2), noise_multiplier=2.0)
+  clean = report.build_report(gaussian.GaussianStrategy(), 100, Schema(30, 2), noise_multiplier=2.0,
+                              secure_aggregation=secure)
+  # The noise is proportional to the post-rounding bound: the guarantee is the plain one.
+  assert clean.guarantee.epsilon == plain.guarantee.epsilon and clean.warnings == ()
+  assert json.loads(clean.to_json())['secure_aggregation']['segments'][1]['clip'] == 10.0
+  assert '1.002 x the clip' in clean.to_markdown()
+  wrapped = report.build_report(gaussian.GaussianStrategy(), 100, Schema(30, 2),
+                                noise_multiplier=2.0,
+                                secure_aggregation=dict(secure, wrap_rounds=[7, 3]))
+  assert any('rounds [3, 7]' in w for w in wrapped.warnings)
+  assert 'WARNING' in wrapped.summary()
+  bad = dict(secure, segments=[{'segment': 0, 'clip': 1.0, 'sensitivity_clip': 0.5}])
+  with pytest.raises(ValueError, match='sensitivity_clip'):
+    report.build_report(gaussian.GaussianStrategy(), 100, Schema(30, 2), noise_multiplier=2.0,
+                        secure_aggregation=bad)
+  with pytest.raises(ValueError, match='secure_aggregation'):
+    report.build_report(gaussian.GaussianStrategy(), 100, Schema(30, 2), noise_multiplier=2.0,
+                        secure_aggregation={'bits': 16})
