@@ -20,8 +20,10 @@ nothing here imports TensorFlow or JAX.
 
 Numerical care near theta = 1: the optimized decays reach 1 - 1e-12 (App. A). The optimizer therefore
 works with log-decays (log theta = sum of log-sigmoids, exact far beyond the float64 resolution of theta
-itself), forms powers as exp((t - 1) log theta) and differences of decays as
-exp(a) * -expm1(b - a), and evaluates the barrier term -log(1 - theta) as -log(-expm1(log theta)).
+itself), forms powers as exp((t - 1) log theta), differences of decays v_l - v_m as
+v_l * -expm1(log v_m - log v_l) with the log-ratio summed from its own log-sigmoids, forms the
+products of Alg. 5 in extended exponent range (no 0 / 0 when they underflow), and evaluates the
+barrier term -log(1 - theta) as -log(-expm1(log theta)).
 """
 
 import dataclasses
@@ -61,15 +63,35 @@ def _check_distinct(values: np.ndarray, name: str) -> None:
     raise ValueError(f'`{name}` must have pairwise distinct entries, got {values.tolist()}.')
 
 
+def _row_products(factors: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+  """Row products of `factors` as (mantissa, exponent), product = mantissa * 2**exponent.
+
+  np.frexp splits every factor exactly into m * 2**e with 0.5 <= |m| < 1 (and 0 into 0 * 2**0);
+  the product of d mantissas stays above 2**-d in magnitude and the integer exponents add exactly.
+  Scaling by powers of two is exact, so the mantissa product rounds as the plain product does
+  wherever the plain product stays in the normal range: results are unchanged there, and correct
+  where the plain product of d small differences (e.g. d = 8 decays near 1e-60) underflowed to 0.
+  """
+  mantissas, exponents = np.frexp(factors)
+  return np.prod(mantissas, axis=1), np.sum(exponents, axis=1)
+
+
 def _output_scale_from_differences(cross: np.ndarray, own: np.ndarray) -> np.ndarray:
   """Alg. 5 in product form: omega_i = prod_j cross[i, j] / prod_{j != i} own[i, j].
 
   With cross[i, j] = theta_i - theta_hat_j and own[i, j] = theta_i - theta_j this is the residue of
   C(x) = prod_j (1 - theta_hat_j x) / prod_j (1 - theta_j x) = 1 + sum_j omega_j x / (1 - theta_j x) at
   x = 1 / theta_i, algebraically identical to the paper's f(1/theta_i) (-theta_i w_i) / z and free of
-  divisions by theta. The caller computes the differences (accurately, see `_objective`).
+  divisions by theta. The caller computes the differences accurately (see
+  `_decays_and_differences`).
+
+  Both products are formed in extended exponent range (`_row_products`): in plain float64 a product
+  of d differences of small decays underflows (to 0 / 0 = nan once numerator and denominator both
+  do), although omega_i, a ratio of d and d - 1 such factors, is of the size of one difference.
   """
-  return np.prod(cross, axis=1) / np.prod(own + np.eye(own.shape[0]), axis=1)
+  numerator, numerator_exponent = _row_products(cross)
+  denominator, denominator_exponent = _row_products(own + np.eye(own.shape[0]))
+  return np.ldexp(numerator / denominator, numerator_exponent - denominator_exponent)
 
 
 def calc_output_scale(theta, theta_hat) -> np.ndarray:
@@ -146,8 +168,9 @@ class BLTStrategy(base.Strategy):
     matrix) and omega_hat = calc_output_scale(theta_hat, theta) (Alg. 5 with swapped arguments).
 
     Raises:
-      ValueError: if the inverse has complex or repeated decays (possible for omega with mixed signs).
-        `noise_coefs` still works for such strategies.
+      ValueError: if the inverse is not a BLT: its decays are complex, repeated, or outside (0, 1]
+        (possible for omega with mixed signs, or omega large against theta, e.g. theta = (0.5,),
+        omega = (0.9,) has theta_hat = (-0.4,)). `noise_coefs` still works for such strategies.
     """
     theta = np.asarray(self.theta)
     omega = np.asarray(self.omega)
@@ -157,13 +180,17 @@ class BLTStrategy(base.Strategy):
     theta_hat = np.sort(eigenvalues.real)[::-1]
     if np.unique(theta_hat).size != theta_hat.size:
       raise ValueError(f'The inverse of {self} has repeated buffer decays {theta_hat}.')
+    if theta_hat[-1] <= 0.0 or theta_hat[0] > 1.0:
+      raise ValueError(
+          f'The inverse of {self} has buffer decays {theta_hat.tolist()} outside (0, 1], so it is '
+          'not a BLT (a BLT\'s decays lie in (0, 1]).')
     return theta_hat, calc_output_scale(theta_hat, theta)
 
   def noise_coefs(self, num_rounds: int) -> np.ndarray:
     """c_hat_0 .. c_hat_{n-1}, the Toeplitz coefficients of C^-1, float64.
 
-    Uses Eq. 2 on `inverse()` (O(nd)); when the inverse has complex or repeated decays, falls back to
-    `toeplitz.inverse_coefs` (power-series inverse).
+    Uses Eq. 2 on `inverse()` (O(nd)); when the inverse is not a BLT (complex, repeated, or
+    out-of-range decays), falls back to `toeplitz.inverse_coefs` (power-series inverse, O(n log n)).
     """
     num_rounds = self.check_num_rounds(num_rounds)
     try:
@@ -409,9 +436,22 @@ def loss_and_gradient(theta, theta_hat, num_rounds: int,
 _LOGIT_BOUNDS = (-25.0, 45.0)
 
 
-def _exp_difference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-  """exp(a) - exp(b) for broadcast arrays, as exp(a) * -expm1(b - a): no cancellation when a ~ b."""
-  return np.exp(a) * -np.expm1(b - a)
+def _decays_and_differences(logits: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+  """log v = cumsum(log sigmoid(logits)) and all differences v_l - v_m, each to a few ulps.
+
+  v_l - v_m = v_l * -expm1(log v_m - log v_l): no cancellation when v_l ~ v_m. The log-ratio
+  log v_m - log v_l (l < m) is summed from its own log-sigmoids, terms of one sign (relative error
+  <= (m - l) eps), not taken as a difference of the cumulative sums, which loses every digit below
+  ulp(|log v_l|): next to log v_l = -16, log sigmoid(44) = -8e-20 vanishes, two distinct decays came
+  out equal in float64 and Alg. 5 divided 0 by 0. The lower triangle is the negated upper one.
+  """
+  log_sigmoid = -np.logaddexp(0.0, -logits)
+  log_v = np.cumsum(log_sigmoid)
+  upper = np.zeros((logits.size, logits.size))
+  for first in range(logits.size - 1):
+    log_ratio = np.cumsum(log_sigmoid[first + 1:])  # log v_m - log v_first for m > first, <= 0.
+    upper[first, first + 1:] = np.exp(log_v[first]) * -np.expm1(log_ratio)
+  return log_v, upper - upper.T
 
 
 def _objective(logits: np.ndarray, num_rounds: int, min_sep: int, count: int, error: str,
@@ -421,15 +461,15 @@ def _objective(logits: np.ndarray, num_rounds: int, min_sep: int, count: int, er
   v = cumprod(sigmoid(logits)) is strictly decreasing in (0, 1); theta = v[0::2], theta_hat = v[1::2].
   Interlacing theta_1 > theta_hat_1 > theta_2 > ... makes omega > 0 and sum(omega) = c_1 =
   sum_j (theta_j - theta_hat_j) < 1, so Thm. 3.1 holds at every point. log v is the cumulative sum of
-  log-sigmoids, exact even where v rounds to 1 in float64.
+  log-sigmoids, exact even where v rounds to 1 in float64, and the differences of decays come from
+  log-ratios summed directly (`_decays_and_differences`), accurate even where they are far below the
+  resolution of v.
   """
-  log_v = np.cumsum(-np.logaddexp(0.0, -logits))
+  log_v, differences = _decays_and_differences(logits)
   log_theta, log_theta_hat = log_v[0::2], log_v[1::2]
   value, grad_log_theta, grad_log_theta_hat, _ = _loss_from_log_decays(
-      log_theta, log_theta_hat, _exp_difference(log_theta[:, None], log_theta_hat[None, :]),
-      _exp_difference(log_theta[:, None], log_theta[None, :]),
-      _exp_difference(log_theta_hat[:, None], log_theta_hat[None, :]), num_rounds, min_sep, count,
-      error, barrier_strength)
+      log_theta, log_theta_hat, differences[0::2, 1::2], differences[0::2, 0::2],
+      differences[1::2, 1::2], num_rounds, min_sep, count, error, barrier_strength)
   grad_log_v = np.empty_like(log_v)
   grad_log_v[0::2], grad_log_v[1::2] = grad_log_theta, grad_log_theta_hat
   # d log sigmoid(x) / dx = sigmoid(-x).
@@ -470,12 +510,9 @@ def _minimize(start: np.ndarray, args, max_iterations: int):
 
 
 def _strategy_from_logits(logits: np.ndarray) -> BLTStrategy:
-  log_v = np.cumsum(-np.logaddexp(0.0, -logits))
-  log_theta, log_theta_hat = log_v[0::2], log_v[1::2]
-  omega = _output_scale_from_differences(
-      _exp_difference(log_theta[:, None], log_theta_hat[None, :]),
-      _exp_difference(log_theta[:, None], log_theta[None, :]))
-  return BLTStrategy(theta=np.exp(log_theta), omega=omega)
+  log_v, differences = _decays_and_differences(logits)
+  omega = _output_scale_from_differences(differences[0::2, 1::2], differences[0::2, 0::2])
+  return BLTStrategy(theta=np.exp(log_v[0::2]), omega=omega)
 
 
 def optimize_blt(num_rounds: int, participation: participation_lib.ParticipationSchema,

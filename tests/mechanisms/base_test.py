@@ -1,5 +1,7 @@
 """Tests for dp_ftrl_tff.mechanisms.base: workloads, decoder errors, config validation, exports."""
 
+import types
+
 import numpy as np
 import pytest
 
@@ -91,3 +93,13 @@ def test_package_exports_the_strategies():
   assert mechanisms.save_strategy is files.save_strategy
   assert mechanisms.momentum_workload is base.momentum_workload
   assert all(hasattr(mechanisms, name) for name in mechanisms.__all__)
+
+
+def test_runtime_warnings_from_package_modules_are_errors():
+  # pyproject.toml's filterwarnings: a RuntimeWarning issued from a dp_ftrl_tff module fails the
+  # test. numpy attributes a ufunc's floating-point warning to the module of the calling frame.
+  probe = types.ModuleType('dp_ftrl_tff.mechanisms._warnings_probe')
+  code = 'import numpy as np\ndef divide(): return np.float64(0) / np.float64(0)'
+  exec(code, probe.__dict__)  # pylint: disable=exec-used
+  with pytest.raises(RuntimeWarning, match='invalid value'):
+    probe.divide()

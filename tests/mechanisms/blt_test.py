@@ -9,6 +9,8 @@ import itertools
 import numpy as np
 import pytest
 import scipy.linalg
+import scipy.signal
+import scipy.special
 
 from dp_ftrl_tff.mechanisms import base, blt
 from dp_ftrl_tff.mechanisms import participation as participation_lib
@@ -28,7 +30,12 @@ def _dense_c(strategy, n):
 
 def _dense_losses(strategy, n, participation):
   """(MaxLoss, RmsLoss) from the dense B = A C^-1 and brute-force sensitivity over all patterns."""
-  c = _dense_c(strategy, n)
+  return _dense_losses_of_matrix(_dense_c(strategy, n), participation)
+
+
+def _dense_losses_of_matrix(c, participation):
+  """`_dense_losses` for a given dense n x n strategy matrix C."""
+  n = c.shape[0]
   b = np.tril(np.ones((n, n))) @ scipy.linalg.solve_triangular(c, np.eye(n), lower=True)
   row_sq = np.sum(b**2, axis=1)
   sens_sq = max(np.sum(c[:, list(p)].sum(axis=1)**2) for p in participation.patterns(n))
@@ -132,6 +139,32 @@ def test_calc_output_scale_single_buffer_and_dense_inverse():
     np.testing.assert_allclose(got, expected, atol=1e-12)
 
 
+def test_calc_output_scale_many_tiny_decays():
+  # d = 8 interlaced decays below 2^-200 = 6e-61: the products of 8 differences underflow in
+  # float64 (they used to give 0 / 0 = nan), while omega is of the size of one difference.
+  # Reference: Alg. 5 is homogeneous of degree 1 and scaling by a power of two is exact, so the
+  # result is exactly 2^-200 times that of the unscaled decays, which match the dense inverse.
+  v = np.linspace(0.95, 0.05, 16)
+  theta, theta_hat = v[0::2], v[1::2]
+  omega = blt.calc_output_scale(theta, theta_hat)
+  omega_hat = blt.calc_output_scale(theta_hat, theta)
+  n = 40
+  expected = scipy.linalg.solve_triangular(_dense_c(blt.BLTStrategy(theta, omega), n), np.eye(n),
+                                           lower=True)[:, 0]
+  got = np.concatenate([[1.0], [omega_hat @ theta_hat**(i - 1) for i in range(1, n)]])
+  np.testing.assert_allclose(got, expected, atol=1e-12)
+  scale = 2.0**-200
+  cross = scale * (theta[:, None] - theta_hat[None, :])
+  own = scale * (theta[:, None] - theta[None, :]) + np.eye(8)
+  with np.errstate(under='ignore', invalid='ignore'):
+    assert np.all(np.isnan(np.prod(cross, axis=1) / np.prod(own, axis=1)))  # the plain products
+  with np.errstate(divide='raise', invalid='raise', over='raise'):
+    np.testing.assert_array_equal(blt.calc_output_scale(scale * theta, scale * theta_hat),
+                                  scale * omega)
+    np.testing.assert_array_equal(blt.calc_output_scale(scale * theta_hat, scale * theta),
+                                  scale * omega_hat)
+
+
 def test_complex_inverse_falls_back_to_series_inverse():
   strategy = blt.BLTStrategy(theta=(0.9, 0.5), omega=(0.5, -0.6))
   with pytest.raises(ValueError, match='complex'):
@@ -140,6 +173,25 @@ def test_complex_inverse_falls_back_to_series_inverse():
   np.testing.assert_allclose(
       strategy.noise_coefs(n),
       scipy.linalg.solve_triangular(_dense_c(strategy, n), np.eye(n), lower=True)[:, 0], atol=1e-10)
+
+
+@pytest.mark.parametrize('theta, omega', [
+    ((0.5,), (0.9,)),           # theta_hat = 0.5 - 0.9 = -0.4
+    ((0.9, 0.5), (0.3, 0.8)),   # theta_hat = (0.15 +- sqrt(0.4425)) = (0.815, -0.515)
+    ((0.9,), (-0.5,)),          # theta_hat = 1.4
+])
+def test_inverse_with_decays_outside_unit_interval_falls_back(theta, omega):
+  strategy = blt.BLTStrategy(theta=theta, omega=omega)
+  eigenvalues = np.linalg.eigvals(np.diag(theta) - np.asarray(omega)[None, :])
+  assert np.all(eigenvalues.imag == 0)
+  assert np.min(eigenvalues.real) <= 0 or np.max(eigenvalues.real) > 1
+  with pytest.raises(ValueError, match=r'outside \(0, 1\]'):
+    strategy.inverse()
+  n = 30
+  expected = scipy.linalg.solve_triangular(_dense_c(strategy, n), np.eye(n), lower=True)[:, 0]
+  np.testing.assert_allclose(strategy.noise_coefs(n), expected, rtol=1e-10, atol=1e-12)
+  np.testing.assert_allclose(strategy.noise_matrix(n) @ strategy.strategy_matrix(n), np.eye(n),
+                             rtol=0, atol=1e-9 * np.max(np.abs(expected)))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -211,13 +263,76 @@ def test_errors_closed_form_matches_dense_decoder():
 # Differentiable loss (Alg. 4).
 
 
-def _finite_difference(f, x, step=1e-6):
-  grad = np.zeros_like(x)
+_EPS = np.finfo(np.float64).eps
+
+
+def _central_differences(f, x, max_step, relative_noise, levels=25):
+  """Central differences of f at x, one coordinate at a time, each with a derived error bound.
+
+  For one coordinate let g(s) = f(x + s e_i) and D(h) = (g(h) - g(-h)) / (2 h), with the steps
+  actually taken, (x_i + h) - x_i and x_i - (x_i - h): they differ by at most an ulp of x_i, and the
+  resulting g''(0) ulp(x_i) / 2 is far below the rounding term below.
+    * Truncation (Taylor): D(h) = g'(0) + c h^2 + r(h), c = g'''(0) / 6, r(h) = O(h^4).
+    * Rounding: each computed g is within rho = relative_noise * |g| of the exact value, so the
+      computed D(h) is within rho / h of the exact D(h).
+    * Estimate of c h^2 from a second step: D(2h) - D(h) = 3 c h^2 + r(2h) - r(h), computed with
+      rounding <= rho / h + rho / (2 h). Hence
+        |D(h) - g'(0)| <= |c h^2| + |r(h)| + rho / h <= |D(2h) - D(h)| / 3 + 6 |r(h)| + 1.5 rho / h
+      (r(2h) ~ 16 r(h)).
+    * tol(h) = tau(h) + 2 rho / h, tau(h) = max(|D(2h) - D(h)|, |D(4h) - D(2h)| / 4): both terms of
+      the max estimate 3 |c| h^2 (the second guards against an accidental cancellation in the
+      first), i.e. three times the truncation estimate, which also covers the O(h^4) remainder while
+      |r(h)| is below about |c| h^2 / 8 (h well inside the Taylor series' radius, see `max_step`).
+  The step is chosen for the conditioning of each coordinate: h runs over max_step * 2^-k and the h
+  with the smallest bound wins (large h: truncation dominates; small h: rounding does).
+
+  Args:
+    f: the scalar function.
+    x: the point.
+    max_step: largest step; x +- max_step must stay where f is smooth, below about a quarter of the
+      distance to f's nearest singularity or scale of variation.
+    relative_noise: bound on the relative rounding error of one evaluation of f.
+    levels: number of steps tried.
+
+  Returns:
+    (numeric gradient, tol) with |numeric - true gradient| <= tol componentwise.
+  """
+  numeric, tol = np.empty(x.size), np.empty(x.size)
   for i in range(x.size):
-    e = np.zeros_like(x)
-    e[i] = step
-    grad[i] = (f(x + e) - f(x - e)) / (2 * step)
-  return grad
+    diffs, steps, noise = [], [], []
+    for k in range(levels):
+      plus, minus = x.copy(), x.copy()
+      plus[i] += max_step * 2.0**-k
+      minus[i] -= max_step * 2.0**-k
+      f_plus, f_minus = f(plus), f(minus)
+      step_sum = (plus[i] - x[i]) + (x[i] - minus[i])
+      diffs.append((f_plus - f_minus) / step_sum)
+      steps.append(step_sum / 2)
+      noise.append(relative_noise * max(abs(f_plus), abs(f_minus)))
+    best = np.inf
+    for k in range(2, levels):  # h = steps[k], 2h = steps[k - 1], 4h = steps[k - 2].
+      tau = max(abs(diffs[k - 1] - diffs[k]), abs(diffs[k - 2] - diffs[k - 1]) / 4)
+      bound = tau + 2 * max(noise[k - 2:k + 1]) / steps[k]
+      if bound < best:
+        best, numeric[i] = bound, diffs[k]
+    tol[i] = best
+  return numeric, tol
+
+
+def _check_gradient(grad, f, x, max_step, num_rounds):
+  """Asserts `grad` = the gradient of f at x within the bound of `_central_differences`.
+
+  The rounding error of one evaluation of f is taken as num_rounds * eps * |f|: f sums O(n)
+  float64 terms, and n eps bounds the relative rounding error of an n-term sum of one sign (Higham,
+  Accuracy and Stability of Numerical Algorithms, Sec. 4.2: gamma_n = n u / (1 - n u),
+  u = eps / 2); the other operations (O(d) products, exp, log, sqrt) add O(eps) each.
+  """
+  numeric, tol = _central_differences(f, x, max_step, num_rounds * _EPS)
+  assert np.all(np.abs(grad - numeric) <= tol), (grad, numeric, tol)
+  # The check can fail: every bound is below 0.5% of its component, so a gradient 1% off in any
+  # component is outside it, e.g. 1.01 times the correct one.
+  assert np.all(tol < 0.005 * np.abs(grad)), (grad, tol)
+  assert np.all(np.abs(1.01 * grad - numeric) > tol)
 
 
 @pytest.mark.parametrize('error', ['max', 'rms'])
@@ -252,9 +367,12 @@ def test_gradient_matches_finite_differences(error, barrier, n, b, k):
   def f_theta_hat(x):
     return blt.loss_and_gradient(theta, x, n, participation, error, barrier)[0]
 
-  np.testing.assert_allclose(grad_theta, _finite_difference(f_theta, theta), rtol=1e-6, atol=1e-8)
-  np.testing.assert_allclose(grad_theta_hat, _finite_difference(f_theta_hat, theta_hat), rtol=1e-6,
-                             atol=1e-8)
+  # f is smooth while the decays stay in (0, 1) and interlaced (omega > 0 for the barrier), and the
+  # powers theta^t, t < n, vary on the scale 1 / n.
+  decays = np.sort(np.concatenate([[0.0, 1.0], theta, theta_hat]))
+  max_step = min(np.min(np.diff(decays)), 1.0 / n) / 8
+  _check_gradient(grad_theta, f_theta, theta, max_step, n)
+  _check_gradient(grad_theta_hat, f_theta_hat, theta_hat, max_step, n)
 
 
 @pytest.mark.parametrize('logits', [
@@ -266,8 +384,35 @@ def test_optimizer_objective_gradient_matches_finite_differences(logits):
   logits = np.array(logits)
   args = (500, 100, 5, 'max', 1e-7)
   _, grad = blt._objective(logits, *args)
-  numeric = _finite_difference(lambda x: blt._objective(x, *args)[0], logits, step=1e-5)
-  np.testing.assert_allclose(grad, numeric, rtol=1e-5, atol=1e-9)
+  # In one logit the objective is analytic at distance >= pi from the real axis (log sigmoid has its
+  # branch points at +-i pi; the decay differences and omega vanish only there or beyond), and
+  # sum_t theta^t varies on the scale 1 in the logit: steps up to 1/4.
+  _check_gradient(grad, lambda x: blt._objective(x, *args)[0], logits, 0.25, args[0])
+
+
+@pytest.mark.parametrize('barrier', [0.0, 1e-7])
+def test_optimizer_objective_with_decays_equal_in_float64(barrier):
+  # v = cumprod(sigmoid(logits)): v_1 = 6.3e-8 > v_2 > v_3 differ by factors sigmoid(44) = 1 - 8e-20
+  # and sigmoid(40), so all three are equal in float64, and log sigmoid(44) is below the resolution
+  # of log v_1 = -16.6. Differences of cumulative log-sums came out 0 and Alg. 5 divided 0 by 0.
+  logits = np.array([-2.5, -14.0, 44.0, 40.0])
+  n, participation = 20, MinSep(4, 3)
+  min_sep, count = blt._pattern_shape(n, participation)
+  with np.errstate(divide='raise', invalid='raise', over='raise'):
+    value, grad = blt._objective(logits, n, min_sep, count, 'max', barrier)
+    strategy = blt._strategy_from_logits(logits)
+  assert np.isfinite(value) and np.all(np.isfinite(grad))
+  # Reference independent of Alg. 5: C(x) = prod_j (1 - theta_hat_j x) / prod_j (1 - theta_j x),
+  # expanded by series division (the pole and zeros that coincide in float64 cancel).
+  v = np.cumprod(scipy.special.expit(logits))
+  impulse = np.eye(1, n)[0]
+  coefs = scipy.signal.lfilter(np.poly(v[1::2]), np.poly(v[0::2]), impulse)
+  np.testing.assert_allclose(strategy.toeplitz_coefs(n), coefs, rtol=1e-13, atol=1e-15)
+  max_loss, _, _ = _dense_losses_of_matrix(scipy.linalg.toeplitz(coefs, np.zeros(n)),
+                                           participation)
+  # The barrier adds 1e-7 * sum(-log theta - log(1 - theta) - log omega), about 1e-7 * 140 here
+  # (omega_2 ~ 2e-50).
+  assert value - barrier * 200 <= max_loss * (1 + 1e-12) and value >= max_loss * (1 - 1e-12)
 
 
 def test_optimizer_objective_equals_strategy_loss_plus_barrier():
