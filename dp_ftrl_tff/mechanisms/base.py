@@ -182,7 +182,7 @@ class Strategy(abc.ABC):
 
   @abc.abstractmethod
   def to_config(self) -> dict:
-    """JSON-serializable parameters; `files.strategy_from_config` inverts it."""
+    """JSON-serializable parameters; `registry.strategy_from_config` inverts it."""
 
 
 @dataclasses.dataclass(frozen=True)

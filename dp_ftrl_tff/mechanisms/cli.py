@@ -25,14 +25,14 @@ from typing import Optional, Sequence
 
 from absl import flags
 
-from dp_ftrl_tff.mechanisms import base, files
+from dp_ftrl_tff.mechanisms import base, files, registry
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 
 COMMANDS = ('optimize', 'evaluate')
 OPTIMIZABLE = ('blt', 'banded')
 
 _FLAGS = flags.FlagValues()
-flags.DEFINE_enum('mechanism', None, list(files.MECHANISMS), 'Mechanism name.', flag_values=_FLAGS)
+flags.DEFINE_enum('mechanism', None, list(registry.names()), 'Mechanism name.', flag_values=_FLAGS)
 flags.DEFINE_integer('rounds', None, 'Number of rounds n.', lower_bound=1, flag_values=_FLAGS)
 flags.DEFINE_integer('min_sep', None, 'Min-sep b (TF-Privacy min_separation + 1).', lower_bound=1,
                      flag_values=_FLAGS)
@@ -175,13 +175,13 @@ def _strategy_for_evaluate(fv) -> base.Strategy:
     if len(theta) != len(omega):
       raise UsageError(f'--theta has {len(theta)} values but --omega has {len(omega)}.')
     try:
-      return files.strategy_from_config({'mechanism': 'blt', 'theta': theta, 'omega': omega})
+      return registry.strategy_from_config({'mechanism': 'blt', 'theta': theta, 'omega': omega})
     except ValueError as e:
       raise UsageError(f'--theta/--omega: {e}') from None
   _forbid(fv, f'evaluate --mechanism={fv.mechanism}', 'theta', 'omega')
   if fv.mechanism == 'banded':
     raise UsageError('--mechanism_file is required for --mechanism=banded.')
-  return files.strategy_from_config({'mechanism': fv.mechanism})
+  return registry.strategy_from_config({'mechanism': fv.mechanism})
 
 
 def _run_evaluate(fv) -> dict:

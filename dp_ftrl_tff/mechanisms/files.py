@@ -14,10 +14,9 @@ TF-Privacy's min_separation + 1), `max_participations` (k or null), `fixed_epoch
 
 Loading validates the file structure (missing keys, unknown mechanism, bad setting) and then the
 parameters through each class's `from_config` (shapes, NaN, decays outside (0, 1], ...); every problem
-is a ValueError naming the field. The strategy modules are imported lazily by mechanism name.
+is a ValueError naming the field. The strategy class comes from `registry` by mechanism name.
 """
 
-import importlib
 import json
 import math
 import os
@@ -27,43 +26,12 @@ from typing import Optional, Tuple, Union
 import numpy as np
 
 from dp_ftrl_tff import _validation
-from dp_ftrl_tff.mechanisms import base
+from dp_ftrl_tff.mechanisms import base, registry
 
 FORMAT_VERSION = 1
 _RESERVED_KEYS = ('format_version', 'setting')
 _LOSS_KEYS = ('max_loss', 'rms_loss', 'sensitivity_squared')
 _SETTING_KEYS = ('num_rounds', 'min_sep', 'max_participations', 'fixed_epoch', 'error', 'losses')
-
-# mechanism name -> (module, class), imported on first use.
-_CLASSES = {
-    'gaussian': ('dp_ftrl_tff.mechanisms.gaussian', 'GaussianStrategy'),
-    'tree': ('dp_ftrl_tff.mechanisms.tree', 'TreeStrategy'),
-    'tree_efficient': ('dp_ftrl_tff.mechanisms.tree', 'TreeStrategy'),
-    'tree_full': ('dp_ftrl_tff.mechanisms.tree', 'TreeStrategy'),
-    'banded': ('dp_ftrl_tff.mechanisms.banded', 'BandedStrategy'),
-    'blt': ('dp_ftrl_tff.mechanisms.blt', 'BLTStrategy'),
-}
-MECHANISMS = tuple(_CLASSES)
-
-
-def strategy_class(mechanism: str) -> type:
-  """The `Strategy` subclass for a mechanism name ('gaussian', 'tree', ..., 'blt')."""
-  _validation.check_one_of(mechanism, 'mechanism', MECHANISMS)
-  module_name, class_name = _CLASSES[mechanism]
-  return getattr(importlib.import_module(module_name), class_name)
-
-
-def strategy_from_config(config: dict) -> base.Strategy:
-  """Builds a strategy from a config dict, dispatching on its `mechanism` key.
-
-  The class's `from_config` validates the remaining entries.
-  """
-  if not isinstance(config, dict):
-    raise ValueError(f'`config` must be a dict, got {type(config).__name__}.')
-  if 'mechanism' not in config:
-    raise ValueError('`mechanism` is missing from the strategy config.')
-  return strategy_class(config['mechanism']).from_config(config)
-
 
 def setting_from_result(result: base.OptimizationResult) -> dict:
   """The `setting` dict of an optimizer's `OptimizationResult` (error taken from its details)."""
@@ -218,7 +186,7 @@ def load_strategy_and_setting(path) -> Tuple[base.Strategy, Optional[dict]]:
   for key, value in config.items():
     if isinstance(value, float) and not math.isfinite(value):
       raise ValueError(f'`{key}` must be finite, got {value!r}.')
-  return strategy_from_config(config), setting
+  return registry.strategy_from_config(config), setting
 
 
 def load_strategy(path) -> base.Strategy:

@@ -20,7 +20,7 @@ The ring buffer and the seed are secret: they determine past and future noise. A
 leaf's dtype (float32 for model updates). Memory: (b-hat - 1) copies of the model update.
 """
 
-from typing import Any, NamedTuple, Tuple
+from typing import Any, NamedTuple, Optional, Tuple
 
 import tensorflow as tf
 
@@ -63,6 +63,15 @@ class BandedNoise(base.StreamingNoise):
     self._strategy = strategy
     self._beyond_max_rounds = _validation.check_one_of(beyond_max_rounds, 'beyond_max_rounds',
                                                        _BEYOND_MAX_ROUNDS)
+
+  @classmethod
+  def from_strategy(cls, strategy: banded_mechanisms.BandedStrategy, *,
+                    max_segment_rounds: Optional[int] = None,
+                    beyond_max_rounds: str = 'error') -> 'BandedNoise':
+    """The stream of `strategy` with the `beyond_max_rounds` policy (`max_segment_rounds` does not
+    apply: the state holds num_bands - 1 buffers)."""
+    del max_segment_rounds
+    return cls(strategy, beyond_max_rounds=beyond_max_rounds)
 
   @property
   def strategy(self) -> banded_mechanisms.BandedStrategy:

@@ -97,6 +97,19 @@ class StreamingNoise(abc.ABC):
   so they can be called inside `tff.tensorflow.computation`s.
   """
 
+  @classmethod
+  @abc.abstractmethod
+  def from_strategy(cls, strategy, *, max_segment_rounds: Optional[int] = None,
+                    beyond_max_rounds: str = 'error') -> 'StreamingNoise':
+    """The stream of `strategy` (the uniform constructor `mechanisms.registry` callers use).
+
+    Args:
+      strategy: the `dp_ftrl_tff.mechanisms` strategy of this noise class.
+      max_segment_rounds: the longest segment between restarts, or None (unbounded); sizes the state
+        of streams whose state grows with the segment (trees).
+      beyond_max_rounds: for strategies built for a fixed n (banded): 'error' or 'restart'.
+    """
+
   @abc.abstractmethod
   def initial_state(self, value_specs: Any, seed: tf.Tensor) -> Any:
     """The state before round 0 for updates shaped like `value_specs` (nested `tf.TensorSpec`)."""

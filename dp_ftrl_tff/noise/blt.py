@@ -16,7 +16,7 @@ leaf's dtype (float32 for model updates; decays within 1e-7 of 1 round to 1 in f
 change below float32 resolution).
 """
 
-from typing import Any, NamedTuple, Tuple
+from typing import Any, NamedTuple, Optional, Tuple
 
 import tensorflow as tf
 
@@ -47,6 +47,14 @@ class BLTNoise(base.StreamingNoise):
     if not isinstance(strategy, blt_mechanisms.BLTStrategy):
       raise ValueError(f'`strategy` must be a BLTStrategy, got {strategy!r}.')
     self._strategy = strategy
+
+  @classmethod
+  def from_strategy(cls, strategy: blt_mechanisms.BLTStrategy, *,
+                    max_segment_rounds: Optional[int] = None,
+                    beyond_max_rounds: str = 'error') -> 'BLTNoise':
+    """The stream of `strategy` (a BLT streams for any n: the other arguments do not apply)."""
+    del max_segment_rounds, beyond_max_rounds
+    return cls(strategy)
 
   @property
   def strategy(self) -> blt_mechanisms.BLTStrategy:

@@ -5,10 +5,11 @@ row r of z is round r (0-based), so M = `GaussianStrategy().noise_matrix(n)` = I
 stream. A restart changes nothing (rows keep counting: no z row is ever reused).
 """
 
-from typing import Any, NamedTuple, Tuple
+from typing import Any, NamedTuple, Optional, Tuple
 
 import tensorflow as tf
 
+from dp_ftrl_tff.mechanisms import gaussian as gaussian_mechanisms
 from dp_ftrl_tff.noise import base
 
 
@@ -32,6 +33,16 @@ class GaussianNoise(base.StreamingNoise):
 
   def __init__(self):
     self._value_specs = None
+
+  @classmethod
+  def from_strategy(cls, strategy: gaussian_mechanisms.GaussianStrategy, *,
+                    max_segment_rounds: Optional[int] = None,
+                    beyond_max_rounds: str = 'error') -> 'GaussianNoise':
+    """The stream of `GaussianStrategy()` (the other arguments do not apply)."""
+    del max_segment_rounds, beyond_max_rounds
+    if not isinstance(strategy, gaussian_mechanisms.GaussianStrategy):
+      raise ValueError(f'`strategy` must be a GaussianStrategy, got {strategy!r}.')
+    return cls()
 
   def initial_state(self, value_specs: Any, seed: tf.Tensor) -> GaussianNoiseState:
     self._value_specs = value_specs

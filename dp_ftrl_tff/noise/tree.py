@@ -29,12 +29,13 @@ The noise is computed from the nodes themselves (no running sum), so float32 rou
 up over a long tree.
 """
 
-from typing import Any, NamedTuple, Tuple
+from typing import Any, NamedTuple, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
 
 from dp_ftrl_tff import _validation
+from dp_ftrl_tff.mechanisms import tree as tree_mechanisms
 from dp_ftrl_tff.noise import base
 
 
@@ -90,6 +91,18 @@ class TreeNoise(base.StreamingNoise):
     self._num_levels = self._max_rounds.bit_length()
     # Honaker weight of a node of height l: its estimate is r' / (2 - 2^-l).
     self._level_weights = 1.0 / (2.0 - 2.0**-np.arange(self._num_levels))
+
+  @classmethod
+  def from_strategy(cls, strategy: tree_mechanisms.TreeStrategy, *,
+                    max_segment_rounds: Optional[int] = None,
+                    beyond_max_rounds: str = 'error') -> 'TreeNoise':
+    """The stream of a vanilla or efficient `TreeStrategy`; trees of up to `max_segment_rounds`
+    rounds (2^15 when None). `beyond_max_rounds` does not apply (a tree streams for any n)."""
+    del beyond_max_rounds
+    if not isinstance(strategy, tree_mechanisms.TreeStrategy) or strategy.variant == 'full':
+      raise ValueError(f'`strategy` must be a vanilla or efficient TreeStrategy, got {strategy!r}.')
+    return cls(efficient=strategy.variant == 'efficient',
+               max_rounds_per_tree=max_segment_rounds or 2**15)
 
   @property
   def efficient(self) -> bool:

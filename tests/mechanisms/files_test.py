@@ -156,12 +156,6 @@ def test_bad_npz_names_the_field(tmp_path):
     files.load_strategy(tmp_path / 'missing.npz')
 
 
-def test_strategy_from_config_dispatch():
-  assert isinstance(files.strategy_from_config({'mechanism': 'tree_full'}), tree.TreeStrategy)
-  assert files.strategy_from_config({'mechanism': 'tree_full'}).variant == 'full'
-  assert isinstance(files.strategy_from_config(blt.BLTStrategy(THETA, OMEGA).to_config()),
-                    blt.BLTStrategy)
-  with pytest.raises(ValueError, match='config'):
-    files.strategy_from_config('blt')
+def test_save_rejects_a_non_strategy():
   with pytest.raises(ValueError, match='strategy'):
     files.save_strategy('blt', 'x.json')
