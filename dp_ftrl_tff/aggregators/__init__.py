@@ -1,20 +1,24 @@
-"""TFF aggregation factories: DP mean with correlated streaming noise (DP-FTRL), clipping, SecAgg."""
+"""TFF aggregation factories: DP mean with correlated streaming noise (DP-FTRL), clipping, SecAgg.
 
-from dp_ftrl_tff.aggregators.adaptive_clipping import (
-    EVERY_ROUND,
-    GBOARD_RESTARTS,
-    AdaptiveClipping,
-    RestartSchedule,
-)
+The settings objects a factory is built from live in `dp_ftrl_tff.plan` and are exported here too.
+"""
+
 from dp_ftrl_tff.aggregators.correlated_noise import (
     MEASUREMENT_KEYS,
     CorrelatedNoiseFactory,
     CorrelatedNoiseState,
     DPState,
 )
-from dp_ftrl_tff.aggregators.secure import SecureAggregation
+from dp_ftrl_tff.plan import (
+    EVERY_ROUND,
+    GBOARD_RESTARTS,
+    AdaptiveClipping,
+    RestartSchedule,
+    RunPlan,
+    SecureAggregation,
+)
 
 __all__ = [
     'AdaptiveClipping', 'CorrelatedNoiseFactory', 'CorrelatedNoiseState', 'DPState', 'EVERY_ROUND',
-    'GBOARD_RESTARTS', 'MEASUREMENT_KEYS', 'RestartSchedule', 'SecureAggregation',
+    'GBOARD_RESTARTS', 'MEASUREMENT_KEYS', 'RestartSchedule', 'RunPlan', 'SecureAggregation',
 ]

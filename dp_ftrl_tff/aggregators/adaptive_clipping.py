@@ -11,16 +11,14 @@ The count noise uses the SAME correlated mechanism as the model noise (a second 
 restarted together with it), with per-round std `clipped_count_stddev` sigma_b on the count sum.
 Stacking the model sum / (z_Delta zeta) and the centred count sum / sigma_b gives one mechanism C with
 per-client norm^2 <= 1 / z_Delta^2 + 1 / (2 sigma_b)^2 = 1 / z^2, which is Thm. 1: the value noise
-multiplier is inflated to z_Delta (`dp_ftrl_tff.accounting.adaptive_clipping`). With iid Gaussian noise
+multiplier is inflated to z_Delta (`dp_ftrl_tff.plan.inflated_noise_multiplier`). With iid Gaussian noise
 this is TF-Privacy's `QuantileEstimatorQuery` exactly; with trees it matches `TreeQuantileEstimatorQuery`.
 
-Restart rounds (0-based) are R = {warmup + period * i, i >= 0} \\ {0}: round r in R is the FIRST round
-of a new segment; the estimate after round r - 1 becomes the active clip for round r. Gboard default
-(warmup 128, period 1024): rounds 128, 1152, 2176, ..., the same rounds as TFF's
-`tree_adaptive` (`PeriodicRoundRestartIndicator(period=1024, warmup=128)` fires after the 128th call).
+Restart rounds come from the plan's `RestartSchedule` (`dp_ftrl_tff.plan`): at a restart round r the
+estimate after round r - 1 becomes the active clip for round r. The settings (`AdaptiveClipping`) and
+the noise split (Thm. 1, `plan.inflated_noise_multiplier`) live in the plan too.
 """
 
-import dataclasses
 from typing import Any, Callable, NamedTuple, Optional
 
 import dp_accounting
@@ -28,74 +26,22 @@ import tensorflow as tf
 import tensorflow_privacy as tfp
 
 from dp_ftrl_tff import _validation
+from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.noise import base as noise_base
 
 
-@dataclasses.dataclass(frozen=True)
-class RestartSchedule:
-  """Restart rounds R = {warmup + period * i, i >= 0} without round 0 (0-based first rounds).
+def is_restart_round(schedule: plan_lib.RestartSchedule, round_index: tf.Tensor) -> tf.Tensor:
+  """bool tensor: round `round_index` (int64, 0-based) starts a new segment of `schedule`.
 
-  Attributes:
-    warmup: first restart round (>= 0; 0 means the first restart is at round `period`).
-    period: rounds between restarts (>= 1).
+  A pure function of the round index, so the decision needs no state of its own and a restored
+  checkpoint restarts on the same rounds. TF-Privacy's `PeriodicRoundRestartIndicator` fires on the
+  same rounds (a test compares them) but keeps a call counter in its state, which would duplicate
+  the aggregator's round counter.
   """
-  warmup: int
-  period: int
-
-  def __post_init__(self):
-    _validation.check_nonnegative_int(self.warmup, 'warmup')
-    _validation.check_positive_int(self.period, 'period')
-
-  def is_restart_round(self, round_index: tf.Tensor) -> tf.Tensor:
-    """bool tensor: round `round_index` (int64) starts a new segment."""
-    r = tf.cast(round_index, tf.int64)
-    return tf.logical_and(
-        tf.logical_and(r > 0, r >= self.warmup),
-        tf.equal(tf.math.floormod(r - self.warmup, self.period), 0))
-
-  def restart_rounds(self, num_rounds: int) -> list:
-    """The restart rounds below `num_rounds` (Python ints), for accounting and tests."""
-    num_rounds = _validation.check_nonnegative_int(num_rounds, 'num_rounds')
-    return [r for r in range(self.warmup, num_rounds, self.period) if r > 0]
-
-
-#: Gboard Alg. 1 / TFF `tree_adaptive`: restarts at rounds 128 + 1024 i.
-GBOARD_RESTARTS = RestartSchedule(warmup=128, period=1024)
-#: Clip adopted every round: right for iid Gaussian noise, where every round is its own segment.
-EVERY_ROUND = RestartSchedule(warmup=1, period=1)
-
-
-@dataclasses.dataclass(frozen=True)
-class AdaptiveClipping:
-  """Settings of adaptive quantile clipping (defaults: Gboard paper Alg. 1 / TFF).
-
-  Attributes:
-    target_quantile: gamma in [0, 1], the quantile of update norms to track (0.5).
-    learning_rate: eta_gamma >= 0 of the geometric update (0.2).
-    initial_clip: C^0 > 0, or None to take the factory's `clip_norm` (else TFF's default 0.1).
-    clipped_count_stddev: sigma_b >= 0, std of the noise on the clipped-count SUM; None means
-      clients_per_round / 20 (0 when the noise multiplier is 0).
-    restarts: the `RestartSchedule`; None means the mechanism's default (every round for iid
-      Gaussian noise, `GBOARD_RESTARTS` otherwise).
-  """
-  target_quantile: float = 0.5
-  learning_rate: float = 0.2
-  initial_clip: Optional[float] = None
-  clipped_count_stddev: Optional[float] = None
-  restarts: Optional[RestartSchedule] = None
-
-  def __post_init__(self):
-    _validation.check_float_in_range(self.target_quantile, 'target_quantile', 0.0, 1.0)
-    _validation.check_nonnegative_float(self.learning_rate, 'learning_rate')
-    if self.initial_clip is not None:
-      _validation.check_positive_float(self.initial_clip, 'initial_clip')
-    if self.clipped_count_stddev is not None:
-      _validation.check_nonnegative_float(self.clipped_count_stddev, 'clipped_count_stddev')
-    if self.restarts is not None and not isinstance(self.restarts, RestartSchedule):
-      raise ValueError(f'`restarts` must be a RestartSchedule or None, got {self.restarts!r}.')
-
-
-DEFAULT_INITIAL_CLIP = 0.1
+  r = tf.cast(round_index, tf.int64)
+  return tf.logical_and(
+      tf.logical_and(r > 0, r >= schedule.warmup),
+      tf.equal(tf.math.floormod(r - schedule.warmup, schedule.period), 0))
 
 
 class CountNoiseState(NamedTuple):

@@ -16,8 +16,6 @@ from typing import Any, NamedTuple, Optional
 
 import tensorflow as tf
 
-from dp_ftrl_tff import _validation
-
 
 class ClipResult(NamedTuple):
   """What `zero_and_clip` returns for one client.
@@ -32,13 +30,6 @@ class ClipResult(NamedTuple):
   norm: tf.Tensor
   was_clipped: tf.Tensor
   was_zeroed: tf.Tensor
-
-
-def check_zeroing_norm(zeroing_norm: Optional[float]) -> Optional[float]:
-  """Validates `zeroing_norm` (None = zero only non-finite updates)."""
-  if zeroing_norm is None:
-    return None
-  return _validation.check_positive_float(zeroing_norm, 'zeroing_norm')
 
 
 def global_l2_norm(value: Any) -> tf.Tensor:

@@ -12,7 +12,7 @@ A drop-in `tff.aggregators.UnweightedAggregationFactory` for
      SecAgg) and sigma_Delta = sigma (or its Gboard Thm. 1 inflation with adaptive clipping);
   4. normalization by the fixed `clients_per_round` m (never the realized count):
      result_t = (sum_i clip(Delta_i) + sigma_Delta zeta_sens (M z)_t) / m.
-At a restart round r (see `adaptive_clipping.RestartSchedule`) the noise state (and the count noise
+At a restart round r (the plan's `RestartSchedule`, or the end of a banded segment) the noise state (and the count noise
 state) starts a fresh segment and, with adaptive clipping, the active clip takes the estimate.
 
 Noise multipliers are relative to the clip norm and apply to the SUM (DP-FTRL convention, TFF's
@@ -22,18 +22,18 @@ sequence bit for bit.
 """
 
 import collections
+import dataclasses
 import hashlib
 import json
-import numbers
 import os
-from typing import Any, Callable, NamedTuple, Optional, Union
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
 from dp_ftrl_tff import _validation
-from dp_ftrl_tff.accounting import adaptive_clipping as accounting_adaptive
+from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.aggregators import adaptive_clipping as adaptive_lib
 from dp_ftrl_tff.aggregators import clipping
 from dp_ftrl_tff.aggregators import secure as secure_lib
@@ -41,12 +41,9 @@ from dp_ftrl_tff.mechanisms import base as mechanisms_base
 from dp_ftrl_tff.mechanisms import blt as blt_mechanisms
 from dp_ftrl_tff.mechanisms import files as mechanisms_files
 from dp_ftrl_tff.mechanisms import gaussian as gaussian_mechanisms
+from dp_ftrl_tff.mechanisms import registry
 from dp_ftrl_tff.mechanisms import tree as tree_mechanisms
-from dp_ftrl_tff.noise import banded as banded_noise
 from dp_ftrl_tff.noise import base as noise_base
-from dp_ftrl_tff.noise import blt as blt_noise
-from dp_ftrl_tff.noise import gaussian as gaussian_noise
-from dp_ftrl_tff.noise import tree as tree_noise
 
 #: Keys of the measurements `next` reports (server placed), in this order.
 MEASUREMENT_KEYS = ('round', 'segment', 'restart', 'clip', 'sensitivity_clip', 'quantile_estimate',
@@ -128,104 +125,39 @@ def _mechanism_description(strategy: mechanisms_base.Strategy) -> dict:
 class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
   """DP mean with correlated streaming noise; see the module docstring for the composition.
 
-  Use the classmethods `gaussian`, `tree`, `banded`, `blt`. The general constructor takes a
-  `noise_fn` building a fresh `dp_ftrl_tff.noise.base.StreamingNoise` (called once for the model and,
-  with adaptive clipping, once for the clipped-count stream) and the `Strategy` it streams, which
-  the accountant reads (`factory.strategy`, `accounting_config()`).
+  Built from a `dp_ftrl_tff.plan.RunPlan` (everything that determines the privacy guarantee); the
+  classmethods `gaussian`, `tree`, `banded`, `blt` build the plan for the common configurations. The
+  streaming noise is the registry's noise class for the plan's mechanism
+  (`mechanisms.registry.noise_class`), one stream for the model and, with adaptive clipping, one for
+  the clipped count.
 
   Args:
-    noise_fn: zero-argument callable returning a new `StreamingNoise`.
-    strategy: the `dp_ftrl_tff.mechanisms` strategy whose `noise_matrix` the stream reproduces.
-    noise_multiplier: sigma >= 0, the accounted noise multiplier (relative to the clip, on the sum).
-    clients_per_round: m > 0, the fixed denominator of the mean (report goal).
-    clip_norm: zeta > 0, the fixed L2 clip; with `adaptive_clip` the initial clip (or None).
-    noise_seed: int seed, or None for a fresh seed from OS entropy at each `initialize`.
-    adaptive_clip: None (fixed clip), True (Gboard defaults) or an `AdaptiveClipping`.
-    secure: None (plain sum), an int number of bits, or a `SecureAggregation`.
-    zeroing_norm: updates with L2 norm above it are zeroed; None zeroes only non-finite updates.
-    restarts: a `RestartSchedule` (restarts also with a fixed clip), or None: the adaptive
-      clipping's schedule, else no restarts.
-    default_restarts: the schedule used with adaptive clipping when neither `restarts` nor
-      `adaptive_clip.restarts` is given.
+    plan: the `RunPlan`.
+    noise_seed: int seed in [0, 2^63), or None for a fresh seed from OS entropy at each `initialize`.
+    max_rounds_per_tree: trees only: the longest tree (sizes the noise state); None means the plan's
+      longest segment, or 2^15 rounds without restarts.
   """
 
-  def __init__(self,
-               noise_fn: Callable[[], noise_base.StreamingNoise],
-               strategy: mechanisms_base.Strategy,
-               noise_multiplier: float,
-               clients_per_round: float,
-               clip_norm: Optional[float],
-               *,
-               noise_seed: Optional[int] = None,
-               adaptive_clip: Union[None, bool, adaptive_lib.AdaptiveClipping] = None,
-               secure: Union[None, int, secure_lib.SecureAggregation] = None,
-               zeroing_norm: Optional[float] = None,
-               restarts: Optional[adaptive_lib.RestartSchedule] = None,
-               default_restarts: adaptive_lib.RestartSchedule = adaptive_lib.GBOARD_RESTARTS):
-    if not callable(noise_fn):
-      raise ValueError(f'`noise_fn` must be callable, got {noise_fn!r}.')
-    if not isinstance(strategy, mechanisms_base.Strategy):
-      raise ValueError(f'`strategy` must be a dp_ftrl_tff.mechanisms Strategy, got {strategy!r}.')
-    self._noise_fn = noise_fn
-    self._noise_multiplier = _validation.check_nonnegative_float(noise_multiplier,
-                                                                 'noise_multiplier')
-    self._clients_per_round = _validation.check_positive_float(clients_per_round,
-                                                               'clients_per_round')
+  def __init__(self, plan: plan_lib.RunPlan, *, noise_seed: Optional[int] = None,
+               max_rounds_per_tree: Optional[int] = None):
+    if not isinstance(plan, plan_lib.RunPlan):
+      raise ValueError(f'`plan` must be a dp_ftrl_tff.plan.RunPlan, got {plan!r}.')
+    self._plan = plan
     self._noise_seed = noise_base.check_noise_seed(noise_seed)
-    self._zeroing_norm = clipping.check_zeroing_norm(zeroing_norm)
-    if restarts is not None and not isinstance(restarts, adaptive_lib.RestartSchedule):
-      raise ValueError(f'`restarts` must be a RestartSchedule or None, got {restarts!r}.')
+    if max_rounds_per_tree is not None:
+      max_rounds_per_tree = _validation.check_positive_int(max_rounds_per_tree,
+                                                           'max_rounds_per_tree')
+    self._max_segment_rounds = max_rounds_per_tree or plan.max_segment_rounds
 
-    if adaptive_clip is True:
-      adaptive_clip = adaptive_lib.AdaptiveClipping()
-    elif adaptive_clip is False:
-      adaptive_clip = None
-    if adaptive_clip is not None and not isinstance(adaptive_clip, adaptive_lib.AdaptiveClipping):
-      raise ValueError(f'`adaptive_clip` must be None, a bool or an AdaptiveClipping, got '
-                       f'{adaptive_clip!r}.')
-    self._adaptive = adaptive_clip
-
-    if adaptive_clip is None:
-      if clip_norm is None:
-        raise ValueError('`clip_norm` is required without `adaptive_clip`.')
-      self._initial_clip = _validation.check_positive_float(clip_norm, 'clip_norm')
-      self._value_noise_multiplier = self._noise_multiplier
-      self._clipped_count_stddev = None
-      self._restarts = restarts
-    else:
-      if clip_norm is not None:
-        clip_norm = _validation.check_positive_float(clip_norm, 'clip_norm')
-        if adaptive_clip.initial_clip is not None and adaptive_clip.initial_clip != clip_norm:
-          raise ValueError(f'`clip_norm`={clip_norm!r} conflicts with `adaptive_clip.initial_clip`'
-                           f'={adaptive_clip.initial_clip!r}; give only one.')
-      self._initial_clip = float(adaptive_clip.initial_clip or clip_norm
-                                 or adaptive_lib.DEFAULT_INITIAL_CLIP)
-      count_stddev = adaptive_clip.clipped_count_stddev
-      if self._noise_multiplier == 0.0:
-        self._value_noise_multiplier = 0.0
-        self._clipped_count_stddev = 0.0 if count_stddev is None else float(count_stddev)
-      else:
-        if count_stddev is None:
-          count_stddev = self._clients_per_round / 20.0
-        self._clipped_count_stddev = float(count_stddev)
-        self._value_noise_multiplier = accounting_adaptive.inflated_noise_multiplier(
-            self._noise_multiplier, self._clipped_count_stddev)
-      self._restarts = restarts or adaptive_clip.restarts or default_restarts
-
-    if isinstance(secure, bool):
-      raise ValueError(f'`secure` must be None, an int number of bits or a SecureAggregation, got '
-                       f'{secure!r}.')
-    if isinstance(secure, numbers.Integral):
-      secure = secure_lib.SecureAggregation(bits=int(secure))
-    if secure is not None and not isinstance(secure, secure_lib.SecureAggregation):
-      raise ValueError(f'`secure` must be None, an int number of bits or a SecureAggregation, got '
-                       f'{secure!r}.')
-    self._secure = secure
-    self._strategy = strategy
-    self._mechanism = _mechanism_description(strategy)
+  def _noise(self) -> noise_base.StreamingNoise:
+    """A fresh stream of the plan's mechanism (the registry's noise class)."""
+    return registry.noise_class(self._plan.mechanism).from_strategy(
+        self._plan.strategy, max_segment_rounds=self._max_segment_rounds,
+        beyond_max_rounds=self._plan.beyond_max_rounds)
 
   # ----------------------------------------------------------------------------------------------
-  # Named constructors.
+  # Named constructors: `RunPlan.build` arguments (`adaptive_clip`, `secure`, `zeroing_norm`,
+  # `restarts`, `beyond_max_rounds`) pass through `kwargs`.
 
   @classmethod
   def gaussian(cls, noise_multiplier: float, clients_per_round: float, clip_norm: Optional[float],
@@ -233,17 +165,16 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
     """Independent Gaussian noise each round (DP-FedAvg; strategy C = I).
 
     With adaptive clipping the clip follows the estimate every round (`EVERY_ROUND`) unless a
-    schedule is given. `kwargs`: `adaptive_clip`, `secure`, `zeroing_norm`, `restarts`.
+    schedule is given.
     """
-    return cls(gaussian_noise.GaussianNoise, gaussian_mechanisms.GaussianStrategy(),
-               noise_multiplier, clients_per_round, clip_norm, noise_seed=noise_seed,
-               default_restarts=adaptive_lib.EVERY_ROUND, **kwargs)
+    return cls(plan_lib.RunPlan.build(gaussian_mechanisms.GaussianStrategy(), noise_multiplier,
+                                      clients_per_round, clip_norm, **kwargs),
+               noise_seed=noise_seed)
 
   @classmethod
   def tree(cls, noise_multiplier: float, clients_per_round: float, clip_norm: Optional[float],
-           efficient: bool = True, restart_rounds: Optional[adaptive_lib.RestartSchedule] = None,
-           noise_seed: Optional[int] = None, *, max_rounds_per_tree: Optional[int] = None,
-           **kwargs) -> 'CorrelatedNoiseFactory':
+           efficient: bool = True, restart_rounds=None, noise_seed: Optional[int] = None, *,
+           max_rounds_per_tree: Optional[int] = None, **kwargs) -> 'CorrelatedNoiseFactory':
     """Tree aggregation (DP-FTRL, Kairouz et al. 2021): residuals of the noisy prefix sums.
 
     Args:
@@ -252,31 +183,16 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
         restarts with a fixed clip; rounds 128 + 1024 i with adaptive clipping).
       max_rounds_per_tree: the longest tree (sets the stored levels of the noise state); None means
         the longest segment of the restart schedule, or 2^15 rounds without restarts.
-      Other arguments: see the class docstring; `kwargs`: `adaptive_clip`, `secure`, `zeroing_norm`.
     """
     if not isinstance(efficient, bool):
       raise ValueError(f'`efficient` must be a bool, got {efficient!r}.')
-    if restart_rounds is not None and not isinstance(restart_rounds, adaptive_lib.RestartSchedule):
+    if restart_rounds is not None and not isinstance(restart_rounds, plan_lib.RestartSchedule):
       period = _validation.check_positive_int(restart_rounds, 'restart_rounds')
-      restart_rounds = adaptive_lib.RestartSchedule(warmup=period, period=period)
-    if max_rounds_per_tree is not None:
-      max_rounds_per_tree = _validation.check_positive_int(max_rounds_per_tree,
-                                                           'max_rounds_per_tree')
+      restart_rounds = plan_lib.RestartSchedule(warmup=period, period=period)
     strategy = tree_mechanisms.TreeStrategy('efficient' if efficient else 'vanilla')
-    tree_length = {}  # Filled below, once the factory has resolved its restart schedule.
-
-    def noise_fn():
-      return tree_noise.TreeNoise(efficient=efficient,
-                                  max_rounds_per_tree=tree_length['max_rounds_per_tree'])
-
-    factory = cls(noise_fn, strategy, noise_multiplier, clients_per_round, clip_norm,
-                  noise_seed=noise_seed, restarts=restart_rounds, **kwargs)
-    restarts = factory._restarts  # pylint: disable=protected-access
-    if max_rounds_per_tree is None:
-      max_rounds_per_tree = (2**15 if restarts is None
-                             else max(restarts.warmup, restarts.period))
-    tree_length['max_rounds_per_tree'] = max_rounds_per_tree
-    return factory
+    plan = plan_lib.RunPlan.build(strategy, noise_multiplier, clients_per_round, clip_norm,
+                                  restarts=restart_rounds, **kwargs)
+    return cls(plan, noise_seed=noise_seed, max_rounds_per_tree=max_rounds_per_tree)
 
   @classmethod
   def banded(cls, noise_multiplier: float, clients_per_round: float, clip_norm: Optional[float],
@@ -287,16 +203,12 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
     Args:
       strategy: a `mechanisms.banded.BandedStrategy` or a path `load_strategy` reads.
       beyond_max_rounds: 'error' (default: running past `strategy.max_rounds` fails) or 'restart'
-        (a fresh segment starts; account for it).
-      Other arguments: see the class docstring.
+        (a fresh segment starts, counted as a restart in the measurements and the accounting).
     """
-    strategy = _strategy_from(strategy, 'banded')
-    _validation.check_one_of(beyond_max_rounds, 'beyond_max_rounds', {'error', 'restart'})
-    factory = cls(lambda: banded_noise.BandedNoise(strategy, beyond_max_rounds=beyond_max_rounds),
-                  strategy, noise_multiplier, clients_per_round, clip_norm, noise_seed=noise_seed,
-                  **kwargs)
-    factory._mechanism['beyond_max_rounds'] = beyond_max_rounds  # pylint: disable=protected-access
-    return factory
+    plan = plan_lib.RunPlan.build(_strategy_from(strategy, 'banded'), noise_multiplier,
+                                  clients_per_round, clip_norm, beyond_max_rounds=beyond_max_rounds,
+                                  **kwargs)
+    return cls(plan, noise_seed=noise_seed)
 
   @classmethod
   def blt(cls, noise_multiplier: float, clients_per_round: float, clip_norm: Optional[float],
@@ -307,7 +219,6 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
     Args:
       strategy: a `mechanisms.blt.BLTStrategy` or a path `load_strategy` reads; or None with
         `theta=` (buffer decays) and `omega=` (output scales).
-      Other arguments: see the class docstring.
     """
     if strategy is None:
       if theta is None or omega is None:
@@ -316,51 +227,57 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
                                             omega=np.asarray(omega, np.float64))
     elif theta is not None or omega is not None:
       raise ValueError('Give either `strategy` or `theta`/`omega`, not both.')
-    strategy = _strategy_from(strategy, 'blt')
-    return cls(lambda: blt_noise.BLTNoise(strategy), strategy, noise_multiplier,
-               clients_per_round, clip_norm, noise_seed=noise_seed, **kwargs)
+    plan = plan_lib.RunPlan.build(_strategy_from(strategy, 'blt'), noise_multiplier,
+                                  clients_per_round, clip_norm, **kwargs)
+    return cls(plan, noise_seed=noise_seed)
 
   # ----------------------------------------------------------------------------------------------
 
   @property
+  def plan(self) -> plan_lib.RunPlan:
+    """The `RunPlan` this factory aggregates with."""
+    return self._plan
+
+  @property
   def strategy(self) -> mechanisms_base.Strategy:
     """The mechanism's `Strategy` (for the accountant: sensitivity, losses)."""
-    return self._strategy
+    return self._plan.strategy
 
   @property
   def noise_multiplier(self) -> float:
     """sigma: the accounted noise multiplier."""
-    return self._noise_multiplier
+    return self._plan.noise_multiplier
 
   @property
-  def secure(self) -> Optional[secure_lib.SecureAggregation]:
+  def secure(self) -> Optional[plan_lib.SecureAggregation]:
     """The SecAgg settings, or None for a plain sum."""
-    return self._secure
+    return self._plan.secure
 
   @property
   def value_noise_multiplier(self) -> float:
     """sigma_Delta: the multiplier on the model sum (> sigma with adaptive clipping, Thm. 1)."""
-    return self._value_noise_multiplier
+    return self._plan.value_noise_multiplier
 
   def accounting_config(self) -> dict:
     """JSON-serializable description for the accountant (also stored in `DPState.mechanism`).
 
-    Keys: 'mechanism' (kind and parameters), 'noise_multiplier' (accounted sigma),
-    'value_noise_multiplier', 'clipped_count_stddev' (None with a fixed clip), 'clients_per_round',
-    'initial_clip', 'adaptive_clip' (bool), 'restarts' ({'warmup', 'period'} or None),
-    'secure' ({'bits', 'rotation', 'beta', 'modclip_prob'} or None), 'zeroing_norm'.
+    Keys: 'mechanism' (kind and parameters, big arrays as a SHA-256 fingerprint), 'noise_multiplier'
+    (accounted sigma), 'value_noise_multiplier', 'clipped_count_stddev' (None with a fixed clip),
+    'clients_per_round', 'initial_clip', 'adaptive_clip' (bool), 'restarts' ({'warmup', 'period'}
+    or None), 'secure' ({'bits', 'rotation', 'beta', 'modclip_prob'} or None), 'zeroing_norm'.
     """
-    restarts = None if self._restarts is None else {'warmup': self._restarts.warmup,
-                                                     'period': self._restarts.period}
-    secure = None if self._secure is None else {
-        'bits': self._secure.bits, 'rotation': self._secure.rotation, 'beta': self._secure.beta,
-        'modclip_prob': self._secure.modclip_prob}
-    return {'mechanism': self._mechanism, 'noise_multiplier': self._noise_multiplier,
-            'value_noise_multiplier': self._value_noise_multiplier,
-            'clipped_count_stddev': self._clipped_count_stddev,
-            'clients_per_round': self._clients_per_round, 'initial_clip': self._initial_clip,
-            'adaptive_clip': self._adaptive is not None, 'restarts': restarts, 'secure': secure,
-            'zeroing_norm': self._zeroing_norm}
+    plan = self._plan
+    mechanism = _mechanism_description(plan.strategy)
+    if plan.mechanism == 'banded':
+      mechanism['beyond_max_rounds'] = plan.beyond_max_rounds
+    return {'mechanism': mechanism, 'noise_multiplier': plan.noise_multiplier,
+            'value_noise_multiplier': plan.value_noise_multiplier,
+            'clipped_count_stddev': plan.clipped_count_stddev,
+            'clients_per_round': plan.clients_per_round, 'initial_clip': plan.clip_norm,
+            'adaptive_clip': plan.adaptive_clip is not None,
+            'restarts': None if plan.restarts is None else dataclasses.asdict(plan.restarts),
+            'secure': None if plan.secure is None else plan.secure.to_config(),
+            'zeroing_norm': plan.zeroing_norm}
 
   def create(self, value_type) -> tff.templates.AggregationProcess:
     """The `AggregationProcess` for client updates of `value_type` (a structure of floats).
@@ -389,171 +306,170 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
     if not all(spec.shape.is_fully_defined() for spec in tf.nest.flatten(value_specs)):
       raise ValueError(f'`value_type` must have fully defined shapes, got {value_type!r}.')
     dim = int(sum(spec.shape.num_elements() for spec in tf.nest.flatten(value_specs)))
-    return _build_process(self, value_type, value_specs, dim)
+    return self._build_process(value_type, value_specs, dim)
 
 
-def _build_process(factory: CorrelatedNoiseFactory, value_type, value_specs, dim: int
-                   ) -> tff.templates.AggregationProcess:
-  """Builds the init / next computations (one client map, one server map per round)."""
-  f = factory
-  value_noise = f._noise_fn()  # pylint: disable=protected-access
-  adaptive = f._adaptive  # pylint: disable=protected-access
-  restarts = f._restarts  # pylint: disable=protected-access
-  zeroing_norm = f._zeroing_norm  # pylint: disable=protected-access
-  m = f._clients_per_round  # pylint: disable=protected-access
-  secure = f._secure  # pylint: disable=protected-access
-  config = f.accounting_config()
+  def _build_process(self, value_type, value_specs, dim: int) -> tff.templates.AggregationProcess:
+    """Builds the init / next computations (one client map, one server map per round)."""
+    plan = self._plan
+    value_noise = self._noise()
+    adaptive = plan.adaptive_clip
+    restarts = plan.restarts
+    zeroing_norm = plan.zeroing_norm
+    m = plan.clients_per_round
+    secure = plan.secure
+    config = self.accounting_config()
 
-  if secure is None:
-    record_factory = tff.aggregators.SumFactory()
-    sensitivity_fn = tf.identity
-  else:
-    # The scale, the rounding's prior norm bound and the post-rounding sensitivity follow the
-    # active clip (TFF's DistributedDpSumFactory keeps them in its state the same way).
-    scale = secure.scale_factor(f._initial_clip, m, dim)  # pylint: disable=protected-access
-    config['secure'].update(unit_scale_factor=secure.unit_scale_factor(m, dim),
-                            padded_dim=secure.padded_dim(dim))
-    record_factory = secure_lib.record_aggregation_factory(
-        secure, scale, f._initial_clip)  # pylint: disable=protected-access
-
-    def sensitivity_fn(clip):
-      return secure.sensitivity_clip(clip, m, dim)
-
-  record_process = record_factory.create(value_type)
-  count_type = tff.TensorType(np.int32, [2])
-  count_process = secure_lib.count_aggregation_factory(secure is not None, 1, 0).create(count_type)
-
-  if adaptive is not None:
-    quantile_query = adaptive_lib.CorrelatedQuantileEstimatorQuery(
-        f._noise_fn, initial_estimate=f._initial_clip,  # pylint: disable=protected-access
-        target_quantile=adaptive.target_quantile, learning_rate=adaptive.learning_rate,
-        clipped_count_stddev=f._clipped_count_stddev,  # pylint: disable=protected-access
-        expected_num_records=m)
-    quantile_process = secure_lib.count_aggregation_factory(secure is not None, 0.5,
-                                                            -0.5).create(tff.TensorType(np.float32))
-  mechanism_json = json.dumps(config, sort_keys=True)
-
-  @tff.tensorflow.computation
-  def init_dp():
-    seed = noise_base.initial_seed(f._noise_seed)  # pylint: disable=protected-access
-    clip = tf.constant(f._initial_clip, tf.float32)  # pylint: disable=protected-access
-    quantile_state = (quantile_query.initial_global_state(adaptive_lib.count_seed(seed))
-                      if adaptive is not None else ())
-    zero = tf.constant(0, tf.int64)
-    return DPState(round=zero, segment=zero, segment_start=zero, clip=clip,
-                   sensitivity_clip=sensitivity_fn(clip),
-                   noise_multiplier=tf.constant(f._value_noise_multiplier, tf.float32),  # pylint: disable=protected-access
-                   mechanism=tf.constant(mechanism_json),
-                   noise_state=value_noise.initial_state(value_specs, seed),
-                   quantile_state=quantile_state)
-
-  dp_state_type = init_dp.type_signature.result
-
-  @tff.tensorflow.computation(dp_state_type)
-  def client_params_fn(dp_state):
-    quantile_params = (quantile_query.derive_sample_params(dp_state.quantile_state)
-                       if adaptive is not None else ())
-    return _ClientParams(clip=dp_state.clip, quantile_params=quantile_params)
-
-  @tff.tensorflow.computation(value_type, client_params_fn.type_signature.result)
-  def client_fn(value, params):
-    result = clipping.zero_and_clip(value, params.clip, zeroing_norm)
-    counts = tf.stack([result.was_clipped, result.was_zeroed])
-    if adaptive is None:
-      return result.value, counts
-    quantile_record = quantile_query.preprocess_record(params.quantile_params, result.norm)
-    return result.value, counts, quantile_record
-
-  def server_fn_impl(dp_state, value_sum, counts, quantile_sum):
-    stddev = dp_state.noise_multiplier * dp_state.sensitivity_clip
-    noise, noise_state = value_noise.next(dp_state.noise_state, stddev)
-    result = tf.nest.map_structure(lambda s, z: (s + z) / tf.constant(m, s.dtype), value_sum, noise)
-    next_round = dp_state.round + 1
-    # A new segment starts on the schedule, or when the stream has no rounds left in its segment
-    # (a banded strategy with beyond_max_rounds='restart'): either way it is counted here.
-    restart = value_noise.segment_ended(noise_state)
-    if restarts is not None:
-      restart = tf.logical_or(restart, restarts.is_restart_round(next_round))
-    clip = dp_state.clip
-    sensitivity_clip = dp_state.sensitivity_clip
-    quantile_state = dp_state.quantile_state
-    estimate = clip
-    if adaptive is not None:
-      _, quantile_state, _ = quantile_query.get_noised_result(quantile_sum, quantile_state)
-      estimate = quantile_state.current_estimate
-      clip = tf.where(restart, estimate, clip)
-      sensitivity_clip = tf.where(restart, sensitivity_fn(clip), sensitivity_clip)
-      quantile_state = tf.cond(restart, lambda: quantile_query.restart(quantile_state),
-                               lambda: quantile_state)
-    noise_state = tf.cond(restart, lambda: value_noise.restart(noise_state), lambda: noise_state)
-    restart_int = tf.cast(restart, tf.int64)
-    new_state = dp_state._replace(
-        round=next_round, segment=dp_state.segment + restart_int,
-        segment_start=tf.where(restart, next_round, dp_state.segment_start), clip=clip,
-        sensitivity_clip=sensitivity_clip, noise_state=noise_state, quantile_state=quantile_state)
-    measurements = collections.OrderedDict(
-        round=dp_state.round, segment=dp_state.segment, restart=restart, clip=dp_state.clip,
-        sensitivity_clip=dp_state.sensitivity_clip, quantile_estimate=estimate,
-        clipped_count=counts[0], zeroed_count=counts[1], noise_stddev=stddev)
-    if secure is not None:
-      measurements['scale_factor'] = secure.scale_factor_tensor(dp_state.clip, m, dim)
-    return new_state, result, measurements
-
-  value_sum_type = record_process.next.type_signature.result.result.member
-  if adaptive is None:
-    @tff.tensorflow.computation(dp_state_type, value_sum_type, count_type)
-    def server_fn(dp_state, value_sum, counts):
-      return server_fn_impl(dp_state, value_sum, counts, None)
-  else:
-    @tff.tensorflow.computation(dp_state_type, value_sum_type, count_type, tf.float32)
-    def server_fn(dp_state, value_sum, counts, quantile_sum):
-      return server_fn_impl(dp_state, value_sum, counts, quantile_sum)
-
-  if secure is not None:
-    @tff.tensorflow.computation(record_process.initialize.type_signature.result.member, np.float32)
-    def record_state_for_clip(record_state, clip):
-      return secure_lib.with_clip(record_state, secure.scale_factor_tensor(clip, m, dim), clip)
-
-  @tff.federated_computation
-  def init_fn():
-    quantile_agg = (quantile_process.initialize() if adaptive is not None
-                    else tff.federated_value((), tff.SERVER))
-    return tff.federated_zip(CorrelatedNoiseState(
-        dp=tff.federated_eval(init_dp, tff.SERVER), record_agg=record_process.initialize(),
-        count_agg=count_process.initialize(), quantile_agg=quantile_agg))
-
-  @tff.federated_computation(init_fn.type_signature.result,
-                             tff.FederatedType(value_type, tff.CLIENTS))
-  def next_fn(state, value):
-    params = tff.federated_broadcast(tff.federated_map(client_params_fn, state.dp))
-    client_out = tff.federated_map(client_fn, (value, params))
-    record_out = record_process.next(state.record_agg, client_out[0])
-    count_out = count_process.next(state.count_agg, client_out[1])
-    if adaptive is None:
-      quantile_agg_state = state.quantile_agg
-      dp_state, result, dp_measurements = tff.federated_map(
-          server_fn, (state.dp, record_out.result, count_out.result))
+    if secure is None:
+      record_factory = tff.aggregators.SumFactory()
+      sensitivity_fn = tf.identity
     else:
-      quantile_out = quantile_process.next(state.quantile_agg, client_out[2])
-      quantile_agg_state = quantile_out.state
-      dp_state, result, dp_measurements = tff.federated_map(
-          server_fn, (state.dp, record_out.result, count_out.result, quantile_out.result))
-    record_state = record_out.state
-    if secure is not None:
-      record_state = tff.federated_map(record_state_for_clip, (record_state, dp_state.clip))
-    new_state = CorrelatedNoiseState(dp=dp_state, record_agg=record_state,
-                                     count_agg=count_out.state, quantile_agg=quantile_agg_state)
-    measurements = collections.OrderedDict(
-        (key, dp_measurements[key]) for key in MEASUREMENT_KEYS)
-    if secure is not None:
-      measurements['scale_factor'] = dp_measurements['scale_factor']
-      measurements['modular_wrap'] = _find_measurement(record_out.measurements, 'modular_wrap')
-    measurements['record_agg'] = record_out.measurements
-    return tff.templates.MeasuredProcessOutput(
-        state=tff.federated_zip(new_state), result=result,
-        measurements=tff.federated_zip(measurements))
+      # The scale, the rounding's prior norm bound and the post-rounding sensitivity follow the
+      # active clip (TFF's DistributedDpSumFactory keeps them in its state the same way).
+      scale = secure.scale_factor(plan.clip_norm, m, dim)
+      config['secure'].update(unit_scale_factor=secure.unit_scale_factor(m, dim),
+                              padded_dim=secure.padded_dim(dim))
+      record_factory = secure_lib.record_aggregation_factory(secure, scale, plan.clip_norm)
 
-  return tff.templates.AggregationProcess(init_fn, next_fn)
+      def sensitivity_fn(clip):
+        return secure_lib.sensitivity_clip(secure, clip, m, dim)
+
+    record_process = record_factory.create(value_type)
+    count_type = tff.TensorType(np.int32, [2])
+    count_process = secure_lib.count_aggregation_factory(secure is not None, 1, 0).create(count_type)
+
+    if adaptive is not None:
+      quantile_query = adaptive_lib.CorrelatedQuantileEstimatorQuery(
+          self._noise, initial_estimate=plan.clip_norm,
+          target_quantile=adaptive.target_quantile, learning_rate=adaptive.learning_rate,
+          clipped_count_stddev=plan.clipped_count_stddev,
+          expected_num_records=m)
+      quantile_process = secure_lib.count_aggregation_factory(secure is not None, 0.5,
+                                                              -0.5).create(tff.TensorType(np.float32))
+    mechanism_json = json.dumps(config, sort_keys=True)
+
+    @tff.tensorflow.computation
+    def init_dp():
+      seed = noise_base.initial_seed(self._noise_seed)
+      clip = tf.constant(plan.clip_norm, tf.float32)
+      quantile_state = (quantile_query.initial_global_state(adaptive_lib.count_seed(seed))
+                        if adaptive is not None else ())
+      zero = tf.constant(0, tf.int64)
+      return DPState(round=zero, segment=zero, segment_start=zero, clip=clip,
+                     sensitivity_clip=sensitivity_fn(clip),
+                     noise_multiplier=tf.constant(plan.value_noise_multiplier, tf.float32),
+                     mechanism=tf.constant(mechanism_json),
+                     noise_state=value_noise.initial_state(value_specs, seed),
+                     quantile_state=quantile_state)
+
+    dp_state_type = init_dp.type_signature.result
+
+    @tff.tensorflow.computation(dp_state_type)
+    def client_params_fn(dp_state):
+      quantile_params = (quantile_query.derive_sample_params(dp_state.quantile_state)
+                         if adaptive is not None else ())
+      return _ClientParams(clip=dp_state.clip, quantile_params=quantile_params)
+
+    @tff.tensorflow.computation(value_type, client_params_fn.type_signature.result)
+    def client_fn(value, params):
+      result = clipping.zero_and_clip(value, params.clip, zeroing_norm)
+      counts = tf.stack([result.was_clipped, result.was_zeroed])
+      if adaptive is None:
+        return result.value, counts
+      quantile_record = quantile_query.preprocess_record(params.quantile_params, result.norm)
+      return result.value, counts, quantile_record
+
+    def server_fn_impl(dp_state, value_sum, counts, quantile_sum):
+      stddev = dp_state.noise_multiplier * dp_state.sensitivity_clip
+      noise, noise_state = value_noise.next(dp_state.noise_state, stddev)
+      result = tf.nest.map_structure(lambda s, z: (s + z) / tf.constant(m, s.dtype), value_sum, noise)
+      next_round = dp_state.round + 1
+      # A new segment starts on the schedule, or when the stream has no rounds left in its segment
+      # (a banded strategy with beyond_max_rounds='restart'): either way it is counted here.
+      restart = value_noise.segment_ended(noise_state)
+      if restarts is not None:
+        restart = tf.logical_or(restart, adaptive_lib.is_restart_round(restarts, next_round))
+      clip = dp_state.clip
+      sensitivity_clip = dp_state.sensitivity_clip
+      quantile_state = dp_state.quantile_state
+      estimate = clip
+      if adaptive is not None:
+        _, quantile_state, _ = quantile_query.get_noised_result(quantile_sum, quantile_state)
+        estimate = quantile_state.current_estimate
+        clip = tf.where(restart, estimate, clip)
+        sensitivity_clip = tf.where(restart, sensitivity_fn(clip), sensitivity_clip)
+        quantile_state = tf.cond(restart, lambda: quantile_query.restart(quantile_state),
+                                 lambda: quantile_state)
+      noise_state = tf.cond(restart, lambda: value_noise.restart(noise_state), lambda: noise_state)
+      restart_int = tf.cast(restart, tf.int64)
+      new_state = dp_state._replace(
+          round=next_round, segment=dp_state.segment + restart_int,
+          segment_start=tf.where(restart, next_round, dp_state.segment_start), clip=clip,
+          sensitivity_clip=sensitivity_clip, noise_state=noise_state, quantile_state=quantile_state)
+      measurements = collections.OrderedDict(
+          round=dp_state.round, segment=dp_state.segment, restart=restart, clip=dp_state.clip,
+          sensitivity_clip=dp_state.sensitivity_clip, quantile_estimate=estimate,
+          clipped_count=counts[0], zeroed_count=counts[1], noise_stddev=stddev)
+      if secure is not None:
+        measurements['scale_factor'] = secure_lib.scale_factor_tensor(secure, dp_state.clip, m, dim)
+      return new_state, result, measurements
+
+    value_sum_type = record_process.next.type_signature.result.result.member
+    if adaptive is None:
+      @tff.tensorflow.computation(dp_state_type, value_sum_type, count_type)
+      def server_fn(dp_state, value_sum, counts):
+        return server_fn_impl(dp_state, value_sum, counts, None)
+    else:
+      @tff.tensorflow.computation(dp_state_type, value_sum_type, count_type, tf.float32)
+      def server_fn(dp_state, value_sum, counts, quantile_sum):
+        return server_fn_impl(dp_state, value_sum, counts, quantile_sum)
+
+    if secure is not None:
+      @tff.tensorflow.computation(record_process.initialize.type_signature.result.member, np.float32)
+      def record_state_for_clip(record_state, clip):
+        return secure_lib.with_clip(record_state, secure_lib.scale_factor_tensor(secure, clip, m, dim),
+                                    clip)
+
+    @tff.federated_computation
+    def init_fn():
+      quantile_agg = (quantile_process.initialize() if adaptive is not None
+                      else tff.federated_value((), tff.SERVER))
+      return tff.federated_zip(CorrelatedNoiseState(
+          dp=tff.federated_eval(init_dp, tff.SERVER), record_agg=record_process.initialize(),
+          count_agg=count_process.initialize(), quantile_agg=quantile_agg))
+
+    @tff.federated_computation(init_fn.type_signature.result,
+                               tff.FederatedType(value_type, tff.CLIENTS))
+    def next_fn(state, value):
+      params = tff.federated_broadcast(tff.federated_map(client_params_fn, state.dp))
+      client_out = tff.federated_map(client_fn, (value, params))
+      record_out = record_process.next(state.record_agg, client_out[0])
+      count_out = count_process.next(state.count_agg, client_out[1])
+      if adaptive is None:
+        quantile_agg_state = state.quantile_agg
+        dp_state, result, dp_measurements = tff.federated_map(
+            server_fn, (state.dp, record_out.result, count_out.result))
+      else:
+        quantile_out = quantile_process.next(state.quantile_agg, client_out[2])
+        quantile_agg_state = quantile_out.state
+        dp_state, result, dp_measurements = tff.federated_map(
+            server_fn, (state.dp, record_out.result, count_out.result, quantile_out.result))
+      record_state = record_out.state
+      if secure is not None:
+        record_state = tff.federated_map(record_state_for_clip, (record_state, dp_state.clip))
+      new_state = CorrelatedNoiseState(dp=dp_state, record_agg=record_state,
+                                       count_agg=count_out.state, quantile_agg=quantile_agg_state)
+      measurements = collections.OrderedDict(
+          (key, dp_measurements[key]) for key in MEASUREMENT_KEYS)
+      if secure is not None:
+        measurements['scale_factor'] = dp_measurements['scale_factor']
+        measurements['modular_wrap'] = _find_measurement(record_out.measurements, 'modular_wrap')
+      measurements['record_agg'] = record_out.measurements
+      return tff.templates.MeasuredProcessOutput(
+          state=tff.federated_zip(new_state), result=result,
+          measurements=tff.federated_zip(measurements))
+
+    return tff.templates.AggregationProcess(init_fn, next_fn)
 
 
 def _find_measurement(measurements, key: str):

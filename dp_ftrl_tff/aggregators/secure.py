@@ -10,105 +10,38 @@ Rounding inflates the L2 norm of a clipped update: the sensitivity used for the 
 `discretization.inflated_l2_norm_bound(clip, gamma, beta, padded_dim)` plus the 1e-5 leeway TFF's
 `DistributedDpSumFactory` adds, i.e. the bound on the norm AFTER rounding, in unscaled units.
 
-The scale factor follows the sub-Gaussian heuristic of the DDG paper (Sec. 4.2 / 4.4), with no local
-noise: with k = `num_stddevs` (from `modclip_prob`), n = clients_per_round and padded dimension d,
-2^bits = 2 k sqrt(c^2 n^2 / d + gamma^2 n / 4) / gamma, so the sum of n flattened updates stays inside
-the field with probability about 1 - modclip_prob. Without rotation no flattening holds; the scale
-then uses the worst case n (c / gamma + 1) <= 2^(bits - 1).
+The settings and the scale-factor arithmetic are `dp_ftrl_tff.plan.SecureAggregation`. The scale
+(a constant / clip) follows the active clip: `scale_factor_tensor` and `sensitivity_clip` compute it
+in the graph and `with_clip` moves the chain's state to a new clip.
 """
 
 import collections
-import dataclasses
-import math
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
-import scipy.special
 import tensorflow as tf
 import tensorflow_federated as tff
 
 from dp_ftrl_tff import _validation
+from dp_ftrl_tff import plan as plan_lib
 
-#: TFF's cap on the scale factor (float32 arithmetic in the rounding overflows above it).
-MAX_SCALE_FACTOR = 1e6
 #: Leeway TFF's DistributedDpSumFactory adds to the inflated norm bound (float32 rounding).
 NORM_LEEWAY = 1e-5
-_ROTATIONS = ('dft', 'hd', None)
 
 
-@dataclasses.dataclass(frozen=True)
-class SecureAggregation:
-  """Settings of the SecAgg chain.
+def scale_factor_tensor(config: plan_lib.SecureAggregation, clip_norm, clients_per_round: float,
+                        dim: int) -> tf.Tensor:
+  """`config.scale_factor` as a float32 TF op, for a clip that changes in the graph."""
+  unit = config.unit_scale_factor(clients_per_round, dim)
+  return tf.minimum(tf.constant(unit, tf.float32) / tf.cast(clip_norm, tf.float32),
+                    tf.constant(plan_lib.MAX_SCALE_FACTOR, tf.float32))
 
-  Attributes:
-    bits: field size 2^bits of the secure sum, 1 <= bits <= 22 (TFF's float32 limit).
-    rotation: 'dft' (discrete Fourier transform, pads at most one zero), 'hd' (randomized Hadamard,
-      pads to a power of 2) or None (no flattening; worst-case scale).
-    beta: conditional stochastic rounding bias in [0, 1) (0 = unconditional; DDG paper Sec. 4.1).
-    modclip_prob: target probability of a modular wrap of the aggregate, in (0, 1).
-  """
-  bits: int = 20
-  rotation: Optional[str] = 'dft'
-  beta: float = 0.0
-  modclip_prob: float = 1e-4
 
-  def __post_init__(self):
-    _validation.check_positive_int(self.bits, 'bits')
-    if self.bits > 22:
-      raise ValueError(f'`bits` must be at most 22 (float32 arithmetic), got {self.bits!r}.')
-    if self.rotation not in _ROTATIONS:
-      raise ValueError(f"`rotation` must be 'dft', 'hd' or None, got {self.rotation!r}.")
-    _validation.check_float_in_range(self.beta, 'beta', 0.0, 1.0, high_inclusive=False)
-    _validation.check_float_in_range(self.modclip_prob, 'modclip_prob', 0.0, 1.0,
-                                     low_inclusive=False, high_inclusive=False)
-
-  def padded_dim(self, dim: int) -> int:
-    """Length of the flattened vector the secure sum sees for a `dim`-coordinate update."""
-    dim = _validation.check_positive_int(dim, 'dim')
-    if self.rotation == 'hd':
-      return 2**math.ceil(math.log2(dim))
-    if self.rotation == 'dft':
-      return 2 * math.ceil(dim / 2)
-    return dim
-
-  def unit_scale_factor(self, clients_per_round: float, dim: int) -> float:
-    """The scale for a clip of 1, before the `MAX_SCALE_FACTOR` cap; the scale is this / clip."""
-    n = _validation.check_positive_float(clients_per_round, 'clients_per_round')
-    d = self.padded_dim(dim)
-    field = 2.0**self.bits
-    if self.rotation is None:
-      scale = field / 2.0 / n - 1.0
-    else:
-      k = self.num_stddevs
-      headroom = field**2 - n * k**2
-      scale = math.sqrt(max(headroom, 0.0)) / (2.0 * k * n / math.sqrt(d))
-    if scale <= 0:
-      raise ValueError(f'`bits`={self.bits} is too small for {n:g} clients per round: the sum '
-                       'cannot fit in the field. Increase `bits`.')
-    return scale
-
-  @property
-  def num_stddevs(self) -> float:
-    """k: the field spans +-k standard deviations of the aggregate (two-sided tail modclip_prob)."""
-    return math.sqrt(2.0) * float(scipy.special.erfcinv(self.modclip_prob))
-
-  def scale_factor(self, clip_norm: float, clients_per_round: float, dim: int) -> float:
-    """1 / gamma: the scale applied before rounding (see the module docstring)."""
-    clip_norm = _validation.check_positive_float(clip_norm, 'clip_norm')
-    return min(self.unit_scale_factor(clients_per_round, dim) / clip_norm, MAX_SCALE_FACTOR)
-
-  def scale_factor_tensor(self, clip_norm, clients_per_round: float, dim: int) -> tf.Tensor:
-    """`scale_factor` as a float32 TF op, for a clip that changes in the graph (adaptive clipping).
-    """
-    unit = self.unit_scale_factor(clients_per_round, dim)
-    return tf.minimum(tf.constant(unit, tf.float32) / tf.cast(clip_norm, tf.float32),
-                      tf.constant(MAX_SCALE_FACTOR, tf.float32))
-
-  def sensitivity_clip(self, clip_norm, clients_per_round: float, dim: int) -> tf.Tensor:
-    """L2 bound (unscaled) of a record clipped to `clip_norm` after rounding at its own scale (TF op).
-    """
-    scale = self.scale_factor_tensor(clip_norm, clients_per_round, dim)
-    return inflated_clip(clip_norm, 1.0 / scale, self.beta, self.padded_dim(dim))
+def sensitivity_clip(config: plan_lib.SecureAggregation, clip_norm, clients_per_round: float,
+                     dim: int) -> tf.Tensor:
+  """L2 bound (unscaled) of a record clipped to `clip_norm` after rounding at its scale (TF op)."""
+  scale = scale_factor_tensor(config, clip_norm, clients_per_round, dim)
+  return inflated_clip(clip_norm, 1.0 / scale, config.beta, config.padded_dim(dim))
 
 
 def inflated_clip(clip_norm, gamma: float, beta: float, padded_dim: int) -> tf.Tensor:
@@ -122,7 +55,7 @@ def inflated_clip(clip_norm, gamma: float, beta: float, padded_dim: int) -> tf.T
   return bound + NORM_LEEWAY
 
 
-def record_aggregation_factory(config: SecureAggregation, scale_factor: float,
+def record_aggregation_factory(config: plan_lib.SecureAggregation, scale_factor: float,
                                prior_norm_bound: float
                                ) -> tff.aggregators.UnweightedAggregationFactory:
   """TFF's chain: concat -> [rotation] -> stochastic discretization -> wrap check -> modular clips
@@ -133,7 +66,7 @@ def record_aggregation_factory(config: SecureAggregation, scale_factor: float,
   `scale_factor` and `prior_norm_bound` (the clip, which conditional rounding with beta > 0 needs)
   are the initial values of the discretization state; `with_clip` moves both to a new clip.
   """
-  if not isinstance(config, SecureAggregation):
+  if not isinstance(config, plan_lib.SecureAggregation):
     raise ValueError(f'`config` must be a SecureAggregation, got {config!r}.')
   scale_factor = _validation.check_positive_float(scale_factor, 'scale_factor')
   prior_norm_bound = _validation.check_positive_float(prior_norm_bound, 'prior_norm_bound')

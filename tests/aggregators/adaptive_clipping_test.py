@@ -3,10 +3,10 @@
 import math
 
 import numpy as np
-import pytest
 import tensorflow as tf
 import tensorflow_privacy as tfp
 
+from dp_ftrl_tff import plan
 from dp_ftrl_tff.aggregators import adaptive_clipping
 from dp_ftrl_tff.noise import base, gaussian
 
@@ -21,30 +21,11 @@ def test_gboard_schedule_matches_tf_privacy_indicator():
     flag, state = indicator.next(state)
     if bool(flag):
       expected.append(k)
-  schedule = adaptive_clipping.GBOARD_RESTARTS
+  schedule = plan.GBOARD_RESTARTS
   assert schedule.restart_rounds(3300) == expected == [128, 1152, 2176, 3200]
-  flags = [bool(schedule.is_restart_round(tf.constant(r, tf.int64))) for r in range(3300)]
+  flags = [bool(adaptive_clipping.is_restart_round(schedule, tf.constant(r, tf.int64)))
+           for r in range(3300)]
   assert [r for r, f in enumerate(flags) if f] == expected
-
-
-def test_every_round_and_zero_warmup():
-  assert adaptive_clipping.EVERY_ROUND.restart_rounds(4) == [1, 2, 3]
-  assert adaptive_clipping.RestartSchedule(0, 3).restart_rounds(10) == [3, 6, 9]
-
-
-@pytest.mark.parametrize('kwargs, name', [
-    ({'target_quantile': 1.5}, 'target_quantile'), ({'learning_rate': -1.0}, 'learning_rate'),
-    ({'initial_clip': 0.0}, 'initial_clip'), ({'clipped_count_stddev': -1.0},
-                                              'clipped_count_stddev'),
-    ({'restarts': (1, 2)}, 'restarts')])
-def test_invalid_settings_are_named(kwargs, name):
-  with pytest.raises(ValueError, match=name):
-    adaptive_clipping.AdaptiveClipping(**kwargs)
-
-
-def test_invalid_schedule_is_named():
-  with pytest.raises(ValueError, match='period'):
-    adaptive_clipping.RestartSchedule(0, 0)
 
 
 def test_quantile_update_with_gaussian_count_noise():

@@ -4,7 +4,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from dp_ftrl_tff import plan
 from dp_ftrl_tff.aggregators import clipping
+from dp_ftrl_tff.mechanisms.gaussian import GaussianStrategy
 
 
 def _value(a, b):
@@ -53,4 +55,4 @@ def test_float32_overflow_is_zeroed():
 @pytest.mark.parametrize('bad', [0.0, -1.0, float('nan'), 'x'])
 def test_invalid_zeroing_norm_is_named(bad):
   with pytest.raises(ValueError, match='zeroing_norm'):
-    clipping.check_zeroing_norm(bad)
+    plan.RunPlan.build(GaussianStrategy(), 1.0, 10, 1.0, zeroing_norm=bad)

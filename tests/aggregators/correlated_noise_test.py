@@ -20,6 +20,7 @@ from dp_ftrl_tff.aggregators import (
   RestartSchedule,
   SecureAggregation,
 )
+from dp_ftrl_tff.aggregators import secure as secure_lib
 from dp_ftrl_tff.mechanisms import banded as banded_mechanisms
 from dp_ftrl_tff.mechanisms import blt as blt_mechanisms
 from dp_ftrl_tff.mechanisms import gaussian as gaussian_mechanisms
@@ -321,6 +322,6 @@ def test_secure_matches_plain_within_discretization_bound(bits):
   bound = num_clients * gamma * math.sqrt(config.padded_dim(dim)) / m
   error = np.linalg.norm(np.asarray(secure_out.result, np.float64) - plain_out.result)
   assert 0 < error <= bound
-  sensitivity = float(config.sensitivity_clip(1.0, m, dim))
+  sensitivity = float(secure_lib.sensitivity_clip(config, 1.0, m, dim))
   np.testing.assert_allclose(secure_out.measurements['sensitivity_clip'], sensitivity, rtol=1e-6)
   assert 1.0 < sensitivity <= 1.0 + gamma * math.sqrt(config.padded_dim(dim)) + 1e-4

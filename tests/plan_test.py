@@ -1,0 +1,145 @@
+"""The run plan: settings validation, the resolved defaults, the noise split against TFF, round trips.
+"""
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+import tensorflow_federated as tff
+
+from dp_ftrl_tff import plan
+from dp_ftrl_tff.mechanisms import banded, blt, gaussian, tree
+
+BLT = blt.BLTStrategy(theta=(0.9, 0.5), omega=(0.3, 0.2))
+BANDED = banded.BandedStrategy.from_toeplitz([1.0, 0.5, 0.25], num_rounds=8)
+
+
+def test_restart_rounds():
+  assert plan.EVERY_ROUND.restart_rounds(4) == [1, 2, 3]
+  assert plan.RestartSchedule(0, 3).restart_rounds(10) == [3, 6, 9]
+  assert plan.GBOARD_RESTARTS.restart_rounds(2200) == [128, 1152, 2176]
+  with pytest.raises(ValueError, match='period'):
+    plan.RestartSchedule(0, 0)
+
+
+@pytest.mark.parametrize('kwargs, name', [
+    ({'target_quantile': 1.5}, 'target_quantile'), ({'learning_rate': -1.0}, 'learning_rate'),
+    ({'initial_clip': 0.0}, 'initial_clip'), ({'clipped_count_stddev': -1.0},
+                                              'clipped_count_stddev'),
+    ({'restarts': (1, 2)}, 'restarts')])
+def test_invalid_adaptive_settings_are_named(kwargs, name):
+  with pytest.raises(ValueError, match=name):
+    plan.AdaptiveClipping(**kwargs)
+
+
+@pytest.mark.parametrize('noise_multiplier, num_clients', [(0.5, 100), (3.0, 1000), (1.0, 20)])
+def test_noise_split_matches_tff(noise_multiplier, num_clients):
+  value, count = tff.aggregators.differential_privacy.adaptive_clip_noise_params(
+      noise_multiplier, num_clients)
+  assert count == pytest.approx(num_clients / 20.0)
+  assert plan.inflated_noise_multiplier(noise_multiplier, count) == pytest.approx(value, rel=1e-12)
+  assert plan.accounted_noise_multiplier(value, count) == pytest.approx(noise_multiplier, rel=1e-12)
+  built = plan.RunPlan.build(BLT, noise_multiplier, num_clients, None, adaptive_clip=True)
+  assert built.value_noise_multiplier == pytest.approx(value, rel=1e-12)
+  assert built.clipped_count_stddev == count
+
+
+def test_build_resolves_defaults():
+  fixed = plan.RunPlan.build(BLT, 1.0, 10, 2.0)
+  assert (fixed.restarts, fixed.clipped_count_stddev, fixed.value_noise_multiplier) == (None, None,
+                                                                                        1.0)
+  adaptive = plan.RunPlan.build(tree.TreeStrategy('efficient'), 1.0, 20, None, adaptive_clip=True)
+  assert adaptive.clip_norm == plan.DEFAULT_INITIAL_CLIP
+  assert adaptive.restarts == plan.GBOARD_RESTARTS
+  assert plan.RunPlan.build(gaussian.GaussianStrategy(), 1.0, 20, 0.5,
+                            adaptive_clip=True).restarts == plan.EVERY_ROUND
+  quiet = plan.RunPlan.build(BLT, 0.0, 20, 0.5, adaptive_clip=True)
+  assert (quiet.value_noise_multiplier, quiet.clipped_count_stddev) == (0.0, 0.0)
+  assert plan.RunPlan.build(BLT, 1.0, 10, 1.0, secure=16).secure == plan.SecureAggregation(bits=16)
+  assert plan.RunPlan.build(BANDED, 1.0, 10, 1.0, beyond_max_rounds='restart').restart_rounds(
+      20) == [8, 16]
+
+
+@pytest.mark.parametrize('kwargs, name', [
+    ({'noise_multiplier': -1.0}, 'noise_multiplier'), ({'clients_per_round': 0}, 'clients_per_round'),
+    ({'clip_norm': None}, 'clip_norm'), ({'secure': True}, 'secure'),
+    ({'adaptive_clip': 'yes'}, 'adaptive_clip'), ({'beyond_max_rounds': 'wrap'}, 'beyond_max_rounds'),
+    ({'strategy': tree.TreeStrategy('full')}, 'streaming'), ({'strategy': 'blt'}, 'strategy'),
+    ({'restarts': 5}, 'restarts')])
+def test_invalid_plans_are_named(kwargs, name):
+  args = dict(strategy=BLT, noise_multiplier=1.0, clients_per_round=10, clip_norm=1.0)
+  args.update(kwargs)
+  with pytest.raises(ValueError, match=name):
+    plan.RunPlan.build(**args)
+
+
+@pytest.mark.parametrize('strategy', [BLT, BANDED, gaussian.GaussianStrategy(),
+                                      tree.TreeStrategy('vanilla')])
+def test_file_round_trip(strategy, tmp_path):
+  original = plan.RunPlan.build(
+      strategy, 2.0, 50, None, adaptive_clip=plan.AdaptiveClipping(
+          initial_clip=0.3, clipped_count_stddev=4.0, restarts=plan.RestartSchedule(5, 10)),
+      secure=plan.SecureAggregation(bits=18, rotation='hd', beta=math.exp(-0.5)),
+      zeroing_norm=100.0)
+  path = tmp_path / 'plan.json'
+  plan.save_plan(original, path)
+  loaded = plan.load_plan(path)
+  for field in dataclasses.fields(plan.RunPlan):
+    if field.name != 'strategy':
+      assert getattr(loaded, field.name) == getattr(original, field.name), field.name
+  for key, value in original.strategy.to_config().items():
+    np.testing.assert_array_equal(loaded.strategy.to_config()[key], value)
+  assert 'RunPlan' in str(loaded) and strategy.name in str(loaded)
+
+
+def test_bad_plan_files_are_named(tmp_path):
+  with pytest.raises(ValueError, match='plan'):
+    plan.load_plan(tmp_path / 'missing.json')
+  (tmp_path / 'bad.json').write_text('{"strategy": {"mechanism": "blt"}}')
+  with pytest.raises(ValueError, match='lacks'):
+    plan.load_plan(tmp_path / 'bad.json')
+  with pytest.raises(ValueError, match='plan'):
+    plan.save_plan('x', tmp_path / 'x.json')
+
+
+def test_scale_factor_fits_the_field_at_k_stddevs():
+  config = plan.SecureAggregation(bits=16, rotation='dft', modclip_prob=1e-4)
+  clip, n, dim = 0.5, 100, 10_000
+  gamma = 1.0 / config.scale_factor(clip, n, dim)
+  # k stddevs of the aggregate (sub-Gaussian, all clients aligned) span exactly the field.
+  k = 3.890591886413094  # sqrt(2) erfcinv(1e-4), from a table of the normal quantile.
+  assert config.num_stddevs == pytest.approx(k, rel=1e-12)
+  d = config.padded_dim(dim)
+  span = 2 * k * math.sqrt(clip**2 * n**2 / d + gamma**2 * n / 4)
+  np.testing.assert_allclose(span, 2.0**16 * gamma, rtol=1e-6)
+  # The scale is a constant over the clip, up to the cap.
+  assert config.scale_factor(10 * clip, n, dim) == pytest.approx(
+      config.scale_factor(clip, n, dim) / 10, rel=1e-12)
+  assert config.scale_factor(1e-12, n, dim) == plan.MAX_SCALE_FACTOR
+
+
+def test_scale_factor_without_rotation_is_worst_case():
+  config = plan.SecureAggregation(bits=12, rotation=None)
+  # n * (clip * scale + 1) = 2^(bits - 1).
+  np.testing.assert_allclose(10 * (config.scale_factor(1.0, 10, 50) + 1), 2**11)
+
+
+def test_too_few_bits_is_named():
+  with pytest.raises(ValueError, match='bits'):
+    plan.SecureAggregation(bits=4, rotation=None).scale_factor(1.0, 100, 10)
+
+
+@pytest.mark.parametrize('kwargs, name', [({'bits': 0}, 'bits'), ({'bits': 23}, 'bits'),
+                                          ({'rotation': 'fft'}, 'rotation'),
+                                          ({'beta': 1.0}, 'beta'),
+                                          ({'modclip_prob': 0.0}, 'modclip_prob')])
+def test_invalid_secure_settings_are_named(kwargs, name):
+  with pytest.raises(ValueError, match=name):
+    plan.SecureAggregation(**kwargs)
+
+
+def test_padded_dim():
+  assert plan.SecureAggregation(rotation='hd').padded_dim(5) == 8
+  assert plan.SecureAggregation(rotation='dft').padded_dim(5) == 6
+  assert plan.SecureAggregation(rotation=None).padded_dim(5) == 5
