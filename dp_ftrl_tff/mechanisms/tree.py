@@ -1,7 +1,8 @@
 """Tree aggregation: tree matrices, decoders, and exact multi-participation sensitivity.
 
-Implements the binary-tree mechanism of DP-FTRL (Kairouz et al. 2021, App. B.1, D; notes/seed002.md
-Sec. 4-5, 11) as a matrix factorization, and TreeAgg-Full (BLT paper Sec. 2.3; notes/seed000.md).
+Implements the binary-tree mechanism of DP-FTRL (Kairouz et al. 2021, App. B.1, B.3 and D;
+docs/papers.md#dp-ftrl) as a matrix factorization, and TreeAgg-Full (BLT paper Sec. 2.3 and Table 3;
+docs/papers.md#blt).
 
 Conventions: rounds (leaves) are 0-based, t = 0 .. n-1; `min_sep` = b: two participations r1 < r2
 of one client satisfy r2 - r1 >= b (TF-Privacy's `min_separation` = b - 1).
@@ -20,9 +21,9 @@ A streaming implementation draws z row r for node r (`dp_ftrl_tff.noise.tree.Tre
 Decoders B (noise on the prefix sums, B C = A on the released rows):
   * 'vanilla': the dyadic decomposition of [0, t] (popcount(t + 1) nodes), variance popcount(t + 1);
   * 'efficient' (Honaker, streaming): each decomposition node N of height H is replaced by
-    r'_N / (2 - 2^-H), with r'_N = z_N + (r'_left + r'_right) / 2 (seed002 Sec. 4.2; the paper's
-    denominator typo 2 - (x - z + 1)^-1 is corrected to 2 - 1 / #leaves). Node N's descendant at
-    depth d gets weight 2^-d / (2 - 2^-H);
+    r'_N / (2 - 2^-H), with r'_N = z_N + (r'_left + r'_right) / 2 (DP-FTRL paper App. B.1, Eq. 4;
+    its denominator typo 2 - (x - z + 1)^-1 is corrected to 2 - 1 / #leaves, see
+    docs/papers.md#misprints). Node N's descendant at depth d gets weight 2^-d / (2 - 2^-H);
   * 'full' (TreeAgg-Full, offline, not streamable): B = A C^+ (Moore-Penrose pseudo-inverse).
 The per-round noise matrix is M = A^-1 B (the residual of the noisy prefix sums).
 

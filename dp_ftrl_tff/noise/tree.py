@@ -1,7 +1,7 @@
 """Streaming tree-aggregation noise (vanilla and Honaker-efficient) in TensorFlow.
 
 Generates round after round the residual of the noisy prefix sums of the binary-tree mechanism
-(DP-FTRL, Kairouz et al. 2021, App. B.1 and B.3; notes/seed002.md Sec. 4.1-4.4): round t's noise
+(DP-FTRL paper, Kairouz et al. 2021, App. B.1, B.3 and D.1; docs/papers.md#dp-ftrl): round t's noise
 is stddev * (b_t - b_{t-1}) with b_t the noise of the prefix sum over rounds 0..t, so the noise the
 server model accumulates after round t is b_t. `TreeStrategy(variant).noise_matrix(n) @ Z`
 (`dp_ftrl_tff.mechanisms.tree`) reproduces it exactly.

@@ -175,8 +175,9 @@ def test_single_participation_is_max_column_norm():
 
 
 def test_dp_sgd_prefix_sum_rmse_table2():
-  # BandMF paper Table 2 / notes Sec. 16.8: C = I normalized to sens 1 under (k=6, b=342) has prefix-sum
-  # RMSE sqrt(k (n + 1) / 2) = 78.48 at n = 2052; the RmsLoss (sens * RmsError) is that number.
+  # BandMF paper Table 2 (docs/papers.md#bandmf): C = I normalized to sens 1 under (k=6, b=342) has
+  # prefix-sum RMSE sqrt(k (n + 1) / 2) = 78.48 at n = 2052; the RmsLoss (sens * RmsError) is that
+  # number.
   n = 2052
   losses = banded.BandedStrategy(np.eye(n)).losses(n, ParticipationSchema.min_separation(342, 6))
   assert losses.sensitivity_squared == pytest.approx(6.0)

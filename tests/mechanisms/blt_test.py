@@ -1,7 +1,8 @@
 """Tests for BLT strategies against dense matrix math, brute force and the BLT paper's numbers.
 
-Reference values: notes/seed000.md (App. A parameters and their losses, Table 3 with its swapped
-column headers, Table 4 accounting targets, T1-T4).
+Reference values: the BLT paper (docs/papers.md#blt): App. A parameters and the losses, inverse
+coefficients and sensitivities computed from them, Table 3 with its swapped column headers
+(docs/papers.md#misprints), Table 4 accounting targets.
 """
 
 import itertools
@@ -79,7 +80,8 @@ def test_strategy_and_noise_matrices_are_dense_c_and_its_inverse(b):
 
 
 def test_noise_coefs_app_a_values_long_horizon():
-  # T1 of the notes, and agreement with the impulse response over 4000 rounds.
+  # c_hat of the App. A b=400 BLT (Alg. 3 on an impulse, BLT paper Fig. 10 caption;
+  # docs/papers.md#blt), and agreement with the impulse response over 4000 rounds.
   np.testing.assert_allclose(
       APP_A[400].noise_coefs(6),
       [1, -0.49964493, -0.13010121, -0.05797082, -0.0378294, -0.02831443], atol=1e-8)
@@ -97,7 +99,8 @@ def test_inverse_app_a(b, theta_hat, omega_hat):
   got_theta_hat, got_omega_hat = APP_A[b].inverse()
   np.testing.assert_allclose(got_theta_hat, theta_hat, rtol=1e-7)
   np.testing.assert_allclose(got_omega_hat, omega_hat, rtol=1e-6)
-  # Interlacing theta_1 > theta_hat_1 > theta_2 > ... (seed000 §2.5).
+  # Interlacing theta_1 > theta_hat_1 > theta_2 > ... (holds for the App. A BLTs, BLT paper
+  # Sec. 2.4; docs/papers.md#blt).
   interlaced = np.ravel(np.column_stack([APP_A[b].theta, got_theta_hat]))
   assert np.all(np.diff(interlaced) < 0)
 
@@ -458,7 +461,9 @@ def test_table3_single_participation_parameters_at_k6():
 def test_table3_optimized_for_single_participation_evaluated_at_k6():
   result = blt.optimize_blt(TABLE3_N, participation_lib.ParticipationSchema.single(),
                             num_buffers=2)
-  assert result.losses.max_loss == pytest.approx(3.5853, rel=1e-3)  # seed000 §5.1
+  # Single-participation MaxLoss of the k=1 BLT behind Table 3's "BLT (nbuf=2, k=1)" row (BLT paper
+  # Sec. 4.1; not printed, recomputed; docs/papers.md#blt).
+  assert result.losses.max_loss == pytest.approx(3.5853, rel=1e-3)
   losses = result.strategy.losses(TABLE3_N, TABLE3)
   assert losses.max_loss == pytest.approx(11.80, rel=5e-3)
   assert losses.rms_loss == pytest.approx(11.15, rel=5e-3)

@@ -1,9 +1,9 @@
 """Published figures reproduced with the core helpers (gaussian, toeplitz, sensitivity, tree).
 
-Sources: BandMF paper Table 2 (n = 2052, k = 6, b = 342) and the BLT paper's App. A production BLTs
-with the losses and sensitivities of its Table 4 rows (see shared/notes/seed000.md, seed001.md). BLT
-coefficients are written out here from Eq. 2 (c_0 = 1, c_i = sum_j omega_j theta_j^(i-1)), not taken
-from blt.py.
+Sources: BandMF paper Table 2 (n = 2052, k = 6, b = 342; docs/papers.md#bandmf) and the BLT paper's
+App. A production BLTs with the losses and sensitivities of its Table 4 rows (docs/papers.md#blt).
+BLT coefficients are written out here from Eq. 2 (c_0 = 1, c_i = sum_j omega_j theta_j^(i-1)), not
+taken from blt.py.
 """
 
 import numpy as np

@@ -208,7 +208,8 @@ def test_toeplitz_majorant_beats_earliest_pattern_value():
                                                  (25, 5, 5, 4.603543602451992),
                                                  (4000, 400, 5, 4.883132)])
 def test_toeplitz_published_blt_sensitivities(n, b, k, expected_sens):
-  # BLT notes T3 / T4 with the App. A b=400 BLT.
+  # Thm. 3.1 sensitivities of the BLT paper's App. A b=400 BLT (docs/papers.md#blt), computed from
+  # its parameters (the last one is the App. A setting n=4000, b=400, k=5).
   i = np.arange(1, n)
   coefs = np.concatenate([[1.0], (OMEGA_400 * THETA_400**(i[:, None] - 1)).sum(axis=1)])
   value = sensitivity.toeplitz_squared(coefs, n, P.min_separation(b, k))

@@ -49,7 +49,7 @@ def test_inverse_coefs_large_n_against_triangular_solve():
 
 
 def test_inverse_coefs_published_blt_values():
-  # BLT paper notes T1: Alg. 3 impulse response of the b=400 BLT.
+  # Alg. 3 impulse response of the BLT paper's App. A b=400 BLT (docs/papers.md#blt).
   expected = [1, -0.49964493, -0.13010121, -0.05797082, -0.0378294, -0.02831443]
   got = toeplitz.inverse_coefs(blt_coefs(THETA_400, OMEGA_400, 6), 6)
   np.testing.assert_allclose(got, expected, atol=1e-8)
@@ -88,7 +88,8 @@ def test_errors_of_identity_noise_are_prefix_sum_errors():
 
 
 def test_published_blt_errors():
-  # BLT notes T4: b=400 BLT at n = 4000: MaxLoss / sens and RmsLoss / sens.
+  # App. A b=400 BLT at its stated n = 4000 (BLT paper Prop. 3.3; docs/papers.md#blt): MaxLoss /
+  # sens and RmsLoss / sens, computed from the parameters.
   n = 4000
   c_hat = toeplitz.inverse_coefs(blt_coefs(THETA_400, OMEGA_400, n), n)
   max_error, rms_error = toeplitz.errors_from_noise_coefs(c_hat)

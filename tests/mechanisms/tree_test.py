@@ -1,9 +1,10 @@
 """Tests for `dp_ftrl_tff.mechanisms.tree` against independent computations.
 
 References: dense matrix math (B C = A, A C^+), brute force over participation patterns, the paper's
-recursive tree matrix (BLT paper Sec. 2.3), the verified tables of notes/seed002.md (variance table
-Sec. 4.2, sensitivity tables Sec. 5.3-5.5), BLT Table 3 (TreeAgg-Full), the Gboard launch tables
-(notes/seed003_004.md B.13) and TF-Privacy's tree accountant on small cases.
+recursive tree matrix (BLT paper Sec. 2.3), values recomputed from the DP-FTRL paper
+(docs/papers.md#dp-ftrl: Honaker variances of App. B.1, sensitivities of App. D.2, D.2.1 and D.3),
+BLT Table 3 (TreeAgg-Full), the Gboard launch Tables 1-2 (docs/papers.md#gboard) and TF-Privacy's
+tree accountant on small cases.
 """
 
 import importlib.util
@@ -36,7 +37,10 @@ def _row_set(matrix):
 
 
 def _recipe_tree(num_rounds, completion):
-  """seed000 Sec. 2.3 recipe: tree over 2^ceil(log2 n) leaves, keep complete (or any-real) rows."""
+  """BLT paper Sec. 2.3 tree (docs/papers.md#blt): 2^ceil(log2 n) leaves, complete (or real) rows.
+
+  Keeping the complete rows and B = A C^+ reproduces Table 3's TreeAgg-Full losses.
+  """
   full = _recursive_tree((num_rounds - 1).bit_length() + 1)
   inside = full[:, :num_rounds].sum(axis=1)
   keep = inside > 0 if completion else inside == full.sum(axis=1)
@@ -110,7 +114,9 @@ def test_vanilla_decoder_uses_the_binary_decomposition():
   assert set(np.unique(decoder)) == {0.0, 1.0}
 
 
-# seed002 Sec. 4.2 verified variance table: t (1-based prefix length) -> (vanilla, efficient).
+# Prefix-sum noise variances (DP-FTRL paper App. B.1: vanilla popcount(t), Honaker efficient
+# sum over set bits k of 1 / (2 - 2^-k); it quotes 2.05 and 0.51 for t = 25, 32 in App. D.3.1;
+# docs/papers.md#dp-ftrl): t (1-based prefix length) -> (vanilla, efficient).
 _VARIANCE_TABLE = {
     1: (1, 1.0), 2: (1, 0.6667), 3: (2, 1.6667), 4: (1, 0.5714), 5: (2, 1.5714), 6: (2, 1.2381),
     7: (3, 2.2381), 8: (1, 0.5333), 15: (4, 2.7714), 16: (1, 0.5161), 25: (3, 2.0495),
@@ -125,7 +131,7 @@ def decoders_1600():
 
 
 @pytest.mark.parametrize('t', sorted(_VARIANCE_TABLE))
-def test_decoder_variances_match_seed002_table(decoders_1600, t):
+def test_decoder_variances_match_honaker_table(decoders_1600, t):
   vanilla, efficient = _VARIANCE_TABLE[t]
   assert np.sum(decoders_1600['vanilla'][t - 1]**2) == pytest.approx(vanilla)
   assert np.sum(decoders_1600['efficient'][t - 1]**2) == pytest.approx(efficient, abs=5e-5)
@@ -141,8 +147,8 @@ def test_closed_form_errors_match_dense_decoder(variant, num_rounds):
 
 
 def test_blt_table3_tree_agg_full():
-  # BLT paper Table 3 (headers swapped, seed000 Sec. 5.1): MaxLoss 14.98, RmsLoss 12.47 with the
-  # Remark 3.2 bound at n=2052, b=342, k=6 (sens 10.8628).
+  # BLT paper Table 3 (headers swapped, docs/papers.md#misprints): MaxLoss 14.98, RmsLoss 12.47
+  # with the Remark 3.2 bound at n=2052, b=342, k=6 (sens 10.8628).
   participation = P.min_separation(342, 6)
   strategy = tree.TreeStrategy('full')
   lower = tree.earliest_pattern_sensitivity_squared(2052, participation)
@@ -201,16 +207,18 @@ def test_single_participation_is_depth(num_rounds):
       (num_rounds - 1).bit_length() + 1)
 
 
-# seed002 Sec. 5.3 (T, E, xi) -> DP value; xi = TF-Privacy min_separation = b - 1.
+# DP-FTRL paper App. D.2, Thm. D.3 dynamic program (docs/papers.md#dp-ftrl), values recomputed:
+# (T, E, xi) -> sens^2; xi = TF-Privacy min_separation = b - 1.
 @pytest.mark.parametrize('total, epochs, xi, expected', [
     (1, 1, 0, 1), (8, 1, 0, 4), (1024, 1, 0, 11), (1600, 1, 0, 11), (8, 2, 3, 10), (16, 2, 7, 12),
     (16, 4, 3, 36), (64, 8, 7, 144), (100, 5, 19, 50), (500, 5, 99, 50), (2000, 20, 99, 425)])
-def test_seed002_dp_table(total, epochs, xi, expected):
+def test_dp_ftrl_app_d_table(total, epochs, xi, expected):
   assert tree.tree_sensitivity_squared(total, P.min_separation(xi + 1, epochs)) == expected
 
 
-# Gboard Tables 1-2 (seed003_004 B.13): (rounds, MinS, MaxP) -> S; b = MinS + 1. The last rows use
-# the worst-case MaxP; (2000, 313, 6) is the TF-Privacy anchor (rho 0.80612 at sigma 7).
+# Gboard Tables 1-2 (docs/papers.md#gboard; S recomputed, rho = S / 98 rounds to the printed value):
+# (rounds, MinS, MaxP) -> S; b = MinS + 1. The last rows use the worst-case MaxP; (2000, 313, 6) is
+# the TF-Privacy anchor (rho 0.80612 at sigma 7).
 @pytest.mark.parametrize('rounds, min_s, max_p, expected', [
     (930, 212, 4, 47), (1280, 180, 5, 87), (530, 54, 8, 182), (1900, 526, 3, 34),
     (3600, 909, 3, 44), (870, 327, 3, 31), (1300, 290, 4, 60), (430, 54, 7, 97),
@@ -236,8 +244,8 @@ def test_matches_tf_privacy_on_small_cases(total, max_p, xi):
 
 
 def test_pattern_sensitivity_algorithm4_example():
-  # seed002 Sec. 5.4: order [1, 2, 3, 1, 4] gives S = 8 (client 1), 3, 3, 1; with 3 virtual steps
-  # (completion) 12, 4, 4, 4.
+  # DP-FTRL paper App. D.2.1, Alg. 4 example (docs/papers.md#dp-ftrl): order [1, 2, 3, 1, 4]
+  # gives S = 8 (client 1), 3, 3, 1; with 3 virtual steps (completion) 12, 4, 4, 4.
   ids, values = tree.clients_sensitivity_squared([1, 2, 3, 1, 4], [0, 1, 2, 3, 4], [5])
   np.testing.assert_array_equal(ids, [1, 2, 3, 4])
   np.testing.assert_array_equal(values, [8, 3, 3, 1])
@@ -246,8 +254,9 @@ def test_pattern_sensitivity_algorithm4_example():
   assert tree.pattern_sensitivity_squared(5, [0, 3]) == 8
 
 
-# seed002 Sec. 5.5: same-order schedules (steps/epoch, epochs, epochs per tree) -> S without / with
-# completion (completion on every tree but the last).
+# DP-FTRL paper App. D.3 / D.3.1 schedules (CIFAR-10 and MNIST settings of Sec. 7 and App. F.2;
+# S recomputed with Alg. 4; docs/papers.md#dp-ftrl): (steps/epoch, epochs, epochs per tree) -> S
+# without / with completion (completion on every tree but the last).
 @pytest.mark.parametrize('steps, epochs, every, plain, completed', [
     (100, 100, 1, 700, 799), (100, 100, 5, 1000, 1570), (100, 100, 20, 2125, 4129),
     (100, 100, 100, 14349, 14349), (25, 20, 1, 100, 119), (240, 5, 1, 40, 44)])

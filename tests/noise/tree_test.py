@@ -80,7 +80,8 @@ def test_stddev_scales_noise():
 
 def test_prefix_noise_variance_matches_efficient_table():
   # Monte Carlo over coordinates: the accumulated noise after 25 rounds has variance 2.0495 and
-  # after 32 rounds 0.5079 (seed002 Sec. 4.2), vs 3 and 1 for vanilla.
+  # after 32 rounds 0.5079 (Honaker weights of the DP-FTRL paper's App. B.1; it quotes 2.05 and 0.51
+  # in App. D.3.1, docs/papers.md#dp-ftrl), vs 3 and 1 for vanilla.
   specs = collections.OrderedDict(x=tf.TensorSpec([20000], tf.float64))
   for efficient, at_25, at_32 in [(True, 2.0495, 0.5079), (False, 3.0, 1.0)]:
     streamed, _ = _stream(tree.TreeNoise(efficient=efficient), specs, base.initial_seed(11), [32])
