@@ -18,7 +18,7 @@ import sys
 
 from absl import app, flags
 
-from dp_ftrl_tff.accounting import participation_log, report, zcdp
+from dp_ftrl_tff.accounting import participation_log, report, report_render, zcdp
 from dp_ftrl_tff.mechanisms import base, blt, files, gaussian, participation, tree
 
 MECHANISMS = ('gaussian', 'tree', 'tree_efficient', 'banded', 'blt')
@@ -195,11 +195,11 @@ def main(argv):
   try:
     result, strategy = build_from_flags()
     if _OUTPUT_DIR.value:
-      report.write_report(result, strategy, _OUTPUT_DIR.value, plots=_PLOTS.value)
+      report_render.write_report(result, strategy, _OUTPUT_DIR.value, plots=_PLOTS.value)
   except ValueError as e:
     print(f'privacy_report: error: {" ".join(str(e).split())}', file=sys.stderr)
     return 1
-  print(result.to_json() if _JSON.value else result.summary())
+  print(report_render.to_json(result) if _JSON.value else report_render.summary(result))
   return 0
 
 

@@ -1,21 +1,37 @@
 """Noise calibration: the noise multiplier that meets a target rho-zCDP or a target (epsilon, delta).
 
-rho = sens^2 / (2 sigma^2) inverts in closed form: sigma = sqrt(sens^2 / (2 rho)). A target
-(epsilon, delta) is first turned into the largest rho whose single-Gaussian epsilon (see
-`zcdp.epsilon_from_rho`) does not exceed it, found with scipy's brentq: epsilon(rho) is continuous and
-increasing. For the PLD conversion the root is first located on the exact Gaussian curve (fast), then
-refined on the PLD curve inside a narrow bracket, since the two differ by about 1e-7 relative.
-Noise multipliers are relative to the clip norm; sensitivities are computed with clip norm 1.
+Target rho: rho = sens^2 / (2 sigma^2) inverts in closed form, sigma = sqrt(sens^2 / (2 rho)).
+(dp_accounting's `calibrate_dp_mechanism` only meets (epsilon, delta) targets and dp_accounting has
+no zCDP accountant, so this stays the closed form.)
+
+Target (epsilon, delta): `dp_accounting.calibrate_dp_mechanism` searches sigma on exactly the
+accountant and event `zcdp.epsilon_from_rho` uses ('pld' or 'rdp' from `zcdp.make_accountant`,
+composed once with `zcdp.gaussian_event(rho)`, rho = sens^2 / (2 sigma^2)). It returns a sigma whose
+epsilon does not exceed the target (it checks the root and steps to the safe side), within
+`_RTOL` relative of the smallest such sigma. Its bracket starts at the exact Gaussian tradeoff curve's
+root: PLD (pessimistic) and RDP epsilons are upper bounds on the exact one, so a slightly smaller
+sigma is always over the target.
+
+The 'gaussian' conversion (exact tradeoff curve) has no dp_accounting accountant, hence no
+`calibrate_dp_mechanism` for it: its root is found here with scipy's brentq in log sigma, then stepped
+to the safe side the same way. Noise multipliers are relative to the clip norm; sensitivities are
+computed with clip norm 1.
 """
 
 import math
 
+import dp_accounting
 import scipy.optimize
 
 from dp_ftrl_tff import _validation
 from dp_ftrl_tff.accounting import zcdp
 
-_RTOL = 1e-12
+#: Relative tolerance on sigma: the calibrated sigma is at most this much above the smallest sigma
+#: that meets the target.
+_RTOL = 1e-10
+
+#: Start of the search bracket below the exact-Gaussian root (epsilon is well over the target there).
+_BRACKET = 1e-3
 
 
 def noise_multiplier_for_rho(target_rho: float, sensitivity_squared: float) -> float:
@@ -25,44 +41,82 @@ def noise_multiplier_for_rho(target_rho: float, sensitivity_squared: float) -> f
   return math.sqrt(sens_sq / (2.0 * rho))
 
 
-def _solve_log_rho(func, low: float, high: float) -> float:
-  """Root of func(log rho) in [low, high], widening the bracket geometrically if needed."""
-  while func(low) > 0:
-    low -= 2.0
-  while func(high) < 0:
-    high += 2.0
-  return scipy.optimize.brentq(func, low, high, xtol=1e-15, rtol=_RTOL, maxiter=500)
+def _check_epsilon_target(target_epsilon, delta, conversion) -> float:
+  epsilon = _validation.check_positive_float(target_epsilon, 'target_epsilon')
+  _validation.check_float_in_range(delta, 'delta', 0.0, 1.0, low_inclusive=False,
+                                   high_inclusive=False)
+  _validation.check_one_of(conversion, 'conversion', zcdp.CONVERSIONS)
+  return epsilon
+
+
+def _epsilon(sens_sq: float, sigma: float, delta: float, conversion: str) -> float:
+  return zcdp.epsilon_from_rho(zcdp.rho_from_sensitivity(sens_sq, sigma), delta, conversion)
+
+
+def _noise_multiplier_on_gaussian_curve(epsilon: float, sens_sq: float, delta: float) -> float:
+  """The smallest sigma (to `_RTOL`) whose exact-Gaussian epsilon is <= `epsilon` (brentq)."""
+  def gap(log_sigma):
+    return _epsilon(sens_sq, math.exp(log_sigma), delta, 'gaussian') - epsilon
+
+  # The zCDP bound eps <= rho + 2 sqrt(rho log(1/delta)) meets the target at rho_low, so that sigma
+  # is always enough; widen geometrically in case of rounding at either end.
+  log_term = math.log(1.0 / delta)
+  rho_low = (math.sqrt(log_term + epsilon) - math.sqrt(log_term))**2
+  high = 0.5 * math.log(sens_sq / (2.0 * rho_low))
+  low = high - 1.0
+  while gap(low) <= 0:
+    low -= 1.0
+  while gap(high) > 0:
+    high += 1.0
+  xtol = _RTOL / 4
+  log_sigma = scipy.optimize.brentq(gap, low, high, xtol=xtol, maxiter=500)
+  while gap(log_sigma) > 0:  # brentq's root lies within 2 xtol of the sign change: a step or two
+    log_sigma = min(log_sigma + xtol, high)
+  return math.exp(log_sigma)
+
+
+def noise_multiplier_for_epsilon(target_epsilon: float, sensitivity_squared: float,
+                                 delta: float = zcdp.DEFAULT_DELTA,
+                                 conversion: str = 'pld') -> float:
+  """The noise multiplier (relative to the clip norm) that meets `target_epsilon` at `delta`.
+
+  Args:
+    target_epsilon: > 0.
+    sensitivity_squared: sens^2 > 0 of the whole run (clip norm 1).
+    delta: in (0, 1).
+    conversion: 'pld', 'gaussian' or 'rdp' (see `zcdp.epsilon_from_rho`).
+
+  Returns:
+    sigma with epsilon(sigma) <= `target_epsilon` (never above it), at most `_RTOL` relative above
+    the smallest such sigma.
+  """
+  epsilon = _check_epsilon_target(target_epsilon, delta, conversion)
+  sens_sq = _validation.check_positive_float(sensitivity_squared, 'sensitivity_squared')
+  sigma_gaussian = _noise_multiplier_on_gaussian_curve(epsilon, sens_sq, delta)
+  if conversion == 'gaussian':
+    return sigma_gaussian
+  return float(dp_accounting.calibrate_dp_mechanism(
+      make_fresh_accountant=lambda: zcdp.make_accountant(conversion),
+      make_event_from_param=lambda sigma: zcdp.gaussian_event(
+          zcdp.rho_from_sensitivity(sens_sq, sigma)),
+      target_epsilon=epsilon, target_delta=delta,
+      bracket_interval=dp_accounting.LowerEndpointAndGuess(
+          lower_endpoint=sigma_gaussian * (1.0 - _BRACKET),
+          initial_guess=sigma_gaussian * (1.0 + _BRACKET)),
+      tol=_RTOL * sigma_gaussian))
 
 
 def rho_for_epsilon(target_epsilon: float, delta: float = zcdp.DEFAULT_DELTA,
                     conversion: str = 'pld') -> float:
-  """The rho whose single-Gaussian epsilon at `delta` equals `target_epsilon` (to ~1e-12 relative).
+  """The largest rho (to `_RTOL`) whose single-Gaussian epsilon at `delta` is <= `target_epsilon`.
+
+  The calibrated noise multiplier at sensitivity 1, as rho = 1 / (2 sigma^2).
 
   Args:
     target_epsilon: > 0.
     delta: in (0, 1).
     conversion: 'pld', 'gaussian' or 'rdp' (see `zcdp.epsilon_from_rho`).
   """
-  epsilon = _validation.check_positive_float(target_epsilon, 'target_epsilon')
-  _validation.check_float_in_range(delta, 'delta', 0.0, 1.0, low_inclusive=False,
-                                   high_inclusive=False)
-  _validation.check_one_of(conversion, 'conversion', zcdp.CONVERSIONS)
-
-  def gap(conv):
-    return lambda log_rho: (zcdp.epsilon_from_rho(math.exp(log_rho), delta, conv) - epsilon) / epsilon
-
-  # Start from the zCDP bound eps = rho + 2 sqrt(rho log(1/delta)), which under-estimates rho.
-  log_term = math.log(1.0 / delta)
-  rho_low = (math.sqrt(log_term + epsilon) - math.sqrt(log_term))**2
-  log_rho = _solve_log_rho(gap('gaussian'), math.log(rho_low), math.log(rho_low) + 2.0)
-  if conversion == 'gaussian':
-    return math.exp(log_rho)
-  return math.exp(_solve_log_rho(gap(conversion), log_rho - 1e-3, log_rho + 1e-3))
-
-
-def noise_multiplier_for_epsilon(target_epsilon: float, sensitivity_squared: float,
-                                 delta: float = zcdp.DEFAULT_DELTA,
-                                 conversion: str = 'pld') -> float:
-  """The noise multiplier (relative to the clip norm) that gives `target_epsilon` at `delta`."""
-  sens_sq = _validation.check_positive_float(sensitivity_squared, 'sensitivity_squared')
-  return noise_multiplier_for_rho(rho_for_epsilon(target_epsilon, delta, conversion), sens_sq)
+  _check_epsilon_target(target_epsilon, delta, conversion)
+  return zcdp.rho_from_sensitivity(1.0, noise_multiplier_for_epsilon(target_epsilon, 1.0, delta,
+                                                                     conversion))

@@ -1,8 +1,13 @@
-"""Participation logs: who took part in which round, and the participation they actually realized.
+"""The participation log: who took part in which round. Its format, writer and reader.
 
-The log is the CSV file the min-sep client sampler writes (`dp_ftrl_tff.learning.participation_log`):
-header `client_id,round`, one row per (client, 0-based round) participation, any line ending. Client
-ids are arbitrary strings (quoted CSV fields are supported on a slower path).
+Format: a CSV file with the header `client_id,round` and one row per (client, 0-based round)
+participation. Client ids are arbitrary strings (quoted CSV fields are supported on a slower read
+path); the reader accepts any line ending.
+  * `ParticipationLogWriter` (the training loop, one cohort of the min-sep client sampler per round)
+    appends one round at a time and flushes to disk, so a killed run leaves a log that is complete up
+    to its last finished round; a resumed run calls `truncate(first_round)` to drop the rows of rounds
+    that were logged but not checkpointed.
+  * `read_participation_log` (the privacy report, `--participation_log`) parses it.
 
 Realized participation (Gboard paper Sec. 2.5 item 7, "precise MaxP and MinS are computed by
 post-processing"):
@@ -20,16 +25,63 @@ import csv
 import dataclasses
 import io
 import os
-from typing import List, Optional, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from dp_ftrl_tff import _validation
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 
 HEADER = ('client_id', 'round')
 
 _FNV_PRIME = np.uint64(0x100000001B3)
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
+
+
+class ParticipationLogWriter:
+  """Appends `client_id,round` rows to a CSV file (created with its header if missing)."""
+
+  def __init__(self, path: str):
+    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+      raise ValueError(f'`path` must be a non-empty path, got {path!r}.')
+    self._path = os.fspath(path)
+    if not os.path.exists(self._path):
+      os.makedirs(os.path.dirname(os.path.abspath(self._path)), exist_ok=True)
+      self._rewrite([])
+    else:
+      with open(self._path, newline='') as f:
+        header = tuple(next(csv.reader(f), ()))
+      if header != HEADER:
+        raise ValueError(f'{self._path} is not a participation log: header {header!r}, expected '
+                         f'{HEADER!r}.')
+
+  @property
+  def path(self) -> str:
+    return self._path
+
+  def append_round(self, round_num: int, client_ids: Sequence[str]) -> None:
+    """Appends one row per client of round `round_num` (0-based) and flushes to disk."""
+    round_num = _validation.check_nonnegative_int(round_num, 'round_num')
+    with open(self._path, 'a', newline='') as f:
+      writer = csv.writer(f)
+      writer.writerows((str(c), round_num) for c in client_ids)
+      f.flush()
+      os.fsync(f.fileno())
+
+  def truncate(self, first_round: int) -> None:
+    """Drops every row whose round is >= `first_round` (rounds a resumed run will redo)."""
+    first_round = _validation.check_nonnegative_int(first_round, 'first_round')
+    with open(self._path, newline='') as f:
+      rows = [row for row in csv.DictReader(f) if int(row['round']) < first_round]
+    self._rewrite([(row['client_id'], row['round']) for row in rows])
+
+  def _rewrite(self, rows) -> None:
+    temp_path = self._path + '.tmp'
+    with open(temp_path, 'w', newline='') as f:
+      writer = csv.writer(f)
+      writer.writerow(HEADER)
+      writer.writerows(rows)
+    os.replace(temp_path, self._path)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)  # arrays: compare fields explicitly

@@ -1,33 +1,29 @@
-"""The privacy report of a training run: guarantee, JSON, markdown checklist and plots.
+"""The privacy report of a training run: its data (`PrivacyReport`) and computation (`build_report`).
 
 `build_report` turns (strategy, rounds, noise multiplier or a calibration target, declared and/or
-observed participation, restarts, adaptive clipping) into a `PrivacyReport`:
+observed participation, restarts, adaptive clipping, SecAgg) into a `PrivacyReport`:
   * the headline guarantee: rho-zCDP and (epsilon, delta) by PLD (see `zcdp`). With a participation
     log it is computed for the REALIZED participation (realized min_sep and max participations, as the
     Gboard paper's tables are), which holds whatever was declared; a log that breaks the declared
     schema is reported loudly in `warnings`;
   * for trees with a log, also the exact guarantee over the observed clients' actual patterns (the
-    tree module's per-client sum of squared node counts);
-  * the markdown follows the BLT paper's App. C checklist (after Ponomareva et al. 2023, Sec. 5.3):
-    DP setting, data accesses covered, final output, unit of privacy, adjacency, accounting method,
-    assumptions, formal statement.
+    tree module's per-client sum of squared node counts).
+Rendering (JSON, terminal summary, the BLT paper's App. C markdown checklist, plots) lives in
+`report_render`.
 
 Conventions: rounds 0-based; `min_sep` = b (r2 - r1 >= b) and `min_separation` = b - 1 (TF-Privacy,
-Gboard tables); noise multipliers are relative to the clip norm; sensitivities use clip norm 1.
-Plots use the exact Gaussian conversion (fast; within ~1e-7 of PLD) and matplotlib's Agg backend,
-imported only when plotting.
+Gboard tables; `ParticipationSchema.tf_privacy_min_separation`); noise multipliers are relative to
+the clip norm; sensitivities use clip norm 1.
 """
 
 import dataclasses
-import json
-import os
 from typing import List, Optional, Sequence
 
-import dp_accounting
 import numpy as np
 
 from dp_ftrl_tff import _validation
-from dp_ftrl_tff.accounting import adaptive_clipping, calibration, zcdp
+from dp_ftrl_tff import plan as plan_lib
+from dp_ftrl_tff.accounting import calibration, zcdp
 from dp_ftrl_tff.accounting import participation_log as log_lib
 from dp_ftrl_tff.mechanisms import banded as banded_lib
 from dp_ftrl_tff.mechanisms import base
@@ -35,13 +31,6 @@ from dp_ftrl_tff.mechanisms import blt as blt_lib
 from dp_ftrl_tff.mechanisms import gaussian as gaussian_lib
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from dp_ftrl_tff.mechanisms import tree as tree_lib
-
-#: Keys every `report.json` has (the CLI contract), in order.
-REQUIRED_KEYS = ('mechanism', 'rounds', 'min_sep', 'min_separation', 'max_participations',
-                 'sensitivity_squared', 'noise_multiplier', 'effective_noise_multiplier', 'rho',
-                 'epsilon', 'delta')
-
-PLOT_FILES = ('epsilon_over_rounds.png', 'epsilon_vs_min_sep.png')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +60,7 @@ class ObservedParticipation:
 
 @dataclasses.dataclass(frozen=True)
 class PrivacyReport:
-  """A finished privacy report; see `to_dict` for the JSON layout.
+  """A finished privacy report (`report_render` turns it into JSON, markdown and plots).
 
   Attributes:
     guarantee: the headline `zcdp.Guarantee`.
@@ -110,171 +99,10 @@ class PrivacyReport:
     g = self.guarantee
     return g.participation.effective_max_participations(g.num_rounds)
 
-  def to_dict(self) -> dict:
-    """JSON-ready dict: `REQUIRED_KEYS` first, then details."""
-    g = self.guarantee
-    out = {
-        'mechanism': g.mechanism,
-        'rounds': g.num_rounds,
-        'min_sep': self.min_sep,
-        'min_separation': self.min_sep - 1,
-        'max_participations': self.max_participations,
-        'sensitivity_squared': g.sensitivity_squared,
-        'noise_multiplier': g.noise_multiplier,
-        'effective_noise_multiplier': g.effective_noise_multiplier,
-        'rho': g.rho,
-        'epsilon': g.epsilon,
-        'delta': g.delta,
-        'conversion': g.conversion,
-        'fixed_epoch': g.participation.fixed_epoch,
-        'participation_source': self.participation_source,
-        'sensitivity_exact': self.sensitivity_exact,
-        'restart_rounds': list(g.restart_rounds),
-        'mechanism_config': self.mechanism_config,
-        'clipped_count_stddev': self.clipped_count_stddev,
-        'value_noise_multiplier': self.value_noise_multiplier,
-        'calibration': self.calibration,
-        'secure_aggregation': self.secure_aggregation,
-        'declared': None if self.declared is None else _guarantee_dict(self.declared),
-        'observed': None if self.observed is None else dataclasses.asdict(self.observed),
-        'warnings': list(self.warnings),
-        'dp_accounting_version': getattr(dp_accounting, '__version__', '0.4.3'),
-    }
-    if out['observed'] is not None:
-      out['observed']['histogram'] = {str(k): v for k, v in self.observed.histogram.items()}
-      out['observed']['violations'] = list(self.observed.violations)
-    return out
-
-  def to_json(self) -> str:
-    return json.dumps(self.to_dict(), indent=2, allow_nan=True)
-
   def summary(self) -> str:
-    """A few lines for a terminal."""
-    g = self.guarantee
-    lines = [f'{g.mechanism}: n={g.num_rounds}, min_sep={self.min_sep} (min_separation='
-             f'{self.min_sep - 1}), max_participations={self.max_participations} '
-             f'[{self.participation_source}], noise_multiplier={g.noise_multiplier:.6g}',
-             f'  sens^2={g.sensitivity_squared:.6g}{"" if self.sensitivity_exact else " (upper bound)"}'
-             f', effective noise multiplier={g.effective_noise_multiplier:.6g}',
-             f'  rho-zCDP={g.rho:.6g}, (epsilon, delta)=({g.epsilon:.6g}, {g.delta:g}) by '
-             f'{g.conversion.upper()}']
-    if self.value_noise_multiplier is not None:
-      lines.append(f'  adaptive clipping: model-sum noise multiplier z_Delta='
-                   f'{self.value_noise_multiplier:.10g} (clipped-count std '
-                   f'{self.clipped_count_stddev:g})')
-    if self.secure_aggregation is not None:
-      wraps = self.secure_aggregation['wrap_rounds']
-      lines.append(f"  SecAgg: {self.secure_aggregation['bits']} bits, noise on the post-rounding "
-                   f'clip, {len(wraps)} round(s) with a modular wrap')
-    if self.observed is not None and self.observed.tree_patterns is not None:
-      t = self.observed.tree_patterns
-      lines.append(f'  observed patterns: sens^2={t["sensitivity_squared"]:.6g}, rho={t["rho"]:.6g}'
-                   f', epsilon={t["epsilon"]:.6g}')
-    lines.extend(f'  WARNING: {w}' for w in self.warnings)
-    return '\n'.join(lines)
-
-  def to_markdown(self) -> str:
-    """The BLT paper's App. C checklist, filled in."""
-    g = self.guarantee
-    exact = 'exact' if self.sensitivity_exact else 'an upper bound'
-    restarts = (', '.join(str(r) for r in g.restart_rounds) if g.restart_rounds else 'none')
-    md = [f'# Privacy report: {g.mechanism}, {g.num_rounds} rounds', '']
-    if self.warnings:
-      md += ['> **WARNING**', '>'] + [f'> - {w}' for w in self.warnings] + ['']
-    md += [
-        '**Formal statement.** The training run satisfies '
-        f'**rho-zCDP with rho = {g.rho:.6g}** and **(epsilon, delta)-DP with epsilon = '
-        f'{g.epsilon:.6g}, delta = {g.delta:g}**, at the device (client) level, under the '
-        'participation stated below.', '',
-        '## 1. DP setting',
-        '- Central DP: the server is trusted to clip, aggregate and add the correlated noise as '
-        'specified.', '',
-        '## 2. Instantiating the DP definition',
-        '- **Data accesses covered:** every well-behaved client (one that follows the protocol, '
-        'including the participation limits) in this single training run. Hyperparameter tuning '
-        'and checkpoint selection are not covered.',
-        '- **Final mechanism output:** the full sequence of noisy aggregates, hence every '
-        'intermediate model (not only the final checkpoint).',
-        '- **Unit of privacy:** one device/client (user-level for single-device users); a client '
-        'may hold arbitrarily much data.',
-        '- **Adjacency:** zero-out: the neighbouring run replaces all updates of one client by zero '
-        '(a form of add/remove).', '',
-        '## 3. Mechanism',
-        f'- Mechanism: `{g.mechanism}`, configuration `{json.dumps(self.mechanism_config)}`.',
-        f'- Rounds n = {g.num_rounds} (0-based rounds 0..{g.num_rounds - 1}); noise restarts at '
-        f'rounds: {restarts}.',
-        f'- Noise multiplier sigma = {g.noise_multiplier:.6g} (noise std sigma x clip norm on the '
-        f'sum of clipped updates, before correlation); effective noise multiplier sigma / sens = '
-        f'{g.effective_noise_multiplier:.6g}.']
-    if self.value_noise_multiplier is not None:
-      md.append(f'- Adaptive clipping (Gboard Thm. 1): clipped-count noise std '
-                f'{self.clipped_count_stddev:g}; the model sum uses z_Delta = '
-                f'{self.value_noise_multiplier:.10g}, equivalent to the accounted sigma above.')
-    if self.secure_aggregation is not None:
-      sa = self.secure_aggregation
-      ratio = max((seg['sensitivity_clip'] / seg['clip'] for seg in sa['segments']), default=1.0)
-      md.append(f"- SecAgg ({sa['bits']} bits, rotation {sa['rotation']}, beta {sa['beta']:g}): "
-                'records are rounded before the secure sum, which can grow their norm; each '
-                'segment\'s noise std is sigma x its post-rounding clip (at most '
-                f'{ratio:.6g} x the clip), so sigma is relative to the post-rounding bound. Rounds '
-                f"whose secure sum wrapped around the field: {sa['wrap_rounds'] or 'none'}.")
-    if self.calibration is not None:
-      (key, value), = self.calibration.items()
-      md.append(f'- sigma was calibrated to meet {key} = {value:g}.')
-    md += ['', '## 4. Participation',
-           f'- Source: **{self.participation_source}**'
-           + (' (realized in the participation log; Gboard-paper practice)'
-              if self.participation_source == 'observed' else ' (enforced by the client sampler)'),
-           f'- min_sep b = {self.min_sep}: two participations r1 < r2 of one client satisfy '
-           f'r2 - r1 >= b; min_separation (rounds strictly between, TF-Privacy / Gboard MinS) = '
-           f'{self.min_sep - 1}.',
-           f'- max_participations k = {self.max_participations} (effective: min(k, ceil(n / b)))'
-           + ('; fixed-epoch schema.' if g.participation.fixed_epoch else '.')]
-    if self.observed is not None:
-      o = self.observed
-      md += [f'- Log `{o.path}`: {o.num_rows} rows, {o.num_clients} clients, rounds 0..'
-             f'{o.num_rounds - 1}; realized min_sep = {o.min_sep}, realized max participations = '
-             f'{o.max_participations}.',
-             f'- Participations per client: {o.histogram}.']
-      if o.violations:
-        md += ['- **The log VIOLATES the declared schema:**'] + [f'  - {v}' for v in o.violations]
-        md.append('  The guarantee above is the one that holds for the realized participation.')
-      if o.tree_patterns is not None:
-        t = o.tree_patterns
-        md.append(f'- Exact over the observed clients\' actual patterns (tree): sens^2 = '
-                  f'{t["sensitivity_squared"]:.6g}, rho = {t["rho"]:.6g}, epsilon = '
-                  f'{t["epsilon"]:.6g} (worst client `{t["worst_client"]}`).')
-    if self.declared is not None:
-      d = self.declared
-      md.append(f'- Under the declared schema ({d.participation}): sens^2 = '
-                f'{d.sensitivity_squared:.6g}, rho = {d.rho:.6g}, epsilon = {d.epsilon:.6g}'
-                + (' (does NOT hold: the log violates it).'
-                   if self.observed is not None and self.observed.violations else '.'))
-    md += ['', '## 5. Accounting',
-           f'- Squared sensitivity (clip norm 1) sens^2 = {g.sensitivity_squared:.10g}, {exact}: max '
-           'over admissible patterns of ||C u||^2, composed across restart segments.',
-           f'- rho-zCDP = sens^2 / (2 sigma^2) = {g.rho:.10g}.',
-           f'- (epsilon, delta): {_CONVERSION_TEXT[g.conversion]} (dp_accounting '
-           f'{getattr(dp_accounting, "__version__", "0.4.3")}) on one Gaussian mechanism with noise '
-           f'multiplier 1 / sqrt(2 rho): epsilon = {g.epsilon:.10g} at delta = {g.delta:g}.',
-           '- No amplification by sampling is assumed.',
-           '- Transparency: computed with `python -m experiments.privacy_report` (dp_ftrl_tff).', '']
-    return '\n'.join(md)
-
-
-_CONVERSION_TEXT = {
-    'pld': 'PLD accounting (add-or-remove, value discretization 1e-4)',
-    'gaussian': 'the exact Gaussian tradeoff curve',
-    'rdp': 'RDP with the Canonne-Kamath-Steinke conversion on TF-Privacy\'s orders',
-}
-
-
-def _guarantee_dict(g: zcdp.Guarantee) -> dict:
-  return {'rounds': g.num_rounds, 'min_sep': g.participation.min_sep,
-          'min_separation': g.participation.min_sep - 1,
-          'max_participations': g.participation.effective_max_participations(g.num_rounds),
-          'fixed_epoch': g.participation.fixed_epoch, 'sensitivity_squared': g.sensitivity_squared,
-          'rho': g.rho, 'epsilon': g.epsilon, 'delta': g.delta}
+    """Transitional: `report_render.summary(report)` is the home; see `write_report` below."""
+    from dp_ftrl_tff.accounting import report_render  # pylint: disable=g-import-not-at-top
+    return report_render.summary(self)
 
 
 def _json_config(config: dict) -> dict:
@@ -391,7 +219,7 @@ def build_report(strategy: base.Strategy, num_rounds: Optional[int] = None,
     warnings.append('the squared sensitivity is an upper bound (the guarantee is conservative).')
   value_nm = None
   if clipped_count_stddev is not None:
-    value_nm = adaptive_clipping.inflated_noise_multiplier(headline.noise_multiplier,
+    value_nm = plan_lib.inflated_noise_multiplier(headline.noise_multiplier,
                                                            clipped_count_stddev)
     if value_nm >= 2 * headline.noise_multiplier:
       warnings.append(f'adaptive clipping inflates the value noise multiplier by '
@@ -433,95 +261,12 @@ def _check_secure_aggregation(secure_aggregation: dict) -> dict:
   return out
 
 
-def alternative_strategies(strategy: base.Strategy) -> dict:
-  """{label: strategy}: this one plus DP-SGD, the efficient tree and the BLT paper's default BLT."""
-  out = {f'{strategy.name} (this report)': strategy}
-  for other in (gaussian_lib.GaussianStrategy(), tree_lib.TreeStrategy('efficient'),
-                blt_lib.PRODUCTION_STRATEGIES[400]):
-    if other.name != strategy.name:
-      label = 'blt (App. A, b=400)' if other.name == 'blt' else other.name
-      out[label] = other
-  return out
-
-
-def _epsilon_curve(strategy, schema_for, xs, sigma, delta, restarts, rounds_for):
-  values = []
-  for x in xs:
-    n = rounds_for(x)
-    g = zcdp.guarantee(strategy, n, schema_for(x), sigma, delta,
-                       restart_rounds=[r for r in restarts if r < n], conversion='gaussian')
-    values.append(g.epsilon)
-  return values
-
-
-def write_plots(report: PrivacyReport, strategy: base.Strategy, output_dir: str,
-                num_points: int = 24) -> List[str]:
-  """Writes `PLOT_FILES` into `output_dir`: epsilon over rounds, and epsilon versus min_sep for this
-  mechanism and the alternatives at the same noise multiplier (exact Gaussian conversion)."""
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use('Agg')
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-
-  g = report.guarantee
-  n, sigma, delta, restarts = g.num_rounds, g.noise_multiplier, g.delta, g.restart_rounds
-  schema = g.participation
-  os.makedirs(output_dir, exist_ok=True)
-  paths = []
-
-  rounds = np.unique(np.linspace(1, n, num_points).round().astype(int))
-  eps = _epsilon_curve(strategy, lambda t: schema, rounds, sigma, delta, restarts, lambda t: int(t))
-  fig, ax = plt.subplots(figsize=(6, 4))
-  ax.plot(rounds, eps, marker='o', ms=3)
-  ax.set_xlabel('rounds trained')
-  ax.set_ylabel(f'epsilon (delta={delta:g})')
-  ax.set_title(f'{g.mechanism}, sigma={sigma:.4g}, min_sep={schema.min_sep}, '
-               f'k={schema.effective_max_participations(n)}')
-  ax.grid(alpha=0.3)
-  fig.tight_layout()
-  paths.append(os.path.join(output_dir, PLOT_FILES[0]))
-  fig.savefig(paths[-1], dpi=100)
-  plt.close(fig)
-
-  k = schema.max_participations
-  low = max(1, n // 64)
-  seps = np.unique(np.geomspace(low, n, num_points).round().astype(int))
-  fig, ax = plt.subplots(figsize=(6, 4))
-  for label, other in alternative_strategies(strategy).items():
-    if other.max_rounds is not None and other.max_rounds < n:
-      continue
-    eps = _epsilon_curve(
-        other, lambda b: participation_lib.ParticipationSchema(int(b), k), seps, sigma, delta,
-        restarts, lambda b: n)
-    ax.plot(seps, eps, marker='o', ms=3, label=label)
-  ax.axvline(schema.min_sep, color='gray', ls='--', lw=1, label=f'min_sep={schema.min_sep}')
-  ax.set_xscale('log')
-  ax.set_yscale('log')
-  ax.set_xlabel('min_sep b (rounds)')
-  ax.set_ylabel(f'epsilon (delta={delta:g})')
-  ax.set_title(f'n={n}, sigma={sigma:.4g}, max_participations={k or "ceil(n/b)"}')
-  ax.grid(alpha=0.3, which='both')
-  ax.legend(fontsize=8)
-  fig.text(0.01, 0.01, 'Same noise multiplier for all; their errors differ (DP-SGD adds the most).',
-           fontsize=7, color='gray')
-  fig.tight_layout()
-  paths.append(os.path.join(output_dir, PLOT_FILES[1]))
-  fig.savefig(paths[-1], dpi=100)
-  plt.close(fig)
-  return paths
-
-
 def write_report(report: PrivacyReport, strategy: base.Strategy, output_dir: str,
                  plots: bool = True) -> List[str]:
-  """Writes report.json, report.md and (optionally) the plots; returns the paths written."""
-  if not isinstance(output_dir, str) or not output_dir:
-    raise ValueError(f'`output_dir` must be a non-empty path, got {output_dir!r}.')
-  os.makedirs(output_dir, exist_ok=True)
-  paths = [os.path.join(output_dir, 'report.json'), os.path.join(output_dir, 'report.md')]
-  with open(paths[0], 'w') as f:
-    f.write(report.to_json() + '\n')
-  with open(paths[1], 'w') as f:
-    f.write(report.to_markdown())
-  if plots:
-    paths.extend(write_plots(report, strategy, output_dir))
-  return paths
+  """Transitional: `report_render.write_report` is the home.
 
+  experiments/training_loop.py still calls `report.write_report(...)` and `PrivacyReport.summary()`
+  while another change to it is under way; remove both forwarders once it calls `report_render`.
+  """
+  from dp_ftrl_tff.accounting import report_render  # pylint: disable=g-import-not-at-top
+  return report_render.write_report(report, strategy, output_dir, plots=plots)

@@ -1,9 +1,9 @@
 """rho-zCDP and (epsilon, delta) of a correlated-noise mechanism without amplification.
 
 Without sampling, a whole training run of a matrix mechanism is ONE Gaussian release of C x with noise
-std sigma * zeta per coordinate (BandMF paper Sec. 9 of notes/seed001.md; accounting colab, notes/
-seed003_004.md A.2). With clip norm zeta = 1 and squared sensitivity sens^2 (the mechanisms' own
-`sensitivity_squared`, never re-derived here):
+std sigma * zeta per coordinate (BandMF paper Sec. 2-3, docs/papers.md#bandmf; accounting colab,
+cell `privacy_accounting`, docs/papers.md#colab). With clip norm zeta = 1 and squared sensitivity
+sens^2 (the mechanisms' own `sensitivity_squared`, never re-derived here):
 
   * effective noise multiplier  sigma_eff = sigma / sens;
   * rho-zCDP                    rho = sens^2 / (2 sigma^2) = 1 / (2 sigma_eff^2);
@@ -14,12 +14,13 @@ seed003_004.md A.2). With clip norm zeta = 1 and squared sensitivity sens^2 (the
                                 event, so the Gaussian event carries rho).
 
 Two other conversions exist for comparison and for reproducing older papers:
-  * 'gaussian': the exact Gaussian tradeoff curve (Balle & Wang 2018; notes/seed000.md Sec. 3.6),
+  * 'gaussian': the exact Gaussian tradeoff curve (Balle & Wang 2018; it reproduces the rho ->
+    epsilon pairs of the BLT paper's Sec. 5 and Table 4, docs/papers.md#blt),
     delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2) with mu = sqrt(2 rho). Fast; the PLD
     value exceeds it by about 1e-7 relative (discretization). Used for plots.
   * 'rdp': RDP of the Gaussian, (alpha, alpha rho), converted with dp_accounting's RdpAccountant (the
     Canonne-Kamath-Steinke conversion) on TF-Privacy's order grid; the DP-FTRL paper's Tables 3-5
-    (notes/seed002.md Sec. 9) use it.
+    (Sec. 7, App. E-G; docs/papers.md#dp-ftrl) use it.
 
 Conventions: rounds are 0-based; `min_sep` = b (r2 - r1 >= b; TF-Privacy's min_separation = b - 1);
 noise multipliers are relative to the clip norm (noise std sigma * zeta on the SUM of clipped updates).
@@ -88,6 +89,28 @@ def _epsilon_gaussian(rho: float, delta: float) -> float:
                                      xtol=1e-15, rtol=4 * np.finfo(float).eps, maxiter=500))
 
 
+def gaussian_event(rho: float) -> dp_accounting.GaussianDpEvent:
+  """The dp_accounting event that carries rho > 0: one Gaussian with noise multiplier 1/sqrt(2 rho)."""
+  return dp_accounting.GaussianDpEvent(noise_multiplier=1.0 / math.sqrt(2.0 * rho))
+
+
+def make_accountant(conversion: str = 'pld', *, value_discretization_interval: float = 1e-4,
+                    orders: Optional[Sequence[float]] = None) -> dp_accounting.PrivacyAccountant:
+  """A fresh dp_accounting accountant for `conversion` 'pld' or 'rdp' (see `epsilon_from_rho`).
+
+  'gaussian' has none: dp_accounting has no accountant for the exact Gaussian tradeoff curve.
+  """
+  _validation.check_one_of(conversion, 'conversion', ('pld', 'rdp'))
+  if conversion == 'pld':
+    interval = _validation.check_positive_float(value_discretization_interval,
+                                                'value_discretization_interval')
+    return dp_accounting.pld.PLDAccountant(value_discretization_interval=interval)
+  orders = TF_PRIVACY_RDP_ORDERS if orders is None else tuple(orders)
+  if not orders or any(not isinstance(a, (int, float)) or a <= 1 for a in orders):
+    raise ValueError(f'`orders` must be a non-empty sequence of numbers > 1, got {orders!r}.')
+  return dp_accounting.rdp.RdpAccountant(orders=orders)
+
+
 def epsilon_from_rho(rho: float, delta: float = DEFAULT_DELTA, conversion: str = 'pld', *,
                      value_discretization_interval: float = 1e-4,
                      orders: Optional[Sequence[float]] = None) -> float:
@@ -110,19 +133,11 @@ def epsilon_from_rho(rho: float, delta: float = DEFAULT_DELTA, conversion: str =
   _validation.check_one_of(conversion, 'conversion', CONVERSIONS)
   if rho == 0:
     return 0.0
-  event = dp_accounting.GaussianDpEvent(noise_multiplier=1.0 / math.sqrt(2.0 * rho))
   if conversion == 'gaussian':
     return _epsilon_gaussian(rho, delta)
-  if conversion == 'pld':
-    interval = _validation.check_positive_float(value_discretization_interval,
-                                                'value_discretization_interval')
-    accountant = dp_accounting.pld.PLDAccountant(value_discretization_interval=interval)
-  else:
-    orders = TF_PRIVACY_RDP_ORDERS if orders is None else tuple(orders)
-    if not orders or any(not isinstance(a, (int, float)) or a <= 1 for a in orders):
-      raise ValueError(f'`orders` must be a non-empty sequence of numbers > 1, got {orders!r}.')
-    accountant = dp_accounting.rdp.RdpAccountant(orders=orders)
-  accountant.compose(event, 1)
+  accountant = make_accountant(conversion, orders=orders,
+                               value_discretization_interval=value_discretization_interval)
+  accountant.compose(gaussian_event(rho), 1)
   return float(accountant.get_epsilon(delta))
 
 
@@ -217,7 +232,7 @@ def guarantee(strategy: base.Strategy, num_rounds: int,
     num_rounds: n >= 1.
     participation: the participation schema (declared, or realized from a log).
     noise_multiplier: sigma > 0, relative to the clip norm. With adaptive clipping pass the accounted
-      z (see `adaptive_clipping`), not the inflated value multiplier.
+      z (see `dp_ftrl_tff.plan.inflated_noise_multiplier`), not the inflated value multiplier.
     delta: in (0, 1), default 1e-10.
     restart_rounds: 0-based rounds at which the noise state restarts (None: no restart).
     conversion: see `epsilon_from_rho`.

@@ -1,1 +1,4 @@
-"""DP-FTRL learning processes, min-sep client sampling and the participation log."""
+"""DP-FTRL learning processes and min-sep client sampling.
+
+The participation log the training loop writes lives in `dp_ftrl_tff.accounting.participation_log`.
+"""

@@ -66,8 +66,12 @@ class ParticipationSchema:
     return cls(min_sep=rounds_per_epoch, max_participations=num_epochs, fixed_epoch=True)
 
   @property
-  def min_separation_between(self) -> int:
-    """TF-Privacy / Gboard convention: rounds strictly between two participations (= min_sep - 1)."""
+  def tf_privacy_min_separation(self) -> int:
+    """b - 1: TF-Privacy's `min_separation` (the Gboard tables' MinS, the colab's min_separation).
+
+    Those count the rounds strictly *between* two participations of one client; `min_sep` = b counts
+    r2 - r1. (Not to be confused with the `min_separation(min_sep, ...)` constructor, which takes b.)
+    """
     return self.min_sep - 1
 
   def effective_max_participations(self, num_rounds: int) -> int:

@@ -9,8 +9,8 @@ Measures (wall time, one process):
      it, so every client comes back every num_clients / clients_per_round rounds (realized min_sep
      153 for the defaults, the Gboard paper's population / report-goal ceiling);
   2. reading the log (`participation_log.read_participation_log`);
-  3. the full report from that log for a BLT (`report.build_report` + `write_report` with plots),
-     target < 30 s;
+  3. the full report from that log for a BLT (`report.build_report` + `report_render.write_report`
+     with plots), target < 30 s;
   4. the same for the efficient tree without and with the observed-pattern accounting
      (`tree.clients_sensitivity_squared` over every row);
   5. the exact tree accounting for n=2000, k=6, min_sep=314 (TF-Privacy's 250 s case), target < 1 s.
@@ -24,7 +24,7 @@ import time
 import numpy as np
 from absl import app, flags
 
-from dp_ftrl_tff.accounting import participation_log, report, zcdp
+from dp_ftrl_tff.accounting import participation_log, report, report_render, zcdp
 from dp_ftrl_tff.mechanisms import blt, participation, tree
 
 _NUM_CLIENTS = flags.DEFINE_integer('num_clients', 10**6, 'Population size.')
@@ -78,7 +78,7 @@ def main(argv):
   def full_report(strategy, **kwargs):
     result = report.build_report(strategy, _ROUNDS.value, declared, noise_multiplier=7.379,
                                  log=log, **kwargs)
-    report.write_report(result, strategy, os.path.join(work_dir, strategy.name), plots=True)
+    report_render.write_report(result, strategy, os.path.join(work_dir, strategy.name), plots=True)
     return result
 
   result, blt_s = _timed('blt report (build + json/md + plots)',

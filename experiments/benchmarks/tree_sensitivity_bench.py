@@ -52,7 +52,8 @@ def main(argv):
     start = time.perf_counter()
     tfp_rho = accountant.compute_zcdp_single_tree(
         noise_multiplier=_NOISE_MULTIPLIER.value, total_steps=_NUM_ROUNDS.value,
-        max_participation=_MAX_PARTICIPATIONS.value, min_separation=_MIN_SEP.value - 1)
+        max_participation=_MAX_PARTICIPATIONS.value,
+        min_separation=participation.tf_privacy_min_separation)
     seconds = time.perf_counter() - start
     print(f'TF-Privacy: rho {tfp_rho:.5f} (sens^2 {tfp_rho * 2 * _NOISE_MULTIPLIER.value**2:.0f})  '
           f'{seconds:.1f} s', flush=True)

@@ -1,8 +1,34 @@
-"""Tests for `dp_ftrl_tff.accounting.calibration`: round trips target -> sigma -> target."""
+"""Tests for `dp_ftrl_tff.accounting.calibration`: round trips target -> sigma -> target, and the
+calibrated sigma checked against an independent dp_accounting (or closed-form) computation: it meets
+the target, and 0.1% less noise does not."""
 
+import math
+
+import dp_accounting
 import pytest
+from scipy import stats
 
 from dp_ftrl_tff.accounting import calibration, zcdp
+
+
+def _independent_epsilon(sigma, sens_sq, delta, conversion):
+  """epsilon of one Gaussian with noise multiplier sigma / sens, straight from dp_accounting."""
+  if conversion == 'pld':
+    accountant = dp_accounting.pld.PLDAccountant()  # default: add-or-remove, discretization 1e-4
+  else:
+    accountant = dp_accounting.rdp.RdpAccountant(orders=zcdp.TF_PRIVACY_RDP_ORDERS)
+  accountant.compose(dp_accounting.GaussianDpEvent(noise_multiplier=sigma / math.sqrt(sens_sq)))
+  return accountant.get_epsilon(delta)
+
+
+def _meets(sigma, sens_sq, epsilon, delta, conversion):
+  """Whether sigma gives (epsilon, delta)-DP, computed without `zcdp` or `calibration`."""
+  if conversion != 'gaussian':
+    return _independent_epsilon(sigma, sens_sq, delta, conversion) <= epsilon
+  mu = math.sqrt(sens_sq) / sigma  # exact Gaussian tradeoff (Balle & Wang 2018, Thm. 8)
+  curve = (stats.norm.cdf(-epsilon / mu + mu / 2)
+           - math.exp(epsilon) * stats.norm.cdf(-epsilon / mu - mu / 2))
+  return curve <= delta
 
 
 @pytest.mark.parametrize('target_rho, sens_sq', [(1e-3, 1.0), (0.15, 0.6), (0.8, 79.0), (5.0, 3.0)])
@@ -16,17 +42,26 @@ def test_rho_round_trip(target_rho, sens_sq):
 def test_epsilon_round_trip(conversion, target_epsilon, delta):
   sigma = calibration.noise_multiplier_for_epsilon(target_epsilon, 21.0, delta, conversion)
   rho = zcdp.rho_from_sensitivity(21.0, sigma)
-  assert zcdp.epsilon_from_rho(rho, delta, conversion) == pytest.approx(target_epsilon, rel=1e-6)
+  epsilon = zcdp.epsilon_from_rho(rho, delta, conversion)
+  assert epsilon <= target_epsilon  # never understated
+  assert epsilon == pytest.approx(target_epsilon, rel=1e-6)
+  # Independent: the calibrated sigma meets the target, 0.1% less noise does not.
+  assert _meets(sigma, 21.0, target_epsilon, delta, conversion)
+  assert not _meets(sigma * (1 - 1e-3), 21.0, target_epsilon, delta, conversion)
 
 
 def test_colab_epsilon_recovers_the_colab_noise_multiplier():
   # es-ES: sens^2 0.6 and epsilon 3.4240074094281336 came from sigma = 1.411 (PLD, delta 1e-10).
   sigma = calibration.noise_multiplier_for_epsilon(3.4240074094281336, 0.6, 1e-10)
-  assert sigma == pytest.approx(1.411, rel=1e-6)
+  assert sigma == pytest.approx(1.411, rel=1e-9)
+  assert _meets(sigma, 0.6, 3.4240074094281336, 1e-10, 'pld')
+  assert not _meets(sigma * (1 - 1e-6), 0.6, 3.4240074094281336, 1e-10, 'pld')
 
 
 def test_gboard_rounded_rho_recovers_paper_epsilon():
-  assert calibration.rho_for_epsilon(4.492218378173317, 1e-10) == pytest.approx(0.25, rel=1e-6)
+  rho = calibration.rho_for_epsilon(4.492218378173317, 1e-10)
+  assert rho == pytest.approx(0.25, rel=1e-6)
+  assert zcdp.epsilon_from_rho(rho, 1e-10) <= 4.492218378173317
 
 
 @pytest.mark.parametrize('call, name', [
@@ -35,7 +70,8 @@ def test_gboard_rounded_rho_recovers_paper_epsilon():
     (lambda: calibration.rho_for_epsilon(-1.0), 'target_epsilon'),
     (lambda: calibration.rho_for_epsilon(1.0, 2.0), 'delta'),
     (lambda: calibration.rho_for_epsilon(1.0, 1e-6, 'zcdp'), 'conversion'),
-    (lambda: calibration.noise_multiplier_for_epsilon(1.0, 0.0), 'sensitivity_squared')])
+    (lambda: calibration.noise_multiplier_for_epsilon(1.0, 0.0), 'sensitivity_squared'),
+    (lambda: zcdp.make_accountant('gaussian'), 'conversion')])
 def test_rejects_bad_input(call, name):
   with pytest.raises(ValueError, match=name):
     call()

@@ -1,4 +1,5 @@
-"""Tests for `dp_ftrl_tff.accounting.participation_log` against a plain-Python recount."""
+"""Tests for `dp_ftrl_tff.accounting.participation_log`: the writer, and the reader against a
+plain-Python recount."""
 
 import collections
 import csv
@@ -111,3 +112,35 @@ def test_empty_log_and_blank_lines(tmp_path):
   path.write_text('client_id,round\r\na,2\r\n\r\nb,3')  # no final newline
   log = participation_log.read_participation_log(str(path))
   assert log.num_rows == 2 and log.num_rounds == 4
+
+
+def test_writer_append_and_truncate(tmp_path):
+  path = tmp_path / 'sub' / 'participation.csv'
+  log = participation_log.ParticipationLogWriter(str(path))
+  log.append_round(0, ['a', 'b'])
+  log.append_round(1, ['c'])
+  log.append_round(2, ['a'])
+  log.truncate(2)
+  reopened = participation_log.ParticipationLogWriter(str(path))
+  reopened.append_round(2, ['d'])
+  with open(path, newline='') as f:
+    rows = list(csv.reader(f))
+  assert rows == [['client_id', 'round'], ['a', '0'], ['b', '0'], ['c', '1'], ['d', '2']]
+
+
+def test_writer_rejects_foreign_file(tmp_path):
+  path = tmp_path / 'x.csv'
+  path.write_text('a,b\n1,2\n')
+  with pytest.raises(ValueError, match='not a participation log'):
+    participation_log.ParticipationLogWriter(str(path))
+
+
+def test_reader_reads_what_the_writer_wrote(tmp_path):
+  rows = _random_rows(7) + [('with,comma', 40), ('with,comma', 45)]
+  writer = participation_log.ParticipationLogWriter(str(tmp_path / 'log.csv'))
+  for r in sorted({r for _, r in rows}):
+    writer.append_round(r, [c for c, rr in rows if rr == r])
+  log = participation_log.read_participation_log(writer.path)
+  assert (log.min_sep, log.max_participations, log.num_clients) == _recount(rows)
+  observed = sorted((log.client_id(c), int(r)) for c, r in zip(log.client_index, log.rounds, strict=True))
+  assert observed == sorted((c, int(r)) for c, r in rows)

@@ -1,12 +1,14 @@
-"""Tests for `dp_ftrl_tff.accounting.report`: keys, realized participation, observed tree patterns."""
+"""Tests for `dp_ftrl_tff.accounting.report` and `report_render`: keys, realized participation,
+observed tree patterns, markdown, files."""
 
 import json
 
 import numpy as np
 import pytest
 
-from dp_ftrl_tff.accounting import adaptive_clipping, report, zcdp
+from dp_ftrl_tff import plan
 from dp_ftrl_tff.accounting import participation_log as log_lib
+from dp_ftrl_tff.accounting import report, report_render, zcdp
 from dp_ftrl_tff.mechanisms import banded, gaussian, tree
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 
@@ -16,8 +18,8 @@ Schema = participation_lib.ParticipationSchema
 def test_declared_report_keys_and_values():
   result = report.build_report(gaussian.GaussianStrategy(), 100, Schema(30, 2), noise_multiplier=2.0,
                                delta=1e-6)
-  out = json.loads(result.to_json())
-  assert list(out)[:len(report.REQUIRED_KEYS)] == list(report.REQUIRED_KEYS)
+  out = json.loads(report_render.to_json(result))
+  assert list(out)[:len(report_render.REQUIRED_KEYS)] == list(report_render.REQUIRED_KEYS)
   # DP-SGD: sens^2 = k = 2 (closed form), rho = 2 / (2 * 4).
   assert out['sensitivity_squared'] == 2.0 and out['rho'] == pytest.approx(0.25)
   assert (out['min_sep'], out['min_separation'], out['max_participations']) == (30, 29, 2)
@@ -28,21 +30,22 @@ def test_declared_report_keys_and_values():
 
 def test_effective_k_is_reported():
   result = report.build_report(gaussian.GaussianStrategy(), 100, Schema(30), noise_multiplier=1.0)
-  assert result.to_dict()['max_participations'] == 4  # ceil(100 / 30)
+  assert report_render.to_dict(result)['max_participations'] == 4  # ceil(100 / 30)
 
 
 def test_log_that_violates_the_schema_is_reported_with_the_realized_guarantee():
   log = log_lib.ParticipationLog.from_arrays(['a', 'b', 'a', 'a', 'c'], [0, 1, 4, 8, 9])
   result = report.build_report(gaussian.GaussianStrategy(), 10, Schema(5, 2), noise_multiplier=1.0,
                                log=log)
-  out = result.to_dict()
+  out = report_render.to_dict(result)
   assert out['participation_source'] == 'observed'
   assert (out['min_sep'], out['max_participations']) == (4, 3)
   assert out['sensitivity_squared'] == 3.0  # realized k = 3 participations, C = I
   assert len(out['observed']['violations']) == 2 and len(out['warnings']) == 2
   assert out['declared']['sensitivity_squared'] == 2.0
-  assert 'VIOLATES' in result.to_markdown() and 'does NOT hold' in result.to_markdown()
-  assert 'WARNING' in result.summary()
+  markdown = report_render.to_markdown(result)
+  assert 'VIOLATES' in markdown and 'does NOT hold' in markdown
+  assert 'WARNING' in report_render.summary(result)
 
 
 def test_compliant_log_has_no_warning():
@@ -91,13 +94,13 @@ def test_adaptive_clipping_value_noise_multiplier():
   result = report.build_report(tree.TreeStrategy(), 1900, Schema(527, 3), noise_multiplier=7.0,
                                clipped_count_stddev=325.0, restart_rounds=[128, 1152])
   assert result.value_noise_multiplier == pytest.approx(7.000405952470763, rel=1e-14)
-  assert result.value_noise_multiplier == adaptive_clipping.inflated_noise_multiplier(7.0, 325.0)
-  assert 'z_Delta' in result.to_markdown()
+  assert result.value_noise_multiplier == plan.inflated_noise_multiplier(7.0, 325.0)
+  assert 'z_Delta' in report_render.to_markdown(result)
 
 
 def test_markdown_has_the_app_c_checklist():
-  text = report.build_report(gaussian.GaussianStrategy(), 10, Schema(2, 2),
-                             noise_multiplier=1.0).to_markdown()
+  text = report_render.to_markdown(report.build_report(gaussian.GaussianStrategy(), 10, Schema(2, 2),
+                                                      noise_multiplier=1.0))
   for heading in ('DP setting', 'Data accesses covered', 'Final mechanism output',
                   'Unit of privacy', 'Adjacency', 'Accounting', 'Participation', 'min_separation',
                   'Formal statement'):
@@ -107,10 +110,10 @@ def test_markdown_has_the_app_c_checklist():
 def test_write_report_files(tmp_path):
   strategy = tree.TreeStrategy('efficient')
   result = report.build_report(strategy, 64, Schema(8, 4), noise_multiplier=3.0)
-  paths = report.write_report(result, strategy, str(tmp_path), plots=True)
+  paths = report_render.write_report(result, strategy, str(tmp_path), plots=True)
   assert sorted(p.split('/')[-1] for p in paths) == sorted(
-      ['report.json', 'report.md', *report.PLOT_FILES])
-  for name in report.PLOT_FILES:
+      ['report.json', 'report.md', *report_render.PLOT_FILES])
+  for name in report_render.PLOT_FILES:
     assert (tmp_path / name).read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
   assert json.loads((tmp_path / 'report.json').read_text())['rho'] == result.guarantee.rho
 
@@ -150,13 +153,13 @@ def test_secure_aggregation_segments_and_wraps_are_reported():
                               secure_aggregation=secure)
   # The noise is proportional to the post-rounding bound: the guarantee is the plain one.
   assert clean.guarantee.epsilon == plain.guarantee.epsilon and clean.warnings == ()
-  assert json.loads(clean.to_json())['secure_aggregation']['segments'][1]['clip'] == 10.0
-  assert '1.002 x the clip' in clean.to_markdown()
+  assert json.loads(report_render.to_json(clean))['secure_aggregation']['segments'][1]['clip'] == 10.0
+  assert '1.002 x the clip' in report_render.to_markdown(clean)
   wrapped = report.build_report(gaussian.GaussianStrategy(), 100, Schema(30, 2),
                                 noise_multiplier=2.0,
                                 secure_aggregation=dict(secure, wrap_rounds=[7, 3]))
   assert any('rounds [3, 7]' in w for w in wrapped.warnings)
-  assert 'WARNING' in wrapped.summary()
+  assert 'WARNING' in report_render.summary(wrapped)
   bad = dict(secure, segments=[{'segment': 0, 'clip': 1.0, 'sensitivity_clip': 0.5}])
   with pytest.raises(ValueError, match='sensitivity_clip'):
     report.build_report(gaussian.GaussianStrategy(), 100, Schema(30, 2), noise_multiplier=2.0,

@@ -1,7 +1,8 @@
 """Tests for `dp_ftrl_tff.accounting.zcdp`: published numbers, brute-force worst cases, no TensorFlow.
 
-Targets come from notes/seed003_004.md (accounting colab, Gboard Tables 1-2), notes/seed000.md (BLT
-paper Table 4) and notes/seed002.md Sec. 9 (DP-FTRL paper Tables 3-5); the brute-force checks compare
+Targets come from the accounting colab (docs/papers.md#colab), the Gboard paper's Tables 1-2
+(docs/papers.md#gboard), the BLT paper's Table 4 (docs/papers.md#blt) and the DP-FTRL paper's
+Tables 3-5 (docs/papers.md#dp-ftrl); the brute-force checks compare
 against max over every admissible pattern of ||C u||^2 computed with dense matrices.
 """
 
@@ -23,12 +24,14 @@ Schema = participation_lib.ParticipationSchema
 def test_import_does_not_load_tensorflow():
   code = ('import sys; import dp_ftrl_tff.accounting, dp_ftrl_tff.accounting.zcdp, '
           'dp_ftrl_tff.accounting.calibration, dp_ftrl_tff.accounting.participation_log, '
-          'dp_ftrl_tff.accounting.adaptive_clipping, dp_ftrl_tff.accounting.report; '
-          "assert 'tensorflow' not in sys.modules, 'tensorflow imported'")
+          'dp_ftrl_tff.plan, dp_ftrl_tff.accounting.report, '
+          'dp_ftrl_tff.accounting.report_render; '
+          "assert 'tensorflow' not in sys.modules, 'tensorflow imported'; "
+          "assert 'matplotlib' not in sys.modules, 'matplotlib imported before plotting'")
   subprocess.run([sys.executable, '-c', code], check=True, timeout=120)
 
 
-# --- Accounting colab (notes/seed003_004.md Sec. 0, A.3) ---------------------------------------------
+# --- Accounting colab, cells "es-ES / pt-BR / es-US NWP LM" (docs/papers.md#colab) ----------------
 
 
 def test_colab_es_es_rho_and_epsilon():
@@ -62,9 +65,9 @@ def test_colab_pt_br_and_es_us(colab_min_separation):
   assert result.effective_noise_multiplier == pytest.approx(5.904341622907671, rel=1e-14)
 
 
-# --- Gboard paper Tables 1 and 2 (notes/seed003_004.md B.13) -----------------------------------------
+# --- Gboard paper Tables 1 and 2 (docs/papers.md#gboard) ------------------------------------------
 
-# (rounds, MinS = TF-Privacy min_separation, MaxP, paper rho, exact integer sens^2 from the notes)
+# (rounds, MinS = TF-Privacy min_separation, MaxP, paper rho, exact integer sens^2 recomputed)
 _GBOARD_ROWS = [
     (930, 212, 4, 0.48, 47), (980, 226, 4, 0.48, 47), (1280, 180, 5, 0.89, 87),
     (1620, 303, 5, 0.71, 70), (530, 54, 8, 1.86, 182), (1900, 526, 3, 0.35, 34),
@@ -104,7 +107,7 @@ def test_adaptive_clipping_tree_keeps_the_accounted_rho():
   assert result.rho == pytest.approx(34 / 98)
 
 
-# --- BLT paper Table 4 (notes/seed000.md Sec. 3.5): rows that reproduce ------------------------------
+# --- BLT paper Table 4 (docs/papers.md#blt): rows that reproduce ----------------------------------
 
 
 @pytest.mark.parametrize('b_opt, rounds, min_sep, max_part, sigma, paper_rho, rho_unit, paper_eps', [
@@ -121,7 +124,7 @@ def test_blt_table4(b_opt, rounds, min_sep, max_part, sigma, paper_rho, rho_unit
   assert round(result.epsilon, 2) == paper_eps
 
 
-# --- DP-FTRL paper Tables 3-5 (notes/seed002.md Sec. 9; RDP, TF-Privacy orders, delta = 1e-6) -------
+# --- DP-FTRL paper Tables 3-5 (docs/papers.md#dp-ftrl; RDP, TF-Privacy orders, delta = 1e-6) ------
 
 
 @pytest.mark.parametrize('sigma, paper_epsilon', [

@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from dp_ftrl_tff.accounting import adaptive_clipping as accounting_adaptive
+from dp_ftrl_tff import plan
 from dp_ftrl_tff.aggregators import (
   AdaptiveClipping,
   CorrelatedNoiseFactory,
@@ -182,7 +182,7 @@ def test_adaptive_clip_changes_only_at_restarts(adaptive_process):
 
 def test_adaptive_noise_multiplier_is_inflated():
   factory = CorrelatedNoiseFactory.blt(1.0, 20, None, strategy=BLT, adaptive_clip=True)
-  expected = accounting_adaptive.inflated_noise_multiplier(1.0, 1.0)
+  expected = plan.inflated_noise_multiplier(1.0, 1.0)
   assert factory.value_noise_multiplier == pytest.approx(expected)
   assert factory.accounting_config()['restarts'] == {'warmup': 128, 'period': 1024}
   assert factory.accounting_config()['initial_clip'] == 0.1

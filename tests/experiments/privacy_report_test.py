@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from dp_ftrl_tff.accounting import report
+from dp_ftrl_tff.accounting import report_render
 from dp_ftrl_tff.mechanisms import banded, blt, files
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -29,14 +29,14 @@ def test_writes_report_files_and_json_keys(tmp_path):
   printed = json.loads(proc.stdout)
   written = json.loads((out / 'report.json').read_text())
   assert printed == written
-  for key in report.REQUIRED_KEYS:
+  for key in report_render.REQUIRED_KEYS:
     assert key in written
   assert written['min_separation'] == written['min_sep'] - 1 == 313
   assert written['delta'] == 1e-10
   assert written['value_noise_multiplier'] == pytest.approx(7.000405952470763)
   # Restarts only lower the exact tree sensitivity (79 without restarts, TF-Privacy's value).
   assert written['sensitivity_squared'] <= 79
-  for name in ('report.md', *report.PLOT_FILES):
+  for name in ('report.md', *report_render.PLOT_FILES):
     assert (out / name).stat().st_size > 0
 
 

@@ -1,14 +1,13 @@
-"""Tests of the min-sep client sampler and the participation log writer."""
+"""Tests of the min-sep client sampler (the participation log is tested in tests/accounting/)."""
 
 import collections
-import csv
 
 import hypothesis
 import numpy as np
 import pytest
 from hypothesis import strategies as st
 
-from dp_ftrl_tff.learning import client_sampler, participation_log
+from dp_ftrl_tff.learning import client_sampler
 
 
 def _ids(n):
@@ -116,24 +115,3 @@ def test_load_state_rejects_other_population():
   state = client_sampler.ClientSampler(_ids(10), 2).state
   with pytest.raises(ValueError, match='population'):
     client_sampler.ClientSampler(_ids(11), 2).load_state(state)
-
-
-def test_participation_log_append_and_truncate(tmp_path):
-  path = tmp_path / 'sub' / 'participation.csv'
-  log = participation_log.ParticipationLogWriter(str(path))
-  log.append_round(0, ['a', 'b'])
-  log.append_round(1, ['c'])
-  log.append_round(2, ['a'])
-  log.truncate(2)
-  reopened = participation_log.ParticipationLogWriter(str(path))
-  reopened.append_round(2, ['d'])
-  with open(path, newline='') as f:
-    rows = list(csv.reader(f))
-  assert rows == [['client_id', 'round'], ['a', '0'], ['b', '0'], ['c', '1'], ['d', '2']]
-
-
-def test_participation_log_rejects_foreign_file(tmp_path):
-  path = tmp_path / 'x.csv'
-  path.write_text('a,b\n1,2\n')
-  with pytest.raises(ValueError, match='not a participation log'):
-    participation_log.ParticipationLogWriter(str(path))

@@ -90,8 +90,9 @@ def test_earliest_pattern_and_single():
   assert not P.min_separation(99, 5).is_single_participation(100)
 
 
-def test_min_separation_between_is_tf_privacy_convention():
-  assert P.min_separation(342, 6).min_separation_between == 341
+def test_tf_privacy_min_separation_is_b_minus_one():
+  assert P.min_separation(342, 6).tf_privacy_min_separation == 341
+  assert P.single().tf_privacy_min_separation == 0
 
 
 @pytest.mark.parametrize('kwargs,name', [
