@@ -242,6 +242,9 @@ class BandedStrategy(base.Strategy):
     participation_lib.check_participation(participation)
     return float(sensitivity.dense_squared(self.strategy_matrix(num_rounds), participation))
 
+  def describe(self) -> dict:
+    return {'bands': self.num_bands}
+
   def to_config(self) -> dict:
     """{'mechanism': 'banded', 'band_rows': float64 ndarray (n, num_bands)}; `files` writes .npz."""
     return {'mechanism': self.name, 'band_rows': np.array(self._band_rows)}

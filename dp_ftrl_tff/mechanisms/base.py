@@ -180,6 +180,10 @@ class Strategy(abc.ABC):
     return Losses(max_loss=max_error * sens, rms_loss=rms_error * sens,
                   sensitivity_squared=float(sens_sq))
 
+  def describe(self) -> dict:
+    """The strategy's defining parameters as JSON scalars / lists, for tables (none by default)."""
+    return {}
+
   @abc.abstractmethod
   def to_config(self) -> dict:
     """JSON-serializable parameters; `registry.strategy_from_config` inverts it."""

@@ -230,6 +230,9 @@ class BLTStrategy(base.Strategy):
     """(MaxError, RmsError) of B = A C^-1 from the coefficients of C^-1 (Prop. 3.3), O(nd)."""
     return toeplitz.errors_from_noise_coefs(self.noise_coefs(num_rounds))
 
+  def describe(self) -> dict:
+    return {'buffers': self.num_buffers, 'theta': list(self.theta), 'omega': list(self.omega)}
+
   def to_config(self) -> dict:
     """{'mechanism': 'blt', 'theta': [...], 'omega': [...]}, JSON-serializable, exact floats."""
     return {'mechanism': self.name, 'theta': list(self.theta), 'omega': list(self.omega)}

@@ -29,7 +29,13 @@ class Mechanism:
       strategy cannot stream (TreeAgg-Full decodes offline).
     default_config: the config of the parameter-free strategy, or None when parameters are needed
       (a strategy file or an optimizer).
-    optimizer: 'module:function' optimizing the strategy for a setting, or None.
+    optimizer: 'module:function' optimizing the strategy for a setting, or None. It is called with
+      the keywords num_rounds, participation, error and the `optimizer_options` values.
+    optimizer_options: (option name as in the CLI, the optimizer's keyword, required) triples, e.g.
+      the BLT's ('buffers', 'num_buffers', False).
+    default_error: the loss the optimizer minimizes by default ('max' or 'rms').
+    parameter_options: option names that give the strategy's parameters directly (the BLT's
+      'theta' and 'omega'), instead of a strategy file.
     file_suffix: the strategy file format `files.save_strategy` needs ('.json' or '.npz').
   """
   name: str
@@ -37,6 +43,9 @@ class Mechanism:
   noise_class: Optional[str]
   default_config: Optional[dict] = None
   optimizer: Optional[str] = None
+  optimizer_options: Tuple[Tuple[str, str, bool], ...] = ()
+  default_error: Optional[str] = None
+  parameter_options: Tuple[str, ...] = ()
   file_suffix: str = '.json'
 
   @property
@@ -64,9 +73,12 @@ _REGISTRY = {m.name: m for m in (
     _tree('tree_full'),
     Mechanism('banded', 'dp_ftrl_tff.mechanisms.banded:BandedStrategy',
               'dp_ftrl_tff.noise.banded:BandedNoise',
-              optimizer='dp_ftrl_tff.mechanisms.banded:optimize_banded', file_suffix='.npz'),
+              optimizer='dp_ftrl_tff.mechanisms.banded:optimize_banded',
+              optimizer_options=(('bands', 'num_bands', True),), default_error='rms', file_suffix='.npz'),
     Mechanism('blt', 'dp_ftrl_tff.mechanisms.blt:BLTStrategy', 'dp_ftrl_tff.noise.blt:BLTNoise',
-              optimizer='dp_ftrl_tff.mechanisms.blt:optimize_blt'),
+              optimizer='dp_ftrl_tff.mechanisms.blt:optimize_blt',
+              optimizer_options=(('buffers', 'num_buffers', False),), default_error='max',
+              parameter_options=('theta', 'omega')),
 )}
 
 
@@ -115,9 +127,13 @@ def optimizer(name: str) -> Callable[..., base.OptimizationResult]:
   """The optimizer of `name` ('banded': `optimize_banded`, 'blt': `optimize_blt`)."""
   mechanism = get(name)
   if mechanism.optimizer is None:
-    raise ValueError(f'`mechanism`={name!r} has no optimizer; optimizable: '
-                     f'{[m.name for m in _REGISTRY.values() if m.optimizer]}.')
+    raise ValueError(f'`mechanism`={name!r} has no optimizer; optimizable: {list(optimizable())}.')
   return _load(mechanism.optimizer)
+
+
+def optimizable() -> Tuple[str, ...]:
+  """The names of the mechanisms with an optimizer."""
+  return tuple(name for name, m in _REGISTRY.items() if m.optimizer is not None)
 
 
 def noise_class(name: str) -> type:

@@ -7,13 +7,13 @@ import sys
 import numpy as np
 import pytest
 
-from dp_ftrl_tff.mechanisms import cli
+from dp_ftrl_tff.mechanisms import __main__ as cli
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 
 P = participation_lib.ParticipationSchema
 OPTIMIZE_BLT_KEYS = ['mechanism', 'rounds', 'min_sep', 'max_participations', 'buffers', 'theta',
                      'omega', 'max_loss', 'rms_loss', 'sensitivity_squared', 'seconds']
-OPTIMIZE_BANDED_KEYS = ['mechanism', 'rounds', 'bands', 'min_sep', 'max_participations', 'max_loss',
+OPTIMIZE_BANDED_KEYS = ['mechanism', 'rounds', 'min_sep', 'max_participations', 'bands', 'max_loss',
                         'rms_loss', 'sensitivity_squared', 'seconds']
 LOSS_KEYS = ['max_loss', 'rms_loss', 'sensitivity_squared']
 

@@ -1,0 +1,81 @@
+"""The mechanisms CLI's commands as plain functions: optimize a strategy, evaluate its losses.
+
+`python -m dp_ftrl_tff.mechanisms` (`__main__.py`) parses the flags and calls these. Conventions:
+rounds are 0-based; `min_sep` = b (TF-Privacy's min_separation + 1); records print the effective
+k = min(k, ceil(n / b)); losses use clip norm 1 and noise multiplier 1 (BLT paper Eq. 9-10,
+docs/papers.md#blt).
+"""
+
+from typing import Optional
+
+from dp_ftrl_tff.mechanisms import base, files, registry
+from dp_ftrl_tff.mechanisms import participation as participation_lib
+
+
+def _losses_dict(losses: base.Losses) -> dict:
+  return {'max_loss': losses.max_loss, 'rms_loss': losses.rms_loss,
+          'sensitivity_squared': losses.sensitivity_squared}
+
+
+def _setting_dict(mechanism: str, num_rounds: int,
+                  participation: participation_lib.ParticipationSchema) -> dict:
+  return {'mechanism': mechanism, 'rounds': num_rounds, 'min_sep': participation.min_sep,
+          'max_participations': participation.effective_max_participations(num_rounds)}
+
+
+def optimize(mechanism: str, num_rounds: int,
+             participation: participation_lib.ParticipationSchema, *, error: Optional[str] = None,
+             output: Optional[str] = None, **options) -> dict:
+  """Optimizes a strategy of an optimizable mechanism; returns the printed record.
+
+  Args:
+    mechanism: a name in `registry.optimizable()`.
+    num_rounds, participation: the setting.
+    error: 'max' or 'rms' (None: the mechanism's default).
+    output: save the strategy (and its setting) there.
+    **options: the mechanism's optimizer options by CLI name (`registry.Mechanism.optimizer_options`,
+      e.g. buffers= for blt, bands= for banded); None values are left to the optimizer.
+
+  Returns:
+    mechanism, rounds, min_sep, max_participations, the strategy's `describe()` entries, max_loss,
+    rms_loss, sensitivity_squared, seconds.
+  """
+  entry = registry.get(mechanism)
+  optimizer = registry.optimizer(mechanism)
+  keywords = {name: keyword for name, keyword, _ in entry.optimizer_options}
+  unknown = sorted(set(options) - set(keywords))
+  if unknown:
+    raise ValueError(f'`{unknown[0]}` does not apply to optimizing {mechanism}.')
+  kwargs = {keywords[name]: value for name, value in options.items() if value is not None}
+  result = optimizer(num_rounds=num_rounds, participation=participation,
+                     error=error or entry.default_error, **kwargs)
+  record = _setting_dict(mechanism, num_rounds, participation)
+  record.update(result.strategy.describe())
+  record.update(_losses_dict(result.losses), seconds=result.seconds)
+  if output:
+    files.save_strategy(result.strategy, output, setting=result)
+  return record
+
+
+def evaluate(strategy: base.Strategy, num_rounds: int,
+             participation: participation_lib.ParticipationSchema) -> dict:
+  """Losses of `strategy`: mechanism, rounds, min_sep, max_participations, max_loss, rms_loss,
+  sensitivity_squared."""
+  record = _setting_dict(strategy.name, num_rounds, participation)
+  record.update(_losses_dict(strategy.losses(num_rounds, participation)))
+  return record
+
+
+def format_table(record: dict) -> str:
+  """A two-column, human-readable rendering of a record."""
+  width = max(len(key) for key in record)
+  lines = []
+  for key, value in record.items():
+    if isinstance(value, float):
+      text = f'{value:.6g}'
+    elif isinstance(value, list):
+      text = ', '.join(repr(v) for v in value)
+    else:
+      text = str(value)
+    lines.append(f'{key:<{width}}  {text}')
+  return '\n'.join(lines)
