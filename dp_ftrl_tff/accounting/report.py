@@ -25,12 +25,8 @@ from dp_ftrl_tff import _validation
 from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.accounting import calibration, zcdp
 from dp_ftrl_tff.accounting import participation_log as log_lib
-from dp_ftrl_tff.mechanisms import banded as banded_lib
 from dp_ftrl_tff.mechanisms import base
-from dp_ftrl_tff.mechanisms import blt as blt_lib
-from dp_ftrl_tff.mechanisms import gaussian as gaussian_lib
 from dp_ftrl_tff.mechanisms import participation as participation_lib
-from dp_ftrl_tff.mechanisms import tree as tree_lib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,21 +105,6 @@ def _json_config(config: dict) -> dict:
   """The strategy config with arrays (e.g. banded `band_rows`) summarized by their shape."""
   return {k: (f'<float64 array of shape {list(np.shape(v))}>' if isinstance(v, np.ndarray) else v)
           for k, v in config.items()}
-
-
-def _sensitivity_exact(strategy: base.Strategy, num_rounds: int,
-                       participation: participation_lib.ParticipationSchema,
-                       restarts: Sequence[int]) -> bool:
-  if isinstance(strategy, (tree_lib.TreeStrategy, gaussian_lib.GaussianStrategy)):
-    return True
-  if restarts:
-    return False
-  if isinstance(strategy, blt_lib.BLTStrategy):
-    return bool(strategy.sensitivity_is_exact(num_rounds, participation))
-  if isinstance(strategy, banded_lib.BandedStrategy):
-    single = participation.is_single_participation(num_rounds)
-    return single or strategy.num_bands <= participation.min_sep
-  return False
 
 
 def build_report(strategy: base.Strategy, num_rounds: Optional[int] = None,
@@ -205,16 +186,19 @@ def build_report(strategy: base.Strategy, num_rounds: Optional[int] = None,
     declared_n = strategy.check_num_rounds(declared_rounds or num_rounds)
     declared = zcdp.guarantee(strategy, declared_n, participation, noise_multiplier, delta,
                               restart_rounds=[r for r in restarts if r < declared_n])
-  if observed is not None and observed_patterns and isinstance(strategy, tree_lib.TreeStrategy):
-    ids, sens = tree_lib.clients_sensitivity_squared(
-        log.client_index, log.rounds, zcdp.segment_lengths(num_rounds, restarts),
-        strategy.completion)
+  per_client = None
+  if observed is not None and observed_patterns:
+    per_client = strategy.clients_sensitivity_squared(
+        log.client_index, log.rounds, zcdp.segment_lengths(num_rounds, restarts))
+  if per_client is not None:
+    ids, sens = per_client
     worst = int(np.argmax(sens))
     rho = zcdp.rho_from_sensitivity(float(sens[worst]), headline.noise_multiplier)
     observed = dataclasses.replace(observed, tree_patterns={
         'sensitivity_squared': float(sens[worst]), 'rho': rho,
         'epsilon': zcdp.epsilon_from_rho(rho, delta), 'worst_client': log.client_id(ids[worst])})
-  exact = _sensitivity_exact(strategy, num_rounds, schema, restarts)
+  exact = strategy.segments_sensitivity_is_exact(zcdp.segment_lengths(num_rounds, restarts),
+                                                 schema)
   if not exact:
     warnings.append('the squared sensitivity is an upper bound (the guarantee is conservative).')
   value_nm = None

@@ -40,7 +40,6 @@ import scipy.special
 from dp_ftrl_tff import _validation
 from dp_ftrl_tff.mechanisms import base
 from dp_ftrl_tff.mechanisms import participation as participation_lib
-from dp_ftrl_tff.mechanisms import tree as tree_lib
 
 CONVERSIONS = ('pld', 'gaussian', 'rdp')
 
@@ -171,9 +170,8 @@ def accounted_sensitivity_squared(strategy: base.Strategy, num_rounds: int,
   """Squared sensitivity (clip norm 1) of a whole run, restarts included.
 
   Without restarts: `strategy.sensitivity_squared(n, participation)`. With restarts (the noise state
-  restarts at each round in `restart_rounds`, so C is block diagonal): trees use the tree module's
-  exact segment DP (`segments_sensitivity_squared`, the participation constraint spanning segments);
-  any other strategy adds the per-segment worst cases, sum_s sens^2(C_{n_s}), an upper bound.
+  restarts at each round in `restart_rounds`, so C is block diagonal):
+  `strategy.segments_sensitivity_squared` (exact for trees and DP-SGD, an upper bound otherwise).
   """
   if not isinstance(strategy, base.Strategy):
     raise ValueError(f'`strategy` must be a mechanisms Strategy, got {strategy!r}.')
@@ -183,9 +181,7 @@ def accounted_sensitivity_squared(strategy: base.Strategy, num_rounds: int,
   lengths = segment_lengths(num_rounds, restart_rounds)
   if len(lengths) == 1:
     return float(strategy.sensitivity_squared(num_rounds, participation))
-  if isinstance(strategy, tree_lib.TreeStrategy):
-    return float(tree_lib.segments_sensitivity_squared(lengths, participation, strategy.completion))
-  return float(sum(strategy.sensitivity_squared(m, participation) for m in lengths))
+  return float(strategy.segments_sensitivity_squared(lengths, participation))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -242,6 +242,13 @@ class BandedStrategy(base.Strategy):
     participation_lib.check_participation(participation)
     return float(sensitivity.dense_squared(self.strategy_matrix(num_rounds), participation))
 
+  def sensitivity_is_exact(self, num_rounds: int,
+                           participation: participation_lib.ParticipationSchema) -> bool:
+    """Exact with single participation or `num_bands` <= `min_sep` (BandMF Alg. 5)."""
+    num_rounds = self.check_num_rounds(num_rounds)
+    return bool(participation.is_single_participation(num_rounds)
+                or self.num_bands <= participation.min_sep)
+
   def describe(self) -> dict:
     return {'bands': self.num_bands}
 

@@ -165,6 +165,46 @@ class Strategy(abc.ABC):
                           participation: participation_lib.ParticipationSchema) -> float:
     """Squared L2 sensitivity of C (clip norm 1) under `participation` over n = `num_rounds`."""
 
+  def sensitivity_is_exact(self, num_rounds: int,
+                           participation: participation_lib.ParticipationSchema) -> bool:
+    """True when `sensitivity_squared` is exact rather than an upper bound (False unless known)."""
+    del num_rounds, participation
+    return False
+
+  def segments_sensitivity_squared(self, segment_lengths: Sequence[int],
+                                   participation: participation_lib.ParticipationSchema) -> float:
+    """Squared sensitivity of a run whose noise restarts after each segment (C block diagonal).
+
+    The segments are consecutive, with `segment_lengths` rounds each. Default: the sum of the
+    per-segment worst cases, sum_s sens^2(C_{n_s}), an upper bound (the participation limits span
+    the segments); strategies with an exact method override it.
+    """
+    lengths = [self.check_num_rounds(length) for length in segment_lengths]
+    if not lengths:
+      raise ValueError('`segment_lengths` must not be empty.')
+    return float(sum(self.sensitivity_squared(length, participation) for length in lengths))
+
+  def segments_sensitivity_is_exact(self, segment_lengths: Sequence[int],
+                                    participation: participation_lib.ParticipationSchema) -> bool:
+    """True when `segments_sensitivity_squared` is exact (by default: one segment, exact)."""
+    return (len(segment_lengths) == 1
+            and self.sensitivity_is_exact(segment_lengths[0], participation))
+
+  def clients_sensitivity_squared(self, client_index, rounds, segment_lengths: Sequence[int]):
+    """Per-client squared sensitivity of the participation observed in a log, or None when the
+    strategy has no exact per-pattern method (trees have one).
+
+    Args:
+      client_index: int array, the client of each log row.
+      rounds: int array, the 0-based round of each log row.
+      segment_lengths: the noise segments, as in `segments_sensitivity_squared`.
+
+    Returns:
+      (client ids, squared sensitivities) arrays, or None.
+    """
+    del client_index, rounds, segment_lengths
+    return None
+
   def errors(self, num_rounds: int) -> tuple:
     """(MaxError, RmsError) of the decoder B. Subclasses override with closed forms."""
     return errors_from_decoder(self.decoder_matrix(num_rounds))

@@ -7,6 +7,8 @@ schemas (BandMF paper Thm. 2 with kappa = 1). The decoder is B = A, whose row i 
 (BandMF paper Table 2: DP-SGD prefix-sum RMSE sqrt(k (n + 1) / 2)).
 """
 
+from typing import Sequence
+
 import numpy as np
 
 from dp_ftrl_tff.mechanisms import base
@@ -30,6 +32,21 @@ class GaussianStrategy(base.Strategy):
     num_rounds = self.check_num_rounds(num_rounds)
     participation_lib.check_participation(participation)
     return float(participation.effective_max_participations(num_rounds))
+
+  def sensitivity_is_exact(self, num_rounds: int,
+                           participation: participation_lib.ParticipationSchema) -> bool:
+    return True
+
+  def segments_sensitivity_squared(self, segment_lengths: Sequence[int],
+                                   participation: participation_lib.ParticipationSchema) -> float:
+    """Restarts do not change C = I: the whole run's k_eff."""
+    if not segment_lengths:
+      raise ValueError('`segment_lengths` must not be empty.')
+    return self.sensitivity_squared(int(sum(segment_lengths)), participation)
+
+  def segments_sensitivity_is_exact(self, segment_lengths: Sequence[int],
+                                    participation: participation_lib.ParticipationSchema) -> bool:
+    return True
 
   def errors(self, num_rounds: int) -> tuple:
     """(sqrt(n), sqrt((n + 1) / 2)), closed form of the decoder B = A."""

@@ -543,6 +543,24 @@ class TreeStrategy(base.Strategy):
     return float(tree_sensitivity_squared(self.check_num_rounds(num_rounds), participation,
                                           self.completion))
 
+  def sensitivity_is_exact(self, num_rounds: int,
+                           participation: participation_lib.ParticipationSchema) -> bool:
+    return True
+
+  def segments_sensitivity_squared(self, segment_lengths: Sequence[int],
+                                   participation: participation_lib.ParticipationSchema) -> float:
+    """Exact: one tree per segment, the participation limits spanning the segments
+    (`segments_sensitivity_squared`)."""
+    return float(segments_sensitivity_squared(segment_lengths, participation, self.completion))
+
+  def segments_sensitivity_is_exact(self, segment_lengths: Sequence[int],
+                                    participation: participation_lib.ParticipationSchema) -> bool:
+    return True
+
+  def clients_sensitivity_squared(self, client_index, rounds, segment_lengths: Sequence[int]):
+    """Exact per-client values over the observed patterns (`clients_sensitivity_squared`)."""
+    return clients_sensitivity_squared(client_index, rounds, segment_lengths, self.completion)
+
   def errors(self, num_rounds: int) -> tuple:
     """(MaxError, RmsError): closed forms for vanilla/efficient, (C^T C)^-1 for 'full'.
 

@@ -75,3 +75,24 @@ def test_bad_names_and_configs_are_named():
   with pytest.raises(ValueError, match='mechanism'):
     registry.strategy_from_config({'theta': [0.5]})
   assert isinstance(registry.strategy_from_config({'mechanism': 'tree_full'}), tree.TreeStrategy)
+
+
+@pytest.mark.parametrize('name', sorted(STRATEGIES))
+def test_segments_sensitivity_against_dense_block_diagonal(name):
+  """Every strategy's restart accounting vs brute force over the patterns of block-diagonal C."""
+  import scipy.linalg
+  strategy = STRATEGIES[name]
+  lengths = [3, 3]
+  schema = participation_lib.ParticipationSchema(min_sep=2, max_participations=2)
+  blocks = [strategy.strategy_matrix(length) for length in lengths]
+  if name == 'gaussian':  # C = I whatever the restarts.
+    blocks = [np.eye(sum(lengths))]
+  c = scipy.linalg.block_diag(*blocks)
+  assert np.all(c.T @ c >= -1e-12)  # Non-negative Gram: the max is over 0/1 patterns.
+  dense = max(np.sum(c[:, list(p)].sum(axis=1)**2) for p in schema.all_patterns(sum(lengths)))
+  accounted = strategy.segments_sensitivity_squared(lengths, schema)
+  assert accounted >= dense * (1 - 1e-12)
+  if strategy.segments_sensitivity_is_exact(lengths, schema):
+    assert accounted == pytest.approx(dense, rel=1e-12)
+  assert name not in ('gaussian', 'tree', 'tree_efficient', 'tree_full') or (
+      strategy.segments_sensitivity_is_exact(lengths, schema))
