@@ -9,6 +9,8 @@ import math
 import numbers
 from typing import Optional
 
+import numpy as np
+
 
 def check_positive_int(value, name: str) -> int:
   """Returns `value` as int; raises ValueError unless it is an integer >= 1."""
@@ -67,3 +69,17 @@ def check_one_of(value, name: str, allowed) -> object:
   if value not in allowed:
     raise ValueError(f'`{name}` must be one of {sorted(allowed)}, got {value!r}.')
   return value
+
+
+def check_float_array(value, name: str, ndim: int) -> np.ndarray:
+  """Returns `value` as a float64 ndarray; raises ValueError unless it converts, has `ndim`
+  dimensions, at least one entry, and only finite entries."""
+  try:
+    array = np.array(value, dtype=np.float64)
+  except (TypeError, ValueError) as e:
+    raise ValueError(f'`{name}` must be a {ndim}-D array of real numbers, got {value!r}.') from e
+  if array.ndim != ndim or array.size == 0:
+    raise ValueError(f'`{name}` must be a non-empty {ndim}-D array, got shape {array.shape}.')
+  if not np.all(np.isfinite(array)):
+    raise ValueError(f'`{name}` must be finite.')
+  return array

@@ -42,13 +42,9 @@ _MAX_ERROR_POWER = 64.0
 
 def _check_band_rows(band_rows) -> np.ndarray:
   """Validates band rows R (n, b-hat): finite, R[t, 0] > 0, R[t, j] = 0 for t - j < 0."""
-  band_rows = np.array(band_rows, dtype=np.float64)
-  if band_rows.ndim != 2 or band_rows.shape[0] == 0 or band_rows.shape[1] == 0:
-    raise ValueError(f'`band_rows` must be a non-empty 2-D array, got shape {band_rows.shape}.')
+  band_rows = _validation.check_float_array(band_rows, 'band_rows', ndim=2)
   if band_rows.shape[1] > band_rows.shape[0]:
     raise ValueError(f'`band_rows` has {band_rows.shape[1]} bands for {band_rows.shape[0]} rounds.')
-  if not np.all(np.isfinite(band_rows)):
-    raise ValueError('`band_rows` must be finite.')
   if np.any(band_rows[:, 0] <= 0):
     raise ValueError('`band_rows` must have a positive diagonal (column 0).')
   rows, bands = np.indices(band_rows.shape)

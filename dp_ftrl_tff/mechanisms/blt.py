@@ -45,14 +45,7 @@ _ERRORS = ('max', 'rms')
 
 def _check_vector(values, name: str, length: Optional[int] = None) -> np.ndarray:
   """Returns `values` as a finite 1-D float64 array with at least one entry (and `length` if given)."""
-  try:
-    array = np.asarray(values, dtype=np.float64)
-  except (TypeError, ValueError) as e:
-    raise ValueError(f'`{name}` must be a 1-D sequence of real numbers, got {values!r}.') from e
-  if array.ndim != 1 or array.size == 0:
-    raise ValueError(f'`{name}` must be a non-empty 1-D sequence, got shape {array.shape}.')
-  if not np.all(np.isfinite(array)):
-    raise ValueError(f'`{name}` must be finite, got {values!r}.')
+  array = _validation.check_float_array(values, name, ndim=1)
   if length is not None and array.size != length:
     raise ValueError(f'`{name}` must have {length} entries (one per buffer), got {array.size}.')
   return array

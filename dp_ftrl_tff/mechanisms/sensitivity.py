@@ -25,6 +25,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from dp_ftrl_tff import _validation
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from dp_ftrl_tff.mechanisms import toeplitz
 
@@ -33,12 +34,7 @@ _ALG4_ELEMENTS_PER_CHUNK = 4_000_000
 
 
 def _check_strategy_matrix(strategy_matrix) -> np.ndarray:
-  c = np.asarray(strategy_matrix, dtype=np.float64)
-  if c.ndim != 2 or c.size == 0:
-    raise ValueError(f'`strategy_matrix` must be a non-empty 2-D array, got shape {c.shape}.')
-  if not np.all(np.isfinite(c)):
-    raise ValueError('`strategy_matrix` must be finite.')
-  return c
+  return _validation.check_float_array(strategy_matrix, 'strategy_matrix', ndim=2)
 
 
 def _vec_sens_rows(values: np.ndarray, min_sep: int, num_participations: int) -> np.ndarray:
@@ -65,11 +61,7 @@ def vec_sens(vector, min_sep: int, max_participations=None) -> float:
   Returns:
     The maximum, as float.
   """
-  v = np.asarray(vector, dtype=np.float64)
-  if v.ndim != 1 or v.size == 0:
-    raise ValueError(f'`vector` must be a non-empty 1-D array, got shape {v.shape}.')
-  if not np.all(np.isfinite(v)):
-    raise ValueError('`vector` must be finite.')
+  v = _validation.check_float_array(vector, 'vector', ndim=1)
   schema = participation_lib.ParticipationSchema(min_sep=min_sep,
                                                  max_participations=max_participations)
   k = schema.effective_max_participations(v.size)

@@ -30,11 +30,7 @@ def padded_coefs(coefs, num_rounds: int) -> np.ndarray:
     ValueError: if `coefs` is not a non-empty finite 1-D array or `num_rounds` is not positive.
   """
   num_rounds = _validation.check_positive_int(num_rounds, 'num_rounds')
-  coefs = np.asarray(coefs, dtype=np.float64)
-  if coefs.ndim != 1 or coefs.size == 0:
-    raise ValueError(f'`coefs` must be a non-empty 1-D array, got shape {coefs.shape}.')
-  if not np.all(np.isfinite(coefs)):
-    raise ValueError('`coefs` must be finite.')
+  coefs = _validation.check_float_array(coefs, 'coefs', ndim=1)
   out = np.zeros(num_rounds)
   m = min(num_rounds, coefs.size)
   out[:m] = coefs[:m]
@@ -80,11 +76,7 @@ def errors_from_noise_coefs(noise_coefs) -> tuple:
   Returns:
     (sqrt(sum_i b_i^2), sqrt(sum_i (n - i) b_i^2 / n)) with b = cumsum(c_hat) (inclusive).
   """
-  noise_coefs = np.asarray(noise_coefs, dtype=np.float64)
-  if noise_coefs.ndim != 1 or noise_coefs.size == 0:
-    raise ValueError(f'`noise_coefs` must be a non-empty 1-D array, got shape {noise_coefs.shape}.')
-  if not np.all(np.isfinite(noise_coefs)):
-    raise ValueError('`noise_coefs` must be finite.')
+  noise_coefs = _validation.check_float_array(noise_coefs, 'noise_coefs', ndim=1)
   n = noise_coefs.size
   b_sq = np.cumsum(noise_coefs)**2
   max_error = np.sqrt(np.sum(b_sq))
