@@ -18,27 +18,33 @@ the noise multiplier is relative to the clip norm and the mean divides by the fi
 """
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime
 import json
 import logging as std_logging
 import os
+import re
+import sys
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, NoReturn, Optional
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
-from absl import app, flags, logging
+from absl import flags, logging
 
 from dp_ftrl_tff import _validation, aggregators
+from dp_ftrl_tff.accounting import participation_log
 from dp_ftrl_tff.accounting import participation_log as log_lib
 from dp_ftrl_tff.accounting import report as report_lib
 from dp_ftrl_tff.learning import client_sampler as sampler_lib
-from dp_ftrl_tff.learning import dp_ftrl, participation_log
+from dp_ftrl_tff.learning import dp_ftrl
 from dp_ftrl_tff.mechanisms import participation as participation_lib
+from experiments import secure_context
 
 AGGREGATORS = ('gaussian', 'tree', 'tree_efficient', 'banded', 'blt')
+SECURE_ROTATIONS = ('dft', 'hd', 'none')
 
 # Settings a resumed run may change.
 _RESUMABLE_CHANGES = ('rounds', 'checkpoint_every', 'eval_every', 'eval_max_examples')
@@ -83,7 +89,16 @@ _MIN_SEP = flags.DEFINE_integer('min_sep', 1, 'b: rounds between two participati
 _MAX_PARTICIPATIONS = flags.DEFINE_integer('max_participations', None,
                                            'k: cap on participations per client (default none).')
 _SECURE = flags.DEFINE_bool('secure_aggregation', False, 'Sum client updates with SecAgg.')
-_SECURE_BITS = flags.DEFINE_integer('secure_bits', 20, 'SecAgg field size 2^bits.')
+_SECURE_BITS = flags.DEFINE_integer('secure_bits', 20, 'SecAgg field size 2^bits, 1 <= bits <= 22.')
+_SECURE_ROTATION = flags.DEFINE_enum(
+    'secure_rotation', 'dft', SECURE_ROTATIONS,
+    'SecAgg rotation before rounding: dft, hd (randomized Hadamard) or none (worst-case scale).')
+_SECURE_BETA = flags.DEFINE_float(
+    'secure_beta', 0.0,
+    'SecAgg conditional stochastic rounding bias beta in [0, 1) (0: unconditional).')
+_SECURE_MODCLIP_PROB = flags.DEFINE_float(
+    'secure_modclip_prob', 1e-4,
+    'SecAgg target probability of a modular wrap of the sum, in (0, 1).')
 _DATA = flags.DEFINE_string('data', 'synthetic',
                             '"synthetic", "tff" (TFF loader) or a local cache dir / SQLite file.')
 _SYNTHETIC_CLIENTS = flags.DEFINE_integer('synthetic_num_clients', 1000,
@@ -130,6 +145,9 @@ class RunConfig:
   max_participations: Optional[int] = None
   secure_aggregation: bool = False
   secure_bits: int = 20
+  secure_rotation: str = 'dft'
+  secure_beta: float = 0.0
+  secure_modclip_prob: float = 1e-4
   data: str = 'synthetic'
   synthetic_num_clients: int = 1000
   synthetic_examples_per_client: int = 20
@@ -166,6 +184,35 @@ class RunConfig:
                                      low_inclusive=False, high_inclusive=False)
     if self.mechanism_file is not None and not os.path.isfile(self.mechanism_file):
       raise ValueError(f'`mechanism_file`: no file at {self.mechanism_file!r}.')
+    self._check_secure_settings()
+
+  def _check_secure_settings(self) -> None:
+    """SecAgg settings, named as the flags (checked even when `secure_aggregation` is off)."""
+    if self.secure_bits > 22:
+      raise ValueError(f'`secure_bits` must be at most 22 (TFF rounds in float32), got '
+                       f'{self.secure_bits!r}.')
+    _validation.check_one_of(self.secure_rotation, 'secure_rotation', SECURE_ROTATIONS)
+    _validation.check_float_in_range(self.secure_beta, 'secure_beta', 0.0, 1.0,
+                                     high_inclusive=False)
+    _validation.check_float_in_range(self.secure_modclip_prob, 'secure_modclip_prob', 0.0, 1.0,
+                                     low_inclusive=False, high_inclusive=False)
+    if self.secure_aggregation:
+      try:
+        self.secure_config().unit_scale_factor(self.clients_per_round, 2)
+      except ValueError as error:
+        raise ValueError(
+            f'`secure_bits`={self.secure_bits} is too small for `clients_per_round`='
+            f'{self.clients_per_round}: the sum of the rounded updates cannot fit in the 2^bits '
+            'field; increase `secure_bits`.') from error
+
+  def secure_config(self) -> Optional[aggregators.SecureAggregation]:
+    """The `SecureAggregation` of the run, or None without `secure_aggregation`."""
+    if not self.secure_aggregation:
+      return None
+    rotation = None if self.secure_rotation == 'none' else self.secure_rotation
+    return aggregators.SecureAggregation(bits=self.secure_bits, rotation=rotation,
+                                         beta=self.secure_beta,
+                                         modclip_prob=self.secure_modclip_prob)
 
   @property
   def output_dir(self) -> str:
@@ -173,7 +220,7 @@ class RunConfig:
 
   @property
   def participation(self) -> participation_lib.ParticipationSchema:
-    return participation_lib.ParticipationSchema.min_separation(self.min_sep,
+    return participation_lib.ParticipationSchema.b_min_sep(self.min_sep,
                                                                  self.max_participations)
 
   def restart_schedule(self) -> Optional[aggregators.RestartSchedule]:
@@ -277,8 +324,7 @@ def _build_strategy(config: RunConfig):
 
 def build_aggregator(config: RunConfig, strategy) -> aggregators.CorrelatedNoiseFactory:
   """The run's `CorrelatedNoiseFactory` for `strategy` (clipping, SecAgg, restarts from `config`)."""
-  kwargs = dict(noise_seed=config.noise_seed,
-                secure=config.secure_bits if config.secure_aggregation else None)
+  kwargs = dict(noise_seed=config.noise_seed, secure=config.secure_config())
   if config.adaptive_clipping:
     kwargs['adaptive_clip'] = aggregators.AdaptiveClipping(
         target_quantile=config.target_unclipped_quantile, learning_rate=config.clip_learning_rate,
@@ -317,6 +363,9 @@ def _check_hparams(config: RunConfig) -> None:
   if os.path.exists(path):
     with open(path) as f:
       saved = json.load(f)
+    # A setting added after the run started (absent from its file) had its default value.
+    saved = {**{f.name: f.default for f in dataclasses.fields(RunConfig)
+                if f.default is not dataclasses.MISSING and f.name not in saved}, **saved}
     changed = sorted(k for k in set(saved) | set(current)
                      if k not in _RESUMABLE_CHANGES and saved.get(k) != current.get(k))
     if changed:
@@ -349,6 +398,19 @@ def evaluate(task: Task, process, state, max_examples: int) -> Dict[str, float]:
                                                              return_dict=True).items()}
 
 
+#: The per-round metric holding the aggregator's `modular_wrap` measurement (SecAgg runs).
+MODULAR_WRAP_METRIC = 'aggregator/modular_wrap'
+
+
+def modular_wrap_warning(round_num: int, config: RunConfig) -> str:
+  """The warning logged for a round whose secure sum wrapped around the 2^bits field."""
+  return (f'Round {round_num}: the secure sum wrapped around the 2^{config.secure_bits} field '
+          '(modular_wrap=1): this round\'s aggregate is corrupted, and the privacy guarantee '
+          f'assumes no wrap. Increase --secure_bits (now {config.secure_bits}) or lower '
+          f'--secure_modclip_prob (now {config.secure_modclip_prob:g}); see docs/aggregators.md, '
+          '"Choosing bits, beta and modclip_prob".')
+
+
 def _round_metrics(output) -> Dict[str, float]:
   """Flat scalar metrics of one round: `train_<metric>` and `aggregator/<measurement>`."""
   train = output.metrics['client_work']['train']
@@ -360,28 +422,53 @@ def _round_metrics(output) -> Dict[str, float]:
   return values
 
 
+class SetupError(ValueError):
+  """A run cannot start (bad settings, impossible schedule, mismatched run directory or mechanism,
+  an execution context without secure sums); raised before any training. The drivers print it as
+  one line on stderr."""
+
+
+@contextlib.contextmanager
+def _setup_errors():
+  """Turns the ValueErrors (and SecAgg context errors) of a run's setup into `SetupError`."""
+  try:
+    yield
+  except SetupError:
+    raise
+  except (ValueError, secure_context.SecureContextError) as error:
+    raise SetupError(str(error)) from error
+
+
 def run(task: Task, config: RunConfig) -> Dict[str, Any]:
   """Trains (or resumes) a run; returns the final metrics and the privacy report.
 
+  With `secure_aggregation`, the process runs in TFF's test execution context, the only local one
+  that runs secure sums (`experiments.secure_context.use_secure_context`: it replaces TFF's default
+  context, even after computations ran in it, and rejects a context the caller set or installed
+  unless it runs secure sums). A round whose secure sum wrapped around the 2^bits field
+  (measurement `modular_wrap`) is logged as a warning; the result lists those rounds.
+
   Raises:
-    ValueError: on an impossible schedule, an unknown or mismatched mechanism, or a run directory
-      holding a run with other settings; before any training.
+    SetupError (a ValueError): on bad settings, an impossible schedule, an unknown or mismatched
+      mechanism, a run directory holding a run with other settings, or an execution context that
+      cannot run secure sums; before any training.
   """
-  if not isinstance(config, RunConfig):
-    raise ValueError(f'`config` must be a RunConfig, got {type(config).__name__}.')
-  client_ids = list(task.train_data.client_ids)
-  sampler_lib.check_schedule(len(client_ids), config.clients_per_round, config.min_sep,
-                             config.max_participations, config.rounds)
-  _check_hparams(config)
-  strategy = resolve_strategy(config)
-  aggregator = build_aggregator(config, strategy)
-  if config.secure_aggregation:
-    # TFF's default native context cannot run secure-sum intrinsics; the test context lowers them.
-    tff.backends.test.set_sync_test_cpp_execution_context()
-  process = dp_ftrl.build_dp_ftrl_process(
-      task.model_fn, tff.learning.optimizers.build_sgdm(config.client_learning_rate),
-      aggregator=aggregator, server_learning_rate=config.server_learning_rate,
-      server_momentum=config.server_momentum)
+  with _setup_errors():
+    if not isinstance(config, RunConfig):
+      raise ValueError(f'`config` must be a RunConfig, got {type(config).__name__}.')
+    client_ids = list(task.train_data.client_ids)
+    sampler_lib.check_schedule(len(client_ids), config.clients_per_round, config.min_sep,
+                               config.max_participations, config.rounds)
+    if config.secure_aggregation:
+      # Chosen before anything is written or built (see experiments/secure_context.py).
+      secure_context.use_secure_context()
+    _check_hparams(config)
+    strategy = resolve_strategy(config)
+    aggregator = build_aggregator(config, strategy)
+    process = dp_ftrl.build_dp_ftrl_process(
+        task.model_fn, tff.learning.optimizers.build_sgdm(config.client_learning_rate),
+        aggregator=aggregator, server_learning_rate=config.server_learning_rate,
+        server_momentum=config.server_momentum)
   sampler = sampler_lib.ClientSampler(client_ids, config.clients_per_round, min_sep=config.min_sep,
                                       max_participations=config.max_participations,
                                       seed=config.seed)
@@ -405,6 +492,7 @@ def run(task: Task, config: RunConfig) -> Dict[str, Any]:
   tb_release = tff.program.TensorBoardReleaseManager(os.path.join(config.output_dir, 'tensorboard'))
   restarts = set(momentum_reset_rounds(config, aggregator))
   metrics = {}
+  wrap_rounds = []
   started = time.time()
   for round_num in range(start_round, config.rounds):
     round_start = time.time()
@@ -418,6 +506,9 @@ def run(task: Task, config: RunConfig) -> Dict[str, Any]:
     output = process.next(state, datasets)
     state = output.state
     metrics = _round_metrics(output)
+    if metrics.get(MODULAR_WRAP_METRIC, 0.0) > 0:
+      wrap_rounds.append(round_num)
+      logging.warning('%s', modular_wrap_warning(round_num, config))
     done = round_num + 1
     if done % config.eval_every == 0 or done == config.rounds:
       metrics.update(evaluate(task, process, state, config.eval_max_examples))
@@ -431,11 +522,17 @@ def run(task: Task, config: RunConfig) -> Dict[str, Any]:
     logging.info('%s', round_log_line(round_num, config.rounds, metrics['train_loss'],
                                       metrics.get(f'train_{task.accuracy_metric}', float('nan')),
                                       round_seconds, mean_seconds * (config.rounds - done)))
+  if config.secure_aggregation and start_round < config.rounds:
+    log_fn = logging.warning if wrap_rounds else logging.info
+    log_fn('SecAgg: modular wraps (secure sum outside the 2^%d field) in %d of the %d rounds '
+           '%d-%d%s', config.secure_bits, len(wrap_rounds), config.rounds - start_round,
+           start_round, config.rounds - 1, f': rounds {wrap_rounds}.' if wrap_rounds else '.')
   report = privacy_report(config, aggregator, strategy)
   if report is not None:
     logging.info('Privacy report (%s):\n%s', os.path.join(config.output_dir, 'privacy_report'),
                  report.summary())
-  return {'metrics': metrics, 'state': state, 'process': process, 'privacy_report': report}
+  return {'metrics': metrics, 'state': state, 'process': process, 'privacy_report': report,
+          'modular_wrap_rounds': wrap_rounds}
 
 
 def privacy_report(config: RunConfig, factory: aggregators.CorrelatedNoiseFactory,
@@ -466,16 +563,63 @@ def privacy_report(config: RunConfig, factory: aggregators.CorrelatedNoiseFactor
 
 
 def driver_main(build_task: Callable, config_from_flags: Callable[[], RunConfig]) -> Callable:
-  """The absl `main` of a driver: flags -> `RunConfig` -> `run(build_task(config), config)`."""
+  """The absl `main` of a driver: flags -> `RunConfig` -> `run(build_task(config), config)`.
+
+  Bad input (settings, data, schedule, run directory, execution context) ends the program before
+  any training with one line on stderr naming the flag (`exit_with_error`); errors during training
+  keep their traceback. Use with `app.run(main, flags_parser=parse_flags)`.
+  """
 
   def main(argv):
     if len(argv) > 1:
-      raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+      exit_with_error(f'unexpected arguments {argv[1:]}')
     set_up_logging()
-    config = config_from_flags()
-    run(build_task(config), config)
+    try:
+      config = config_from_flags()
+      task = build_task(config)
+    except ValueError as error:
+      exit_with_error(error)
+    try:
+      run(task, config)
+    except SetupError as error:
+      exit_with_error(error)
 
   return main
+
+
+#: Exit status of a driver stopped by bad input (flags, settings, execution context).
+ERROR_EXIT_CODE = 2
+_BACKTICKED = re.compile(r'`([A-Za-z_][A-Za-z0-9_]*)`')
+
+
+def error_line(error) -> str:
+  """`error` as one line, with every backticked setting that is a flag written as `--name`."""
+  def as_flag(match):
+    return f'--{match.group(1)}' if match.group(1) in flags.FLAGS else match.group(0)
+  return ' '.join(_BACKTICKED.sub(as_flag, str(error)).split())
+
+
+def exit_with_error(error) -> NoReturn:
+  """Prints `<program>: error: <one line>` on stderr and exits with `ERROR_EXIT_CODE`.
+
+  Exits with `os._exit` after flushing: no interpreter teardown, in which TFF's local executor
+  destructors print "Exception ignored ... Traceback" lines or wait forever for a worker that
+  ignores SIGINT (see experiments/secure_context.py). Nothing has been trained at this point.
+  """
+  program = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else 'driver'
+  std_logging.shutdown()
+  sys.stdout.flush()
+  sys.stderr.write(f'{program}: error: {error_line(error)}\n')
+  sys.stderr.flush()
+  os._exit(ERROR_EXIT_CODE)
+
+
+def parse_flags(argv: List[str]) -> List[str]:
+  """The drivers' absl `flags_parser`: a flag error is one line on stderr (`exit_with_error`)."""
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as error:
+    exit_with_error(error)
 
 
 def set_up_logging() -> None:

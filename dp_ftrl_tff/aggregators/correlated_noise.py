@@ -26,6 +26,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import warnings
 from typing import Any, NamedTuple, Optional
 
 import numpy as np
@@ -173,25 +174,36 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
 
   @classmethod
   def tree(cls, noise_multiplier: float, clients_per_round: float, clip_norm: Optional[float],
-           efficient: bool = True, restart_rounds=None, noise_seed: Optional[int] = None, *,
-           max_rounds_per_tree: Optional[int] = None, **kwargs) -> 'CorrelatedNoiseFactory':
+           use_efficient: bool = True, restarts=None, noise_seed: Optional[int] = None, *,
+           max_rounds_per_tree: Optional[int] = None, efficient: Optional[bool] = None,
+           restart_rounds=None, **kwargs) -> 'CorrelatedNoiseFactory':
     """Tree aggregation (DP-FTRL, Kairouz et al. 2021): residuals of the noisy prefix sums.
 
     Args:
-      efficient: Honaker's efficient estimator (True) or the vanilla tree.
-      restart_rounds: a `RestartSchedule`, an int period p (restarts at p, 2p, ...) or None (no
-        restarts with a fixed clip; rounds 128 + 1024 i with adaptive clipping).
+      use_efficient: Honaker's efficient estimator (True, mechanism 'tree_efficient') or the vanilla
+        tree (False, mechanism 'tree'), as TFF's `DifferentiallyPrivateFactory.tree_aggregation`.
+      restarts: a `RestartSchedule`, an int period p (restarts at p, 2p, ...) or None (no restarts
+        with a fixed clip; rounds 128 + 1024 i with adaptive clipping).
       max_rounds_per_tree: the longest tree (sets the stored levels of the noise state); None means
         the longest segment of the restart schedule, or 2^15 rounds without restarts.
+      efficient, restart_rounds: deprecated names of `use_efficient` and `restarts`.
     """
-    if not isinstance(efficient, bool):
-      raise ValueError(f'`efficient` must be a bool, got {efficient!r}.')
-    if restart_rounds is not None and not isinstance(restart_rounds, plan_lib.RestartSchedule):
-      period = _validation.check_positive_int(restart_rounds, 'restart_rounds')
-      restart_rounds = plan_lib.RestartSchedule(warmup=period, period=period)
-    strategy = tree_mechanisms.TreeStrategy('efficient' if efficient else 'vanilla')
+    if efficient is not None:
+      warnings.warn('`efficient` is deprecated; use `use_efficient` (TFF\'s name).',
+                    DeprecationWarning, stacklevel=2)
+      use_efficient = efficient
+    if restart_rounds is not None:
+      warnings.warn('`restart_rounds` is deprecated; use `restarts`.', DeprecationWarning,
+                    stacklevel=2)
+      restarts = restart_rounds
+    if not isinstance(use_efficient, bool):
+      raise ValueError(f'`use_efficient` must be a bool, got {use_efficient!r}.')
+    if restarts is not None and not isinstance(restarts, plan_lib.RestartSchedule):
+      period = _validation.check_positive_int(restarts, 'restarts')
+      restarts = plan_lib.RestartSchedule(warmup=period, period=period)
+    strategy = tree_mechanisms.TreeStrategy('efficient' if use_efficient else 'vanilla')
     plan = plan_lib.RunPlan.build(strategy, noise_multiplier, clients_per_round, clip_norm,
-                                  restarts=restart_rounds, **kwargs)
+                                  restarts=restarts, **kwargs)
     return cls(plan, noise_seed=noise_seed, max_rounds_per_tree=max_rounds_per_tree)
 
   @classmethod

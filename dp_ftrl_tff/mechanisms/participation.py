@@ -19,6 +19,7 @@ import dataclasses
 import itertools
 import math
 import numbers
+import warnings
 from typing import Iterator, Optional, Tuple
 
 from dp_ftrl_tff import _validation
@@ -53,10 +54,20 @@ class ParticipationSchema:
     return cls(min_sep=1, max_participations=1)
 
   @classmethod
+  def b_min_sep(cls, min_sep: int,
+                max_participations: Optional[int] = None) -> 'ParticipationSchema':
+    """b-min-sep participation (b = `min_sep`) with at most k = `max_participations` participations.
+    """
+    return cls(min_sep=min_sep, max_participations=max_participations)
+
+  @classmethod
   def min_separation(cls, min_sep: int,
                      max_participations: Optional[int] = None) -> 'ParticipationSchema':
-    """b-min-sep participation with at most k = `max_participations` participations."""
-    return cls(min_sep=min_sep, max_participations=max_participations)
+    """Deprecated name of `b_min_sep` (it takes b, not TF-Privacy's min_separation = b - 1)."""
+    warnings.warn('ParticipationSchema.min_separation(b, k) is deprecated (it takes min_sep b, not '
+                  "TF-Privacy's min_separation = b - 1); use ParticipationSchema.b_min_sep(b, k).",
+                  DeprecationWarning, stacklevel=2)
+    return cls.b_min_sep(min_sep, max_participations)
 
   @classmethod
   def fixed_epoch_order(cls, num_epochs: int, rounds_per_epoch: int) -> 'ParticipationSchema':
@@ -70,7 +81,7 @@ class ParticipationSchema:
     """b - 1: TF-Privacy's `min_separation` (the Gboard tables' MinS, the colab's min_separation).
 
     Those count the rounds strictly *between* two participations of one client; `min_sep` = b counts
-    r2 - r1. (Not to be confused with the `min_separation(min_sep, ...)` constructor, which takes b.)
+    r2 - r1. (The deprecated constructor `min_separation(min_sep, ...)` takes b; use `b_min_sep`.)
     """
     return self.min_sep - 1
 

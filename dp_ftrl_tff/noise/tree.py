@@ -77,16 +77,16 @@ class TreeNoise(base.StreamingNoise):
   """Tree-aggregation residual noise: vanilla binary counter or Honaker efficient (stack form).
 
   Args:
-    efficient: True for Honaker's streaming estimator (`TreeStrategy('efficient')`), False for the
+    use_efficient: True for Honaker's streaming estimator (`TreeStrategy('efficient')`), False for the
       vanilla tree (`TreeStrategy('vanilla')`).
     max_rounds_per_tree: the most rounds one tree may run before a restart; fixes the number of
       levels to its bit length. Running a tree longer fails an assertion.
   """
 
-  def __init__(self, efficient: bool = True, max_rounds_per_tree: int = 2**15):
-    if not isinstance(efficient, bool):
-      raise ValueError(f'`efficient` must be a bool, got {efficient!r}.')
-    self._efficient = efficient
+  def __init__(self, use_efficient: bool = True, max_rounds_per_tree: int = 2**15):
+    if not isinstance(use_efficient, bool):
+      raise ValueError(f'`use_efficient` must be a bool, got {use_efficient!r}.')
+    self._efficient = use_efficient
     self._max_rounds = _validation.check_positive_int(max_rounds_per_tree, 'max_rounds_per_tree')
     self._num_levels = self._max_rounds.bit_length()
     # Honaker weight of a node of height l: its estimate is r' / (2 - 2^-l).
@@ -101,11 +101,11 @@ class TreeNoise(base.StreamingNoise):
     del beyond_max_rounds
     if not isinstance(strategy, tree_mechanisms.TreeStrategy) or strategy.variant == 'full':
       raise ValueError(f'`strategy` must be a vanilla or efficient TreeStrategy, got {strategy!r}.')
-    return cls(efficient=strategy.variant == 'efficient',
+    return cls(use_efficient=strategy.variant == 'efficient',
                max_rounds_per_tree=max_segment_rounds or 2**15)
 
   @property
-  def efficient(self) -> bool:
+  def use_efficient(self) -> bool:
     return self._efficient
 
   @property

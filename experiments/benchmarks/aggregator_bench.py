@@ -52,7 +52,7 @@ def _make_factory(name, dim, clients):
   if name == 'ours_gaussian':
     return CorrelatedNoiseFactory.gaussian(NOISE_MULTIPLIER, clients, CLIP, noise_seed=1)
   if name == 'ours_tree':
-    return CorrelatedNoiseFactory.tree(NOISE_MULTIPLIER, clients, CLIP, efficient=True,
+    return CorrelatedNoiseFactory.tree(NOISE_MULTIPLIER, clients, CLIP, use_efficient=True,
                                        noise_seed=1)
   if name == 'ours_blt':
     # A 2-buffer BLT of the size the BLT paper uses for ~2000 rounds (App. A scale).

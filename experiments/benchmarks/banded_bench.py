@@ -25,7 +25,7 @@ _ERROR = flags.DEFINE_enum('error', 'rms', ['rms', 'max'], 'Optimized error.')
 
 def main(argv):
   del argv
-  participation = ParticipationSchema.min_separation(_MIN_SEP.value, _MAX_PARTICIPATIONS.value)
+  participation = ParticipationSchema.b_min_sep(_MIN_SEP.value, _MAX_PARTICIPATIONS.value)
   for toeplitz in (True, False):
     start = time.monotonic()
     result = banded.optimize_banded(_NUM_ROUNDS.value, _NUM_BANDS.value, participation,

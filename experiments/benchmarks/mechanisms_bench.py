@@ -29,7 +29,7 @@ def _timed(fn):
 
 def main(argv):
   del argv
-  table3 = ParticipationSchema.min_separation(342, 6)
+  table3 = ParticipationSchema.b_min_sep(342, 6)
   rows = []
 
   seconds, result = _timed(lambda: blt.optimize_blt(2052, table3, num_buffers=4, error='max'))
@@ -38,7 +38,7 @@ def main(argv):
                '(paper 10.79)'))
 
   seconds, result = _timed(
-      lambda: blt.optimize_blt(2000, ParticipationSchema.min_separation(400), error='max'))
+      lambda: blt.optimize_blt(2000, ParticipationSchema.b_min_sep(400), error='max'))
   rows.append(('BLT optimize n=2000 b=400 k=None d=auto', seconds, 10.0,
                f'd={result.strategy.num_buffers} MaxLoss {result.losses.max_loss:.4f}'))
 
@@ -49,7 +49,7 @@ def main(argv):
                  '(paper 10.21 / 8.60)'))
 
   seconds, value = _timed(lambda: tree.tree_sensitivity_squared(
-      2000, ParticipationSchema.min_separation(314, 6)))
+      2000, ParticipationSchema.b_min_sep(314, 6)))
   rows.append(('tree sensitivity n=2000 k=6 b=314', seconds, 1.0,
                f'sens^2 {value} (TF-Privacy: 79 in 250 s)'))
 

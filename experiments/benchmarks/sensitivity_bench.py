@@ -37,7 +37,7 @@ def _best_time(fn, repeats):
 def main(argv):
   del argv
   n, b, k = _NUM_ROUNDS.value, _MIN_SEP.value, _MAX_PARTICIPATIONS.value
-  schema = ParticipationSchema.min_separation(b, k)
+  schema = ParticipationSchema.b_min_sep(b, k)
   rng = np.random.default_rng(0)
   dense = np.tril(rng.uniform(size=(n, n)))
   banded = dense * (np.subtract.outer(np.arange(n), np.arange(n)) < b)

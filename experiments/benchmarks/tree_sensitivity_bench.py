@@ -37,7 +37,7 @@ def _tf_privacy_accountant():
 
 def main(argv):
   del argv
-  participation = ParticipationSchema.min_separation(_MIN_SEP.value, _MAX_PARTICIPATIONS.value)
+  participation = ParticipationSchema.b_min_sep(_MIN_SEP.value, _MAX_PARTICIPATIONS.value)
   times = []
   for _ in range(_REPEATS.value):
     start = time.perf_counter()

@@ -63,4 +63,5 @@ def config_from_flags() -> training_loop.RunConfig:
 
 if __name__ == '__main__':
   flags.mark_flag_as_required('root_output_dir')
-  app.run(training_loop.driver_main(build_task, config_from_flags))
+  app.run(training_loop.driver_main(build_task, config_from_flags),
+          flags_parser=training_loop.parse_flags)

@@ -37,9 +37,9 @@ BLT = blt_mechanisms.BLTStrategy(theta=(0.9, 0.5), omega=(0.3, 0.2))
 MECHANISMS = {
     'gaussian': (lambda **kw: CorrelatedNoiseFactory.gaussian(**kw),
                  gaussian_mechanisms.GaussianStrategy()),
-    'tree_efficient': (lambda **kw: CorrelatedNoiseFactory.tree(efficient=True, **kw),
+    'tree_efficient': (lambda **kw: CorrelatedNoiseFactory.tree(use_efficient=True, **kw),
                        tree_mechanisms.TreeStrategy('efficient')),
-    'tree_vanilla': (lambda **kw: CorrelatedNoiseFactory.tree(efficient=False, **kw),
+    'tree_vanilla': (lambda **kw: CorrelatedNoiseFactory.tree(use_efficient=False, **kw),
                      tree_mechanisms.TreeStrategy('vanilla')),
     'banded': (lambda **kw: CorrelatedNoiseFactory.banded(strategy=BANDED, **kw), BANDED),
     'blt': (lambda **kw: CorrelatedNoiseFactory.blt(strategy=BLT, **kw), BLT),
@@ -155,7 +155,7 @@ def test_non_finite_updates_never_reach_the_output(robust_processes):
 def adaptive_process():
   """Tree + adaptive clipping, no noise (deterministic estimate), restarts at rounds 2, 5, 8."""
   factory = CorrelatedNoiseFactory.tree(
-      0.0, 4, None, noise_seed=1, restart_rounds=RestartSchedule(warmup=2, period=3),
+      0.0, 4, None, noise_seed=1, restarts=RestartSchedule(warmup=2, period=3),
       adaptive_clip=AdaptiveClipping(initial_clip=1.0, target_quantile=0.5, learning_rate=0.2))
   return factory.create(tff.TensorType(np.float32, [1]))
 
@@ -239,8 +239,8 @@ def test_invalid_strategy_and_options_are_named():
     CorrelatedNoiseFactory.banded(1.0, 10, 1.0, strategy=BANDED, beyond_max_rounds='wrap')
   with pytest.raises(ValueError, match='theta'):
     CorrelatedNoiseFactory.blt(1.0, 10, 1.0)
-  with pytest.raises(ValueError, match='restart_rounds'):
-    CorrelatedNoiseFactory.tree(1.0, 10, 1.0, restart_rounds=0)
+  with pytest.raises(ValueError, match='restarts'):
+    CorrelatedNoiseFactory.tree(1.0, 10, 1.0, restarts=0)
 
 
 def test_blt_from_theta_omega_and_file(tmp_path):
@@ -325,3 +325,12 @@ def test_secure_matches_plain_within_discretization_bound(bits):
   sensitivity = float(secure_lib.sensitivity_clip(config, 1.0, m, dim))
   np.testing.assert_allclose(secure_out.measurements['sensitivity_clip'], sensitivity, rtol=1e-6)
   assert 1.0 < sensitivity <= 1.0 + gamma * math.sqrt(config.padded_dim(dim)) + 1e-4
+
+
+def test_deprecated_tree_argument_names_still_work():
+  with pytest.warns(DeprecationWarning, match='use_efficient'):
+    factory = CorrelatedNoiseFactory.tree(1.0, 10, 1.0, efficient=False)
+  assert factory.strategy.name == 'tree'
+  with pytest.warns(DeprecationWarning, match='restarts'):
+    factory = CorrelatedNoiseFactory.tree(1.0, 10, 1.0, restart_rounds=4)
+  assert factory.plan.restarts == RestartSchedule(warmup=4, period=4)

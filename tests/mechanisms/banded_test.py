@@ -149,7 +149,7 @@ def test_errors_match_materialized_decoder():
 @pytest.mark.parametrize('min_sep, k, bands', [(4, 2, 4), (4, None, 3), (3, 3, 1), (5, 2, 2)])
 def test_unit_columns_with_bands_within_min_sep_have_sensitivity_k(min_sep, k, bands):
   n = 14
-  participation = ParticipationSchema.min_separation(min_sep, k)
+  participation = ParticipationSchema.b_min_sep(min_sep, k)
   strategy = banded.BandedStrategy(_random_banded(n, bands, seed=bands, normalize=True))
   k_eff = participation.effective_max_participations(n)
   assert strategy.sensitivity_squared(n, participation) == pytest.approx(k_eff, rel=1e-12)
@@ -161,7 +161,7 @@ def test_unit_columns_with_bands_within_min_sep_have_sensitivity_k(min_sep, k, b
 
 def test_more_bands_than_min_sep_gives_upper_bound():
   n = 12
-  participation = ParticipationSchema.min_separation(3, 3)
+  participation = ParticipationSchema.b_min_sep(3, 3)
   c = _random_banded(n, 5, seed=7, normalize=True)
   bound = banded.BandedStrategy(c).sensitivity_squared(n, participation)
   assert bound >= _eq5_brute_force(c, participation) - 1e-12
@@ -179,7 +179,7 @@ def test_dp_sgd_prefix_sum_rmse_table2():
   # prefix-sum RMSE sqrt(k (n + 1) / 2) = 78.48 at n = 2052; the RmsLoss (sens * RmsError) is that
   # number.
   n = 2052
-  losses = banded.BandedStrategy(np.eye(n)).losses(n, ParticipationSchema.min_separation(342, 6))
+  losses = banded.BandedStrategy(np.eye(n)).losses(n, ParticipationSchema.b_min_sep(342, 6))
   assert losses.sensitivity_squared == pytest.approx(6.0)
   assert losses.rms_loss == pytest.approx(np.sqrt(6 * (n + 1) / 2), rel=1e-10)
   assert round(losses.rms_loss, 2) == 78.48
@@ -218,7 +218,7 @@ def _brute_force_x_optimum(n, bands, workload):
 
 @pytest.mark.parametrize('n, bands', [(8, 3), (9, 1), (7, 7)])
 def test_general_optimizer_matches_brute_force(n, bands):
-  participation = ParticipationSchema.min_separation(max(bands, 2), 2)
+  participation = ParticipationSchema.b_min_sep(max(bands, 2), 2)
   result = banded.optimize_banded(n, bands, participation, max_iterations=500, tolerance=1e-14)
   c = result.strategy.strategy_matrix(n)
   np.testing.assert_allclose(np.linalg.norm(c, axis=0), 1.0, rtol=1e-12)
@@ -231,7 +231,7 @@ def test_general_optimizer_matches_brute_force(n, bands):
 def test_general_optimizer_with_momentum_workload_matches_brute_force():
   n, bands = 8, 3
   a = base.momentum_workload(n, 0.9, np.linspace(1.0, 0.25, n))
-  result = banded.optimize_banded(n, bands, ParticipationSchema.min_separation(3, 2), workload=a,
+  result = banded.optimize_banded(n, bands, ParticipationSchema.b_min_sep(3, 2), workload=a,
                                   max_iterations=500, tolerance=1e-14)
   got = np.mean(np.sum((a @ result.strategy.noise_matrix(n))**2, axis=1))
   assert result.details['workload_error']**2 == pytest.approx(got, rel=1e-10)
@@ -241,7 +241,7 @@ def test_general_optimizer_with_momentum_workload_matches_brute_force():
 @pytest.mark.parametrize('error, momentum', [('rms', None), ('max', None), ('rms', 0.8)])
 def test_toeplitz_optimizer_matches_brute_force(error, momentum):
   n, bands = 10, 3
-  participation = ParticipationSchema.min_separation(3, 2)
+  participation = ParticipationSchema.b_min_sep(3, 2)
   workload = base.prefix_sum_workload(n) if momentum is None else base.momentum_workload(n, momentum)
   result = banded.optimize_banded(n, bands, participation, toeplitz=True, error=error,
                                   workload=None if momentum is None else workload,
@@ -264,7 +264,7 @@ def test_toeplitz_optimizer_matches_brute_force(error, momentum):
 
 def test_warm_start_from_initial_does_not_increase_loss():
   n, bands = 20, 4
-  participation = ParticipationSchema.min_separation(4, 5)
+  participation = ParticipationSchema.b_min_sep(4, 5)
   start = banded.BandedStrategy(_random_banded(n, bands, seed=9, normalize=True))
   result = banded.optimize_banded(n, bands, participation, initial=start, max_iterations=5)
   assert 'toeplitz_stage' not in result.details
@@ -273,7 +273,7 @@ def test_warm_start_from_initial_does_not_increase_loss():
 
 def test_max_error_objective_lowers_max_error():
   n, bands = 24, 4
-  participation = ParticipationSchema.min_separation(4, 3)
+  participation = ParticipationSchema.b_min_sep(4, 3)
   rms = banded.optimize_banded(n, bands, participation, error='rms', max_iterations=300)
   mx = banded.optimize_banded(n, bands, participation, error='max', max_iterations=300)
   assert mx.losses.max_loss < rms.losses.max_loss * (1 - 1e-3)
@@ -301,7 +301,7 @@ def test_stackoverflow_bandmf_table2_and_blt_table3():
   # n = 2052, k = 6, b = 342, 342 bands, equal column norms, optimized for RMS (BandMF Table 2 row
   # "MF (342) T"; BLT paper Table 3 row "BandMF (band=342)", whose first loss column is MaxLoss).
   n, k, b = 2052, 6, 342
-  participation = ParticipationSchema.min_separation(b, k)
+  participation = ParticipationSchema.b_min_sep(b, k)
   result = banded.optimize_banded(n, b, participation)
   losses = result.losses
   assert losses.sensitivity_squared == pytest.approx(k, rel=1e-12)

@@ -562,6 +562,6 @@ def test_mechanisms_blt_does_not_import_tensorflow_or_jax():
   import subprocess
   import sys
   code = ('import sys; import dp_ftrl_tff.mechanisms.blt as m; '
-          'm.optimize_blt(50, m.participation_lib.ParticipationSchema.min_separation(10), 1); '
+          'm.optimize_blt(50, m.participation_lib.ParticipationSchema.b_min_sep(10), 1); '
           'assert "tensorflow" not in sys.modules and "jax" not in sys.modules')
   subprocess.run([sys.executable, '-c', code], check=True)

@@ -53,7 +53,7 @@ def test_evaluate_blt_against_dense_reference_and_table():
   coefs = np.concatenate([[1.0], [sum(w * t**(i - 1) for t, w in zip(theta, omega, strict=False))
                                   for i in range(1, n)]])
   c = np.array([[coefs[i - j] if i >= j else 0.0 for j in range(n)] for i in range(n)])
-  max_loss, rms_loss, sens_sq = _dense_losses(c, n, P.min_separation(b, k))
+  max_loss, rms_loss, sens_sq = _dense_losses(c, n, P.b_min_sep(b, k))
   assert out['max_loss'] == pytest.approx(max_loss, rel=1e-10)
   assert out['rms_loss'] == pytest.approx(rms_loss, rel=1e-10)
   assert out['sensitivity_squared'] == pytest.approx(sens_sq, rel=1e-10)

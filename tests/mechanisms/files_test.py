@@ -46,7 +46,7 @@ def test_round_trip_preserves_matrices_and_losses(tmp_path, index, suffix):
   n = 12
   np.testing.assert_array_equal(loaded.strategy_matrix(n), strategy.strategy_matrix(n))
   np.testing.assert_array_equal(loaded.noise_matrix(n), strategy.noise_matrix(n))
-  schema = P.min_separation(3, 3)
+  schema = P.b_min_sep(3, 3)
   assert loaded.losses(n, schema) == strategy.losses(n, schema)
   assert files.load_strategy(path).to_config().keys() == strategy.to_config().keys()
 
@@ -66,7 +66,7 @@ def test_blt_json_is_readable_and_exact(tmp_path):
 
 def test_setting_from_optimization_result(tmp_path):
   strategy = gaussian.GaussianStrategy()
-  schema = P.min_separation(4, 2)
+  schema = P.b_min_sep(4, 2)
   result = base.OptimizationResult(strategy=strategy, losses=strategy.losses(10, schema),
                                    num_rounds=10, participation=schema, seconds=0.1,
                                    details={'error': 'rms'})

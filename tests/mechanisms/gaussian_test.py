@@ -20,7 +20,7 @@ def test_closed_form_errors_match_dense_decoder(n):
   np.testing.assert_array_equal(strategy.decoder_matrix(n), decoder)
 
 
-@pytest.mark.parametrize('schema', [P.single(), P.min_separation(2, 3), P.min_separation(3),
+@pytest.mark.parametrize('schema', [P.single(), P.b_min_sep(2, 3), P.b_min_sep(3),
                                     P.fixed_epoch_order(3, 2), P.fixed_epoch_order(5, 4)])
 def test_sensitivity_is_largest_pattern_size(schema):
   n = 10

@@ -32,7 +32,7 @@ def _coefs(key, n):
 
 def test_bandmf_table2_dp_sgd():
   # DP-SGD prefix-sum RMSE sqrt(k (n + 1) / 2) = 78.48; relative to Multi-epoch MF (8.1523): 9.63.
-  losses = gaussian.GaussianStrategy().losses(2052, P.min_separation(342, 6))
+  losses = gaussian.GaussianStrategy().losses(2052, P.b_min_sep(342, 6))
   assert losses.rms_loss == pytest.approx(78.48, abs=0.005)
   assert losses.rms_loss / 8.1523 == pytest.approx(9.63, abs=0.005)
   assert losses.sensitivity_squared == 6.0
@@ -41,7 +41,7 @@ def test_bandmf_table2_dp_sgd():
 def test_bandmf_table2_tree_pseudo_inverse_ratio_to_dp_sgd():
   # Table 2: optimal TreeAgg (pseudo-inverse decoder) RMSE 1.53 and DP-SGD 9.63, both relative to
   # Multi-epoch MF, with sensitivity 1 under min-sep; the ratio is normalization-free.
-  schema = P.min_separation(342, 6)
+  schema = P.b_min_sep(342, 6)
   tree_rms = tree.TreeStrategy('full').losses(2052, schema).rms_loss
   dp_sgd_rms = gaussian.GaussianStrategy().losses(2052, schema).rms_loss
   assert tree_rms / dp_sgd_rms == pytest.approx(1.53 / 9.63, rel=0.01)
@@ -54,7 +54,7 @@ def test_bandmf_table2_tree_pseudo_inverse_ratio_to_dp_sgd():
 ])
 def test_blt_app_a_losses(key, n, b, k, sens, max_loss, rms_loss):
   coefs = _coefs(key, n)
-  schema = P.min_separation(b, k)
+  schema = P.b_min_sep(b, k)
   assert sensitivity.toeplitz_is_exact(coefs, n, schema)
   sens_sq = sensitivity.toeplitz_squared(coefs, n, schema)
   max_error, rms_error = toeplitz.errors_from_noise_coefs(toeplitz.inverse_coefs(coefs, n))
@@ -70,5 +70,5 @@ def test_blt_app_a_losses(key, n, b, k, sens, max_loss, rms_loss):
     (1000, 2000, 1181, 2, 2.6884),  # pt-BR BLT-16.1
 ])
 def test_blt_table4_sensitivities(key, n, b, k, sens):
-  value = sensitivity.toeplitz_squared(_coefs(key, n), n, P.min_separation(b, k))
+  value = sensitivity.toeplitz_squared(_coefs(key, n), n, P.b_min_sep(b, k))
   assert np.sqrt(value) == pytest.approx(sens, abs=1e-4)

@@ -35,7 +35,7 @@ def _reference_fixed_epoch(n, b, k):
 @pytest.mark.parametrize('b', [1, 2, 3, 5])
 @pytest.mark.parametrize('k', [None, 1, 2, 3])
 def test_min_sep_patterns_match_bitmask_enumeration(n, b, k):
-  schema = P.min_separation(b, k)
+  schema = P.b_min_sep(b, k)
   expected = _reference_min_sep(n, b, k)
   got = list(schema.all_patterns(n))
   assert len(got) == len(set(got))
@@ -64,7 +64,7 @@ def test_fixed_epoch_rejects_later_epochs_beyond_k():
   assert not schema.admits((5, 8), 10)  # offset 2 starts at round 2, its epochs are (2, 5)
 
 
-@pytest.mark.parametrize('schema', [P.single(), P.min_separation(2, 2), P.min_separation(3),
+@pytest.mark.parametrize('schema', [P.single(), P.b_min_sep(2, 2), P.b_min_sep(3),
                                     P.fixed_epoch_order(2, 3)])
 def test_maximal_patterns_are_exactly_the_unextendable_ones(schema):
   n = 8
@@ -78,20 +78,20 @@ def test_maximal_patterns_are_exactly_the_unextendable_ones(schema):
 @pytest.mark.parametrize('n,b,k,expected', [(10, 3, None, 4), (10, 3, 2, 2), (9, 3, 5, 3),
                                             (1, 7, 3, 1), (2052, 342, 6, 6), (2000, 2001, 1, 1)])
 def test_effective_max_participations(n, b, k, expected):
-  assert P.min_separation(b, k).effective_max_participations(n) == expected
+  assert P.b_min_sep(b, k).effective_max_participations(n) == expected
 
 
 def test_earliest_pattern_and_single():
-  assert P.min_separation(3, 2).earliest_pattern(10) == (0, 3)
-  assert P.min_separation(4).earliest_pattern(10) == (0, 4, 8)
+  assert P.b_min_sep(3, 2).earliest_pattern(10) == (0, 3)
+  assert P.b_min_sep(4).earliest_pattern(10) == (0, 4, 8)
   assert P.single().earliest_pattern(5) == (0,)
   assert P.single().is_single_participation(100)
-  assert P.min_separation(100, 5).is_single_participation(100)
-  assert not P.min_separation(99, 5).is_single_participation(100)
+  assert P.b_min_sep(100, 5).is_single_participation(100)
+  assert not P.b_min_sep(99, 5).is_single_participation(100)
 
 
 def test_tf_privacy_min_separation_is_b_minus_one():
-  assert P.min_separation(342, 6).tf_privacy_min_separation == 341
+  assert P.b_min_sep(342, 6).tf_privacy_min_separation == 341
   assert P.single().tf_privacy_min_separation == 0
 
 
@@ -118,14 +118,14 @@ def test_num_rounds_is_validated():
 
 def test_str_mentions_kind():
   assert str(P.fixed_epoch_order(2, 3)) == 'fixed-epoch(min_sep=3, max_participations=2)'
-  assert str(P.min_separation(3)) == 'min-sep(min_sep=3, max_participations=ceil(n/b))'
+  assert str(P.b_min_sep(3)) == 'min-sep(min_sep=3, max_participations=ceil(n/b))'
 
 
 @pytest.mark.parametrize('call, name', [
     (lambda: P.fixed_epoch_order(0, 3), 'num_epochs'),
     (lambda: P.fixed_epoch_order(2, 0), 'rounds_per_epoch'),
-    (lambda: P.min_separation(3).admits((0, 'a'), 10), 'pattern'),
-    (lambda: P.min_separation(3).admits((0, 3.0), 10), 'pattern'),
+    (lambda: P.b_min_sep(3).admits((0, 'a'), 10), 'pattern'),
+    (lambda: P.b_min_sep(3).admits((0, 3.0), 10), 'pattern'),
 ])
 def test_constructors_and_admits_name_bad_arguments(call, name):
   with pytest.raises(ValueError, match=name):
@@ -133,12 +133,18 @@ def test_constructors_and_admits_name_bad_arguments(call, name):
 
 
 def test_admits_rejects_rounds_outside_the_run():
-  assert not P.min_separation(3).admits((-3, 0), 10)
-  assert not P.min_separation(3).admits((0, 10), 10)
+  assert not P.b_min_sep(3).admits((-3, 0), 10)
+  assert not P.b_min_sep(3).admits((0, 10), 10)
 
 
 def test_check_participation():
-  schema = P.min_separation(3, 2)
+  schema = P.b_min_sep(3, 2)
   assert participation_lib.check_participation(schema) is schema
   with pytest.raises(ValueError, match='participation'):
     participation_lib.check_participation((3, 2))
+
+
+def test_deprecated_min_separation_constructor_takes_min_sep():
+  with pytest.warns(DeprecationWarning, match='b_min_sep'):
+    schema = P.min_separation(5, 2)
+  assert schema == P.b_min_sep(5, 2) and schema.tf_privacy_min_separation == 4

@@ -50,8 +50,8 @@ def _schema(draw_b, draw_k, fixed):
   if fixed:
     return P.fixed_epoch_order(draw_k or 2, draw_b)
   if draw_k is None:  # unbounded k: keep the brute force small with a larger b
-    return P.min_separation(draw_b + 2)
-  return P.min_separation(draw_b, draw_k)
+    return P.b_min_sep(draw_b + 2)
+  return P.b_min_sep(draw_b, draw_k)
 
 
 schemas = st.builds(_schema, st.integers(1, 4), st.one_of(st.none(), st.integers(1, 4)),
@@ -101,7 +101,7 @@ def test_alg4_is_not_tight_for_banded_gram():
   # Bands 2 <= b = 2; X = [[10, 3, 0], [3, 10, 3], [0, 3, 1]]. Exact: rounds {0, 2} give 10 + 1.
   # Alg. 4: row 1 picks |X_10| + |X_12| = 6 (columns 2 apart), so rows {0, 2} and 1 give 10 + 3 = 13.
   c = np.array([[1.0, 0.0, 0.0], [3.0, 1.0, 0.0], [0.0, 3.0, 1.0]])
-  schema = P.min_separation(2)
+  schema = P.b_min_sep(2)
   assert brute_force(c, schema) == pytest.approx((11.0, 11.0))
   assert sensitivity.banded_squared(c, schema) == pytest.approx(11.0)
   assert sensitivity.min_sep_upper_bound_squared(c, schema) == pytest.approx(13.0)
@@ -110,7 +110,7 @@ def test_alg4_is_not_tight_for_banded_gram():
 def test_banded_accepts_non_lower_triangular_orthogonal_columns():
   # Column 2 lives above column 0 (the support test fails) but they are orthogonal (Gram check passes).
   c = np.array([[0.0, 0.0, 3.0], [2.0, 2.0, 0.0], [0.0, 1.0, 0.0]])
-  schema = P.min_separation(2, 2)
+  schema = P.b_min_sep(2, 2)
   assert sensitivity.banded_squared(c, schema) == pytest.approx(13.0)  # columns 0, 2: 4 + 9
   assert brute_force(c, schema) == pytest.approx((13.0, 13.0))
 
@@ -118,7 +118,7 @@ def test_banded_accepts_non_lower_triangular_orthogonal_columns():
 def test_banded_rejects_overlapping_columns():
   c = np.tril(np.ones((5, 5)))
   with pytest.raises(ValueError, match='strategy_matrix'):
-    sensitivity.banded_squared(c, P.min_separation(2, 2))
+    sensitivity.banded_squared(c, P.b_min_sep(2, 2))
   # A single participation never pairs two columns: any C is fine.
   assert sensitivity.banded_squared(c, P.single()) == 5.0
 
@@ -159,7 +159,7 @@ def test_fixed_epoch(n, k, b, seed, nonnegative):
 
 def test_fixed_epoch_requires_fixed_epoch_schema():
   with pytest.raises(ValueError, match='participation'):
-    sensitivity.fixed_epoch_squared(np.eye(3), P.min_separation(1, 2))
+    sensitivity.fixed_epoch_squared(np.eye(3), P.b_min_sep(1, 2))
 
 
 def _monotone_coefs(rng, length):
@@ -195,7 +195,7 @@ def test_toeplitz_non_monotone_is_upper_bound(n, schema, length, seed, nonnegati
 def test_toeplitz_majorant_beats_earliest_pattern_value():
   # c = (1, 0, 0, 1), n = 7, b = 2: pi* = (0, 2) gives ||C u||^2 = 4, pattern (0, 3) gives 6.
   coefs = [1.0, 0.0, 0.0, 1.0]
-  schema = P.min_separation(2, 2)
+  schema = P.b_min_sep(2, 2)
   c = toeplitz.materialize(coefs, 7)
   assert np.sum((c[:, 0] + c[:, 2])**2) == 4.0
   assert brute_force(c, schema) == (6.0, 6.0)
@@ -212,7 +212,7 @@ def test_toeplitz_published_blt_sensitivities(n, b, k, expected_sens):
   # its parameters (the last one is the App. A setting n=4000, b=400, k=5).
   i = np.arange(1, n)
   coefs = np.concatenate([[1.0], (OMEGA_400 * THETA_400**(i[:, None] - 1)).sum(axis=1)])
-  value = sensitivity.toeplitz_squared(coefs, n, P.min_separation(b, k))
+  value = sensitivity.toeplitz_squared(coefs, n, P.b_min_sep(b, k))
   assert np.sqrt(value) == pytest.approx(expected_sens, abs=1e-6)
 
 
@@ -231,18 +231,18 @@ def test_dense_method_choice():
   rng = np.random.default_rng(0)
   dense = np.tril(rng.normal(size=(8, 8)))
   banded = _banded_lower(rng, 8, 2)
-  assert sensitivity.dense_method(banded, P.min_separation(2, 3)) == ('banded', True)
-  assert sensitivity.dense_method(dense, P.min_separation(2, 3)) == ('min_sep_upper_bound', False)
+  assert sensitivity.dense_method(banded, P.b_min_sep(2, 3)) == ('banded', True)
+  assert sensitivity.dense_method(dense, P.b_min_sep(2, 3)) == ('min_sep_upper_bound', False)
   assert sensitivity.dense_method(np.abs(dense), P.fixed_epoch_order(2, 4)) == ('fixed_epoch', True)
   # Same k_eff = 1 with a large min_sep: single participation.
-  assert sensitivity.dense_method(dense, P.min_separation(8, 3)) == ('single', True)
-  assert sensitivity.dense_squared(dense, P.min_separation(2, 3)) == pytest.approx(
-      sensitivity.min_sep_upper_bound_squared(dense, P.min_separation(2, 3)))
+  assert sensitivity.dense_method(dense, P.b_min_sep(8, 3)) == ('single', True)
+  assert sensitivity.dense_squared(dense, P.b_min_sep(2, 3)) == pytest.approx(
+      sensitivity.min_sep_upper_bound_squared(dense, P.b_min_sep(2, 3)))
 
 
 def test_alg4_chunking_is_invisible(monkeypatch):
   c = np.tril(np.random.default_rng(1).normal(size=(30, 30)))
-  schema = P.min_separation(3, 4)
+  schema = P.b_min_sep(3, 4)
   whole = sensitivity.min_sep_upper_bound_squared(c, schema)
   monkeypatch.setattr(sensitivity, '_ALG4_ELEMENTS_PER_CHUNK', 70)  # 2 rows per chunk
   assert sensitivity.min_sep_upper_bound_squared(c, schema) == whole
@@ -252,8 +252,8 @@ def test_equal_norm_banded_is_k():
   # BandMF Thm. 2: unit column norms and bands <= b give sens^2 = min(k, ceil(n / b)).
   c = _banded_lower(np.random.default_rng(3), 50, 4)
   c /= np.linalg.norm(c, axis=0)
-  assert sensitivity.banded_squared(c, P.min_separation(5, 3)) == pytest.approx(3.0)
-  assert sensitivity.banded_squared(c, P.min_separation(5)) == pytest.approx(10.0)
+  assert sensitivity.banded_squared(c, P.b_min_sep(5, 3)) == pytest.approx(3.0)
+  assert sensitivity.banded_squared(c, P.b_min_sep(5)) == pytest.approx(10.0)
 
 
 @pytest.mark.parametrize('call,name', [

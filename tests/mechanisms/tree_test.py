@@ -149,7 +149,7 @@ def test_closed_form_errors_match_dense_decoder(variant, num_rounds):
 def test_blt_table3_tree_agg_full():
   # BLT paper Table 3 (headers swapped, docs/papers.md#misprints): MaxLoss 14.98, RmsLoss 12.47
   # with the Remark 3.2 bound at n=2052, b=342, k=6 (sens 10.8628).
-  participation = P.min_separation(342, 6)
+  participation = P.b_min_sep(342, 6)
   strategy = tree.TreeStrategy('full')
   lower = tree.earliest_pattern_sensitivity_squared(2052, participation)
   assert np.sqrt(lower) == pytest.approx(10.8628, abs=1e-4)
@@ -167,7 +167,7 @@ def test_blt_table3_tree_agg_full():
 @hypothesis.given(num_rounds=st.integers(1, 14), min_sep=st.integers(1, 15),
                   max_participations=st.integers(1, 5), completion=st.booleans())
 def test_tree_sensitivity_matches_brute_force(num_rounds, min_sep, max_participations, completion):
-  participation = P.min_separation(min_sep, max_participations)
+  participation = P.b_min_sep(min_sep, max_participations)
   expected = _brute_force(tree.tree_matrix(num_rounds, completion),
                           participation.patterns(num_rounds))
   assert tree.tree_sensitivity_squared(num_rounds, participation, completion) == expected
@@ -181,7 +181,7 @@ def test_tree_sensitivity_matches_brute_force(num_rounds, min_sep, max_participa
                   data=st.data())
 def test_segments_sensitivity_matches_brute_force(lengths, min_sep, max_participations, data):
   completed = data.draw(st.lists(st.booleans(), min_size=len(lengths), max_size=len(lengths)))
-  participation = P.min_separation(min_sep, max_participations)
+  participation = P.b_min_sep(min_sep, max_participations)
   expected = _brute_force(_segments_matrix(lengths, completed),
                           participation.patterns(sum(lengths)))
   assert tree.segments_sensitivity_squared(lengths, participation, completed) == expected
@@ -213,7 +213,7 @@ def test_single_participation_is_depth(num_rounds):
     (1, 1, 0, 1), (8, 1, 0, 4), (1024, 1, 0, 11), (1600, 1, 0, 11), (8, 2, 3, 10), (16, 2, 7, 12),
     (16, 4, 3, 36), (64, 8, 7, 144), (100, 5, 19, 50), (500, 5, 99, 50), (2000, 20, 99, 425)])
 def test_dp_ftrl_app_d_table(total, epochs, xi, expected):
-  assert tree.tree_sensitivity_squared(total, P.min_separation(xi + 1, epochs)) == expected
+  assert tree.tree_sensitivity_squared(total, P.b_min_sep(xi + 1, epochs)) == expected
 
 
 # Gboard Tables 1-2 (docs/papers.md#gboard; S recomputed, rho = S / 98 rounds to the printed value):
@@ -224,7 +224,7 @@ def test_dp_ftrl_app_d_table(total, epochs, xi, expected):
     (3600, 909, 3, 44), (870, 327, 3, 31), (1300, 290, 4, 60), (430, 54, 7, 97),
     (930, 212, 5, 55), (530, 54, 10, 250), (2000, 313, 6, 79), (2000, 313, 7, 87)])
 def test_gboard_tables(rounds, min_s, max_p, expected):
-  assert tree.tree_sensitivity_squared(rounds, P.min_separation(min_s + 1, max_p)) == expected
+  assert tree.tree_sensitivity_squared(rounds, P.b_min_sep(min_s + 1, max_p)) == expected
 
 
 @pytest.mark.parametrize('total, max_p, xi', [(13, 3, 2), (20, 4, 3), (32, 3, 5), (45, 5, 4)])
@@ -240,7 +240,7 @@ def test_matches_tf_privacy_on_small_cases(total, max_p, xi):
   spec.loader.exec_module(accountant)
   rho = accountant.compute_zcdp_single_tree(noise_multiplier=1.0, total_steps=total,
                                             max_participation=max_p, min_separation=xi)
-  assert tree.tree_sensitivity_squared(total, P.min_separation(xi + 1, max_p)) == 2 * rho
+  assert tree.tree_sensitivity_squared(total, P.b_min_sep(xi + 1, max_p)) == 2 * rho
 
 
 def test_pattern_sensitivity_algorithm4_example():
@@ -296,7 +296,7 @@ def test_config_round_trip(variant, completion):
 
 
 def test_losses_use_exact_sensitivity():
-  losses = tree.TreeStrategy('vanilla').losses(8, P.min_separation(4, 2))
+  losses = tree.TreeStrategy('vanilla').losses(8, P.b_min_sep(4, 2))
   assert losses.sensitivity_squared == 10.0
   assert losses.max_loss == pytest.approx(np.sqrt(10.0 * 3))  # max popcount(t + 1), t < 8, is 3
 

@@ -56,7 +56,7 @@ def test_float32_stream_matches_within_1e5_and_scales_with_stddev():
 def test_optimized_strategy_stream():
   n = 30
   result = banded_mechanisms.optimize_banded(
-      n, 6, ParticipationSchema.min_separation(6, 5))
+      n, 6, ParticipationSchema.b_min_sep(6, 5))
   specs = collections.OrderedDict(w=tf.TensorSpec([7], tf.float64))
   seed = base.initial_seed(5)
   rounds, _ = stream_testing.run_stream(banded.BandedNoise(result.strategy), specs, seed, [n])

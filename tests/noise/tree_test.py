@@ -37,7 +37,7 @@ def _expected(efficient, specs, seed, segment_lengths):
 def test_stream_matches_noise_matrix_float64(efficient, segment_lengths):
   seed = base.initial_seed(1234)
   specs = stream_testing.value_specs(tf.float64)
-  noise = tree.TreeNoise(efficient=efficient, max_rounds_per_tree=64)
+  noise = tree.TreeNoise(use_efficient=efficient, max_rounds_per_tree=64)
   streamed, state = _stream(noise, specs, seed, segment_lengths)
   expected, num_rows = _expected(efficient, specs, seed, segment_lengths)
   np.testing.assert_allclose(streamed, expected, rtol=0, atol=1e-12)
@@ -50,7 +50,7 @@ def test_stream_matches_noise_matrix_float32(efficient):
   seed = base.initial_seed(7)
   specs = stream_testing.value_specs(tf.float32)
   segments = [45, 19]
-  streamed, _ = _stream(tree.TreeNoise(efficient=efficient), specs, seed, segments)
+  streamed, _ = _stream(tree.TreeNoise(use_efficient=efficient), specs, seed, segments)
   expected, _ = _expected(efficient, specs, seed, segments)
   assert streamed.dtype == np.float32
   assert np.max(np.abs(streamed - expected)) <= 1e-5 * np.max(np.abs(expected))
@@ -62,7 +62,7 @@ def test_long_float32_stream_stays_accurate(efficient):
   seed = base.initial_seed(21)
   specs = collections.OrderedDict(x=tf.TensorSpec([3], tf.float32))
   segments = [2000]
-  noise = tree.TreeNoise(efficient=efficient, max_rounds_per_tree=2048)
+  noise = tree.TreeNoise(use_efficient=efficient, max_rounds_per_tree=2048)
   streamed, _ = _stream(noise, specs, seed, segments)
   expected, _ = _expected(efficient, specs, seed, segments)
   assert np.max(np.abs(streamed - expected)) <= 1e-5 * np.max(np.abs(expected))
@@ -84,7 +84,7 @@ def test_prefix_noise_variance_matches_efficient_table():
   # in App. D.3.1, docs/papers.md#dp-ftrl), vs 3 and 1 for vanilla.
   specs = collections.OrderedDict(x=tf.TensorSpec([20000], tf.float64))
   for efficient, at_25, at_32 in [(True, 2.0495, 0.5079), (False, 3.0, 1.0)]:
-    streamed, _ = _stream(tree.TreeNoise(efficient=efficient), specs, base.initial_seed(11), [32])
+    streamed, _ = _stream(tree.TreeNoise(use_efficient=efficient), specs, base.initial_seed(11), [32])
     prefix = np.cumsum(streamed, axis=0)
     assert np.var(prefix[24]) == pytest.approx(at_25, rel=0.05)
     assert np.var(prefix[31]) == pytest.approx(at_32, rel=0.05)
@@ -93,7 +93,7 @@ def test_prefix_noise_variance_matches_efficient_table():
 def test_efficient_state_holds_only_live_levels():
   # After t rounds the live left siblings are the set bits of t, except the top height (3 for
   # max_rounds_per_tree=8), which is never replaced; a restart empties the stack.
-  noise = tree.TreeNoise(efficient=True, max_rounds_per_tree=8)
+  noise = tree.TreeNoise(use_efficient=True, max_rounds_per_tree=8)
   specs = stream_testing.value_specs(tf.float32)
   state = noise.initial_state(specs, base.initial_seed(0))
   depths, states = [], []
@@ -121,7 +121,7 @@ def test_too_many_rounds_fail():
 def test_runs_inside_tff_computation():
   pytest.importorskip('tensorflow_federated')
   specs = stream_testing.value_specs(tf.float32)
-  noise = tree.TreeNoise(efficient=True, max_rounds_per_tree=16)
+  noise = tree.TreeNoise(use_efficient=True, max_rounds_per_tree=16)
   # The helper also checks that TFF keeps the TreeNoiseState container.
   stream, state, step = stream_testing.run_stream_in_tff(noise, specs, 5, [5, 3])
   # The stack of live levels has a dynamic depth in the TFF type: 2 levels after round 3.
@@ -138,7 +138,7 @@ def test_dynamic_depth_state_checkpoint_round_trip(tmp_path):
   # must carry the saved depth and continue the stream bit for bit.
   tff = pytest.importorskip('tensorflow_federated')
   specs = stream_testing.value_specs(tf.float32)
-  noise = tree.TreeNoise(efficient=True, max_rounds_per_tree=16)
+  noise = tree.TreeNoise(use_efficient=True, max_rounds_per_tree=16)
   _, state, step = stream_testing.run_stream_in_tff(noise, specs, 5, [3])
   manager = tff.program.FileProgramStateManager(tmp_path)
   asyncio.run(manager.save(state, 3))
@@ -151,7 +151,7 @@ def test_dynamic_depth_state_checkpoint_round_trip(tmp_path):
 
 
 @pytest.mark.parametrize('kwargs, name', [
-    ({'efficient': 1}, 'efficient'),
+    ({'use_efficient': 1}, 'use_efficient'),
     ({'max_rounds_per_tree': 0}, 'max_rounds_per_tree'),
 ])
 def test_invalid_arguments_raise(kwargs, name):
