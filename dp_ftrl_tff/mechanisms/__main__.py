@@ -1,8 +1,8 @@
 """Command line for strategies: `python -m dp_ftrl_tff.mechanisms optimize|evaluate [flags]`.
 
-  optimize --mechanism=blt --rounds=N --min_sep=B [--max_participations=K] [--buffers=D]
+  optimize --mechanism=blt --rounds=N --min_sep=B [--max_participations=K] [--num_buffers=D]
            [--error=max|rms] [--output=FILE.json] [--json]
-  optimize --mechanism=banded --rounds=N --bands=H --min_sep=B [--max_participations=K]
+  optimize --mechanism=banded --rounds=N [--num_bands=H] --min_sep=B [--max_participations=K]
            [--error=rms|max] [--output=FILE.npz] [--json]
   evaluate --mechanism=gaussian|tree|tree_efficient|tree_full|banded|blt --rounds=N --min_sep=B
            [--max_participations=K] [--theta=a,b --omega=c,d | --mechanism_file=F] [--json]
@@ -11,7 +11,7 @@ Conventions: rounds are 0-based; `--min_sep` = b is the BLT/BandMF min-sep (TF-P
 min_separation + 1); `--max_participations` = k defaults to ceil(n / b), and the printed value is the
 effective k = min(k, ceil(n / b)). `--min_sep=1 --max_participations=1` is single participation;
 `--fixed_epoch` selects (k, b) fixed-epoch participation. Losses use clip norm 1 and noise multiplier 1
-(BLT paper Eq. 9-10). Without `--buffers` the BLT optimizer tries 1 .. 8 buffers and keeps the
+(BLT paper Eq. 9-10). Without `--num_buffers` the BLT optimizer tries 1 .. 8 buffers and keeps the
 smallest count within 0.05% of the best loss.
 
 The binary: it defines the flags (on its own `FlagValues`) and checks them against the mechanism
@@ -25,13 +25,14 @@ from typing import Sequence
 
 from absl import flags
 
+from dp_ftrl_tff import _deprecated_flags
 from dp_ftrl_tff.mechanisms import base, commands, files, registry
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 
 COMMANDS = ('optimize', 'evaluate')
 # Every mechanism-specific option, from the registry.
 _OPTIMIZER_OPTIONS = sorted({option for name in registry.optimizable()
-                             for option, _, _ in registry.get(name).optimizer_options})
+                             for option in registry.get(name).optimizer_options})
 _PARAMETER_OPTIONS = sorted({option for name in registry.names()
                              for option in registry.get(name).parameter_options})
 
@@ -44,9 +45,10 @@ flags.DEFINE_integer('max_participations', None, 'Max participations k (default 
                      lower_bound=1, flag_values=_FLAGS)
 flags.DEFINE_bool('fixed_epoch', False, '(k, b) fixed-epoch participation (needs k).',
                   flag_values=_FLAGS)
-flags.DEFINE_integer('buffers', None, 'BLT buffers d (default: try 1..8).', lower_bound=1,
+flags.DEFINE_integer('num_buffers', None, 'BLT buffers d (default: try 1..8).', lower_bound=1,
                      flag_values=_FLAGS)
-flags.DEFINE_integer('bands', None, 'BandMF bands.', lower_bound=1, flag_values=_FLAGS)
+flags.DEFINE_integer('num_bands', None, 'BandMF bands b-hat (default: min(min_sep, rounds)).',
+                     lower_bound=1, flag_values=_FLAGS)
 flags.DEFINE_enum('error', None, ['max', 'rms'],
                   'Loss to optimize (default: max for blt, rms for banded).', flag_values=_FLAGS)
 flags.DEFINE_string('output', None, 'Save the optimized strategy here (.json blt, .npz banded).',
@@ -56,6 +58,9 @@ flags.DEFINE_list('omega', None, 'BLT output scales, comma separated.', flag_val
 flags.DEFINE_string('mechanism_file', None, 'Strategy file written by `optimize --output`.',
                     flag_values=_FLAGS)
 flags.DEFINE_bool('json', False, 'Print one JSON object instead of a table.', flag_values=_FLAGS)
+_ALIASES = {'buffers': 'num_buffers', 'bands': 'num_bands'}
+for _old, _new in _ALIASES.items():
+  _deprecated_flags.define_alias(_old, _new, _FLAGS)
 
 
 class UsageError(ValueError):
@@ -96,12 +101,11 @@ def _run_optimize(fv) -> dict:
     raise UsageError(f'--mechanism must be one of {list(registry.optimizable())} for optimize, got '
                      f'{fv.mechanism!r}.')
   entry = registry.get(fv.mechanism)
-  own = {option: required for option, _, required in entry.optimizer_options}
+  own = entry.optimizer_options
   _forbid(fv, f'optimize --mechanism={fv.mechanism}',
           *(option for option in _OPTIMIZER_OPTIONS if option not in own))
-  _require(fv, *(option for option, required in own.items() if required))
-  if fv.bands is not None and fv.bands > fv.rounds:
-    raise UsageError(f'--bands={fv.bands} must not exceed --rounds={fv.rounds}.')
+  if fv.num_bands is not None and fv.num_bands > fv.rounds:
+    raise UsageError(f'--num_bands={fv.num_bands} must not exceed --rounds={fv.rounds}.')
   if fv.output and fv.output.lower().endswith('.npz') != (entry.file_suffix == '.npz'):
     raise UsageError(f'--output for {fv.mechanism} must '
                      + ('end with .npz.' if entry.file_suffix == '.npz' else
@@ -170,6 +174,7 @@ def main(argv: Sequence[str]) -> int:
   try:
     _FLAGS.unparse_flags()
     positional = _FLAGS(argv)[1:]
+    _deprecated_flags.apply_aliases(_FLAGS, _ALIASES)
     if len(positional) != 1 or positional[0] not in COMMANDS:
       raise UsageError(f'expected one command out of {list(COMMANDS)}, got {positional}.')
     record = _run_optimize(_FLAGS) if positional[0] == 'optimize' else _run_evaluate(_FLAGS)

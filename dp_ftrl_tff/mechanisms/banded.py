@@ -246,7 +246,7 @@ class BandedStrategy(base.Strategy):
                 or self.num_bands <= participation.min_sep)
 
   def describe(self) -> dict:
-    return {'bands': self.num_bands}
+    return {'num_bands': self.num_bands}
 
   def to_config(self) -> dict:
     """{'mechanism': 'banded', 'band_rows': float64 ndarray (n, num_bands)}; `files` writes .npz."""
@@ -423,7 +423,7 @@ def _minimize(fun, x0: np.ndarray, max_iterations: int, max_seconds: Optional[fl
                      'iterations': iterations, 'message': message}
 
 
-def optimize_banded(num_rounds: int, num_bands: int,
+def optimize_banded(num_rounds: int, num_bands: Optional[int],
                     participation: participation_lib.ParticipationSchema, toeplitz: bool = False,
                     error: str = 'rms', workload: Optional[np.ndarray] = None, *,
                     max_iterations: int = 100, max_seconds: Optional[float] = None,
@@ -445,7 +445,7 @@ def optimize_banded(num_rounds: int, num_bands: int,
 
   Args:
     num_rounds: n.
-    num_bands: b-hat, 1 <= b-hat <= n.
+    num_bands: b-hat, 1 <= b-hat <= n; None for min(min_sep, n), where the sensitivity is exact.
     participation: the schema the result's losses are reported for.
     toeplitz: optimize a banded Toeplitz C (b-hat parameters, milliseconds per step).
     error: 'rms' (default, BandMF paper) or 'max'.
@@ -464,6 +464,9 @@ def optimize_banded(num_rounds: int, num_bands: int,
   """
   start = time.monotonic()
   num_rounds = _validation.check_positive_int(num_rounds, 'num_rounds')
+  if num_bands is None:
+    num_bands = min(participation_lib.check_participation(participation).min_sep,
+                    _validation.check_positive_int(num_rounds, 'num_rounds'))
   num_bands = _validation.check_positive_int(num_bands, 'num_bands')
   if num_bands > num_rounds:
     raise ValueError(f'`num_bands`={num_bands} must not exceed `num_rounds`={num_rounds}.')

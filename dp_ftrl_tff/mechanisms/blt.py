@@ -224,7 +224,7 @@ class BLTStrategy(base.Strategy):
     return toeplitz.errors_from_noise_coefs(self.noise_coefs(num_rounds))
 
   def describe(self) -> dict:
-    return {'buffers': self.num_buffers, 'theta': list(self.theta), 'omega': list(self.omega)}
+    return {'num_buffers': self.num_buffers, 'theta': list(self.theta), 'omega': list(self.omega)}
 
   def to_config(self) -> dict:
     """{'mechanism': 'blt', 'theta': [...], 'omega': [...]}, JSON-serializable, exact floats."""

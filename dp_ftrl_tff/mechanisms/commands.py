@@ -33,8 +33,8 @@ def optimize(mechanism: str, num_rounds: int,
     num_rounds, participation: the setting.
     error: 'max' or 'rms' (None: the mechanism's default).
     output: save the strategy (and its setting) there.
-    **options: the mechanism's optimizer options by CLI name (`registry.Mechanism.optimizer_options`,
-      e.g. buffers= for blt, bands= for banded); None values are left to the optimizer.
+    **options: the mechanism's optimizer options (`registry.Mechanism.optimizer_options`, e.g.
+      num_buffers= for blt, num_bands= for banded); None values are left to the optimizer.
 
   Returns:
     mechanism, rounds, min_sep, max_participations, the strategy's `describe()` entries, max_loss,
@@ -42,11 +42,10 @@ def optimize(mechanism: str, num_rounds: int,
   """
   entry = registry.get(mechanism)
   optimizer = registry.optimizer(mechanism)
-  keywords = {name: keyword for name, keyword, _ in entry.optimizer_options}
-  unknown = sorted(set(options) - set(keywords))
+  unknown = sorted(set(options) - set(entry.optimizer_options))
   if unknown:
     raise ValueError(f'`{unknown[0]}` does not apply to optimizing {mechanism}.')
-  kwargs = {keywords[name]: value for name, value in options.items() if value is not None}
+  kwargs = {name: options.get(name) for name in entry.optimizer_options}
   result = optimizer(num_rounds=num_rounds, participation=participation,
                      error=error or entry.default_error, **kwargs)
   record = _setting_dict(mechanism, num_rounds, participation)

@@ -31,8 +31,8 @@ class Mechanism:
       (a strategy file or an optimizer).
     optimizer: 'module:function' optimizing the strategy for a setting, or None. It is called with
       the keywords num_rounds, participation, error and the `optimizer_options` values.
-    optimizer_options: (option name as in the CLI, the optimizer's keyword, required) triples, e.g.
-      the BLT's ('buffers', 'num_buffers', False).
+    optimizer_options: the optimizer's optional keyword arguments that the CLIs expose as flags of
+      the same names (None leaves the optimizer's default), e.g. the BLT's 'num_buffers'.
     default_error: the loss the optimizer minimizes by default ('max' or 'rms').
     parameter_options: option names that give the strategy's parameters directly (the BLT's
       'theta' and 'omega'), instead of a strategy file.
@@ -43,7 +43,7 @@ class Mechanism:
   noise_class: Optional[str]
   default_config: Optional[dict] = None
   optimizer: Optional[str] = None
-  optimizer_options: Tuple[Tuple[str, str, bool], ...] = ()
+  optimizer_options: Tuple[str, ...] = ()
   default_error: Optional[str] = None
   parameter_options: Tuple[str, ...] = ()
   file_suffix: str = '.json'
@@ -74,10 +74,10 @@ _REGISTRY = {m.name: m for m in (
     Mechanism('banded', 'dp_ftrl_tff.mechanisms.banded:BandedStrategy',
               'dp_ftrl_tff.noise.banded:BandedNoise',
               optimizer='dp_ftrl_tff.mechanisms.banded:optimize_banded',
-              optimizer_options=(('bands', 'num_bands', True),), default_error='rms', file_suffix='.npz'),
+              optimizer_options=('num_bands',), default_error='rms', file_suffix='.npz'),
     Mechanism('blt', 'dp_ftrl_tff.mechanisms.blt:BLTStrategy', 'dp_ftrl_tff.noise.blt:BLTNoise',
               optimizer='dp_ftrl_tff.mechanisms.blt:optimize_blt',
-              optimizer_options=(('buffers', 'num_buffers', False),), default_error='max',
+              optimizer_options=('num_buffers',), default_error='max',
               parameter_options=('theta', 'omega')),
 )}
 

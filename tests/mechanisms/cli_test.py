@@ -11,9 +11,9 @@ from dp_ftrl_tff.mechanisms import __main__ as cli
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 
 P = participation_lib.ParticipationSchema
-OPTIMIZE_BLT_KEYS = ['mechanism', 'rounds', 'min_sep', 'max_participations', 'buffers', 'theta',
+OPTIMIZE_BLT_KEYS = ['mechanism', 'rounds', 'min_sep', 'max_participations', 'num_buffers', 'theta',
                      'omega', 'max_loss', 'rms_loss', 'sensitivity_squared', 'seconds']
-OPTIMIZE_BANDED_KEYS = ['mechanism', 'rounds', 'min_sep', 'max_participations', 'bands', 'max_loss',
+OPTIMIZE_BANDED_KEYS = ['mechanism', 'rounds', 'min_sep', 'max_participations', 'num_bands', 'max_loss',
                         'rms_loss', 'sensitivity_squared', 'seconds']
 LOSS_KEYS = ['max_loss', 'rms_loss', 'sensitivity_squared']
 
@@ -68,9 +68,9 @@ def test_evaluate_blt_against_dense_reference_and_table():
 def test_optimize_blt_then_evaluate_file(tmp_path):
   path = tmp_path / 'blt.json'
   out = _run_json('optimize', '--mechanism=blt', '--rounds=64', '--min_sep=8',
-                  '--max_participations=4', '--buffers=1', f'--output={path}')
+                  '--max_participations=4', '--num_buffers=1', f'--output={path}')
   assert list(out) == OPTIMIZE_BLT_KEYS
-  assert out['buffers'] == 1 and len(out['theta']) == 1
+  assert out['num_buffers'] == 1 and len(out['theta']) == 1
   assert out['max_participations'] == 4
   again = _run_json('evaluate', f'--mechanism_file={path}', '--rounds=64', '--min_sep=8',
                     '--max_participations=4')
@@ -81,7 +81,7 @@ def test_optimize_blt_then_evaluate_file(tmp_path):
 
 def test_optimize_banded_then_evaluate_file(tmp_path):
   path = tmp_path / 'banded.npz'
-  out = _run_json('optimize', '--mechanism=banded', '--rounds=16', '--bands=4', '--min_sep=4',
+  out = _run_json('optimize', '--mechanism=banded', '--rounds=16', '--num_bands=4', '--min_sep=4',
                   f'--output={path}')
   assert list(out) == OPTIMIZE_BANDED_KEYS
   assert out['sensitivity_squared'] == pytest.approx(4.0)  # unit column norms, k_eff = 16 / 4
@@ -119,17 +119,18 @@ def test_subprocess_errors_are_one_line_without_traceback():
     (['evaluate', '--mechanism=blt', '--rounds=10', '--min_sep=2', '--theta=1.5', '--omega=0.1'],
      '--theta'),
     (['evaluate', '--mechanism=banded', '--rounds=10', '--min_sep=2'], '--mechanism_file'),
-    (['evaluate', '--mechanism=tree', '--rounds=10', '--min_sep=2', '--buffers=2'], '--buffers'),
+    (['evaluate', '--mechanism=tree', '--rounds=10', '--min_sep=2', '--num_buffers=2'], '--num_buffers'),
     (['evaluate', '--mechanism_file=/nonexistent.json', '--rounds=10', '--min_sep=2'],
      '--mechanism_file'),
     (['evaluate', '--mechanism=tree', '--rounds=10', '--min_sep=2', '--fixed_epoch'],
      '--max_participations'),
-    (['optimize', '--mechanism=banded', '--rounds=10', '--min_sep=2'], '--bands'),
-    (['optimize', '--mechanism=banded', '--rounds=10', '--min_sep=2', '--bands=11'], '--bands'),
-    (['optimize', '--mechanism=banded', '--rounds=10', '--min_sep=2', '--bands=2',
+    (['optimize', '--mechanism=banded', '--rounds=10', '--min_sep=2', '--num_bands=11'], '--num_bands'),
+    (['optimize', '--mechanism=banded', '--rounds=10', '--min_sep=2', '--num_bands=2', '--bands=2'],
+     '--bands'),
+    (['optimize', '--mechanism=banded', '--rounds=10', '--min_sep=2', '--num_bands=2',
       '--output=x.json'], '--output'),
-    (['optimize', '--mechanism=blt', '--rounds=10', '--min_sep=2', '--bands=2'], '--bands'),
-    (['optimize', '--mechanism=blt', '--rounds=10', '--min_sep=2', '--buffers=0'], '--buffers'),
+    (['optimize', '--mechanism=blt', '--rounds=10', '--min_sep=2', '--num_bands=2'], '--num_bands'),
+    (['optimize', '--mechanism=blt', '--rounds=10', '--min_sep=2', '--num_buffers=0'], '--num_buffers'),
     (['optimize', '--mechanism=blt', '--rounds=10', '--min_sep=2', '--error=mean'], '--error'),
     (['optimize', '--mechanism=blt', '--rounds=10', '--min_sep=2', '--unknown=1'], 'unknown'),
     (['run', '--mechanism=blt', '--rounds=10', '--min_sep=2'], 'command'),
@@ -158,7 +159,7 @@ def test_evaluate_mechanism_must_match_file(tmp_path, capsys):
 
 def test_banded_file_rounds_limit(tmp_path, capsys):
   path = tmp_path / 'b.npz'
-  assert cli.main(['prog', 'optimize', '--mechanism=banded', '--rounds=6', '--bands=2',
+  assert cli.main(['prog', 'optimize', '--mechanism=banded', '--rounds=6', '--num_bands=2',
                    '--min_sep=2', f'--output={path}']) == 0
   capsys.readouterr()
   assert cli.main(['prog', 'evaluate', f'--mechanism_file={path}', '--rounds=7',
@@ -169,3 +170,14 @@ def test_banded_file_rounds_limit(tmp_path, capsys):
 def test_help_exits_zero(capsys):
   assert cli.main(['prog', '--help']) == 0
   assert 'optimize' in capsys.readouterr().out
+
+
+def test_deprecated_flag_names_and_default_bands(tmp_path):
+  path = tmp_path / 'banded.npz'
+  with pytest.warns(DeprecationWarning, match='--num_bands'):
+    assert cli.main(['prog', 'optimize', '--mechanism=banded', '--rounds=8', '--bands=2',
+                     '--min_sep=2', f'--output={path}']) == 0
+  assert cli.main(['prog', 'evaluate', f'--mechanism_file={path}', '--rounds=8', '--min_sep=2']) == 0
+  # Without --num_bands, BandMF uses min(min_sep, rounds) bands (exact sensitivity).
+  out = _run_json('optimize', '--mechanism=banded', '--rounds=8', '--min_sep=3')
+  assert out['num_bands'] == 3
