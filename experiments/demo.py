@@ -18,16 +18,17 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')  # before TensorFlow is impor
 
 from absl import app, flags  # noqa: E402
 
-from experiments import training_loop  # noqa: E402
+from experiments import driver, run_config, training_loop  # noqa: E402
 from experiments.emnist import run_emnist  # noqa: E402
 
-_DEMO_DIR = flags.DEFINE_string('demo_dir', os.path.join(tempfile.gettempdir(), 'dp_ftrl_tff_demo'),
-                                'Directory of the demo run (deleted and recreated).')
+FLAGS = flags.FlagValues()
+flags.DEFINE_string('demo_dir', os.path.join(tempfile.gettempdir(), 'dp_ftrl_tff_demo'),
+                    'Directory of the demo run (deleted and recreated).', flag_values=FLAGS)
 
 DEMO_SETTINGS = dict(
     experiment_name='emnist_blt', rounds=20, clients_per_round=50, client_learning_rate=0.1,
     client_batch_size=16, client_epochs=1, server_learning_rate=1.0, server_momentum=0.9,
-    aggregator='blt', noise_multiplier=1.0, clip_norm=1.0, min_sep=10, max_participations=2,
+    mechanism='blt', noise_multiplier=1.0, clip_norm=1.0, min_sep=10, max_participations=2,
     data='synthetic', synthetic_num_clients=1000, synthetic_examples_per_client=20, seed=0,
     noise_seed=None, checkpoint_every=10, eval_every=5, eval_max_examples=2000,
     target_delta=1e-6, task={'model': 'tiny', 'only_digits': True})
@@ -35,9 +36,9 @@ DEMO_SETTINGS = dict(
 
 def main(argv):
   del argv
-  training_loop.set_up_logging()
-  shutil.rmtree(_DEMO_DIR.value, ignore_errors=True)
-  config = training_loop.RunConfig(root_output_dir=_DEMO_DIR.value, **DEMO_SETTINGS)
+  driver.set_up_logging()
+  shutil.rmtree(FLAGS.demo_dir, ignore_errors=True)
+  config = run_config.RunConfig(root_output_dir=FLAGS.demo_dir, **DEMO_SETTINGS)
   print(f'DP-FTRL demo: BLT noise, {config.synthetic_num_clients} synthetic EMNIST clients, '
         f'{config.clients_per_round} per round, min_sep={config.min_sep}, '
         f'max_participations={config.max_participations}, {config.rounds} rounds.', flush=True)
@@ -48,4 +49,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main, flags_parser=driver.flags_parser(FLAGS, __doc__))

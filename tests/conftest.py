@@ -4,9 +4,9 @@ import os
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
-from dp_ftrl_tff import _tff_workers  # noqa: E402
+from experiments import tff_workers  # noqa: E402
 
 
 def pytest_sessionfinish(session, exitstatus):
   del session, exitstatus
-  _tff_workers.end_child_workers()
+  tff_workers.end_child_workers()

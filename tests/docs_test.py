@@ -168,8 +168,8 @@ try:
     print(f"--- {block['where']} took {time.perf_counter() - start:.1f} s", flush=True)
 finally:
   if 'tensorflow_federated' in sys.modules:
-    from dp_ftrl_tff import _tff_workers
-    _tff_workers.end_child_workers()
+    from experiments import tff_workers
+    tff_workers.end_child_workers()
 sys.stdout.flush()
 sys.stderr.flush()
 os._exit(status)

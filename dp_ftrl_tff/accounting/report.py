@@ -95,11 +95,6 @@ class PrivacyReport:
     g = self.guarantee
     return g.participation.effective_max_participations(g.num_rounds)
 
-  def summary(self) -> str:
-    """Transitional: `report_render.summary(report)` is the home; see `write_report` below."""
-    from dp_ftrl_tff.accounting import report_render  # pylint: disable=g-import-not-at-top
-    return report_render.summary(self)
-
 
 def _json_config(config: dict) -> dict:
   """The strategy config with arrays (e.g. banded `band_rows`) summarized by their shape."""
@@ -243,14 +238,3 @@ def _check_secure_aggregation(secure_aggregation: dict) -> dict:
   out['segments'] = segments
   out['wrap_rounds'] = sorted(int(r) for r in secure_aggregation['wrap_rounds'])
   return out
-
-
-def write_report(report: PrivacyReport, strategy: base.Strategy, output_dir: str,
-                 plots: bool = True) -> List[str]:
-  """Transitional: `report_render.write_report` is the home.
-
-  experiments/training_loop.py still calls `report.write_report(...)` and `PrivacyReport.summary()`
-  while another change to it is under way; remove both forwarders once it calls `report_render`.
-  """
-  from dp_ftrl_tff.accounting import report_render  # pylint: disable=g-import-not-at-top
-  return report_render.write_report(report, strategy, output_dir, plots=plots)

@@ -136,6 +136,12 @@ class Strategy(abc.ABC):
   name: str = ''
 
   @property
+  def correlated(self) -> bool:
+    """Whether the noise of different rounds is correlated, so that a restart starts a new segment
+    of the mechanism (True unless C = I, where a restart changes nothing but the adaptive clip)."""
+    return True
+
+  @property
   def max_rounds(self) -> Optional[int]:
     """The largest n this strategy is defined for, or None when it streams for any n."""
     return None

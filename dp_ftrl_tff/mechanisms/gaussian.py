@@ -33,6 +33,10 @@ class GaussianStrategy(base.Strategy):
     participation_lib.check_participation(participation)
     return float(participation.effective_max_participations(num_rounds))
 
+  @property
+  def correlated(self) -> bool:
+    return False
+
   def sensitivity_is_exact(self, num_rounds: int,
                            participation: participation_lib.ParticipationSchema) -> bool:
     return True

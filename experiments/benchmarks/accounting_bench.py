@@ -26,13 +26,15 @@ from absl import app, flags
 
 from dp_ftrl_tff.accounting import participation_log, report, report_render, zcdp
 from dp_ftrl_tff.mechanisms import blt, participation, tree
+from experiments import flag_parsing
 
-_NUM_CLIENTS = flags.DEFINE_integer('num_clients', 10**6, 'Population size.')
-_ROUNDS = flags.DEFINE_integer('rounds', 2000, 'Rounds in the log.')
-_CLIENTS_PER_ROUND = flags.DEFINE_integer('clients_per_round', 6500, 'Clients per round.')
+FLAGS = flags.FlagValues()
+_NUM_CLIENTS = flags.DEFINE_integer('num_clients', 10**6, 'Population size.', flag_values=FLAGS)
+_ROUNDS = flags.DEFINE_integer('rounds', 2000, 'Rounds in the log.', flag_values=FLAGS)
+_CLIENTS_PER_ROUND = flags.DEFINE_integer('clients_per_round', 6500, 'Clients per round.', flag_values=FLAGS)
 _TREE_PATTERNS = flags.DEFINE_bool('tree_patterns', True,
-                                   'Also time the observed-pattern tree accounting.')
-_WORK_DIR = flags.DEFINE_string('work_dir', None, 'Where to write the log (default: a temp dir).')
+                                   'Also time the observed-pattern tree accounting.', flag_values=FLAGS)
+_WORK_DIR = flags.DEFINE_string('work_dir', None, 'Where to write the log (default: a temp dir).', flag_values=FLAGS)
 
 
 def write_synthetic_log(path: str, num_clients: int, rounds: int, per_round: int,
@@ -102,4 +104,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main, flags_parser=flag_parsing.flags_parser(FLAGS, __doc__))

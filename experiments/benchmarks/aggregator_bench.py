@@ -21,14 +21,17 @@ import time
 
 from absl import app, flags
 
-_DIM = flags.DEFINE_integer('dim', 4_000_000, 'Parameters in the model update.')
-_CLIENTS = flags.DEFINE_integer('clients', 100, 'Clients per round.')
-_ROUNDS = flags.DEFINE_integer('rounds', 3, 'Timed rounds (after one warm-up round).')
-_REPEATS = flags.DEFINE_integer('repeats', 1, 'Child runs per factory (interleaved).')
+from experiments import flag_parsing
+
+FLAGS = flags.FlagValues()
+_DIM = flags.DEFINE_integer('dim', 4_000_000, 'Parameters in the model update.', flag_values=FLAGS)
+_CLIENTS = flags.DEFINE_integer('clients', 100, 'Clients per round.', flag_values=FLAGS)
+_ROUNDS = flags.DEFINE_integer('rounds', 3, 'Timed rounds (after one warm-up round).', flag_values=FLAGS)
+_REPEATS = flags.DEFINE_integer('repeats', 1, 'Child runs per factory (interleaved).', flag_values=FLAGS)
 _FACTORIES = flags.DEFINE_list(
     'factories', ['tff_gaussian', 'ours_gaussian', 'tff_tree', 'ours_tree', 'ours_blt'],
-    'Factories to measure.')
-_CHILD = flags.DEFINE_string('child', None, 'Internal: measure one factory and print JSON.')
+    'Factories to measure.', flag_values=FLAGS)
+_CHILD = flags.DEFINE_string('child', None, 'Internal: measure one factory and print JSON.', flag_values=FLAGS)
 
 PAIRS = (('ours_gaussian', 'tff_gaussian'), ('ours_tree', 'tff_tree'), ('ours_blt', 'tff_tree'))
 NOISE_MULTIPLIER = 1.0
@@ -88,8 +91,8 @@ def _measure(name, dim, clients, rounds) -> dict:
   import numpy as np
   import tensorflow_federated as tff
 
-  from dp_ftrl_tff import _tff_workers
-  _tff_workers.register_at_exit()
+  from experiments import tff_workers
+  tff_workers.register_at_exit()
   start = time.perf_counter()
   process = _make_factory(name, dim, clients).create(tff.TensorType(np.float32, [dim]))
   build_seconds = time.perf_counter() - start
@@ -148,4 +151,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main, flags_parser=flag_parsing.flags_parser(FLAGS, __doc__))

@@ -14,13 +14,15 @@ from absl import app, flags
 
 from dp_ftrl_tff.mechanisms import banded
 from dp_ftrl_tff.mechanisms.participation import ParticipationSchema
+from experiments import flag_parsing
 
-_NUM_ROUNDS = flags.DEFINE_integer('num_rounds', 2052, 'n.')
-_NUM_BANDS = flags.DEFINE_integer('num_bands', 342, 'Bands b-hat.')
-_MIN_SEP = flags.DEFINE_integer('min_sep', 342, 'b (rounds between participations + 1).')
-_MAX_PARTICIPATIONS = flags.DEFINE_integer('max_participations', 6, 'k.')
-_MAX_ITERATIONS = flags.DEFINE_integer('max_iterations', 100, 'L-BFGS iterations per stage.')
-_ERROR = flags.DEFINE_enum('error', 'rms', ['rms', 'max'], 'Optimized error.')
+FLAGS = flags.FlagValues()
+_NUM_ROUNDS = flags.DEFINE_integer('num_rounds', 2052, 'n.', flag_values=FLAGS)
+_NUM_BANDS = flags.DEFINE_integer('num_bands', 342, 'Bands b-hat.', flag_values=FLAGS)
+_MIN_SEP = flags.DEFINE_integer('min_sep', 342, 'b (rounds between participations + 1).', flag_values=FLAGS)
+_MAX_PARTICIPATIONS = flags.DEFINE_integer('max_participations', 6, 'k.', flag_values=FLAGS)
+_MAX_ITERATIONS = flags.DEFINE_integer('max_iterations', 100, 'L-BFGS iterations per stage.', flag_values=FLAGS)
+_ERROR = flags.DEFINE_enum('error', 'rms', ['rms', 'max'], 'Optimized error.', flag_values=FLAGS)
 
 
 def main(argv):
@@ -39,4 +41,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main, flags_parser=flag_parsing.flags_parser(FLAGS, __doc__))

@@ -17,8 +17,10 @@ from absl import app, flags
 
 from dp_ftrl_tff.mechanisms import banded, blt, tree
 from dp_ftrl_tff.mechanisms.participation import ParticipationSchema
+from experiments import flag_parsing
 
-_SKIP_BANDED = flags.DEFINE_bool('skip_banded', False, 'Skip the (longest) BandMF case.')
+FLAGS = flags.FlagValues()
+_SKIP_BANDED = flags.DEFINE_bool('skip_banded', False, 'Skip the (longest) BandMF case.', flag_values=FLAGS)
 
 
 def _timed(fn):
@@ -60,4 +62,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main, flags_parser=flag_parsing.flags_parser(FLAGS, __doc__))

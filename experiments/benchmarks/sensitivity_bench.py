@@ -18,12 +18,14 @@ from absl import app, flags
 
 from dp_ftrl_tff.mechanisms import blt, sensitivity, toeplitz
 from dp_ftrl_tff.mechanisms.participation import ParticipationSchema
+from experiments import flag_parsing
 
-_NUM_ROUNDS = flags.DEFINE_integer('num_rounds', 2052, 'n.')
-_MIN_SEP = flags.DEFINE_integer('min_sep', 342, 'b (TF-Privacy min_separation + 1).')
-_MAX_PARTICIPATIONS = flags.DEFINE_integer('max_participations', 6, 'k.')
-_LARGE_ROUNDS = flags.DEFINE_integer('large_rounds', 200_000, 'n for the Toeplitz-only cases.')
-_REPEATS = flags.DEFINE_integer('repeats', 3, 'Timed repetitions (the best is reported).')
+FLAGS = flags.FlagValues()
+_NUM_ROUNDS = flags.DEFINE_integer('num_rounds', 2052, 'n.', flag_values=FLAGS)
+_MIN_SEP = flags.DEFINE_integer('min_sep', 342, 'b (TF-Privacy min_separation + 1).', flag_values=FLAGS)
+_MAX_PARTICIPATIONS = flags.DEFINE_integer('max_participations', 6, 'k.', flag_values=FLAGS)
+_LARGE_ROUNDS = flags.DEFINE_integer('large_rounds', 200_000, 'n for the Toeplitz-only cases.', flag_values=FLAGS)
+_REPEATS = flags.DEFINE_integer('repeats', 3, 'Timed repetitions (the best is reported).', flag_values=FLAGS)
 
 def _best_time(fn, repeats):
   best, value = np.inf, None
@@ -60,4 +62,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main, flags_parser=flag_parsing.flags_parser(FLAGS, __doc__))

@@ -16,13 +16,15 @@ from absl import app, flags
 
 from dp_ftrl_tff.mechanisms import tree
 from dp_ftrl_tff.mechanisms.participation import ParticipationSchema
+from experiments import flag_parsing
 
-_NUM_ROUNDS = flags.DEFINE_integer('num_rounds', 2000, 'n.')
-_MIN_SEP = flags.DEFINE_integer('min_sep', 314, 'b (TF-Privacy min_separation + 1).')
-_MAX_PARTICIPATIONS = flags.DEFINE_integer('max_participations', 6, 'k.')
-_NOISE_MULTIPLIER = flags.DEFINE_float('noise_multiplier', 7.0, 'sigma, for the printed rho.')
-_REPEATS = flags.DEFINE_integer('repeats', 5, 'Timed repetitions (the best is reported).')
-_COMPARE = flags.DEFINE_bool('compare_tf_privacy', False, "Also time TF-Privacy's DP (slow).")
+FLAGS = flags.FlagValues()
+_NUM_ROUNDS = flags.DEFINE_integer('num_rounds', 2000, 'n.', flag_values=FLAGS)
+_MIN_SEP = flags.DEFINE_integer('min_sep', 314, 'b (TF-Privacy min_separation + 1).', flag_values=FLAGS)
+_MAX_PARTICIPATIONS = flags.DEFINE_integer('max_participations', 6, 'k.', flag_values=FLAGS)
+_NOISE_MULTIPLIER = flags.DEFINE_float('noise_multiplier', 7.0, 'sigma, for the printed rho.', flag_values=FLAGS)
+_REPEATS = flags.DEFINE_integer('repeats', 5, 'Timed repetitions (the best is reported).', flag_values=FLAGS)
+_COMPARE = flags.DEFINE_bool('compare_tf_privacy', False, "Also time TF-Privacy's DP (slow).", flag_values=FLAGS)
 
 
 def _tf_privacy_accountant():
@@ -60,4 +62,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main, flags_parser=flag_parsing.flags_parser(FLAGS, __doc__))

@@ -6,17 +6,19 @@ loader, or an offline cache / SQLite file) with DP-FTRL and min-sep client sampl
 """
 
 
-from absl import app, flags
+from absl import flags
 
-from experiments import training_loop
+from experiments import driver, driver_flags, run_config
 from experiments.emnist import data as emnist_data
 from experiments.emnist import models as emnist_models
 
-_MODEL = flags.DEFINE_enum('model', 'fedavg_cnn', emnist_models.MODELS, 'EMNIST model.')
-_ONLY_DIGITS = flags.DEFINE_bool('only_digits', True, '10 digit classes (else 62 classes).')
+FLAGS = flags.FlagValues()
+driver_flags.define_common_flags(FLAGS)
+flags.DEFINE_enum('model', 'fedavg_cnn', emnist_models.MODELS, 'EMNIST model.', flag_values=FLAGS)
+flags.DEFINE_bool('only_digits', True, '10 digit classes (else 62 classes).', flag_values=FLAGS)
 
 
-def build_task(config: training_loop.RunConfig) -> training_loop.Task:
+def build_task(config: run_config.RunConfig) -> run_config.Task:
   """The EMNIST task described by `config` (its `task` dict holds `model` and `only_digits`)."""
   num_classes = 10 if config.task['only_digits'] else 62
   if config.data == 'synthetic':
@@ -35,7 +37,7 @@ def build_task(config: training_loop.RunConfig) -> training_loop.Task:
     model.compile(loss=emnist_models.loss_fn(), metrics=emnist_models.metrics_fn())
     return model
 
-  return training_loop.Task(
+  return run_config.Task(
       train_data=train,
       model_fn=emnist_models.tff_model_fn(model_name, num_classes, config.seed),
       keras_model_fn=keras_model_fn,
@@ -44,11 +46,10 @@ def build_task(config: training_loop.RunConfig) -> training_loop.Task:
       accuracy_metric='accuracy')
 
 
-def config_from_flags() -> training_loop.RunConfig:
-  return training_loop.config_from_flags({'model': _MODEL.value, 'only_digits': _ONLY_DIGITS.value})
+def task_settings(fv: flags.FlagValues) -> dict:
+  """The driver's own settings (`RunConfig.task`) from its parsed flags."""
+  return {'model': fv.model, 'only_digits': fv.only_digits}
 
 
 if __name__ == '__main__':
-  flags.mark_flag_as_required('root_output_dir')
-  app.run(training_loop.driver_main(build_task, config_from_flags),
-          flags_parser=training_loop.parse_flags)
+  driver.run_main(FLAGS, build_task, task_settings, __doc__)

@@ -7,23 +7,27 @@ population, TFF's loader, or an offline cache directory / SQLite file in TFF's f
 `experiments/training_loop.py` for what a run writes and `docs/training.md` for usage.
 """
 
-from absl import app, flags
+from absl import flags
 
-from experiments import training_loop
+from experiments import driver, driver_flags, run_config
 from experiments.stackoverflow import data as so_data
 from experiments.stackoverflow import models as so_models
 
-_VOCAB_SIZE = flags.DEFINE_integer('vocab_size', 10000, 'Vocabulary size V.')
-_EMBEDDING_SIZE = flags.DEFINE_integer('embedding_size', 96, 'Word embedding size.')
-_LSTM_SIZE = flags.DEFINE_integer('lstm_size', 670, 'LSTM units.')
-_SEQUENCE_LENGTH = flags.DEFINE_integer('sequence_length', 20, 'Tokens per sequence.')
-_MAX_ELEMENTS = flags.DEFINE_integer('max_elements_per_client', 256,
-                                     'Sentences used per client and round.')
-_WORD_COUNTS = flags.DEFINE_string('word_counts', None,
-                                   'Vocabulary file in TFF\'s stackoverflow.word_count format.')
+FLAGS = flags.FlagValues()
+driver_flags.define_common_flags(FLAGS)
+flags.DEFINE_integer('vocab_size', 10000, 'Vocabulary size V (words).', flag_values=FLAGS)
+flags.DEFINE_integer('embedding_size', 96, 'Word embedding size.', flag_values=FLAGS)
+flags.DEFINE_integer('lstm_size', 670, 'LSTM units.', flag_values=FLAGS)
+flags.DEFINE_integer('sequence_length', 20, 'Tokens per sequence.', flag_values=FLAGS)
+flags.DEFINE_integer('max_elements_per_client', 256, 'Sentences used per client and round.',
+                     flag_values=FLAGS)
+flags.DEFINE_string('word_counts', None, 'Vocabulary file in TFF\'s stackoverflow.word_count format.',
+                    flag_values=FLAGS)
+TASK_FLAGS = ('vocab_size', 'embedding_size', 'lstm_size', 'sequence_length',
+              'max_elements_per_client', 'word_counts')
 
 
-def build_task(config: training_loop.RunConfig) -> training_loop.Task:
+def build_task(config: run_config.RunConfig) -> run_config.Task:
   """The StackOverflow task described by `config` (model sizes in its `task` dict)."""
   settings = config.task
   vocab_size = settings['vocab_size']
@@ -45,7 +49,7 @@ def build_task(config: training_loop.RunConfig) -> training_loop.Task:
     model.compile(loss=so_models.loss_fn(), metrics=so_models.metrics_fn(vocab_size))
     return model
 
-  return training_loop.Task(
+  return run_config.Task(
       train_data=train,
       model_fn=so_models.tff_model_fn(*sizes, settings['sequence_length'], seed=config.seed),
       keras_model_fn=keras_model_fn,
@@ -54,14 +58,10 @@ def build_task(config: training_loop.RunConfig) -> training_loop.Task:
       accuracy_metric='accuracy_no_oov_or_eos')
 
 
-def config_from_flags() -> training_loop.RunConfig:
-  return training_loop.config_from_flags({
-      'vocab_size': _VOCAB_SIZE.value, 'embedding_size': _EMBEDDING_SIZE.value,
-      'lstm_size': _LSTM_SIZE.value, 'sequence_length': _SEQUENCE_LENGTH.value,
-      'max_elements_per_client': _MAX_ELEMENTS.value, 'word_counts': _WORD_COUNTS.value})
+def task_settings(fv: flags.FlagValues) -> dict:
+  """The driver's own settings (`RunConfig.task`) from its parsed flags."""
+  return {name: fv[name].value for name in TASK_FLAGS}
 
 
 if __name__ == '__main__':
-  flags.mark_flag_as_required('root_output_dir')
-  app.run(training_loop.driver_main(build_task, config_from_flags),
-          flags_parser=training_loop.parse_flags)
+  driver.run_main(FLAGS, build_task, task_settings, __doc__)

@@ -4,9 +4,9 @@ import glob
 import os
 
 import pytest
-from absl import flags
 
 from dp_ftrl_tff.learning import client_sampler
+from experiments import driver_flags
 from experiments.emnist import run_emnist
 from experiments.stackoverflow import run_stackoverflow
 
@@ -18,15 +18,12 @@ POPULATIONS = {'emnist': 3383, 'stackoverflow': 342477}
 @pytest.mark.parametrize('path', sorted(glob.glob(os.path.join(CONFIG_DIR, '*.cfg'))))
 def test_flagfile_is_valid(path, tmp_path):
   driver = run_stackoverflow if 'stackoverflow' in os.path.basename(path) else run_emnist
-  saved = flags.FLAGS.flag_values_dict()
+  fv = driver.FLAGS
   try:
-    flags.FLAGS.unparse_flags()
-    flags.FLAGS(['prog', f'--flagfile={path}', f'--root_output_dir={tmp_path}'])
-    config = driver.config_from_flags()
+    fv(['prog', f'--flagfile={path}', f'--root_output_dir={tmp_path}'])
+    config = driver_flags.config_from_flags(fv, driver.task_settings(fv))
   finally:
-    flags.FLAGS.unparse_flags()
-    for name, value in saved.items():
-      flags.FLAGS[name].value = value
+    fv.unparse_flags()
   population = (config.synthetic_num_clients if config.data == 'synthetic' else
                 POPULATIONS['stackoverflow' if driver is run_stackoverflow else 'emnist'])
   client_sampler.check_schedule(population, config.clients_per_round, config.min_sep,

@@ -1,4 +1,4 @@
-"""Driver integration tests: 2 rounds of each driver with every aggregator, SecAgg, resume, errors.
+"""Driver integration tests: 2 rounds of each driver with every mechanism, SecAgg (through the deprecated --aggregator flag), resume, errors.
 
 Tiny models and populations keep each run to seconds; the TFF processes are built per run, which
 dominates the time.
@@ -12,12 +12,12 @@ import sys
 import numpy as np
 import pytest
 
-from experiments import training_loop
+from experiments import run_config, training_loop
 from experiments.emnist import run_emnist
 from experiments.stackoverflow import run_stackoverflow
 from tests.experiments import conftest
 
-AGGREGATORS = training_loop.AGGREGATORS
+MECHANISMS = run_config.MECHANISMS
 EMNIST_TASK = {'model': 'tiny', 'only_digits': True}
 SO_TASK = {'vocab_size': 50, 'embedding_size': 8, 'lstm_size': 8, 'sequence_length': 6,
            'max_elements_per_client': 8, 'word_counts': None}
@@ -50,16 +50,16 @@ def _check_run(config, result, num_rounds):
     assert report['rho'] <= report['declared']['rho'] + 1e-12
 
 
-@pytest.mark.parametrize('aggregator', AGGREGATORS)
-def test_emnist_every_aggregator(config_factory, aggregator):
-  config = config_factory(aggregator=aggregator, task=EMNIST_TASK)
+@pytest.mark.parametrize('mechanism', MECHANISMS)
+def test_emnist_every_mechanism(config_factory, mechanism):
+  config = config_factory(mechanism=mechanism, task=EMNIST_TASK)
   result = training_loop.run(run_emnist.build_task(config), config)
   _check_run(config, result, 2)
 
 
-@pytest.mark.parametrize('aggregator', AGGREGATORS)
-def test_stackoverflow_every_aggregator(config_factory, aggregator):
-  config = config_factory(aggregator=aggregator, task=SO_TASK)
+@pytest.mark.parametrize('mechanism', MECHANISMS)
+def test_stackoverflow_every_mechanism(config_factory, mechanism):
+  config = config_factory(mechanism=mechanism, task=SO_TASK)
   result = training_loop.run(run_stackoverflow.build_task(config), config)
   _check_run(config, result, 2)
   assert 'train_accuracy_no_oov_or_eos' in result['metrics']
@@ -77,7 +77,7 @@ def _write_blt(path):
 def test_resume_gives_the_same_weights(config_factory, tmp_path):
   mechanism = str(tmp_path / 'blt.json')
   _write_blt(mechanism)
-  common = dict(aggregator='blt', mechanism_file=mechanism, task=EMNIST_TASK, rounds=4,
+  common = dict(mechanism='blt', mechanism_file=mechanism, task=EMNIST_TASK, rounds=4,
                 checkpoint_every=2, restart_period=3)
   straight = config_factory(name='straight', **common)
   expected = _final_weights(training_loop.run(run_emnist.build_task(straight), straight))
@@ -105,8 +105,8 @@ def test_impossible_schedule_fails_before_training(config_factory):
 def test_mechanism_file_of_another_kind_fails(config_factory, tmp_path):
   mechanism = str(tmp_path / 'blt.json')
   _write_blt(mechanism)
-  config = config_factory(aggregator='banded', mechanism_file=mechanism, task=EMNIST_TASK)
-  with pytest.raises(ValueError, match="holds a 'blt' strategy.*--aggregator=banded"):
+  config = config_factory(mechanism='banded', mechanism_file=mechanism, task=EMNIST_TASK)
+  with pytest.raises(ValueError, match="holds a 'blt' strategy.*`mechanism`=banded"):
     training_loop.run(run_emnist.build_task(config), config)
 
 
@@ -130,10 +130,11 @@ def _run_driver(tmp_path, *args):
   return proc.returncode, err_path.read_text()
 
 
-def test_unknown_aggregator_flag_fails_with_usage_message(tmp_path):
-  returncode, stderr = _run_driver(tmp_path, '--aggregator=dpsgd')
+def test_unknown_mechanism_flag_fails_with_usage_message(tmp_path):
+  returncode, stderr = _run_driver(tmp_path, '--mechanism=dpsgd')
   assert returncode != 0
-  assert '--aggregator' in stderr and 'gaussian|tree|tree_efficient|banded|blt' in stderr
+  assert '--mechanism' in stderr and 'gaussian|tree|tree_efficient|banded|blt' in stderr
+  assert len(stderr.strip().splitlines()) == 1 and 'Traceback' not in stderr
 
 
 def test_secure_aggregation(tmp_path):
@@ -145,7 +146,7 @@ def test_secure_aggregation(tmp_path):
       '--synthetic_examples_per_client=8', '--min_sep=2', '--noise_seed=3', '--eval_every=1',
       '--eval_max_examples=64')
   assert returncode == 0, stderr[-3000:]
-  config = conftest.tiny_config(tmp_path, aggregator='blt', secure_aggregation=True,
+  config = conftest.tiny_config(tmp_path, mechanism='blt', secure_aggregation=True,
                                 secure_bits=16, task=EMNIST_TASK)
   with open(os.path.join(config.output_dir, 'hparams.json')) as f:
     assert json.load(f)['secure_aggregation'] is True

@@ -65,10 +65,14 @@ def test_blt_from_file_and_participation_log(tmp_path):
     (['--mechanism=tree', '--rounds=10', '--min_sep=1'], '--noise_multiplier'),
     (['--mechanism=tree', '--noise_multiplier=1', '--target_rho=1', '--rounds=10', '--min_sep=1'],
      '--target_rho'),
-    (['--mechanism=gaussian', '--noise_multiplier=1', '--rounds=10', '--min_sep=1', '--delta=2'],
-     '--delta'),
-    (['--mechanism=blt', '--blt_theta=0.9,2', '--blt_omega=0.1,0.1', '--noise_multiplier=1',
-      '--rounds=10', '--min_sep=1'], '--blt_theta'),
+    (['--mechanism=gaussian', '--noise_multiplier=1', '--rounds=10', '--min_sep=1',
+      '--target_delta=2'], '--target_delta'),
+    (['--mechanism=blt', '--theta=0.9,2', '--omega=0.1,0.1', '--noise_multiplier=1',
+      '--rounds=10', '--min_sep=1'], '--theta'),
+    (['--mechanism=gaussian', '--noise_multiplier=1', '--rounds=10', '--min_sep=1', '--delta=1e-6',
+      '--target_delta=1e-6'], '--delta'),
+    (['--plan=/nonexistent.json', '--rounds=10', '--min_sep=1'], '--plan'),
+    (['--plan=/nonexistent.json', '--noise_multiplier=1', '--rounds=10', '--min_sep=1'], '--plan'),
     (['--mechanism=gaussian', '--noise_multiplier=1', '--participation_log=/nonexistent.csv'],
      '--participation_log'),
     (['--mechanism=banded', '--noise_multiplier=1', '--rounds=10', '--min_sep=1'],
@@ -94,3 +98,29 @@ def test_saved_banded_file(tmp_path):
   assert out['mechanism'] == 'banded' and not out['sensitivity_exact']
   proc = _run(f'--mechanism_file={path}', '--noise_multiplier=2', '--rounds=51', '--min_sep=1')
   assert proc.returncode != 0 and '--rounds' in proc.stderr
+
+
+def test_deprecated_flag_names_still_work():
+  proc = _run('--mechanism=blt', '--blt_theta=0.9,0.5', '--blt_omega=0.1,0.1', '--delta=1e-6',
+              '--noise_multiplier=1', '--rounds=10', '--min_sep=1', '--json')
+  assert proc.returncode == 0, proc.stderr
+  assert json.loads(proc.stdout)['delta'] == 1e-6
+  assert '--blt_theta is deprecated' in proc.stderr and '--delta is deprecated' in proc.stderr
+
+
+def test_plan_file_gives_the_same_report_as_its_flags(tmp_path):
+  from dp_ftrl_tff import plan as plan_lib
+  strategy = blt.BLTStrategy(theta=(0.9, 0.5), omega=(0.1, 0.1))
+  run_plan = plan_lib.RunPlan.build(strategy, 3.0, 100, None, adaptive_clip=plan_lib.AdaptiveClipping(
+      initial_clip=1.0, clipped_count_stddev=10.0, restarts=plan_lib.RestartSchedule(4, 6)))
+  path = tmp_path / 'plan.json'
+  plan_lib.save_plan(run_plan, path)
+  from_plan = _run(f'--plan={path}', '--rounds=20', '--min_sep=3', '--json')
+  from_flags = _run('--mechanism=blt', '--theta=0.9,0.5', '--omega=0.1,0.1', '--noise_multiplier=3',
+                    '--clipped_count_stddev=10', '--restart_rounds=4,10,16', '--rounds=20',
+                    '--min_sep=3', '--json')
+  assert from_plan.returncode == 0, from_plan.stderr
+  assert from_flags.returncode == 0, from_flags.stderr
+  a, b = json.loads(from_plan.stdout), json.loads(from_flags.stdout)
+  for key in ('rho', 'epsilon', 'sensitivity_squared', 'restart_rounds', 'value_noise_multiplier'):
+    assert a[key] == b[key], key

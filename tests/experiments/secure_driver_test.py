@@ -16,7 +16,7 @@ import textwrap
 import pytest
 
 from dp_ftrl_tff.aggregators import SecureAggregation
-from experiments import training_loop
+from experiments import flag_parsing
 from experiments.emnist import models as emnist_models
 
 TINY_RUN = ('--model=tiny', '--clients_per_round=3', '--synthetic_num_clients=30',
@@ -63,7 +63,7 @@ def _tiny_dim():
 
 
 def _assert_one_line_error(returncode, stderr, *fragments):
-  assert returncode == training_loop.ERROR_EXIT_CODE, stderr
+  assert returncode == flag_parsing.ERROR_EXIT_CODE, stderr
   assert 'Traceback' not in stderr
   lines = stderr.splitlines()
   assert len(lines) == 1, stderr
@@ -127,14 +127,13 @@ def test_modular_wraps_are_logged_and_written(tmp_path):
 _LAUNCHER = textwrap.dedent('''
     """A launcher that installs its own TFF context (which cannot run secure sums)."""
     import tensorflow_federated as tff
-    from absl import app
-    from experiments import training_loop
+    from experiments import driver
     from experiments.emnist import run_emnist
 
     context = tff.backends.native.create_sync_local_cpp_execution_context()
     with tff.framework.get_context_stack().install(context):
-      app.run(training_loop.driver_main(run_emnist.build_task, run_emnist.config_from_flags),
-              flags_parser=training_loop.parse_flags)
+      driver.run_main(run_emnist.FLAGS, run_emnist.build_task, run_emnist.task_settings,
+                      run_emnist.__doc__)
 ''')
 
 

@@ -1,0 +1,46 @@
+"""Every binary module imports in one process (flags live on each binary's own FlagValues), and
+`--help` of each lists its flags."""
+
+import glob
+import os
+import subprocess
+import sys
+
+import pytest
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BINARIES = sorted(
+    ['experiments.emnist.run_emnist', 'experiments.stackoverflow.run_stackoverflow',
+     'experiments.privacy_report', 'experiments.demo', 'dp_ftrl_tff.mechanisms.__main__']
+    + [f'experiments.benchmarks.{os.path.basename(p)[:-3]}'
+       for p in glob.glob(os.path.join(_ROOT, 'experiments', 'benchmarks', '*_bench.py'))])
+
+
+def test_all_binaries_import_together_without_global_flags():
+  # The libraries define their own flags on import (absl logging, TensorFlow): taken first.
+  code = ('import importlib; from absl import app, flags, logging; '
+          'import tensorflow, tensorflow_federated, tensorflow_privacy; '
+          'before = set(flags.FLAGS); '
+          f'[importlib.import_module(m) for m in {BINARIES!r}]; '
+          'added = set(flags.FLAGS) - before; '
+          "assert not added, f'flags defined on the global FLAGS: {sorted(added)}'")
+  proc = subprocess.run([sys.executable, '-c', code], cwd=_ROOT, capture_output=True, text=True,
+                        timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3'))
+  assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize('module, expected', [
+    ('experiments.emnist.run_emnist', ['--root_output_dir', '--mechanism', '--noise_multiplier',
+                                       '--secure_modclip_prob', '--target_delta', '--model',
+                                       '--aggregator']),
+    ('experiments.stackoverflow.run_stackoverflow', ['--mechanism', '--vocab_size']),
+    ('experiments.privacy_report', ['--plan', '--target_delta', '--theta', '--delta']),
+    ('dp_ftrl_tff.mechanisms', ['--num_buffers', '--num_bands']),
+])
+def test_help_lists_every_flag(module, expected):
+  proc = subprocess.run([sys.executable, '-m', module, '--help'], cwd=_ROOT, capture_output=True,
+                        text=True, timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3'))
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  for flag in expected:
+    assert flag in proc.stdout, flag
+  assert 'Deprecated' in proc.stdout or module == 'experiments.stackoverflow.run_stackoverflow'
