@@ -16,11 +16,9 @@ Three schemas (BandMF paper Sec. 3, BLT paper Sec. 3.1), one class:
 """
 
 import dataclasses
-import itertools
 import math
-import numbers
 import warnings
-from typing import Iterator, Optional, Tuple
+from typing import Optional, Tuple
 
 from dp_ftrl_tff import _validation
 
@@ -101,61 +99,6 @@ class ParticipationSchema:
     """pi* = (0, b, 2b, ..., (k_eff - 1) b): the worst case for non-increasing Toeplitz C (BLT Thm 3.1)."""
     k = self.effective_max_participations(num_rounds)
     return tuple(i * self.min_sep for i in range(k) if i * self.min_sep < num_rounds)
-
-  def patterns(self, num_rounds: int) -> Iterator[Tuple[int, ...]]:
-    """Yields every maximal admissible participation pattern (sorted round indices).
-
-    Brute force, exponential in `num_rounds`: meant for tests and small n (n <= ~20). Non-maximal
-    patterns are subsets of the ones yielded; for the sensitivity of a C with non-negative C^T C they
-    never matter, but `all_patterns` yields them too for signed cases.
-    """
-    yield from (p for p in self.all_patterns(num_rounds) if self._is_maximal(p, num_rounds))
-
-  def all_patterns(self, num_rounds: int) -> Iterator[Tuple[int, ...]]:
-    """Yields every non-empty admissible participation pattern. Brute force; for tests."""
-    num_rounds = _validation.check_positive_int(num_rounds, 'num_rounds')
-    k = self.effective_max_participations(num_rounds)
-    if self.fixed_epoch:
-      for offset in range(min(self.min_sep, num_rounds)):
-        rounds = tuple(offset + i * self.min_sep for i in range(k)
-                       if offset + i * self.min_sep < num_rounds)
-        for size in range(1, len(rounds) + 1):
-          yield from itertools.combinations(rounds, size)  # subsets of an epoch-aligned pattern
-      return
-    for size in range(1, k + 1):
-      for pattern in itertools.combinations(range(num_rounds), size):
-        if all(b - a >= self.min_sep for a, b in zip(pattern, pattern[1:], strict=False)):
-          yield pattern
-
-  def admits(self, pattern, num_rounds: int) -> bool:
-    """True if the round indices `pattern` (integers, any order) are allowed in `num_rounds` rounds."""
-    num_rounds = _validation.check_positive_int(num_rounds, 'num_rounds')
-    if any(isinstance(r, bool) or not isinstance(r, numbers.Integral) for r in pattern):
-      raise ValueError(f'`pattern` must hold integer rounds, got {pattern!r}.')
-    pattern = tuple(sorted(int(r) for r in pattern))
-    if len(set(pattern)) != len(pattern):
-      return False
-    if not pattern:
-      return True
-    if pattern[0] < 0 or pattern[-1] >= num_rounds:
-      return False
-    if len(pattern) > self.effective_max_participations(num_rounds):
-      return False
-    gaps = [b - a for a, b in zip(pattern, pattern[1:], strict=False)]
-    if self.fixed_epoch:
-      # A subset of {j, j + b, ..., j + (k_eff - 1) b} with offset j = pattern[0] mod b.
-      last_allowed = pattern[0] % self.min_sep + (
-          self.effective_max_participations(num_rounds) - 1) * self.min_sep
-      return all(g % self.min_sep == 0 for g in gaps) and pattern[-1] <= last_allowed
-    return all(g >= self.min_sep for g in gaps)
-
-  def _is_maximal(self, pattern, num_rounds: int) -> bool:
-    if len(pattern) >= self.effective_max_participations(num_rounds):
-      return True
-    for r in range(num_rounds):
-      if r not in pattern and self.admits(pattern + (r,), num_rounds):
-        return False
-    return True
 
   def __str__(self) -> str:
     k = 'ceil(n/b)' if self.max_participations is None else self.max_participations

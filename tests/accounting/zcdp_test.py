@@ -17,6 +17,7 @@ import pytest
 from dp_ftrl_tff.accounting import zcdp
 from dp_ftrl_tff.mechanisms import banded, blt, gaussian, tree
 from dp_ftrl_tff.mechanisms import participation as participation_lib
+from tests.mechanisms import patterns as patterns_lib
 
 Schema = participation_lib.ParticipationSchema
 
@@ -215,7 +216,7 @@ def _block_diagonal(strategy, lengths):
 
 def _brute_force_sens_sq(matrix, schema, num_rounds):
   best = 0.0
-  for pattern in schema.all_patterns(num_rounds):
+  for pattern in patterns_lib.all_patterns(schema, num_rounds):
     u = np.zeros(num_rounds)
     u[list(pattern)] = 1.0
     best = max(best, float(np.sum((matrix @ u)**2)))

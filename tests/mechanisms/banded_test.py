@@ -10,6 +10,7 @@ import scipy.optimize
 from dp_ftrl_tff.mechanisms import banded, base
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from dp_ftrl_tff.mechanisms.participation import ParticipationSchema
+from tests.mechanisms import patterns as patterns_lib
 
 
 def _random_banded(n, bands, seed=0, normalize=False):
@@ -31,7 +32,7 @@ def _dense_errors(c):
 def _eq5_brute_force(c, participation: participation_lib.ParticipationSchema):
   """max over admissible patterns of sum_{i,j in pi} |X_ij| (BandMF Eq. 5), by enumeration."""
   x = np.abs(c.T @ c)
-  return max(np.sum(x[np.ix_(p, p)]) for p in participation.patterns(c.shape[0]))
+  return max(np.sum(x[np.ix_(p, p)]) for p in patterns_lib.patterns(participation, c.shape[0]))
 
 
 # --------------------------------------------------------------------------------------------------

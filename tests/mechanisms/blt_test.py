@@ -15,6 +15,7 @@ import scipy.special
 
 from dp_ftrl_tff.mechanisms import base, blt
 from dp_ftrl_tff.mechanisms import participation as participation_lib
+from tests.mechanisms import patterns as patterns_lib
 
 MinSep = participation_lib.ParticipationSchema.min_separation
 APP_A = blt.PRODUCTION_STRATEGIES
@@ -39,7 +40,7 @@ def _dense_losses_of_matrix(c, participation):
   n = c.shape[0]
   b = np.tril(np.ones((n, n))) @ scipy.linalg.solve_triangular(c, np.eye(n), lower=True)
   row_sq = np.sum(b**2, axis=1)
-  sens_sq = max(np.sum(c[:, list(p)].sum(axis=1)**2) for p in participation.patterns(n))
+  sens_sq = max(np.sum(c[:, list(p)].sum(axis=1)**2) for p in patterns_lib.patterns(participation, n))
   return np.sqrt(row_sq.max() * sens_sq), np.sqrt(row_sq.mean() * sens_sq), sens_sq
 
 
@@ -227,7 +228,7 @@ def test_sensitivity_upper_bound_when_thm31_does_not_apply():
   assert np.any(c.T @ c < 0)
   # Lower bound on the true sensitivity: scalar contributions of either sign on admissible patterns.
   signed = max(np.sum((c[:, list(p)] @ np.array(s))**2)
-               for p in participation.all_patterns(n)
+               for p in patterns_lib.all_patterns(participation, n)
                for s in itertools.product((-1.0, 1.0), repeat=len(p)))
   assert not strategy.sensitivity_is_exact(n, participation)
   assert strategy.sensitivity_squared(n, participation) >= signed - 1e-12

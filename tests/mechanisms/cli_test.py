@@ -9,6 +9,7 @@ import pytest
 
 from dp_ftrl_tff.mechanisms import __main__ as cli
 from dp_ftrl_tff.mechanisms import participation as participation_lib
+from tests.mechanisms import patterns as patterns_lib
 
 P = participation_lib.ParticipationSchema
 OPTIMIZE_BLT_KEYS = ['mechanism', 'rounds', 'min_sep', 'max_participations', 'num_buffers', 'theta',
@@ -33,7 +34,7 @@ def _dense_losses(c, n, schema):
   """Independent reference: B = A C^-1 densely, sensitivity by brute force (C >= 0 here)."""
   decoder = np.tril(np.ones((n, n))) @ np.linalg.inv(c)
   rows = np.sum(decoder**2, axis=1)
-  sens_sq = max(np.sum(c[:, list(p)].sum(axis=1)**2) for p in schema.all_patterns(n))
+  sens_sq = max(np.sum(c[:, list(p)].sum(axis=1)**2) for p in patterns_lib.all_patterns(schema, n))
   return np.sqrt(rows.max() * sens_sq), np.sqrt(rows.mean() * sens_sq), sens_sq
 
 

@@ -5,6 +5,7 @@ import pytest
 
 from dp_ftrl_tff.mechanisms import base, gaussian
 from dp_ftrl_tff.mechanisms import participation as participation_lib
+from tests.mechanisms import patterns as patterns_lib
 
 P = participation_lib.ParticipationSchema
 
@@ -26,7 +27,7 @@ def test_sensitivity_is_largest_pattern_size(schema):
   n = 10
   strategy = gaussian.GaussianStrategy()
   c = strategy.strategy_matrix(n)
-  brute = max(np.sum(c[:, list(p)].sum(axis=1)**2) for p in schema.all_patterns(n))
+  brute = max(np.sum(c[:, list(p)].sum(axis=1)**2) for p in patterns_lib.all_patterns(schema, n))
   assert strategy.sensitivity_squared(n, schema) == brute
 
 

@@ -5,6 +5,7 @@ import pytest
 
 from dp_ftrl_tff.mechanisms import banded, blt, files, gaussian, registry, tree
 from dp_ftrl_tff.mechanisms import participation as participation_lib
+from tests.mechanisms import patterns as patterns_lib
 
 STRATEGIES = {
     'gaussian': gaussian.GaussianStrategy(),
@@ -89,7 +90,7 @@ def test_segments_sensitivity_against_dense_block_diagonal(name):
     blocks = [np.eye(sum(lengths))]
   c = scipy.linalg.block_diag(*blocks)
   assert np.all(c.T @ c >= -1e-12)  # Non-negative Gram: the max is over 0/1 patterns.
-  dense = max(np.sum(c[:, list(p)].sum(axis=1)**2) for p in schema.all_patterns(sum(lengths)))
+  dense = max(np.sum(c[:, list(p)].sum(axis=1)**2) for p in patterns_lib.all_patterns(schema, sum(lengths)))
   accounted = strategy.segments_sensitivity_squared(lengths, schema)
   assert accounted >= dense * (1 - 1e-12)
   if strategy.segments_sensitivity_is_exact(lengths, schema):

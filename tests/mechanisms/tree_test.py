@@ -19,6 +19,7 @@ import scipy.linalg
 
 from dp_ftrl_tff.mechanisms import base, tree
 from dp_ftrl_tff.mechanisms import participation as participation_lib
+from tests.mechanisms import patterns as patterns_lib
 
 P = participation_lib.ParticipationSchema
 
@@ -169,7 +170,7 @@ def test_blt_table3_tree_agg_full():
 def test_tree_sensitivity_matches_brute_force(num_rounds, min_sep, max_participations, completion):
   participation = P.b_min_sep(min_sep, max_participations)
   expected = _brute_force(tree.tree_matrix(num_rounds, completion),
-                          participation.patterns(num_rounds))
+                          patterns_lib.patterns(participation, num_rounds))
   assert tree.tree_sensitivity_squared(num_rounds, participation, completion) == expected
   assert tree.earliest_pattern_sensitivity_squared(num_rounds, participation,
                                                    completion) <= expected
@@ -183,7 +184,7 @@ def test_segments_sensitivity_matches_brute_force(lengths, min_sep, max_particip
   completed = data.draw(st.lists(st.booleans(), min_size=len(lengths), max_size=len(lengths)))
   participation = P.b_min_sep(min_sep, max_participations)
   expected = _brute_force(_segments_matrix(lengths, completed),
-                          participation.patterns(sum(lengths)))
+                          patterns_lib.patterns(participation, sum(lengths)))
   assert tree.segments_sensitivity_squared(lengths, participation, completed) == expected
 
 
@@ -195,7 +196,7 @@ def test_fixed_epoch_sensitivity_matches_brute_force(lengths, epochs, rounds_per
                                                      completion):
   participation = P.fixed_epoch_order(epochs, rounds_per_epoch)
   expected = _brute_force(_segments_matrix(lengths, [completion] * len(lengths)),
-                          participation.all_patterns(sum(lengths)))
+                          patterns_lib.all_patterns(participation, sum(lengths)))
   assert tree.segments_sensitivity_squared(lengths, participation, completion) == expected
 
 
