@@ -106,10 +106,14 @@ def _strategy(fv) -> base.Strategy:
   foreign = [option for option in given if option not in entry.parameter_options]
   if foreign:
     raise FlagError(f'--{foreign[0]} does not apply to --mechanism={name}.')
-  if name.startswith('tree'):
-    return registry.strategy_from_config({'mechanism': name, 'completion': fv.tree_completion})
   if not entry.needs_parameters:
-    return registry.default_strategy(name)
+    config = dict(entry.default_config)
+    if fv.tree_completion:
+      config['completion'] = True  # from_config refuses it for strategies without completion
+    try:
+      return registry.strategy_from_config(config)
+    except ValueError as e:
+      raise FlagError(f'--tree_completion: {e}') from None
   if not entry.parameter_options:
     raise FlagError(f'--mechanism={name} needs --mechanism_file (a saved {name} strategy).')
   if given and len(given) != len(entry.parameter_options):

@@ -212,10 +212,10 @@ def _guarantee_dict(g: zcdp.Guarantee) -> dict:
 def alternative_strategies(strategy: base.Strategy) -> dict:
   """{label: strategy}: this one plus DP-SGD, the efficient tree and the BLT paper's default BLT."""
   out = {f'{strategy.name} (this report)': strategy}
-  for other in (gaussian_lib.GaussianStrategy(), tree_lib.TreeStrategy('efficient'),
-                blt_lib.PRODUCTION_STRATEGIES[400]):
+  for label, other in (('gaussian', gaussian_lib.GaussianStrategy()),
+                       ('tree_efficient', tree_lib.TreeStrategy('efficient')),
+                       ('blt (App. A, b=400)', blt_lib.PRODUCTION_STRATEGIES[400])):
     if other.name != strategy.name:
-      label = 'blt (App. A, b=400)' if other.name == 'blt' else other.name
       out[label] = other
   return out
 

@@ -230,6 +230,12 @@ class Strategy(abc.ABC):
     """The strategy's defining parameters as JSON scalars / lists, for tables (none by default)."""
     return {}
 
+  @classmethod
+  @abc.abstractmethod
+  def from_config(cls, config: dict) -> 'Strategy':
+    """Inverse of `to_config`; ValueError naming the bad entry (`registry.strategy_from_config`
+    dispatches here by the config's 'mechanism')."""
+
   @abc.abstractmethod
   def to_config(self) -> dict:
     """JSON-serializable parameters; `registry.strategy_from_config` inverts it."""
