@@ -303,7 +303,7 @@ class RunPlan:
       else:
         count_stddev = float(m / 20.0 if count_stddev is None else count_stddev)
         value_sigma = inflated_noise_multiplier(sigma, count_stddev)
-      default = EVERY_ROUND if strategy.name == 'gaussian' else GBOARD_RESTARTS
+      default = GBOARD_RESTARTS if strategy.correlated else EVERY_ROUND
       restarts = restarts or adaptive_clip.restarts or default
     if isinstance(secure, bool):
       raise ValueError(f'`secure` must be None, an int number of bits or a SecureAggregation, got '

@@ -280,7 +280,7 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
     """
     plan = self._plan
     mechanism = _mechanism_description(plan.strategy)
-    if plan.mechanism == 'banded':
+    if plan.strategy.max_rounds is not None:  # built for a fixed n: the policy past it matters
       mechanism['beyond_max_rounds'] = plan.beyond_max_rounds
     return {'mechanism': mechanism, 'noise_multiplier': plan.noise_multiplier,
             'value_noise_multiplier': plan.value_noise_multiplier,
