@@ -18,13 +18,12 @@ applies to the SUM of clipped updates; the mean divides by the fixed `clients_pe
 import dataclasses
 import json
 import math
-import os
 from typing import Optional
 
 import numpy as np
 import scipy.special
 
-from dp_ftrl_tff import _validation
+from dp_ftrl_tff import _atomic, _validation
 from dp_ftrl_tff.mechanisms import base, registry
 
 # ------------------------------------------------------------------------------------------------
@@ -398,11 +397,7 @@ def save_plan(plan: RunPlan, path) -> None:
   """Writes `plan.to_config()` as JSON to `path` (via a temp file, renamed into place)."""
   if not isinstance(plan, RunPlan):
     raise ValueError(f'`plan` must be a RunPlan, got {type(plan).__name__}.')
-  temp = f'{path}.tmp'
-  with open(temp, 'w') as f:
-    json.dump(plan.to_config(), f, indent=2, allow_nan=False)
-    f.write('\n')
-  os.replace(temp, path)
+  _atomic.write_text(path, json.dumps(plan.to_config(), indent=2, allow_nan=False) + '\n')
 
 
 def load_plan(path) -> RunPlan:

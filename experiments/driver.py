@@ -5,21 +5,59 @@ A driver binary owns a `flags.FlagValues()` with the common flags (`driver_flags
 calls `run_main(flag_values, build_task, task_settings)` under `if __name__ == '__main__'`. Bad input
 (flags, settings, data, schedule, run directory, execution context) ends the program before any
 training with `<program>: error: <one line>` on stderr and exit status 2; `--help` lists every flag
-with its default.
+with its default. A run directory in use by another run (its PID named) or holding a corrupt run file
+is one such line with exit status 1. SIGINT / SIGTERM stop the run after the current round and its
+checkpoint, with one logged line and exit status 130 / 143 (`experiments.stop_signals`). Every exit
+ends the driver's TFF worker_binary children. A `--rounds` whose arrays cannot fit in memory
+(`dp_ftrl_tff.mechanisms.memory`) exits 2; any other failure (I/O: an unwritable --root_output_dir,
+a full disk; a corrupt --mechanism_file; memory; a bug) is one line with exit status 1. `--debug`
+prints the traceback before the line. The console (stdout: header, rounds, evals, summary) is
+`experiments.console`.
 """
 
 import logging as std_logging
+import traceback
 from typing import Any, Callable, Dict
 
 from absl import app, flags, logging
 
-from experiments import driver_flags, flag_parsing, run_config, tff_workers, training_loop
+from dp_ftrl_tff.mechanisms import memory
+from experiments import (
+  driver_flags,
+  flag_parsing,
+  run_config,
+  run_dir,
+  stop_signals,
+  tff_workers,
+  training_loop,
+)
 
 
 def set_up_logging() -> None:
-  """absl INFO lines on stderr without TF's chatter (drivers call it in main)."""
-  logging.set_verbosity(logging.INFO)
+  """Quiet console: absl WARNING and above on stderr unless the user gave absl's --verbosity
+  (`--verbosity=0` brings the INFO logs back), without TF's Python chatter. Results and progress go
+  to stdout (`experiments.console`)."""
+  if not flags.FLAGS['verbosity'].present:
+    logging.set_verbosity(logging.WARNING)
   std_logging.getLogger('tensorflow').setLevel(std_logging.ERROR)
+
+
+def _fail(error, flag_values: flags.FlagValues, exit_code: int = flag_parsing.ERROR_EXIT_CODE):
+  """`flag_parsing.exit_with_error`, after the traceback with --debug."""
+  if flag_values['debug'].value:
+    traceback.print_exc()
+  flag_parsing.exit_with_error(error, flag_values, exit_code)
+
+
+def _runtime_message(error: BaseException) -> str:
+  """One line for an error that is not bad input: I/O, memory, or a bug."""
+  if isinstance(error, MemoryError):
+    return 'out of memory; use a smaller model, fewer clients per round or fewer --rounds.'
+  if isinstance(error, OSError):
+    where = f' ({error.filename})' if getattr(error, 'filename', None) else ''
+    return (f'I/O error{where}: {error.strerror or error}; check that --root_output_dir is '
+            'writable and the disk is not full.')
+  return f'{type(error).__name__}: {error} (rerun with --debug for the traceback)'
 
 
 def run_main(flag_values: flags.FlagValues,
@@ -35,18 +73,33 @@ def run_main(flag_values: flags.FlagValues,
   """
 
   def main(argv):
+    try:
+      checked_main(argv)
+    except stop_signals.Interrupted as stopped:  # SIGINT / SIGTERM: one line, exit 130 / 143
+      logging.warning('%s', stopped)
+      flag_parsing.exit_now(stopped.exit_code)
+
+  def checked_main(argv):
     tff_workers.register_at_exit()
+    stop_signals.install_immediate_stop()  # training_loop.run installs its own while it runs
     if len(argv) > 1:
       flag_parsing.exit_with_error(f'unexpected arguments {argv[1:]}', flag_values)
     set_up_logging()
     try:
       config = driver_flags.config_from_flags(flag_values, task_settings(flag_values))
+      memory.check_fits(config.mechanism, config.rounds)
       task = build_task(config)
     except (ValueError, flags.Error) as error:
-      flag_parsing.exit_with_error(error, flag_values)
+      _fail(error, flag_values)
+    except Exception as error:  # I/O while loading data, ...: one line, exit 1
+      _fail(_runtime_message(error), flag_values, flag_parsing.RUNTIME_ERROR_EXIT_CODE)
     try:
       training_loop.run(task, config)
     except training_loop.SetupError as error:
-      flag_parsing.exit_with_error(error, flag_values)
+      _fail(error, flag_values)
+    except run_dir.RunDirError as error:
+      _fail(error, flag_values, flag_parsing.RUNTIME_ERROR_EXIT_CODE)
+    except Exception as error:  # I/O (unwritable directory, full disk), memory, bugs: exit 1
+      _fail(_runtime_message(error), flag_values, flag_parsing.RUNTIME_ERROR_EXIT_CODE)
 
   app.run(main, flags_parser=flag_parsing.flags_parser(flag_values, usage))

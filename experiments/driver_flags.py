@@ -43,9 +43,18 @@ def define_common_flags(fv: flags.FlagValues) -> None:
                        'BandMF bands b-hat when optimizing (default: min(min_sep, rounds)).', **d)
   flags.DEFINE_integer('num_buffers', None,
                        'BLT buffers d when optimizing (default: chosen by the optimizer).', **d)
+  flags.DEFINE_enum('banded_beyond_max_rounds', 'error', list(run_config.BEYOND_MAX_ROUNDS),
+                    'A banded strategy covers the rounds it was built for: past them, stop with an '
+                    'error, or restart (a new noise segment every max_rounds rounds, accounted as '
+                    'its own mechanism; server momentum reset). A resumed run may switch to '
+                    'restart to train for more --rounds.', **d)
   flags.DEFINE_float('noise_multiplier', 1.0,
-                     'sigma: noise std on the sum of clipped updates, relative to the clip norm.',
-                     **d)
+                     'sigma: noise std on the sum of clipped updates, relative to the clip norm '
+                     '(excludes --target_epsilon).', **d)
+  flags.DEFINE_float('target_epsilon', None,
+                     'Calibrate the noise multiplier at start to this epsilon at --target_delta, for '
+                     'the declared participation, the mechanism and its restarts (excludes '
+                     '--noise_multiplier).', **d)
   flags.DEFINE_float('clip_norm', 1.0, 'L2 clip norm zeta (the initial clip if adaptive).', **d)
   flags.DEFINE_bool('adaptive_clipping', False, 'Quantile-based adaptive clipping (Gboard Alg. 1).',
                     **d)
@@ -85,6 +94,8 @@ def define_common_flags(fv: flags.FlagValues) -> None:
   flags.DEFINE_integer('eval_max_examples', 10000, 'Test examples used per evaluation.', **d)
   flags.DEFINE_float('target_delta', zcdp.DEFAULT_DELTA,
                      'delta of the reported (epsilon, delta).', **d)
+  flags.DEFINE_bool('debug', False, 'On an error, print the traceback before the one-line message.',
+                    **d)
   for old, new in DEPRECATED_FLAGS.items():
     _deprecated_flags.define_alias(old, new, fv)
 
@@ -93,4 +104,10 @@ def config_from_flags(fv: flags.FlagValues, task_settings: Dict[str, Any]) -> ru
   """A `RunConfig` from the parsed common flags plus the driver's own settings."""
   _deprecated_flags.apply_aliases(fv, DEPRECATED_FLAGS)
   names = [f.name for f in dataclasses.fields(run_config.RunConfig) if f.name != 'task']
-  return run_config.RunConfig(**{name: fv[name].value for name in names}, task=dict(task_settings))
+  values = {name: fv[name].value for name in names}
+  if fv['target_epsilon'].value is not None:
+    if fv['noise_multiplier'].present:
+      raise ValueError('--target_epsilon excludes --noise_multiplier (the noise multiplier is '
+                       'calibrated to the target): give only one of them.')
+    values['noise_multiplier'] = None
+  return run_config.RunConfig(**values, task=dict(task_settings))

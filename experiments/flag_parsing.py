@@ -16,6 +16,9 @@ from experiments import tff_workers
 
 #: Exit status of a driver stopped by bad input (flags, settings, execution context).
 ERROR_EXIT_CODE = 2
+#: Exit status of a driver stopped by a runtime error: a run directory in use by another run, a
+#: corrupt run file (`experiments.run_dir.RunDirError`).
+RUNTIME_ERROR_EXIT_CODE = 1
 _BACKTICKED = re.compile(r'`([A-Za-z_][A-Za-z0-9_]*)`')
 
 
@@ -26,20 +29,28 @@ def error_line(error, flag_values: flags.FlagValues) -> str:
   return ' '.join(_BACKTICKED.sub(as_flag, str(error)).split())
 
 
-def exit_with_error(error, flag_values: flags.FlagValues) -> NoReturn:
-  """Prints `<program>: error: <one line>` on stderr and exits with `ERROR_EXIT_CODE`.
+def exit_with_error(error, flag_values: flags.FlagValues,
+                    exit_code: int = ERROR_EXIT_CODE) -> NoReturn:
+  """Prints `<program>: error: <one line>` on stderr and exits with `exit_code` (`ERROR_EXIT_CODE`
+  for bad input, `RUNTIME_ERROR_EXIT_CODE` for runtime errors).
 
   Exits with `os._exit` after flushing: no interpreter teardown, in which TFF's local executor
   destructors print "Exception ignored ... Traceback" lines or wait forever for a worker that
   ignores SIGINT (see experiments/secure_context.py). Nothing has been trained at this point.
   """
   program = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else 'driver'
+  exit_now(exit_code, f'{program}: error: {error_line(error, flag_values)}\n')
+
+
+def exit_now(exit_code: int, stderr_text: str = '') -> NoReturn:
+  """Ends this process's worker_binary children, flushes, writes `stderr_text` and `os._exit`s
+  (no interpreter teardown: see `exit_with_error`)."""
   tff_workers.end_child_workers()  # os._exit skips the atexit hooks that would.
   std_logging.shutdown()
   sys.stdout.flush()
-  sys.stderr.write(f'{program}: error: {error_line(error, flag_values)}\n')
+  sys.stderr.write(stderr_text)
   sys.stderr.flush()
-  os._exit(ERROR_EXIT_CODE)
+  os._exit(exit_code)
 
 
 def flags_parser(flag_values: flags.FlagValues, usage: str) -> Callable[[List[str]], List[str]]:

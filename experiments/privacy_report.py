@@ -13,17 +13,22 @@ gives the mechanism, the noise multiplier and its split, and the restarts).
 
 Conventions: rounds are 0-based; --min_sep = b means r2 - r1 >= b for two participations of one client
 (TF-Privacy's and the Gboard tables' min_separation = b - 1; the report prints both).
-Bad input exits with status 1 (2 for unparsable flags) and a one-line error naming the flag.
+Exit status: 2 on a user mistake (bad or conflicting flags, a missing input file, a number of rounds
+whose arrays cannot fit in memory), 1 on a runtime failure (an unwritable --output_dir, a corrupt
+--plan / --mechanism_file / --participation_log, I/O errors): one line `privacy_report: error: ...`
+on stderr naming the flag; `--debug` prints the traceback before it.
 """
 
+import os
 import sys
+import traceback
 
 from absl import app, flags
 
 from dp_ftrl_tff import _deprecated_flags
 from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.accounting import participation_log, report, report_render, zcdp
-from dp_ftrl_tff.mechanisms import base, blt, files, participation, registry
+from dp_ftrl_tff.mechanisms import base, blt, files, memory, participation, registry
 from experiments import flag_parsing
 
 MECHANISMS = registry.names()
@@ -62,6 +67,8 @@ flags.DEFINE_float('target_delta', zcdp.DEFAULT_DELTA, 'delta of the reported (e
 flags.DEFINE_string('output_dir', None, 'Where report.json, report.md, plots go.', **_d)
 flags.DEFINE_bool('plots', True, 'Write the PNG plots into --output_dir.', **_d)
 flags.DEFINE_bool('json', False, 'Print the JSON report instead of the summary.', **_d)
+flags.DEFINE_bool('debug', False, 'On an error, print the traceback before the one-line message.',
+                  **_d)
 #: Deprecated flag names (one release, see CHANGELOG.md) -> today's names.
 DEPRECATED_FLAGS = {'delta': 'target_delta', 'blt_theta': 'theta', 'blt_omega': 'omega'}
 for _old, _new in DEPRECATED_FLAGS.items():
@@ -73,7 +80,18 @@ _PLAN_FLAGS = ('mechanism', 'mechanism_file', 'theta', 'omega', 'tree_completion
 
 
 class FlagError(ValueError):
-  """Bad flag value; the message starts with the flag name."""
+  """Bad flag value; the message starts with the flag name (exit status 2)."""
+
+
+class InputFileError(Exception):
+  """An input file that exists but cannot be read or parsed (exit status 1)."""
+
+
+def _input_file_error(flag: str, path: str, error: Exception) -> Exception:
+  """A missing `path` is a usage error; an existing one that fails to load is a runtime failure."""
+  if not os.path.isfile(path):
+    return FlagError(f'--{flag}: no file at {path!r}.')
+  return InputFileError(f'--{flag}: {error} Fix or regenerate {path}.')
 
 
 def _floats(values, flag: str) -> tuple:
@@ -96,7 +114,7 @@ def _strategy(fv) -> base.Strategy:
     try:
       strategy = files.load_strategy(fv.mechanism_file)
     except (ValueError, OSError) as e:
-      raise FlagError(f'--mechanism_file: {e}') from None
+      raise _input_file_error('mechanism_file', fv.mechanism_file, e) from None
     if name is not None and strategy.name != name:
       raise FlagError(f'--mechanism={name} but --mechanism_file holds a {strategy.name!r} strategy.')
     return strategy
@@ -155,8 +173,8 @@ def _from_plan(fv, num_rounds: int) -> dict:
     raise FlagError(f'--plan sets the mechanism and its noise; it excludes --{clashing[0]}.')
   try:
     plan = plan_lib.load_plan(fv.plan)
-  except ValueError as e:
-    raise FlagError(f'--plan: {e}') from None
+  except (ValueError, OSError) as e:
+    raise _input_file_error('plan', fv.plan, e) from None
   return dict(strategy=plan.strategy, noise_multiplier=plan.noise_multiplier,
               target_epsilon=None, target_rho=None,
               restart_rounds=plan.restart_rounds(num_rounds),
@@ -199,8 +217,8 @@ def build_from_flags(fv) -> tuple:
   if fv.participation_log:
     try:
       log = participation_log.read_participation_log(fv.participation_log)
-    except ValueError as e:
-      raise FlagError(f'--participation_log: {e}') from None
+    except (ValueError, OSError) as e:
+      raise _input_file_error('participation_log', fv.participation_log, e) from None
     if not log.num_rows:
       raise FlagError(f'--participation_log: {fv.participation_log} has no rows.')
   else:
@@ -214,6 +232,7 @@ def build_from_flags(fv) -> tuple:
   if strategy.max_rounds is not None and n > strategy.max_rounds:
     raise FlagError(f'--rounds: the {strategy.name} strategy covers at most {strategy.max_rounds} '
                     f'rounds, the run has {n}.')
+  memory.check_fits(strategy.name, n, losses=False)
   result = report.build_report(strategy, rounds, schema, delta=fv.target_delta, log=log,
                                observed_patterns=fv.observed_patterns, **settings)
   return result, strategy
@@ -228,17 +247,57 @@ def _parse_flags(argv):
   return argv
 
 
+def _check_output_dir(path: str) -> None:
+  """An unwritable --output_dir fails before the accounting (exit status 1)."""
+  existing = os.path.abspath(path)
+  while not os.path.exists(existing):
+    existing = os.path.dirname(existing)
+  if not os.path.isdir(existing):
+    raise OSError(f'--output_dir={path}: {existing} is a file, not a directory.')
+  if not os.access(existing, os.W_OK):
+    raise OSError(f'--output_dir={path}: {existing} is not writable; choose another --output_dir.')
+
+
+def _exit_code(error: BaseException) -> int:
+  if isinstance(error, FlagError | memory.MemoryLimitError):
+    return flag_parsing.ERROR_EXIT_CODE
+  return flag_parsing.RUNTIME_ERROR_EXIT_CODE
+
+
+def _fail(error: BaseException) -> int:
+  """One line on stderr (after the traceback with --debug); returns the exit status."""
+  if FLAGS.debug:
+    traceback.print_exc()
+  if isinstance(error, MemoryError):
+    message = 'out of memory; use fewer --rounds.'
+  elif isinstance(error, ValueError | OSError | InputFileError):
+    message = str(error)
+  else:
+    message = f'{type(error).__name__}: {error} (rerun with --debug for the traceback)'
+  print(f'privacy_report: error: {" ".join(message.split())}', file=sys.stderr)
+  return _exit_code(error)
+
+
 def main(argv):
   if len(argv) > 1:
     print(f'privacy_report: error: unexpected arguments {argv[1:]}', file=sys.stderr)
-    return 1
+    return flag_parsing.ERROR_EXIT_CODE
   try:
+    if FLAGS.output_dir:
+      _check_output_dir(FLAGS.output_dir)
     result, strategy = build_from_flags(FLAGS)
     if FLAGS.output_dir:
-      report_render.write_report(result, strategy, FLAGS.output_dir, plots=FLAGS.plots)
+      try:
+        report_render.write_report(result, strategy, FLAGS.output_dir, plots=FLAGS.plots)
+      except OSError as e:
+        raise OSError(f'--output_dir={FLAGS.output_dir}: cannot write the report ({e}); free disk '
+                      'space or choose another --output_dir.') from e
   except ValueError as e:
-    print(f'privacy_report: error: {" ".join(str(e).split())}', file=sys.stderr)
-    return 1
+    # A ValueError of the library (not a FlagError) is a bad setting too: e.g. a participation
+    # schema or strategy parameters that cannot hold together.
+    return _fail(e if isinstance(e, FlagError | memory.MemoryLimitError) else FlagError(str(e)))
+  except Exception as e:  # every error is one line; --debug adds the traceback
+    return _fail(e)
   print(report_render.to_json(result) if FLAGS.json else report_render.summary(result))
   return 0
 

@@ -14,27 +14,32 @@ import dataclasses
 import json
 import os
 import time
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import tensorflow as tf
 from absl import logging
 
-from dp_ftrl_tff import _validation
+from dp_ftrl_tff import _atomic, _validation
 from dp_ftrl_tff import plan as plan_lib
-from dp_ftrl_tff.accounting import zcdp
+from dp_ftrl_tff.accounting import calibration, zcdp
 from dp_ftrl_tff.mechanisms import base, files, registry
 from dp_ftrl_tff.mechanisms import participation as participation_lib
+from experiments import run_dir
 
 MECHANISMS = registry.names(streaming_only=True)
 SECURE_ROTATIONS = ('dft', 'hd', 'none')
 
 # Settings a resumed run may change (they do not change what was trained).
 RESUMABLE_CHANGES = ('rounds', 'checkpoint_every', 'eval_every', 'eval_max_examples',
-                     'target_delta')
+                     'target_delta', 'banded_beyond_max_rounds')
+BEYOND_MAX_ROUNDS = ('error', 'restart')
 # hparams.json keys of earlier releases -> today's names.
 _RENAMED_HPARAMS = {'aggregator': 'mechanism'}
 
 PLAN_FILE = 'plan.json'
+HPARAMS_FILE = 'hparams.json'
+_HPARAMS_REMEDY = ('restore it (it holds the settings of the run in this directory), or start a new '
+                   'run with another --experiment_name.')
 _MECHANISM_BASENAME = 'mechanism'
 
 
@@ -54,7 +59,9 @@ class RunConfig:
   mechanism_file: Optional[str] = None
   num_bands: Optional[int] = None
   num_buffers: Optional[int] = None
-  noise_multiplier: float = 1.0
+  banded_beyond_max_rounds: str = 'error'
+  noise_multiplier: Optional[float] = 1.0  # None with target_epsilon (calibrated at start)
+  target_epsilon: Optional[float] = None
   clip_norm: float = 1.0
   adaptive_clipping: bool = False
   target_unclipped_quantile: float = 0.5
@@ -95,11 +102,19 @@ class RunConfig:
       if self.restart_period is None:
         raise ValueError('`restart_warmup` needs `restart_period`.')
     _validation.check_one_of(self.mechanism, 'mechanism', MECHANISMS)
+    _validation.check_one_of(self.banded_beyond_max_rounds, 'banded_beyond_max_rounds',
+                             BEYOND_MAX_ROUNDS)
     _validation.check_positive_float(self.client_learning_rate, 'client_learning_rate')
     _validation.check_positive_float(self.server_learning_rate, 'server_learning_rate')
     _validation.check_float_in_range(self.server_momentum, 'server_momentum', 0.0, 1.0,
                                      high_inclusive=False)
-    _validation.check_nonnegative_float(self.noise_multiplier, 'noise_multiplier')
+    if self.target_epsilon is None:
+      _validation.check_nonnegative_float(self.noise_multiplier, 'noise_multiplier')
+    else:
+      _validation.check_positive_float(self.target_epsilon, 'target_epsilon')
+      if self.noise_multiplier is not None:
+        raise ValueError('`target_epsilon` excludes `noise_multiplier` (the noise multiplier is '
+                         'calibrated to the target): give only one of them.')
     _validation.check_positive_float(self.clip_norm, 'clip_norm')
     _validation.check_float_in_range(self.target_delta, 'target_delta', 0.0, 1.0,
                                      low_inclusive=False, high_inclusive=False)
@@ -182,13 +197,19 @@ class Task:
 # Setup: hparams, strategy, plan.
 
 
-def check_and_write_hparams(config: RunConfig) -> None:
-  """Writes `hparams.json`; a resumed run must match the stored settings but `RESUMABLE_CHANGES`."""
-  path = os.path.join(config.output_dir, 'hparams.json')
-  current = json.loads(json.dumps(dataclasses.asdict(config)))
+def check_hparams(config: RunConfig) -> None:
+  """A resumed run must match the settings in `hparams.json` but `RESUMABLE_CHANGES` (reads only).
+
+  Raises:
+    ValueError: the directory holds a run with other settings.
+    run_dir.CorruptRunFileError: `hparams.json` is not valid JSON.
+  """
+  path = os.path.join(config.output_dir, HPARAMS_FILE)
+  current = _hparams_document(config)
   if os.path.exists(path):
-    with open(path) as f:
-      saved = json.load(f)
+    saved = run_dir.read_json(path, _HPARAMS_REMEDY)
+    if not isinstance(saved, dict):
+      raise run_dir.corrupt_file_error(path, 'not a JSON object', _HPARAMS_REMEDY)
     saved = {_RENAMED_HPARAMS.get(key, key): value for key, value in saved.items()}
     # A setting added after the run started (absent from its file) had its default value.
     saved = {**{f.name: f.default for f in dataclasses.fields(RunConfig)
@@ -199,9 +220,24 @@ def check_and_write_hparams(config: RunConfig) -> None:
       details = ', '.join(f'{k}: {saved.get(k)!r} -> {current.get(k)!r}' for k in changed)
       raise ValueError(f'{config.output_dir} holds a run with other settings ({details}); use '
                        'another --experiment_name or the same settings to resume.')
+
+
+def write_hparams(config: RunConfig) -> str:
+  """Writes `hparams.json` atomically (after `check_hparams`); returns its path."""
+  path = os.path.join(config.output_dir, HPARAMS_FILE)
   os.makedirs(config.output_dir, exist_ok=True)
-  with open(path, 'w') as f:
-    json.dump(current, f, indent=2, sort_keys=True)
+  _atomic.write_text(path, json.dumps(_hparams_document(config), indent=2, sort_keys=True))
+  return path
+
+
+def _hparams_document(config: RunConfig) -> dict:
+  return json.loads(json.dumps(dataclasses.asdict(config)))
+
+
+def check_and_write_hparams(config: RunConfig) -> None:
+  """`check_hparams`, then `write_hparams`."""
+  check_hparams(config)
+  write_hparams(config)
 
 
 def _saved_mechanism_path(output_dir: str) -> Optional[str]:
@@ -213,16 +249,47 @@ def _saved_mechanism_path(output_dir: str) -> Optional[str]:
 
 
 def resolve_strategy(config: RunConfig) -> base.Strategy:
-  """The run's `Strategy`: from the run directory (resume), `mechanism_file`, the registry's
+  """The run's `Strategy` (`load_or_build_strategy`), saved beside the run if it is not there yet,
+  so a resumed run reuses it."""
+  strategy, setting, needs_saving = load_or_build_strategy(config)
+  if needs_saving:
+    save_run_strategy(config, strategy, setting)
+  return strategy
+
+
+def save_run_strategy(config: RunConfig, strategy: base.Strategy, setting=None) -> str:
+  """Writes `strategy` (and the setting it was optimized for) atomically to the run directory's
+  `mechanism.json` / `.npz`; returns the path."""
+  os.makedirs(config.output_dir, exist_ok=True)
+  path = os.path.join(config.output_dir,
+                      _MECHANISM_BASENAME + registry.get(strategy.name).file_suffix)
+  files.save_strategy(strategy, path, setting=setting)
+  return path
+
+
+def load_or_build_strategy(config: RunConfig) -> Tuple[base.Strategy, Any, bool]:
+  """(strategy, setting or None, whether it still has to be saved to the run directory), writing
+  nothing. The strategy comes from the run directory (resume), `mechanism_file`, the registry's
   parameter-free default, or the registry's optimizer for (rounds, min_sep, max_participations).
 
-  An optimized strategy is saved beside the run, so a resumed run reuses it.
+  Raises:
+    ValueError: a strategy of another kind than `mechanism`, or too few rounds.
+    run_dir.CorruptRunFileError: the run directory's mechanism file cannot be read.
   """
   saved = _saved_mechanism_path(config.output_dir)
   setting = None
   if saved is not None or config.mechanism_file is not None:
     path = saved or config.mechanism_file
-    strategy = files.load_strategy(path)
+    try:
+      strategy = files.load_strategy(path)
+    except (ValueError, OSError) as error:
+      if not saved:  # the user's --mechanism_file exists (checked in RunConfig) but is unreadable
+        raise run_dir.corrupt_file_error(
+            path, error, 'fix `mechanism_file` or rewrite it with `python -m '
+            'dp_ftrl_tff.mechanisms optimize --output=...`.') from error
+      raise run_dir.corrupt_file_error(
+          path, error, 'restore it (the run\'s noise was drawn with this strategy), or start a '
+          'new run with another --experiment_name.') from error
     if strategy.name != config.mechanism:
       raise ValueError(f'`mechanism_file` {path!r} holds a {strategy.name!r} strategy, but '
                        f'`mechanism`={config.mechanism}.')
@@ -238,24 +305,55 @@ def resolve_strategy(config: RunConfig) -> base.Strategy:
     strategy = setting.strategy
     source = (f'optimized for n={config.rounds}, {config.participation} in '
               f'{time.time() - start:.1f} s')
-  if strategy.max_rounds is not None and strategy.max_rounds < config.rounds:
-    raise ValueError(f'The {strategy.name} strategy covers {strategy.max_rounds} rounds, '
-                     f'`rounds`={config.rounds}.')
-  if saved is None:
-    os.makedirs(config.output_dir, exist_ok=True)
-    suffix = registry.get(strategy.name).file_suffix
-    files.save_strategy(strategy, os.path.join(config.output_dir, _MECHANISM_BASENAME + suffix),
-                        setting=setting)
+  if (strategy.max_rounds is not None and strategy.max_rounds < config.rounds
+      and config.banded_beyond_max_rounds != 'restart'):
+    fix = ('or a new `experiment_name`' if saved else
+           f'or a strategy file for at least {config.rounds} rounds')
+    raise ValueError(f'the {strategy.name} strategy in {saved or config.mechanism_file} covers '
+                     f'{strategy.max_rounds} rounds; `rounds`={config.rounds} needs '
+                     f'`banded_beyond_max_rounds`=restart (a new noise segment every '
+                     f'{strategy.max_rounds} rounds) {fix}.')
   logging.info('Mechanism (%s): %s', source, strategy)
-  return strategy
+  return strategy, setting, saved is None
+
+
+def calibrate_noise_multiplier(config: RunConfig, strategy: base.Strategy,
+                               restart_rounds) -> float:
+  """The accounted noise multiplier meeting `target_epsilon` at `target_delta` for the declared
+  participation, the strategy and the plan's restarts (`dp_ftrl_tff.accounting.calibration`)."""
+  sens_sq = zcdp.accounted_sensitivity_squared(strategy, config.rounds, config.participation,
+                                               zcdp.check_restart_rounds(restart_rounds, config.rounds))
+  return calibration.noise_multiplier_for_epsilon(config.target_epsilon, sens_sq,
+                                                  config.target_delta)
 
 
 def build_plan(config: RunConfig, strategy: base.Strategy) -> plan_lib.RunPlan:
-  """The run's `RunPlan` (written to `plan.json` by `write_plan`)."""
+  """The run's `RunPlan` (written to `plan.json` by `write_plan`); with `target_epsilon`, its noise
+  multiplier is calibrated (`calibrate_noise_multiplier`, restarts from the plan)."""
+  if config.target_epsilon is not None:
+    restarts = _build_plan(config, strategy, 1e-6).restart_rounds(config.rounds)
+    sigma = calibrate_noise_multiplier(config, strategy, restarts)
+    logging.info('Noise multiplier %.6g calibrated to epsilon=%g at delta=%g.', sigma,
+                 config.target_epsilon, config.target_delta)
+    return _build_plan(config, strategy, sigma)
+  return _build_plan(config, strategy, config.noise_multiplier)
+
+
+def _build_plan(config: RunConfig, strategy: base.Strategy, sigma: float) -> plan_lib.RunPlan:
   return plan_lib.RunPlan.build(
-      strategy, config.noise_multiplier, config.clients_per_round, config.clip_norm,
+      strategy, sigma, config.clients_per_round, config.clip_norm,
       adaptive_clip=config.adaptive_clip(), secure=config.secure_config(),
-      restarts=config.restart_schedule())
+      restarts=config.restart_schedule(), beyond_max_rounds=config.banded_beyond_max_rounds)
+
+
+def check_plan_file(config: RunConfig) -> None:
+  """Raises `run_dir.CorruptRunFileError` if the run directory's `plan.json` is not valid JSON."""
+  path = os.path.join(config.output_dir, PLAN_FILE)
+  if os.path.exists(path):
+    remedy = ('delete it: the run rewrites it from hparams.json and the mechanism file (both '
+              'checked); or start a new run with another --experiment_name.')
+    if not isinstance(run_dir.read_json(path, remedy), dict):
+      raise run_dir.corrupt_file_error(path, 'not a JSON object', remedy)
 
 
 def write_plan(config: RunConfig, plan: plan_lib.RunPlan) -> str:

@@ -14,6 +14,37 @@ import signal
 _WORKER_NAME = 'worker_binary'
 
 
+def _read_stat(pid) -> list:
+  """/proc/PID/stat fields after the command name: [state, ppid, ...] ("pid (comm) state ppid ...";
+  comm may contain spaces, so split after the last ')')."""
+  with open(f'/proc/{pid}/stat', 'rb') as f:
+    return f.read().decode(errors='replace').rsplit(')', 1)[1].split()
+
+
+def start_time(pid: int):
+  """Process `pid`'s start time (clock ticks after boot, /proc/PID/stat field 22), or None if there
+  is no such process (or it is a zombie). With the PID, it identifies a process across PID reuse."""
+  try:
+    fields = _read_stat(pid)
+  except (OSError, IndexError):
+    return None
+  return None if fields[0] == 'Z' else int(fields[19])
+
+
+def is_worker(pid: int) -> bool:
+  """Whether process `pid` runs TFF's worker_binary."""
+  try:
+    with open(f'/proc/{pid}/cmdline', 'rb') as f:
+      return _WORKER_NAME in f.read().decode(errors='replace')
+  except OSError:
+    return False
+
+
+def child_worker_pids(parent_pid: int) -> list:
+  """The PIDs of the `worker_binary` processes whose parent is `parent_pid`."""
+  return _child_worker_pids(parent_pid)
+
+
 def _child_worker_pids(parent_pid: int) -> list:
   pids = []
   try:

@@ -12,7 +12,10 @@ into `<root_output_dir>/<experiment_name>/`:
   * `participation.csv`: the participation log `client_id,round` (0-based rounds);
   * `metrics.csv` and `tensorboard/`: per-round metrics through `tff.program` release managers;
   * `privacy_report/`: report.json, report.md and plots, its summary printed at the end.
-Rerunning with the same output directory resumes from the latest checkpoint.
+Rerunning with the same output directory resumes from the latest checkpoint. The directory's safety
+(`run.lock` held by one run at a time, atomic files, torn log lines dropped, `workers.json` with the
+run's worker_binary PIDs) is `experiments.run_dir`'s; SIGINT / SIGTERM stop after the current round
+and its checkpoint (`experiments.stop_signals`).
 """
 
 import asyncio
@@ -33,7 +36,7 @@ from dp_ftrl_tff.accounting import participation_log, report_render
 from dp_ftrl_tff.accounting import report as report_lib
 from dp_ftrl_tff.learning import client_sampler as sampler_lib
 from dp_ftrl_tff.learning import dp_ftrl
-from experiments import run_config, secure_context
+from experiments import console, run_config, run_dir, secure_context, stop_signals
 from experiments.run_config import RunConfig, Task
 
 
@@ -112,28 +115,55 @@ def run(task: Task, config: RunConfig) -> Dict[str, Any]:
     SetupError (a ValueError): on bad settings, an impossible schedule, an unknown or mismatched
       mechanism, a run directory holding a run with other settings, or an execution context that
       cannot run secure sums; before any training.
+    run_dir.RunDirError: the run directory is in use by another run (its PID in the message) or
+      holds a corrupt run file (hparams.json, plan.json, the mechanism file); before any training.
+    stop_signals.Interrupted: on SIGINT or SIGTERM; during training only after the current round
+      and its checkpoint (see experiments/stop_signals.py). A rerun resumes bit-identically.
   """
   with _setup_errors():
     if not isinstance(config, RunConfig):
       raise ValueError(f'`config` must be a RunConfig, got {type(config).__name__}.')
+  directory = run_dir.RunDirectory(config.output_dir)
+  with stop_signals.StopSignals() as stop:
+    try:
+      return _run(task, config, directory, stop)
+    finally:
+      directory.release(remove_if_created=True)
+
+
+def _run(task: Task, config: RunConfig, directory: run_dir.RunDirectory,
+         stop: stop_signals.StopSignals) -> Dict[str, Any]:
+  """`run` with the run directory (not yet locked) and the stop signals installed."""
+  with _setup_errors():
     client_ids = list(task.train_data.client_ids)
     sampler_lib.check_schedule(len(client_ids), config.clients_per_round, config.min_sep,
                                config.max_participations, config.rounds)
     if config.secure_aggregation:
       # Chosen before anything is written or built (see experiments/secure_context.py).
       secure_context.use_secure_context()
-    run_config.check_and_write_hparams(config)
-    plan = run_config.build_plan(config, run_config.resolve_strategy(config))
-    run_config.write_plan(config, plan)
+    # The lock first, then every check (reading only); nothing is written before they pass.
+    directory.acquire()
+    directory.end_stale_workers()
+    run_config.check_hparams(config)
+    run_config.check_plan_file(config)
+    strategy, setting, strategy_unsaved = run_config.load_or_build_strategy(config)
+    plan = run_config.build_plan(config, strategy)
     aggregator = aggregators.CorrelatedNoiseFactory(plan, noise_seed=config.noise_seed)
     process = dp_ftrl.build_dp_ftrl_process(
         task.model_fn, tff.learning.optimizers.build_sgdm(config.client_learning_rate),
         aggregator=aggregator, server_learning_rate=config.server_learning_rate,
         server_momentum=config.server_momentum)
+  directory.remove_stale_temps()
+  run_config.write_hparams(config)
+  if strategy_unsaved:
+    run_config.save_run_strategy(config, strategy, setting)
+  run_config.write_plan(config, plan)
+  console.out(console.header(config, plan, len(client_ids)))
   sampler = sampler_lib.ClientSampler(client_ids, config.clients_per_round, min_sep=config.min_sep,
                                       max_participations=config.max_participations,
                                       seed=config.seed)
   initial_state = process.initialize()
+  directory.record_workers()
   state_manager = tff.program.FileProgramStateManager(
       os.path.join(config.output_dir, 'checkpoints'), keep_total=3)
   structure = {'learning': initial_state, 'sampler': sampler.state.to_dict()}
@@ -144,7 +174,10 @@ def run(task: Task, config: RunConfig) -> Dict[str, Any]:
   else:
     state = loaded['learning']
     sampler.load_state(sampler_lib.SamplerState.from_dict(loaded['sampler']))
-    logging.info('Resuming %s after round %d.', config.output_dir, start_round - 1)
+    console.notice(f'Resuming {config.output_dir} after round {start_round - 1}.')
+  # A run killed while appending leaves a torn last line: dropped (with a warning) before reading.
+  run_dir.drop_torn_last_line(os.path.join(config.output_dir, 'participation.csv'), 'round')
+  run_dir.drop_torn_last_line(os.path.join(config.output_dir, 'metrics.csv'), 'round')
   log = participation_log.ParticipationLogWriter(
       os.path.join(config.output_dir, 'participation.csv'))
   log.truncate(start_round)
@@ -156,6 +189,7 @@ def run(task: Task, config: RunConfig) -> Dict[str, Any]:
   metrics = {}
   wrap_rounds = []
   started = time.time()
+  stop.training = True  # a first SIGINT / SIGTERM now stops after the current round
   for round_num in range(start_round, config.rounds):
     round_start = time.time()
     if round_num in restarts:
@@ -181,18 +215,28 @@ def run(task: Task, config: RunConfig) -> Dict[str, Any]:
     if done % config.checkpoint_every == 0 or done == config.rounds:
       asyncio.run(state_manager.save({'learning': state, 'sampler': sampler.state.to_dict()}, done))
     mean_seconds = (time.time() - started) / (done - start_round)
-    logging.info('%s', round_log_line(round_num, config.rounds, metrics['train_loss'],
-                                      metrics.get(f'train_{task.accuracy_metric}', float('nan')),
-                                      round_seconds, mean_seconds * (config.rounds - done)))
+    console.out(round_log_line(round_num, config.rounds, metrics['train_loss'],
+                               metrics.get(f'train_{task.accuracy_metric}', float('nan')),
+                               round_seconds, mean_seconds * (config.rounds - done)))
+    if any(name.startswith('eval_') for name in metrics):
+      console.out(console.eval_line(done, config.rounds, metrics,
+                                    console.spent_guarantee(config, plan, done)))
+    directory.record_workers()
+    if stop.requested:
+      if not (done % config.checkpoint_every == 0 or done == config.rounds):
+        asyncio.run(state_manager.save({'learning': state, 'sampler': sampler.state.to_dict()},
+                                       done))
+      raise stop_signals.Interrupted(stop.signum, stop_signals.stopped_message(
+          stop.signum, done, config.rounds))
+  stop.training = False
   if config.secure_aggregation and start_round < config.rounds:
-    log_fn = logging.warning if wrap_rounds else logging.info
-    log_fn('SecAgg: modular wraps (secure sum outside the 2^%d field) in %d of the %d rounds '
-           '%d-%d%s', config.secure_bits, len(wrap_rounds), config.rounds - start_round,
-           start_round, config.rounds - 1, f': rounds {wrap_rounds}.' if wrap_rounds else '.')
+    (logging.warning if wrap_rounds else console.notice)(
+        f'SecAgg: modular wraps (secure sum outside the 2^{config.secure_bits} field) in '
+        f'{len(wrap_rounds)} of the {config.rounds - start_round} rounds {start_round}-'
+        f'{config.rounds - 1}' + (f': rounds {wrap_rounds}.' if wrap_rounds else '.'))
   report = privacy_report(config, plan)
-  if report is not None:
-    logging.info('Privacy report (%s):\n%s', os.path.join(config.output_dir, 'privacy_report'),
-                 report_render.summary(report))
+  console.out(console.summary(config.output_dir,
+                              None if report is None else report_render.summary(report)))
   return {'metrics': metrics, 'state': state, 'process': process, 'privacy_report': report,
           'modular_wrap_rounds': wrap_rounds}
 

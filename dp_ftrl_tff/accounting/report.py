@@ -102,6 +102,16 @@ def _json_config(config: dict) -> dict:
           for k, v in config.items()}
 
 
+def _check_rounds(strategy, num_rounds: int, restart_rounds) -> int:
+  """`num_rounds` as int; every segment between `restart_rounds` must fit `strategy.max_rounds` (a
+  banded strategy restarted past its n rounds covers a longer run)."""
+  num_rounds = _validation.check_positive_int(num_rounds, 'num_rounds')
+  restarts = [r for r in (restart_rounds or ()) if 0 < r < num_rounds]
+  for length in zcdp.segment_lengths(num_rounds, restarts):
+    strategy.check_num_rounds(length)
+  return num_rounds
+
+
 def build_report(strategy: base.Strategy, num_rounds: Optional[int] = None,
                  participation: Optional[participation_lib.ParticipationSchema] = None, *,
                  noise_multiplier: Optional[float] = None, target_epsilon: Optional[float] = None,
@@ -150,14 +160,14 @@ def build_report(strategy: base.Strategy, num_rounds: Optional[int] = None,
   warnings: List[str] = []
   declared_rounds = num_rounds
   if log is None:
-    num_rounds = strategy.check_num_rounds(num_rounds)
+    num_rounds = _check_rounds(strategy, num_rounds, restart_rounds)
     schema, source, observed = participation, 'declared', None
   else:
     num_rounds = log.num_rounds if num_rounds is None else _validation.check_positive_int(
         num_rounds, 'num_rounds')
     violations = tuple(log.violations(participation, num_rounds) if participation is not None
                        else (log.violations(participation_lib.ParticipationSchema(), num_rounds)))
-    num_rounds = strategy.check_num_rounds(max(num_rounds, log.num_rounds))
+    num_rounds = _check_rounds(strategy, max(num_rounds, log.num_rounds), restart_rounds)
     schema, source = log.realized_schema(num_rounds), 'observed'
     warnings.extend(f'participation log violates the declared schema: {v}' for v in violations)
     observed = ObservedParticipation(
@@ -178,7 +188,7 @@ def build_report(strategy: base.Strategy, num_rounds: Optional[int] = None,
                             restart_rounds=restarts)
   declared = None
   if log is not None and participation is not None:
-    declared_n = strategy.check_num_rounds(declared_rounds or num_rounds)
+    declared_n = _check_rounds(strategy, declared_rounds or num_rounds, restart_rounds)
     declared = zcdp.guarantee(strategy, declared_n, participation, noise_multiplier, delta,
                               restart_rounds=[r for r in restarts if r < declared_n])
   per_client = None

@@ -175,7 +175,8 @@ def accounted_sensitivity_squared(strategy: base.Strategy, num_rounds: int,
   """
   if not isinstance(strategy, base.Strategy):
     raise ValueError(f'`strategy` must be a mechanisms Strategy, got {strategy!r}.')
-  num_rounds = strategy.check_num_rounds(num_rounds)
+  # Each segment must fit the strategy (a banded strategy restarted past its n rounds runs longer).
+  num_rounds = _validation.check_positive_int(num_rounds, 'num_rounds')
   if not isinstance(participation, participation_lib.ParticipationSchema):
     raise ValueError(f'`participation` must be a ParticipationSchema, got {participation!r}.')
   lengths = segment_lengths(num_rounds, restart_rounds)

@@ -15,18 +15,24 @@ effective k = min(k, ceil(n / b)). `--min_sep=1 --max_participations=1` is singl
 smallest count within 0.05% of the best loss.
 
 The binary: it defines the flags (on its own `FlagValues`) and checks them against the mechanism
-registry; the work is `commands.optimize` and `commands.evaluate`, which take plain arguments. Bad
-input exits with status 2 and one line `error: ...` naming the flag.
+registry; the work is `commands.optimize` and `commands.evaluate`, which take plain arguments.
+
+Exit status: 0 on success; 2 on a user mistake (bad or conflicting flags, a missing file, a number of
+rounds whose arrays cannot fit in memory: `memory.check_fits`); 1 on a runtime failure (an unwritable
+`--output`, a corrupt `--mechanism_file`, I/O errors). Either way one line `error: ...` on stderr
+naming the flag; `--debug` prints the traceback before it.
 """
 
 import json
+import os
 import sys
+import traceback
 from typing import Sequence
 
 from absl import flags
 
 from dp_ftrl_tff import _deprecated_flags
-from dp_ftrl_tff.mechanisms import base, commands, files, registry
+from dp_ftrl_tff.mechanisms import base, commands, files, memory, registry
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 
 COMMANDS = ('optimize', 'evaluate')
@@ -58,13 +64,43 @@ flags.DEFINE_list('omega', None, 'BLT output scales, comma separated.', flag_val
 flags.DEFINE_string('mechanism_file', None, 'Strategy file written by `optimize --output`.',
                     flag_values=_FLAGS)
 flags.DEFINE_bool('json', False, 'Print one JSON object instead of a table.', flag_values=_FLAGS)
+flags.DEFINE_bool('debug', False, 'On an error, print the traceback before the one-line message.',
+                  flag_values=_FLAGS)
 _ALIASES = {'buffers': 'num_buffers', 'bands': 'num_bands'}
 for _old, _new in _ALIASES.items():
   _deprecated_flags.define_alias(_old, _new, _FLAGS)
 
 
+USAGE_EXIT_CODE = 2
+RUNTIME_EXIT_CODE = 1
+
+
 class UsageError(ValueError):
-  """Bad command-line input; the message names the flag."""
+  """Bad command-line input; the message names the flag (exit status 2)."""
+
+
+class RuntimeFailure(Exception):
+  """A runtime failure: unwritable output, corrupt input file (exit status 1)."""
+
+
+def _load_strategy_file(path: str) -> base.Strategy:
+  if not os.path.isfile(path):
+    raise UsageError(f'--mechanism_file: no file at {path!r}.')
+  try:
+    return files.load_strategy(path)
+  except ValueError as e:
+    raise RuntimeFailure(f'--mechanism_file: {e}; rewrite it with `optimize --output`.') from e
+
+
+def _check_output(path: str) -> None:
+  """An unwritable --output fails before the optimization, not after it."""
+  directory = os.path.dirname(os.path.abspath(path))
+  if os.path.isdir(path):
+    raise RuntimeFailure(f'--output={path} is a directory; give a file path.')
+  if not os.path.isdir(directory):
+    raise RuntimeFailure(f'--output={path}: directory {directory} does not exist; create it first.')
+  if not os.access(directory, os.W_OK):
+    raise RuntimeFailure(f'--output={path}: directory {directory} is not writable.')
 
 
 def _floats(values, flag: str) -> list:
@@ -110,6 +146,9 @@ def _run_optimize(fv) -> dict:
     raise UsageError(f'--output for {fv.mechanism} must '
                      + ('end with .npz.' if entry.file_suffix == '.npz' else
                         'be a JSON path (not .npz).'))
+  memory.check_fits(fv.mechanism, fv.rounds)
+  if fv.output:
+    _check_output(fv.output)
   return commands.optimize(fv.mechanism, fv.rounds, _participation(fv), error=fv.error,
                            output=fv.output, **{option: getattr(fv, option) for option in own})
 
@@ -117,10 +156,7 @@ def _run_optimize(fv) -> dict:
 def _strategy_for_evaluate(fv) -> base.Strategy:
   if fv.mechanism_file is not None:
     _forbid(fv, 'evaluate --mechanism_file', *_PARAMETER_OPTIONS)
-    try:
-      strategy = files.load_strategy(fv.mechanism_file)
-    except ValueError as e:
-      raise UsageError(f'--mechanism_file: {e}') from None
+    strategy = _load_strategy_file(fv.mechanism_file)
     if fv.mechanism is not None and fv.mechanism != strategy.name:
       raise UsageError(f'--mechanism={fv.mechanism} but --mechanism_file holds a '
                        f'{strategy.name} strategy.')
@@ -153,6 +189,7 @@ def _run_evaluate(fv) -> dict:
   if strategy.max_rounds is not None and fv.rounds > strategy.max_rounds:
     raise UsageError(f'--rounds={fv.rounds} exceeds the {strategy.max_rounds} rounds of the '
                      f'{strategy.name} strategy.')
+  memory.check_fits(strategy.name, fv.rounds)
   record = commands.evaluate(strategy, fv.rounds, _participation(fv))
   if fv.mechanism_file is not None:
     record['mechanism_file'] = fv.mechanism_file
@@ -163,6 +200,30 @@ def _run_evaluate(fv) -> dict:
 
 def _usage() -> str:
   return __doc__ + '\nFlags:\n' + _FLAGS.get_help()
+
+
+def _exit_code(error: BaseException) -> int:
+  if isinstance(error, RuntimeFailure | OSError | MemoryError):
+    return RUNTIME_EXIT_CODE
+  if isinstance(error, flags.Error | ValueError):
+    return USAGE_EXIT_CODE
+  return RUNTIME_EXIT_CODE
+
+
+def _report_error(error: BaseException, argv: Sequence[str]) -> int:
+  """Prints `error: <one line>` on stderr (the traceback first with --debug); returns the status."""
+  debug = _FLAGS['debug'].value if _FLAGS.is_parsed() else any(
+      arg in ('--debug', '-debug', '--debug=true', '--debug=1') for arg in argv[1:])
+  if debug:
+    traceback.print_exc()
+  if isinstance(error, MemoryError):
+    message = 'out of memory; use fewer --rounds.'
+  elif isinstance(error, flags.Error | ValueError | RuntimeFailure):
+    message = str(error)
+  else:
+    message = f'{type(error).__name__}: {error} (rerun with --debug for the traceback)'
+  print(f'error: {" ".join(message.split())}', file=sys.stderr)
+  return _exit_code(error)
 
 
 def main(argv: Sequence[str]) -> int:
@@ -178,10 +239,8 @@ def main(argv: Sequence[str]) -> int:
     if len(positional) != 1 or positional[0] not in COMMANDS:
       raise UsageError(f'expected one command out of {list(COMMANDS)}, got {positional}.')
     record = _run_optimize(_FLAGS) if positional[0] == 'optimize' else _run_evaluate(_FLAGS)
-  except (flags.Error, ValueError) as e:
-    message = ' '.join(str(e).split())
-    print(f'error: {message}', file=sys.stderr)
-    return 2
+  except Exception as e:  # every error is one line; --debug adds the traceback
+    return _report_error(e, argv)
   print(json.dumps(record) if _FLAGS.json else commands.format_table(record))
   return 0
 

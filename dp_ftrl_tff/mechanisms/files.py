@@ -17,6 +17,7 @@ parameters through each class's `from_config` (shapes, NaN, decays outside (0, 1
 is a ValueError naming the field. The strategy class comes from `registry` by mechanism name.
 """
 
+import io
 import json
 import math
 import os
@@ -25,7 +26,7 @@ from typing import Optional, Tuple, Union
 
 import numpy as np
 
-from dp_ftrl_tff import _validation
+from dp_ftrl_tff import _atomic, _validation
 from dp_ftrl_tff.mechanisms import base, registry
 
 FORMAT_VERSION = 1
@@ -100,7 +101,8 @@ def _json_ready(value):
 
 def save_strategy(strategy: base.Strategy, path,
                   setting: Optional[Union[dict, base.OptimizationResult]] = None) -> None:
-  """Writes `strategy` (and optionally the setting it was optimized for) to `path`.
+  """Writes `strategy` (and optionally the setting it was optimized for) to `path`, atomically
+  (a temp file in the same directory, renamed into place).
 
   Args:
     strategy: any `base.Strategy`.
@@ -128,15 +130,14 @@ def save_strategy(strategy: base.Strategy, path,
                                if not isinstance(value, np.ndarray)})
     if setting is not None:
       metadata['setting'] = setting
-    with open(path, 'wb') as f:
-      np.savez(f, metadata=np.array(json.dumps(metadata, allow_nan=False)), **arrays)
+    buffer = io.BytesIO()
+    np.savez(buffer, metadata=np.array(json.dumps(metadata, allow_nan=False)), **arrays)
+    _atomic.write_bytes(path, buffer.getvalue())
     return
   document = dict(header, **{key: _json_ready(value) for key, value in config.items()})
   if setting is not None:
     document['setting'] = setting
-  with open(path, 'w') as f:
-    json.dump(document, f, indent=2, allow_nan=False)
-    f.write('\n')
+  _atomic.write_bytes(path, (json.dumps(document, indent=2, allow_nan=False) + '\n').encode('utf-8'))
 
 
 def _read_document(path) -> dict:

@@ -110,10 +110,13 @@ def load_client_data(source: str, *, only_digits: bool = True,
   return split('train'), split('test').create_tf_dataset_from_all_clients()
 
 
-def preprocess_fn(batch_size: int, num_epochs: int, shuffle_seed: int = 0):
+def preprocess_fn(batch_size: int, num_epochs: int, shuffle_seed: int = 0, shuffle: bool = True):
   """Client preprocessing: `OrderedDict(x=float32[B, 28, 28, 1], y=int32[B, 1])` batches.
 
   The shuffle is seeded so a client's batches are a pure function of its data (resumable runs).
+  `shuffle=False` keeps the data order (the test set: a seeded shuffle reshuffles on every
+  iteration, so the examples `--eval_max_examples` takes would depend on how often the dataset was
+  iterated before, e.g. differ after a resume).
   """
   batch_size = _validation.check_positive_int(batch_size, 'batch_size')
   num_epochs = _validation.check_positive_int(num_epochs, 'num_epochs')
@@ -123,7 +126,9 @@ def preprocess_fn(batch_size: int, num_epochs: int, shuffle_seed: int = 0):
                                    y=tf.reshape(element['label'], [1]))
 
   def preprocess(dataset: tf.data.Dataset) -> tf.data.Dataset:
-    return (dataset.map(to_xy).shuffle(128, seed=shuffle_seed).repeat(num_epochs)
-            .batch(batch_size))
+    dataset = dataset.map(to_xy)
+    if shuffle:
+      dataset = dataset.shuffle(128, seed=shuffle_seed)
+    return dataset.repeat(num_epochs).batch(batch_size)
 
   return preprocess

@@ -5,12 +5,17 @@ loader, or an offline cache / SQLite file) with DP-FTRL and min-sep client sampl
 `experiments/training_loop.py` for what a run writes and `docs/training.md` for usage.
 """
 
+import os
 
-from absl import flags
+# Quiet console: TensorFlow's C++ logs (cuDNN/cuFFT registration, grappler, ...) off unless the
+# user set TF_CPP_MIN_LOG_LEVEL (it must be set before TensorFlow is imported).
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 
-from experiments import driver, driver_flags, run_config
-from experiments.emnist import data as emnist_data
-from experiments.emnist import models as emnist_models
+from absl import flags  # noqa: E402
+
+from experiments import driver, driver_flags, run_config  # noqa: E402
+from experiments.emnist import data as emnist_data  # noqa: E402
+from experiments.emnist import models as emnist_models  # noqa: E402
 
 FLAGS = flags.FlagValues()
 driver_flags.define_common_flags(FLAGS)
@@ -29,7 +34,7 @@ def build_task(config: run_config.RunConfig) -> run_config.Task:
     train, test = emnist_data.load_client_data(config.data, only_digits=config.task['only_digits'])
   preprocess = emnist_data.preprocess_fn(config.client_batch_size, config.client_epochs,
                                          shuffle_seed=config.seed)
-  eval_dataset = emnist_data.preprocess_fn(256, 1, shuffle_seed=config.seed)(test)
+  eval_dataset = emnist_data.preprocess_fn(256, 1, shuffle=False)(test)  # fixed order
   model_name = config.task['model']
 
   def keras_model_fn():

@@ -178,8 +178,12 @@ def load_client_data(source: str, *, vocab_size: int, word_counts: Optional[str]
 
 
 def preprocess_fn(vocab: List[str], sequence_length: int, batch_size: int, num_epochs: int,
-                  max_elements: Optional[int] = None, shuffle_seed: int = 0):
+                  max_elements: Optional[int] = None, shuffle_seed: int = 0, shuffle: bool = True):
   """Maps raw elements to `OrderedDict(x=int64[B, L], y=int64[B, L])` next-word batches.
+
+  The shuffle is seeded (a client's batches are a pure function of its data); `shuffle=False` keeps
+  the data order, for the test set (a seeded shuffle reshuffles on every iteration, so a truncated
+  evaluation would depend on how often the dataset was iterated before, e.g. differ after a resume).
 
   A sentence becomes [bos] + ids(tokens[:L]) + [eos], truncated and padded (with 0) to L + 1 ids;
   x is ids[:-1] and y is ids[1:]. Words outside `vocab` map to the OOV id.
@@ -208,7 +212,9 @@ def preprocess_fn(vocab: List[str], sequence_length: int, batch_size: int, num_e
   def preprocess(dataset: tf.data.Dataset) -> tf.data.Dataset:
     if max_elements is not None:
       dataset = dataset.take(max_elements)
-    return (dataset.map(to_xy).shuffle(128, seed=shuffle_seed).repeat(num_epochs)
-            .batch(batch_size))
+    dataset = dataset.map(to_xy)
+    if shuffle:
+      dataset = dataset.shuffle(128, seed=shuffle_seed)
+    return dataset.repeat(num_epochs).batch(batch_size)
 
   return preprocess

@@ -7,11 +7,17 @@ population, TFF's loader, or an offline cache directory / SQLite file in TFF's f
 `experiments/training_loop.py` for what a run writes and `docs/training.md` for usage.
 """
 
-from absl import flags
+import os
 
-from experiments import driver, driver_flags, run_config
-from experiments.stackoverflow import data as so_data
-from experiments.stackoverflow import models as so_models
+# Quiet console: TensorFlow's C++ logs (cuDNN/cuFFT registration, grappler, ...) off unless the
+# user set TF_CPP_MIN_LOG_LEVEL (it must be set before TensorFlow is imported).
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
+
+from absl import flags  # noqa: E402
+
+from experiments import driver, driver_flags, run_config  # noqa: E402
+from experiments.stackoverflow import data as so_data  # noqa: E402
+from experiments.stackoverflow import models as so_models  # noqa: E402
 
 FLAGS = flags.FlagValues()
 driver_flags.define_common_flags(FLAGS)
@@ -54,7 +60,8 @@ def build_task(config: run_config.RunConfig) -> run_config.Task:
       model_fn=so_models.tff_model_fn(*sizes, settings['sequence_length'], seed=config.seed),
       keras_model_fn=keras_model_fn,
       client_preprocess_fn=preprocess,
-      eval_dataset=so_data.preprocess_fn(vocab, settings['sequence_length'], 256, 1)(test),
+      eval_dataset=so_data.preprocess_fn(vocab, settings['sequence_length'], 256, 1,
+                                          shuffle=False)(test),  # fixed order (resume)
       accuracy_metric='accuracy_no_oov_or_eos')
 
 

@@ -1,18 +1,45 @@
-"""Every flagfile in configs/ parses with its driver's flags into a valid, schedulable run."""
+"""Every flagfile in configs/ parses with its driver's flags into a valid, schedulable run.
+
+Paper-scale flagfiles are checked against the real populations; each has a synthetic-scale
+companion (`*_synthetic.cfg`) that states its epsilon and is run here for 2 rounds.
+"""
 
 import glob
 import os
+import re
 
+import numpy as np
 import pytest
 
+from dp_ftrl_tff.accounting import zcdp
 from dp_ftrl_tff.learning import client_sampler
-from experiments import driver_flags
+from experiments import driver_flags, run_config, training_loop
 from experiments.emnist import run_emnist
 from experiments.stackoverflow import run_stackoverflow
 
 CONFIG_DIR = os.path.join(os.path.dirname(__file__), '..', '..', 'configs')
 # Training populations of the real datasets (TFF's documentation).
 POPULATIONS = {'emnist': 3383, 'stackoverflow': 342477}
+# Each paper-scale flagfile X.cfg has a synthetic-scale companion X_synthetic.cfg that runs in minutes.
+SYNTHETIC_SUFFIX = '_synthetic.cfg'
+SYNTHETIC = sorted(glob.glob(os.path.join(CONFIG_DIR, '*' + SYNTHETIC_SUFFIX)))
+PAPER_SCALE = sorted(p for p in glob.glob(os.path.join(CONFIG_DIR, '*.cfg'))
+                     if not p.endswith(SYNTHETIC_SUFFIX) and os.path.basename(p) != 'demo.cfg')
+
+
+def _driver(path):
+  return run_stackoverflow if 'stackoverflow' in os.path.basename(path) else run_emnist
+
+
+def _parse(path, *args):
+  """The `RunConfig` of `python -m <driver> --flagfile=path *args`."""
+  driver = _driver(path)
+  fv = driver.FLAGS
+  try:
+    fv(['prog', f'--flagfile={path}', *args])
+    return driver_flags.config_from_flags(fv, driver.task_settings(fv))
+  finally:
+    fv.unparse_flags()
 
 
 @pytest.mark.parametrize('path', sorted(glob.glob(os.path.join(CONFIG_DIR, '*.cfg'))))
@@ -28,6 +55,43 @@ def test_flagfile_is_valid(path, tmp_path):
                 POPULATIONS['stackoverflow' if driver is run_stackoverflow else 'emnist'])
   client_sampler.check_schedule(population, config.clients_per_round, config.min_sep,
                                 config.max_participations, config.rounds)
-  if 'stackoverflow' in path:
+  if 'stackoverflow' in path and not path.endswith(SYNTHETIC_SUFFIX):
     assert (config.rounds, config.min_sep, config.max_participations) == (2052, 342, 6)
     assert config.task['vocab_size'] == 10000 and config.task['lstm_size'] == 670
+
+
+@pytest.mark.parametrize('path', PAPER_SCALE)
+def test_paper_scale_flagfile_has_a_synthetic_companion(path):
+  companion = path[:-len('.cfg')] + SYNTHETIC_SUFFIX
+  assert companion in SYNTHETIC, f'{os.path.basename(companion)} is missing'
+  paper, synthetic = (_parse(p, '--root_output_dir=/unused') for p in (path, companion))
+  assert synthetic.mechanism == paper.mechanism
+  assert synthetic.adaptive_clipping == paper.adaptive_clipping
+
+
+@pytest.mark.parametrize('path', SYNTHETIC)
+def test_synthetic_flagfile_states_its_epsilon(path, tmp_path):
+  with open(path) as f:
+    stated = re.findall(r'^# .*epsilon=(\d+\.\d+) at delta=(\S+) ', f.read(), re.MULTILINE)
+  assert len(stated) == 1, f'{path}: no "# ... epsilon=<e> at delta=<d> " comment'
+  epsilon, delta = float(stated[0][0]), float(stated[0][1])
+  # The strategy the driver would use (optimized at start), accounted for the declared schedule.
+  config = _parse(path, f'--root_output_dir={tmp_path}')
+  assert config.target_delta == delta
+  plan = run_config.build_plan(config, run_config.resolve_strategy(config))
+  guarantee = zcdp.guarantee(plan.strategy, config.rounds, config.participation,
+                             plan.noise_multiplier, delta,
+                             restart_rounds=plan.restart_rounds(config.rounds))
+  assert guarantee.epsilon == pytest.approx(epsilon, abs=0.006)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('path', SYNTHETIC)
+def test_synthetic_flagfile_runs_two_rounds(path, tmp_path):
+  # The documented command (README, docs/training.md) with `--rounds=2` and a tiny eval appended.
+  config = _parse(path, f'--root_output_dir={tmp_path}', '--rounds=2', '--eval_max_examples=64')
+  assert config.data == 'synthetic' and config.rounds == 2
+  result = training_loop.run(_driver(path).build_task(config), config)
+  assert np.isfinite(result['metrics']['train_loss'])
+  assert np.isfinite(result['metrics']['eval_loss'])
+  assert result['privacy_report'] is not None

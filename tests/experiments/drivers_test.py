@@ -4,6 +4,7 @@ Tiny models and populations keep each run to seconds; the TFF processes are buil
 dominates the time.
 """
 
+import csv
 import json
 import os
 import subprocess
@@ -93,6 +94,62 @@ def test_resume_gives_the_same_weights(config_factory, tmp_path):
   history = conftest.read_log(os.path.join(second.output_dir, 'participation.csv'))
   assert 'stale_client' not in history
   assert sum(len(r) for r in history.values()) == 4 * second.clients_per_round
+
+
+def _metrics_rows(config):
+  """metrics.csv rows without the wall-clock column `round_seconds`."""
+  with open(os.path.join(config.output_dir, 'metrics.csv'), newline='') as f:
+    return [{k: v for k, v in row.items() if k != 'round_seconds'} for row in csv.DictReader(f)]
+
+
+def test_same_seeds_give_identical_metrics(config_factory):
+  # --seed fixes data, sampling, model init and eval; --noise_seed fixes the noise.
+  common = dict(mechanism='blt', task=EMNIST_TASK, rounds=3)
+  runs = [config_factory(name=name, **common) for name in ('first', 'second')]
+  for config in runs:
+    training_loop.run(run_emnist.build_task(config), config)
+  first, second = (_metrics_rows(config) for config in runs)
+  assert len(first) == 3 and 'eval_loss' in first[-1]
+  assert first == second
+
+
+def test_resume_gives_the_same_eval_metrics(config_factory, tmp_path):
+  # The test set is evaluated in a fixed order: a truncated eval (eval_max_examples=64 of 2000)
+  # after a resume sees the same examples as an uninterrupted run. A fixed BLT file: a strategy
+  # optimized at start would be optimized for the first run's 1 round and reused on resume.
+  mechanism = str(tmp_path / 'blt.json')
+  _write_blt(mechanism)
+  common = dict(mechanism='blt', mechanism_file=mechanism, task=EMNIST_TASK, rounds=3)
+  straight = config_factory(name='straight', **common)
+  training_loop.run(run_emnist.build_task(straight), straight)
+  first = config_factory(name='resumed', **dict(common, rounds=1))
+  training_loop.run(run_emnist.build_task(first), first)
+  second = config_factory(name='resumed', **common)
+  training_loop.run(run_emnist.build_task(second), second)
+  resumed, expected = _metrics_rows(second), _metrics_rows(straight)
+  assert [row['round'] for row in resumed] == ['0', '1', '2']
+  assert resumed == expected
+
+
+def test_banded_resume_past_its_rounds(config_factory):
+  common = dict(mechanism='banded', task=EMNIST_TASK, name='banded')
+  first = config_factory(**dict(common, rounds=2))
+  training_loop.run(run_emnist.build_task(first), first)  # a strategy for 2 rounds
+  longer = config_factory(**dict(common, rounds=4))
+  with pytest.raises(training_loop.SetupError) as error:
+    training_loop.run(run_emnist.build_task(longer), longer)
+  message = str(error.value)
+  assert (f'the banded strategy in {os.path.join(first.output_dir, "mechanism.npz")} covers 2 '
+          'rounds; `rounds`=4 needs `banded_beyond_max_rounds`=restart') in message
+  assert 'new `experiment_name`' in message
+  restart = config_factory(**dict(common, rounds=4, banded_beyond_max_rounds='restart'))
+  result = training_loop.run(run_emnist.build_task(restart), restart)
+  history = conftest.read_log(os.path.join(restart.output_dir, 'participation.csv'))
+  assert sum(len(r) for r in history.values()) == 4 * restart.clients_per_round
+  with open(os.path.join(restart.output_dir, 'plan.json')) as f:
+    assert json.load(f)['beyond_max_rounds'] == 'restart'
+  # Rounds 2-3 are a second segment of the 2-round strategy, accounted as its own mechanism.
+  assert list(result['privacy_report'].guarantee.restart_rounds) == [2]
 
 
 def test_impossible_schedule_fails_before_training(config_factory):

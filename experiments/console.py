@@ -1,0 +1,120 @@
+"""The drivers' console: results and progress on stdout, notices on stderr, absl logs on request.
+
+stdout of a driver run:
+  * a header: data, mechanism, noise multiplier, clip, clients per round, rounds, min_sep and the
+    planned epsilon at --target_delta for the declared participation (`planned_guarantee`);
+  * one line per round (`training_loop.round_log_line`): loss, accuracy, round time, ETA;
+  * an eval line every --eval_every rounds (`eval_line`) with the epsilon spent so far, from the
+    participation observed in the log up to that round (`spent_guarantee`, `zcdp.guarantee` on the
+    log's realized schema: one sensitivity and a closed-form conversion, no report);
+  * a final summary: the privacy report's summary and the run directory's files (`summary`).
+stderr: notices (resume, SecAgg wrap summary; `notice`), warnings, and the one-line errors. absl INFO
+logs (mechanism, segments, ...) come back with `--verbosity=0` (absl's flag; the default here is
+WARNING). Imports no TensorFlow.
+"""
+
+import os
+import sys
+from typing import Dict, Optional
+
+from dp_ftrl_tff import plan as plan_lib
+from dp_ftrl_tff.accounting import participation_log, zcdp
+
+#: (epsilon, delta) conversion of the console lines: the exact Gaussian tradeoff curve, a closed form
+#: (microseconds; the report's PLD takes seconds at large rho and agrees with it to about 1e-8
+#: relative, far below the 4 digits printed).
+CONVERSION = 'gaussian'
+
+
+def notice(message: str) -> None:
+  """One plain line on stderr (no absl prefix), shown at every verbosity."""
+  print(message, file=sys.stderr, flush=True)
+
+
+def out(text: str) -> None:
+  """Text on stdout, flushed (progress must show while a run trains)."""
+  print(text, flush=True)
+
+
+def planned_guarantee(config, plan: plan_lib.RunPlan) -> Optional[zcdp.Guarantee]:
+  """The guarantee of the whole planned run for the declared participation (None without noise)."""
+  if plan.noise_multiplier == 0:
+    return None
+  return zcdp.guarantee(plan.strategy, config.rounds, config.participation, plan.noise_multiplier,
+                        config.target_delta, restart_rounds=plan.restart_rounds(config.rounds),
+                        conversion=CONVERSION)
+
+
+def spent_guarantee(config, plan: plan_lib.RunPlan, rounds_done: int) -> Optional[zcdp.Guarantee]:
+  """The guarantee of the first `rounds_done` rounds for the participation observed in the run's
+  log so far (None without noise or without rows)."""
+  if plan.noise_multiplier == 0 or rounds_done < 1:
+    return None
+  log = participation_log.read_participation_log(os.path.join(config.output_dir,
+                                                              'participation.csv'))
+  if not log.num_rows:
+    return None
+  return zcdp.guarantee(plan.strategy, rounds_done, log.realized_schema(rounds_done),
+                        plan.noise_multiplier, config.target_delta,
+                        restart_rounds=plan.restart_rounds(rounds_done), conversion=CONVERSION)
+
+
+def header(config, plan: plan_lib.RunPlan, num_clients: int) -> str:
+  """The run's header (a few lines): what determines the model and its privacy guarantee."""
+  sigma = f'{plan.noise_multiplier:.6g}'
+  if config.target_epsilon is not None:
+    sigma += f' (calibrated to epsilon={config.target_epsilon:g} at delta={config.target_delta:g})'
+  if plan.value_noise_multiplier != plan.noise_multiplier:
+    sigma += f', value noise multiplier {plan.value_noise_multiplier:.6g}'
+  clip = f'{config.clip_norm:g}' + (' (initial, adaptive)' if config.adaptive_clipping else '')
+  k = config.max_participations
+  guarantee = planned_guarantee(config, plan)
+  planned = ('none (noise multiplier 0)' if guarantee is None else
+             f'epsilon {guarantee.epsilon:.4g} at delta {guarantee.delta:g} (rho-zCDP '
+             f'{guarantee.rho:.4g}, declared participation, no amplification)')
+  restarts = plan.restart_rounds(config.rounds)
+  lines = [
+      f'data        {config.data}: {num_clients} training clients',
+      f'mechanism   {plan.strategy.name}'
+      + (f', restarts at rounds {_short_list(restarts)}' if restarts else ''),
+      f'noise       noise multiplier {sigma}, clip {clip}'
+      + (f', SecAgg {config.secure_bits} bits' if config.secure_aggregation else ''),
+      f'schedule    {config.clients_per_round} clients per round, {config.rounds} rounds, '
+      f'min_sep {config.min_sep}, max_participations {"none" if k is None else k}',
+      f'planned     {planned}',
+      f'output      {config.output_dir}',
+  ]
+  return '\n'.join(lines)
+
+
+def _short_list(values, limit: int = 6) -> str:
+  values = list(values)
+  text = ', '.join(str(v) for v in values[:limit])
+  return text + (f', ... ({len(values)} in all)' if len(values) > limit else '')
+
+
+def eval_line(rounds_done: int, num_rounds: int, metrics: Dict[str, float],
+              guarantee: Optional[zcdp.Guarantee]) -> str:
+  """An evaluation line: the `eval_*` metrics and the epsilon spent after `rounds_done` rounds."""
+  values = '  '.join(f'{name[len("eval_"):]} {value:.4f}' for name, value in sorted(metrics.items())
+                     if name.startswith('eval_'))
+  spent = ('no DP guarantee' if guarantee is None else
+           f'epsilon spent {guarantee.epsilon:.4g} at delta {guarantee.delta:g} (observed '
+           f'participation: min_sep {guarantee.participation.min_sep}, max_participations '
+           f'{guarantee.participation.max_participations})')
+  return f'eval  after round {rounds_done}/{num_rounds}  {values}  {spent}'
+
+
+def summary(output_dir: str, report_summary: Optional[str] = None) -> str:
+  """The final summary: the privacy report's summary and the run directory's files."""
+  lines = []
+  if report_summary:
+    lines += ['privacy report:', *('  ' + line for line in report_summary.splitlines())]
+  lines.append(f'run directory {output_dir}:')
+  for name in sorted(os.listdir(output_dir)):
+    path = os.path.join(output_dir, name)
+    if os.path.isdir(path):
+      lines.append(f'  {name}/  ({len(os.listdir(path))} entries)')
+    else:
+      lines.append(f'  {name}  ({os.path.getsize(path)} bytes)')
+  return '\n'.join(lines)

@@ -1,0 +1,307 @@
+"""Run-directory safety of the drivers, end to end (the EMNIST driver as a subprocess).
+
+SIGTERM and SIGKILL mid-run, then a resume, give the same final weights, metrics and participation
+log as an uninterrupted run; two runs on one directory: one refuses with exit status 1 naming the
+other's PID; torn last lines of the logs are dropped on resume; a truncated hparams.json is a
+one-line error; no worker_binary of a driver outlives it (or, after SIGKILL, the next run).
+
+Tiny settings (as in drivers_test.py): 30 synthetic clients, 3 per round, 6 rounds, fixed seeds,
+a checkpoint every round. stdout/stderr go to files, never pipes (an orphaned worker_binary keeps
+a pipe open). The uninterrupted reference run starts once per module, in the background.
+"""
+
+import csv
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from experiments import run_config, run_dir, tff_workers
+from tests.experiments import conftest
+
+ROUNDS = 6
+TIMEOUT = 600
+ARGS = ('--model=tiny', '--mechanism=tree', '--noise_multiplier=0.5', f'--rounds={ROUNDS}',
+        '--clients_per_round=3', '--synthetic_num_clients=30', '--synthetic_examples_per_client=8',
+        '--client_batch_size=8', '--min_sep=2', '--noise_seed=3', '--seed=1',
+        '--checkpoint_every=1', '--eval_every=100', '--eval_max_examples=64')
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+class Driver:
+  """One EMNIST driver subprocess on `<root>/<name>`, stderr in a file; it tracks the
+  worker_binary children it saw (pid, start time) while waiting."""
+
+  def __init__(self, root, name, log_name=None):
+    self.dir = os.path.join(str(root), name)
+    self.err_path = os.path.join(str(root), f'{log_name or name}.stderr')
+    with open(self.err_path, 'w') as err:
+      self.proc = subprocess.Popen(
+          [sys.executable, '-m', 'experiments.emnist.run_emnist', f'--root_output_dir={root}',
+           f'--experiment_name={name}', *ARGS], stdout=subprocess.DEVNULL, stderr=err, cwd=ROOT,
+          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3'))
+    self.workers = set()
+
+  @property
+  def pid(self):
+    return self.proc.pid
+
+  def poll_workers(self):
+    for pid in tff_workers.child_worker_pids(self.proc.pid):
+      start = tff_workers.start_time(pid)
+      if start is not None:
+        self.workers.add((pid, start))
+
+  def wait_for(self, condition, what):
+    """Polls until `condition()`; fails if the driver exits first."""
+    deadline = time.time() + TIMEOUT
+    while not condition():
+      self.poll_workers()
+      assert self.proc.poll() is None, f'exited ({self.proc.returncode}) before {what}:\n' \
+                                       f'{self.stderr()[-3000:]}'
+      assert time.time() < deadline, f'timeout waiting for {what}'
+      time.sleep(0.05)
+
+  def wait(self):
+    deadline = time.time() + TIMEOUT
+    while self.proc.poll() is None:
+      self.poll_workers()
+      assert time.time() < deadline, 'driver timeout'
+      time.sleep(0.1)
+    return self.proc.returncode
+
+  def stderr(self):
+    with open(self.err_path) as f:
+      return f.read()
+
+  def checkpoint_exists(self, rounds):
+    return os.path.isdir(os.path.join(self.dir, 'checkpoints', f'program_state_{rounds}'))
+
+
+def alive_workers(workers):
+  return [pid for pid, start in workers if tff_workers.start_time(pid) == start]
+
+
+def assert_no_workers_left(workers):
+  deadline = time.time() + 10  # SIGKILLed processes vanish asynchronously
+  while alive_workers(workers) and time.time() < deadline:
+    time.sleep(0.1)
+  assert not alive_workers(workers), f'worker_binary processes left: {alive_workers(workers)}'
+
+
+@pytest.fixture(scope='module')
+def reference(tmp_path_factory):
+  """The uninterrupted run, started at once; call the fixture's value to wait for it."""
+  root = tmp_path_factory.mktemp('reference')
+  driver = Driver(root, 'run')
+  done = {}
+
+  def result():
+    if not done:
+      assert driver.wait() == 0, driver.stderr()[-3000:]
+      assert_no_workers_left(driver.workers)
+      done['dir'] = driver.dir
+    return done['dir']
+
+  yield result
+  if driver.proc.poll() is None:
+    driver.proc.kill()
+    driver.proc.wait()
+
+
+def final_state(run):
+  """The last checkpoint's leaves (model, optimizer, aggregator noise state, sampler state)."""
+  value = tf.saved_model.load(os.path.join(run, 'checkpoints', f'program_state_{ROUNDS}'))()
+  return [np.asarray(v) for v in tf.nest.flatten(value)]
+
+
+def metrics_rows(run):
+  with open(os.path.join(run, 'metrics.csv'), newline='') as f:
+    return [{k: v for k, v in row.items() if k != 'round_seconds'} for row in csv.DictReader(f)]
+
+
+def read_bytes(path):
+  with open(path, 'rb') as f:
+    return f.read()
+
+
+def assert_same_run(run, expected):
+  got, want = final_state(run), final_state(expected)
+  assert len(got) == len(want)
+  for a, b in zip(got, want, strict=True):
+    np.testing.assert_array_equal(a, b)
+  assert metrics_rows(run) == metrics_rows(expected)
+  assert len(metrics_rows(run)) == ROUNDS
+  assert (read_bytes(os.path.join(run, 'participation.csv'))
+          == read_bytes(os.path.join(expected, 'participation.csv')))
+  leftovers = [name for name in os.listdir(os.path.join(run, 'checkpoints')) if '_temp' in name]
+  assert not leftovers
+
+
+@pytest.mark.slow
+def test_sigterm_stops_after_the_round_and_resumes_bit_identically(tmp_path, reference):
+  first = Driver(tmp_path, 'run', 'first')
+  first.wait_for(lambda: first.checkpoint_exists(1), 'the first round\'s checkpoint')
+  first.proc.send_signal(signal.SIGTERM)
+  assert first.wait() == 128 + signal.SIGTERM, first.stderr()[-3000:]
+  stopped = [line for line in first.stderr().splitlines() if 'Stopped by SIGTERM' in line]
+  assert len(stopped) == 1 and 'rerun the same command to resume' in stopped[0], stopped
+  assert 'Traceback' not in first.stderr()
+  assert_no_workers_left(first.workers)
+  done = int(stopped[0].split('after round ')[1].split('/')[0])
+  assert 1 <= done < ROUNDS
+  assert first.checkpoint_exists(done)
+
+  second = Driver(tmp_path, 'run', 'second')
+  assert second.wait() == 0, second.stderr()[-3000:]
+  assert 'resum' in second.stderr().lower()
+  assert_no_workers_left(second.workers)
+  assert_same_run(first.dir, reference())
+
+
+@pytest.mark.slow
+def test_two_starts_one_refuses_then_sigkill_and_resume(tmp_path, reference):
+  a, b = Driver(tmp_path, 'run', 'a'), Driver(tmp_path, 'run', 'b')
+  deadline = time.time() + TIMEOUT
+  while a.proc.poll() is None and b.proc.poll() is None:
+    a.poll_workers()
+    b.poll_workers()
+    assert time.time() < deadline
+    time.sleep(0.05)
+  loser, winner = (a, b) if a.proc.poll() is not None else (b, a)
+  assert loser.wait() == 1, loser.stderr()[-3000:]
+  lines = loser.stderr().strip().splitlines()
+  assert lines[-1].startswith('run_emnist.py: error: ') and f'PID {winner.pid}' in lines[-1], lines
+  assert 'in use by another run' in lines[-1] and 'Traceback' not in loser.stderr()
+  assert_no_workers_left(loser.workers)
+
+  winner.wait_for(lambda: winner.checkpoint_exists(1), 'the first round\'s checkpoint')
+  winner.poll_workers()
+  winner.proc.kill()  # SIGKILL: no handler runs; its worker_binary is orphaned
+  assert winner.wait() == -signal.SIGKILL
+  orphans = alive_workers(winner.workers)
+  with open(os.path.join(winner.dir, run_dir.WORKERS_FILE)) as f:
+    recorded = {w['pid'] for w in json.load(f)['workers']}
+  assert set(orphans) <= recorded
+
+  resumed = Driver(tmp_path, 'run', 'resumed')
+  assert resumed.wait() == 0, resumed.stderr()[-3000:]
+  assert 'resum' in resumed.stderr().lower()
+  if orphans:
+    assert 'worker_binary process(es) left by an earlier run' in resumed.stderr()
+  assert_no_workers_left(winner.workers | resumed.workers)
+  assert_same_run(winner.dir, reference())
+
+
+def _copy_run(source, root, name):
+  """A copy of a finished run directory under `<root>/<name>` (hparams naming the copy)."""
+  target = os.path.join(str(root), name)
+  shutil.copytree(source, target)
+  path = os.path.join(target, 'hparams.json')
+  with open(path) as f:
+    hparams = json.load(f)
+  hparams.update(root_output_dir=str(root), experiment_name=name)
+  with open(path, 'w') as f:
+    json.dump(hparams, f, indent=2, sort_keys=True)
+  return target
+
+
+@pytest.mark.slow
+def test_torn_log_lines_are_dropped_and_a_truncated_hparams_is_one_error(tmp_path, reference):
+  source = reference()
+  torn = _copy_run(source, tmp_path, 'torn')
+  with open(os.path.join(torn, 'participation.csv'), 'a') as f:
+    f.write('client_1')  # killed while appending: no newline
+  with open(os.path.join(torn, 'metrics.csv'), 'a') as f:
+    f.write(f'{ROUNDS},2.3\n')  # a row that does not parse (2 fields)
+  os.makedirs(os.path.join(torn, 'checkpoints', f'program_state_{ROUNDS + 1}_temp1234'))
+  corrupt = _copy_run(source, tmp_path, 'corrupt')
+  hparams = os.path.join(corrupt, 'hparams.json')
+  with open(hparams, 'rb') as f:
+    text = f.read()
+  with open(hparams, 'wb') as f:
+    f.write(text[:len(text) // 2])
+  before = {name: read_bytes(os.path.join(corrupt, name)) for name in os.listdir(corrupt)
+            if os.path.isfile(os.path.join(corrupt, name)) and name != run_dir.LOCK_FILE}
+
+  torn_run, corrupt_run = Driver(tmp_path, 'torn'), Driver(tmp_path, 'corrupt')
+  assert torn_run.wait() == 0, torn_run.stderr()[-3000:]
+  warnings = [line for line in torn_run.stderr().splitlines() if 'torn last line' in line]
+  assert len(warnings) == 2 and any('participation.csv' in w for w in warnings), warnings
+  assert any('metrics.csv' in w and '2 fields' in w for w in warnings), warnings
+  for name in ('participation.csv', 'metrics.csv'):
+    assert read_bytes(os.path.join(torn, name)) == read_bytes(os.path.join(source, name)), name
+  assert not any('_temp' in n for n in os.listdir(os.path.join(torn, 'checkpoints')))
+  assert_no_workers_left(torn_run.workers)
+
+  assert corrupt_run.wait() == 1, corrupt_run.stderr()[-3000:]
+  lines = corrupt_run.stderr().strip().splitlines()
+  assert lines[-1].startswith('run_emnist.py: error: '), lines[-3:]
+  assert f'{hparams} is corrupt (not valid JSON' in lines[-1] and 'restore it' in lines[-1]
+  assert 'Traceback' not in corrupt_run.stderr()
+  after = {name: read_bytes(os.path.join(corrupt, name)) for name in before}
+  assert after == before  # nothing but the lock's PID written before the checks pass
+  assert_no_workers_left(corrupt_run.workers)
+
+
+# ------------------------------------------------------------------------------------------------
+# In-process checks of the pieces (no TFF computation: fast).
+
+
+def test_second_lock_names_the_holder_and_a_failed_start_leaves_nothing(tmp_path):
+  path = str(tmp_path / 'run')
+  holder = run_dir.RunDirectory(path)
+  holder.acquire()
+  with pytest.raises(run_dir.RunDirLockedError, match=f'in use by another run \\(PID {os.getpid()}'):
+    run_dir.RunDirectory(path).acquire()
+  holder.release(remove_if_created=True)
+  assert not os.path.exists(path)  # created by acquire, nothing else written: removed
+
+
+def test_torn_last_lines(tmp_path):
+  path = str(tmp_path / 'log.csv')
+  cases = [('client_id,round\nc1,0\nc2,1', 'client_id,round\nc1,0\n'),   # no newline
+           ('client_id,round\nc1,0\nc2\n', 'client_id,round\nc1,0\n'),    # one field
+           ('client_id,round\nc1,0\nc2,x\n', 'client_id,round\nc1,0\n'),  # round not an int
+           ('client_id,round\nc1,0\n', None), ('client_id,round\n', None)]
+  for text, expected in cases:
+    with open(path, 'w') as f:
+      f.write(text)
+    assert run_dir.drop_torn_last_line(path, 'round') == (expected is not None), text
+    with open(path) as f:
+      assert f.read() == (text if expected is None else expected)
+  with open(path, 'w') as f:
+    f.write('client_id,ro')  # a torn header: no rows
+  assert run_dir.drop_torn_last_line(path, 'round') and not os.path.exists(path)
+
+
+def test_corrupt_run_files_name_the_path(tmp_path):
+  config = conftest.tiny_config(tmp_path, mechanism='tree')
+  os.makedirs(config.output_dir)
+  strategy, setting, unsaved = run_config.load_or_build_strategy(config)
+  assert unsaved
+  saved = run_config.save_run_strategy(config, strategy, setting)
+  assert os.listdir(config.output_dir) == [os.path.basename(saved)]  # no temp file left
+  assert run_config.load_or_build_strategy(config)[2] is False
+  for name, check in (('hparams.json', run_config.check_hparams),
+                      ('plan.json', run_config.check_plan_file),
+                      (os.path.basename(saved), run_config.load_or_build_strategy)):
+    path = os.path.join(config.output_dir, name)
+    keep = read_bytes(path) if os.path.exists(path) else None
+    with open(path, 'w') as f:
+      f.write('{"mechanism": "tr')
+    with pytest.raises(run_dir.CorruptRunFileError, match=f'{path} is corrupt .*restore it|'
+                       f'{path} is corrupt .*delete it'):
+      check(config)
+    if keep is None:
+      os.remove(path)
+    else:
+      with open(path, 'wb') as f:
+        f.write(keep)
