@@ -42,12 +42,19 @@ def _library_name(directory: pathlib.Path) -> str:
 
 
 def _own_target_modules(package: pathlib.Path) -> list:
-  """Binaries at the top of `experiments/` (demo, privacy_report) get a target of their own: they
-  import the driver subpackages, which import `experiments.training_loop`, so one package-wide target
-  would be a dependency cycle."""
-  if package != ROOT / 'experiments':
-    return []
-  return sorted(p for p in package.glob('*.py') if "__name__ == '__main__'" in p.read_text())
+  """Modules that get a target of their own, because one package-wide target would be a dependency
+  cycle:
+    * binaries at the top of `experiments/` (demo, privacy_report): they import the driver
+      subpackages, which import modules of `experiments/`;
+    * modules at the top of `dp_ftrl_tff/` that import a subpackage (`plan.py` imports
+      `mechanisms`, which imports the top-level helpers such as `_validation`)."""
+  if package == ROOT / 'experiments':
+    return sorted(p for p in package.glob('*.py') if "__name__ == '__main__'" in p.read_text())
+  if package == ROOT / 'dp_ftrl_tff':
+    subpackages = {f'dp_ftrl_tff.{p.parent.name}' for p in package.glob('*/__init__.py')}
+    return sorted(p for p in package.glob('*.py') if p.name != '__init__.py' and any(
+        module.split(':')[0].startswith(tuple(subpackages)) for module in _imported_modules(p)))
+  return []
 
 
 def _label_for_module(module: str, packages: set) -> str | None:
