@@ -209,6 +209,67 @@ class SecureAggregation:
     return dataclasses.asdict(self)
 
 # ------------------------------------------------------------------------------------------------
+# Client sampling.
+
+SAMPLING_KINDS = ('poisson', 'cyclic_poisson')
+
+
+@dataclasses.dataclass(frozen=True)
+class Sampling:
+  """Random client sampling with independent per-client coins (the samplers in `learning.samplers`).
+
+  'poisson': in every round each of the `population` clients participates independently with
+  probability q = `sampling_prob`. 'cyclic_poisson' (b-hat-cyclic Poisson, BandMF paper Alg. 2 with
+  Poisson draws, docs/papers.md): the population is split once into b-hat = `num_groups` fixed groups,
+  and round t (0-based) draws each member of group t mod b-hat independently with probability q, so a
+  client's participations are b-hat rounds apart or more (min_sep = b-hat).
+
+  Groups are as equal as possible: the first population mod b-hat groups have one client more than the
+  others. The realized cohort size is random (it may be 0); the mean divides by the fixed
+  `expected_clients_per_round` = q * population / b-hat, the expected cohort size averaged over the
+  b-hat rounds of a cycle (so with a remainder, rounds of a larger group expect q more clients).
+
+  Attributes:
+    kind: 'poisson' or 'cyclic_poisson'.
+    sampling_prob: q in (0, 1], a client's inclusion probability in a round it is eligible for.
+    num_groups: b-hat >= 1 (1 for 'poisson'), at most `population`.
+    population: number of clients >= 1.
+  """
+  kind: str
+  sampling_prob: float
+  num_groups: int
+  population: int
+
+  def __post_init__(self):
+    _validation.check_one_of(self.kind, 'kind', SAMPLING_KINDS)
+    # Stored as Python scalars, so `to_config` is JSON-ready whatever numpy types were passed.
+    object.__setattr__(self, 'sampling_prob', _validation.check_float_in_range(
+        self.sampling_prob, 'sampling_prob', 0.0, 1.0, low_inclusive=False))
+    object.__setattr__(self, 'num_groups',
+                       _validation.check_positive_int(self.num_groups, 'num_groups'))
+    object.__setattr__(self, 'population',
+                       _validation.check_positive_int(self.population, 'population'))
+    if self.kind == 'poisson' and self.num_groups != 1:
+      raise ValueError(f"`num_groups` must be 1 for kind='poisson', got {self.num_groups!r}.")
+    if self.num_groups > self.population:
+      raise ValueError(f'`num_groups`={self.num_groups} exceeds the `population` of '
+                       f'{self.population} clients: every group needs a client.')
+
+  def group_sizes(self) -> list:
+    """The b-hat group sizes (Python ints): the first population mod b-hat are one larger."""
+    base_size, remainder = divmod(self.population, self.num_groups)
+    return [base_size + (1 if g < remainder else 0) for g in range(self.num_groups)]
+
+  @property
+  def expected_clients_per_round(self) -> float:
+    """q * population / b-hat: the fixed denominator of the mean (expected cohort size)."""
+    return self.sampling_prob * self.population / self.num_groups
+
+  def to_config(self) -> dict:
+    return dataclasses.asdict(self)
+
+
+# ------------------------------------------------------------------------------------------------
 # The plan.
 
 _BEYOND_MAX_ROUNDS = ('error', 'restart')
@@ -231,6 +292,9 @@ class RunPlan:
     secure: `SecureAggregation` settings, or None (plain sum).
     zeroing_norm: updates with a larger L2 norm are zeroed; None zeroes only non-finite updates.
     beyond_max_rounds: banded strategies past their `max_rounds`: 'error' or 'restart'.
+    sampling: the random `Sampling` of the cohorts (then `clients_per_round` is its
+      `expected_clients_per_round`), or None: min-sep sampling of exactly `clients_per_round`
+      clients, accounted with the declared participation schema.
   """
   strategy: base.Strategy
   noise_multiplier: float
@@ -243,18 +307,20 @@ class RunPlan:
   secure: Optional[SecureAggregation]
   zeroing_norm: Optional[float]
   beyond_max_rounds: str = 'error'
+  sampling: Optional[Sampling] = None
 
   @classmethod
-  def build(cls, strategy: base.Strategy, noise_multiplier: float, clients_per_round: float,
-            clip_norm: Optional[float], *, adaptive_clip=None, secure=None,
-            zeroing_norm: Optional[float] = None, restarts: Optional[RestartSchedule] = None,
-            beyond_max_rounds: str = 'error') -> 'RunPlan':
+  def build(cls, strategy: base.Strategy, noise_multiplier: float,
+            clients_per_round: Optional[float], clip_norm: Optional[float], *, adaptive_clip=None,
+            secure=None, zeroing_norm: Optional[float] = None,
+            restarts: Optional[RestartSchedule] = None, beyond_max_rounds: str = 'error',
+            sampling: Optional[Sampling] = None) -> 'RunPlan':
     """Validates the arguments and resolves every default into a plan.
 
     Args:
       strategy: a registered `Strategy` with a streaming noise state.
       noise_multiplier: sigma >= 0.
-      clients_per_round: m > 0.
+      clients_per_round: m > 0; with `sampling`, None or its `expected_clients_per_round`.
       clip_norm: the fixed clip; with `adaptive_clip` the initial clip, or None.
       adaptive_clip: None or False (fixed clip), True (Gboard defaults) or an `AdaptiveClipping`.
       secure: None (plain sum), an int number of bits, or a `SecureAggregation`.
@@ -263,6 +329,7 @@ class RunPlan:
         default (`EVERY_ROUND` for Gaussian noise, `GBOARD_RESTARTS` otherwise) with adaptive
         clipping, and no restarts with a fixed clip.
       beyond_max_rounds: 'error' or 'restart' (banded strategies).
+      sampling: a `Sampling` (Poisson or cyclic Poisson cohorts), or None (min-sep sampling).
     """
     if not isinstance(strategy, base.Strategy):
       raise ValueError(f'`strategy` must be a dp_ftrl_tff.mechanisms Strategy, got {strategy!r}.')
@@ -270,7 +337,16 @@ class RunPlan:
       raise ValueError(f'`strategy` {strategy.name!r} has no streaming noise; streaming mechanisms: '
                        f'{list(registry.names(streaming_only=True))}.')
     sigma = _validation.check_nonnegative_float(noise_multiplier, 'noise_multiplier')
+    if sampling is not None and not isinstance(sampling, Sampling):
+      raise ValueError(f'`sampling` must be a Sampling or None, got {sampling!r}.')
+    if sampling is not None and clients_per_round is None:
+      clients_per_round = sampling.expected_clients_per_round
     m = _validation.check_positive_float(clients_per_round, 'clients_per_round')
+    if sampling is not None and not math.isclose(m, sampling.expected_clients_per_round,
+                                                 rel_tol=1e-12):
+      raise ValueError(f'`clients_per_round`={m!r} conflicts with `sampling`: the mean divides by '
+                       f'the expected cohort size {sampling.expected_clients_per_round!r} (q * '
+                       'population / num_groups); pass None.')
     if zeroing_norm is not None:
       zeroing_norm = _validation.check_positive_float(zeroing_norm, 'zeroing_norm')
     if restarts is not None and not isinstance(restarts, RestartSchedule):
@@ -315,7 +391,7 @@ class RunPlan:
     return cls(strategy=strategy, noise_multiplier=sigma, clients_per_round=m, clip_norm=clip_norm,
                adaptive_clip=adaptive_clip, clipped_count_stddev=count_stddev,
                value_noise_multiplier=value_sigma, restarts=restarts, secure=secure,
-               zeroing_norm=zeroing_norm, beyond_max_rounds=beyond_max_rounds)
+               zeroing_norm=zeroing_norm, beyond_max_rounds=beyond_max_rounds, sampling=sampling)
 
   @property
   def mechanism(self) -> str:
@@ -352,6 +428,7 @@ class RunPlan:
         'secure': None if self.secure is None else self.secure.to_config(),
         'zeroing_norm': self.zeroing_norm,
         'beyond_max_rounds': self.beyond_max_rounds,
+        'sampling': None if self.sampling is None else self.sampling.to_config(),
     }
 
   @classmethod
@@ -374,13 +451,15 @@ class RunPlan:
       adaptive = AdaptiveClipping(**adaptive)
     restarts = config.get('restarts')
     secure = config.get('secure')
+    sampling = config.get('sampling')  # absent from the plans of earlier releases: min-sep
     return cls.build(
         registry.strategy_from_config(strategy_config), config['noise_multiplier'],
         config['clients_per_round'], config['clip_norm'], adaptive_clip=adaptive,
         secure=None if secure is None else SecureAggregation(**secure),
         zeroing_norm=config.get('zeroing_norm'),
         restarts=None if restarts is None else RestartSchedule(**restarts),
-        beyond_max_rounds=config.get('beyond_max_rounds', 'error'))
+        beyond_max_rounds=config.get('beyond_max_rounds', 'error'),
+        sampling=None if sampling is None else Sampling(**sampling))
 
   def __str__(self) -> str:
     lines = [f'RunPlan: {self.mechanism} {self.strategy!r}',
@@ -389,7 +468,9 @@ class RunPlan:
              f'  clip: {"adaptive " + repr(self.adaptive_clip) if self.adaptive_clip else "fixed"}'
              f' clip_norm={self.clip_norm:g}, clipped_count_stddev={self.clipped_count_stddev}',
              f'  restarts={self.restarts}, beyond_max_rounds={self.beyond_max_rounds}',
-             f'  secure={self.secure}, zeroing_norm={self.zeroing_norm}']
+             f'  secure={self.secure}, zeroing_norm={self.zeroing_norm}',
+             '  sampling=' + ('None (min-sep sampler, declared participation schema)'
+                              if self.sampling is None else str(self.sampling))]
     return '\n'.join(lines)
 
 

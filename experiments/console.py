@@ -79,12 +79,22 @@ def header(config, plan: plan_lib.RunPlan, num_clients: int) -> str:
       + (f', restarts at rounds {_short_list(restarts)}' if restarts else ''),
       f'noise       noise multiplier {sigma}, clip {clip}'
       + (f', SecAgg {config.secure_bits} bits' if config.secure_aggregation else ''),
-      f'schedule    {config.clients_per_round} clients per round, {config.rounds} rounds, '
+      f'schedule    {_cohorts(plan)}, {config.rounds} rounds, '
       f'min_sep {config.min_sep}, max_participations {"none" if k is None else k}',
       f'planned     {planned}',
       f'output      {config.output_dir}',
   ]
   return '\n'.join(lines)
+
+
+def _cohorts(plan: plan_lib.RunPlan) -> str:
+  """The cohorts of the header: a fixed count (min-sep sampler) or the random sampling."""
+  sampling = plan.sampling
+  if sampling is None:
+    return f'{plan.clients_per_round:g} clients per round'
+  groups = f', {sampling.num_groups} groups' if sampling.kind == 'cyclic_poisson' else ''
+  return (f'{sampling.kind} sampling q={sampling.sampling_prob:g}{groups}, expected '
+          f'{plan.clients_per_round:.4g} clients per round')
 
 
 def _short_list(values, limit: int = 6) -> str:

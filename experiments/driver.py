@@ -21,6 +21,7 @@ from typing import Any, Callable, Dict
 
 from absl import app, flags, logging
 
+from dp_ftrl_tff.learning import remote_execution
 from dp_ftrl_tff.mechanisms import memory
 from experiments import (
   driver_flags,
@@ -51,6 +52,8 @@ def _fail(error, flag_values: flags.FlagValues, exit_code: int = flag_parsing.ER
 
 def _runtime_message(error: BaseException) -> str:
   """One line for an error that is not bad input: I/O, memory, or a bug."""
+  if isinstance(error, remote_execution.WorkerUnavailableError):
+    return str(error)
   if isinstance(error, MemoryError):
     return 'out of memory; use a smaller model, fewer clients per round or fewer --rounds.'
   if isinstance(error, OSError):

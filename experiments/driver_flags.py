@@ -26,8 +26,10 @@ def define_common_flags(fv: flags.FlagValues) -> None:
   flags.DEFINE_string('root_output_dir', None, 'Root directory of all runs (required).', **d)
   flags.DEFINE_string('experiment_name', 'run', 'Run directory name under --root_output_dir.', **d)
   flags.DEFINE_integer('rounds', 20, 'Number of training rounds n.', **d)
-  flags.DEFINE_integer('clients_per_round', 10,
-                       'Clients per round m (also the fixed denominator of the mean).', **d)
+  flags.DEFINE_integer('clients_per_round', None,
+                       'Clients per round m of the min-sep sampler, also the fixed denominator of '
+                       f'the mean (default {run_config.DEFAULT_CLIENTS_PER_ROUND}). Not with a '
+                       'Poisson --sampler: the denominator is then the expected cohort size.', **d)
   flags.DEFINE_float('client_learning_rate', 0.1, 'Client SGD learning rate.', **d)
   flags.DEFINE_integer('client_batch_size', 16, 'Client batch size (examples).', **d)
   flags.DEFINE_integer('client_epochs', 1, 'Local epochs per round.', **d)
@@ -35,12 +37,14 @@ def define_common_flags(fv: flags.FlagValues) -> None:
   flags.DEFINE_float('server_momentum', 0.9, 'Server heavy-ball momentum in [0, 1).', **d)
   flags.DEFINE_enum('mechanism', 'blt', list(run_config.MECHANISMS),
                     'Noise mechanism: gaussian (DP-SGD), tree (vanilla), tree_efficient (Honaker), '
-                    'banded (BandMF) or blt.', **d)
+                    'banded (BandMF), blt, bsr (banded square root) or bisr (banded inverse square '
+                    'root).', **d)
   flags.DEFINE_string('mechanism_file', None,
                       'Strategy file (BLT .json / banded .npz from `python -m dp_ftrl_tff.mechanisms '
                       'optimize`). Without it, banded and BLT are optimized at start.', **d)
   flags.DEFINE_integer('num_bands', None,
-                       'BandMF bands b-hat when optimizing (default: min(min_sep, rounds)).', **d)
+                       'Bands b-hat of BandMF when optimizing, or of bsr / bisr (default: '
+                       'min(min_sep, rounds)).', **d)
   flags.DEFINE_integer('num_buffers', None,
                        'BLT buffers d when optimizing (default: chosen by the optimizer).', **d)
   flags.DEFINE_enum('banded_beyond_max_rounds', 'error', list(run_config.BEYOND_MAX_ROUNDS),
@@ -71,6 +75,17 @@ def define_common_flags(fv: flags.FlagValues) -> None:
                        'b: rounds between two participations of a client, r2 - r1 >= b.', **d)
   flags.DEFINE_integer('max_participations', None,
                        'k: cap on participations per client (default: none).', **d)
+  flags.DEFINE_enum('sampler', 'min_sep', list(run_config.SAMPLERS),
+                    'Client sampler: min_sep (exactly --clients_per_round clients whose min-sep '
+                    'timer expired), poisson (each client with probability --sampling_prob every '
+                    'round) or cyclic_poisson (--sampling_groups fixed groups, round t draws group '
+                    't mod groups with probability --sampling_prob; min_sep = groups).', **d)
+  flags.DEFINE_float('sampling_prob', None,
+                     'q in (0, 1]: a client\'s inclusion probability per eligible round (Poisson '
+                     'samplers; the mean divides by q * population / groups).', **d)
+  flags.DEFINE_integer('sampling_groups', None,
+                       'cyclic_poisson: number of groups b-hat (default: --num_bands with '
+                       '--mechanism=banded).', **d)
   flags.DEFINE_bool('secure_aggregation', False, 'Sum client updates with SecAgg.', **d)
   flags.DEFINE_integer('secure_bits', 20, 'SecAgg field size 2^bits, 1 <= bits <= 22.', **d)
   flags.DEFINE_enum('secure_rotation', 'dft', list(run_config.SECURE_ROTATIONS),
@@ -94,6 +109,9 @@ def define_common_flags(fv: flags.FlagValues) -> None:
   flags.DEFINE_integer('eval_max_examples', 10000, 'Test examples used per evaluation.', **d)
   flags.DEFINE_float('target_delta', zcdp.DEFAULT_DELTA,
                      'delta of the reported (epsilon, delta).', **d)
+  flags.DEFINE_string('workers', None,
+                      'host:port,... of TFF workers (`python -m experiments.workers start`) to '
+                      'split each round\'s clients across; default: run locally.', **d)
   flags.DEFINE_bool('debug', False, 'On an error, print the traceback before the one-line message.',
                     **d)
   for old, new in DEPRECATED_FLAGS.items():

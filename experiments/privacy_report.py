@@ -14,11 +14,14 @@ gives the mechanism, the noise multiplier and its split, and the restarts).
 Conventions: rounds are 0-based; --min_sep = b means r2 - r1 >= b for two participations of one client
 (TF-Privacy's and the Gboard tables' min_separation = b - 1; the report prints both).
 Exit status: 2 on a user mistake (bad or conflicting flags, a missing input file, a number of rounds
-whose arrays cannot fit in memory), 1 on a runtime failure (an unwritable --output_dir, a corrupt
---plan / --mechanism_file / --participation_log, I/O errors): one line `privacy_report: error: ...`
-on stderr naming the flag; `--debug` prints the traceback before it.
+whose arrays cannot fit in memory, a --mechanism_file optimized for another setting without
+--allow_strategy_setting_mismatch), 1 on a runtime failure (an unwritable --output_dir, a corrupt
+--plan / --mechanism_file / --participation_log, I/O errors) and with --strict when the log violates
+the declared schema (after writing the report): one line `privacy_report: error: ...` on stderr
+naming the flag; `--debug` prints the traceback before it.
 """
 
+import dataclasses
 import os
 import sys
 import traceback
@@ -27,7 +30,7 @@ from absl import app, flags
 
 from dp_ftrl_tff import _deprecated_flags
 from dp_ftrl_tff import plan as plan_lib
-from dp_ftrl_tff.accounting import participation_log, report, report_render, zcdp
+from dp_ftrl_tff.accounting import amplification, participation_log, report, report_render, zcdp
 from dp_ftrl_tff.mechanisms import base, blt, files, memory, participation, registry
 from experiments import flag_parsing
 
@@ -43,6 +46,8 @@ flags.DEFINE_string('mechanism_file', None,
                     'A strategy saved by dp_ftrl_tff.mechanisms.files (JSON or .npz).', **_d)
 flags.DEFINE_list('theta', None, 'BLT buffer decays theta (comma-separated).', **_d)
 flags.DEFINE_list('omega', None, 'BLT output scales omega (comma-separated).', **_d)
+flags.DEFINE_integer('num_bands', None, 'BSR / BISR bands b-hat (required for them).',
+                     lower_bound=1, **_d)
 flags.DEFINE_bool('tree_completion', False, 'Trees: completion trick.', **_d)
 flags.DEFINE_float('noise_multiplier', None,
                    'sigma, relative to the clip norm (noise std on the sum / clip).', **_d)
@@ -58,6 +63,12 @@ flags.DEFINE_bool('fixed_epoch', False,
 flags.DEFINE_list('restart_rounds', [], '0-based rounds at which the noise restarts.', **_d)
 flags.DEFINE_float('clipped_count_stddev', None,
                    'Adaptive clipping: noise std on the clipped-count sum.', **_d)
+flags.DEFINE_float('sampling_prob', None,
+                   'Random sampling: probability that a member of the round\'s group participates '
+                   '(adds the amplified guarantee, BandMF Thm. 4).', **_d)
+flags.DEFINE_integer('sampling_groups', None,
+                     'Cyclic Poisson sampling: b-hat groups, round t samples group t mod b-hat '
+                     '(default 1: Poisson); the strategy needs at most b-hat bands.', **_d)
 flags.DEFINE_string('participation_log', None,
                     'CSV `client_id,round` written by the client sampler.', **_d)
 flags.DEFINE_bool('observed_patterns', True,
@@ -66,6 +77,15 @@ flags.DEFINE_float('target_delta', zcdp.DEFAULT_DELTA, 'delta of the reported (e
                    **_d)
 flags.DEFINE_string('output_dir', None, 'Where report.json, report.md, plots go.', **_d)
 flags.DEFINE_bool('plots', True, 'Write the PNG plots into --output_dir.', **_d)
+flags.DEFINE_bool('equal_privacy', True,
+                  'With --output_dir, also compare every mechanism at this run\'s privacy (noise '
+                  'multiplier, MaxLoss, RmsLoss; a few seconds at 2000 rounds).', **_d)
+flags.DEFINE_bool('strict', False,
+                  'Exit 1 when the --participation_log violates the declared schema (the report '
+                  'is still written, with the guarantee of the observed participation).', **_d)
+flags.DEFINE_bool('allow_strategy_setting_mismatch', False,
+                  'Report a --mechanism_file optimized for other rounds / min_sep / '
+                  'max_participations (with a warning) instead of refusing it.', **_d)
 flags.DEFINE_bool('json', False, 'Print the JSON report instead of the summary.', **_d)
 flags.DEFINE_bool('debug', False, 'On an error, print the traceback before the one-line message.',
                   **_d)
@@ -74,9 +94,9 @@ DEPRECATED_FLAGS = {'delta': 'target_delta', 'blt_theta': 'theta', 'blt_omega': 
 for _old, _new in DEPRECATED_FLAGS.items():
   _deprecated_flags.define_alias(_old, _new, FLAGS)
 # What --plan sets.
-_PLAN_FLAGS = ('mechanism', 'mechanism_file', 'theta', 'omega', 'tree_completion',
+_PLAN_FLAGS = ('mechanism', 'mechanism_file', 'theta', 'omega', 'num_bands', 'tree_completion',
                'noise_multiplier', 'target_epsilon', 'target_rho', 'restart_rounds',
-               'clipped_count_stddev')
+               'clipped_count_stddev', 'sampling_prob', 'sampling_groups')
 
 
 class FlagError(ValueError):
@@ -137,8 +157,11 @@ def _strategy(fv) -> base.Strategy:
   if given and len(given) != len(entry.parameter_options):
     raise FlagError(f'--{" and --".join(entry.parameter_options)} must be given together.')
   if not given:
+    if name != blt.BLTStrategy.name:
+      raise FlagError(f'--mechanism={name} needs --{" and --".join(entry.parameter_options)}.')
     return blt.PRODUCTION_STRATEGIES[400]  # the BLT paper's suggested default (App. A, b = 400)
-  values = {option: _floats(fv[option].value, option) for option in entry.parameter_options}
+  values = {option: (_floats(fv[option].value, option) if isinstance(fv[option].value, list)
+                     else fv[option].value) for option in entry.parameter_options}
   try:
     return registry.strategy_from_config({'mechanism': name, **values})
   except ValueError as e:
@@ -175,10 +198,20 @@ def _from_plan(fv, num_rounds: int) -> dict:
     plan = plan_lib.load_plan(fv.plan)
   except (ValueError, OSError) as e:
     raise _input_file_error('plan', fv.plan, e) from None
-  return dict(strategy=plan.strategy, noise_multiplier=plan.noise_multiplier,
+  sampling = getattr(plan, 'sampling', None)  # random cohorts: the amplified guarantee too
+  skipped = None
+  if sampling is not None:
+    try:
+      amplification.check_banded(plan.strategy, num_rounds, sampling.num_groups,
+                                 plan.restart_rounds(num_rounds))
+    except ValueError as e:  # the run is valid; only the amplified figure does not apply
+      skipped, sampling = f'no amplified guarantee for the plan\'s {sampling.kind} sampling: {e}', None
+  return dict(strategy=plan.strategy, noise_multiplier=plan.noise_multiplier, skipped=skipped,
               target_epsilon=None, target_rho=None,
               restart_rounds=plan.restart_rounds(num_rounds),
-              clipped_count_stddev=plan.clipped_count_stddev)
+              clipped_count_stddev=plan.clipped_count_stddev,
+              sampling_prob=None if sampling is None else sampling.sampling_prob,
+              sampling_groups=None if sampling is None else sampling.num_groups)
 
 
 def _from_mechanism_flags(fv, num_rounds: int) -> dict:
@@ -202,9 +235,15 @@ def _from_mechanism_flags(fv, num_rounds: int) -> dict:
   if fv.clipped_count_stddev is not None and fv.noise_multiplier is not None and (
       fv.noise_multiplier >= 2 * fv.clipped_count_stddev):
     raise FlagError('--noise_multiplier must be smaller than 2 * --clipped_count_stddev.')
+  if fv.sampling_prob is not None and not 0 < fv.sampling_prob <= 1:
+    raise FlagError(f'--sampling_prob must lie in (0, 1], got {fv.sampling_prob!r}.')
+  _check_positive(fv.sampling_groups, 'sampling_groups', True)
+  if fv.sampling_groups is not None and fv.sampling_prob is None:
+    raise FlagError('--sampling_groups needs --sampling_prob.')
   return dict(strategy=strategy, noise_multiplier=fv.noise_multiplier,
               target_epsilon=fv.target_epsilon, target_rho=fv.target_rho, restart_rounds=restarts,
-              clipped_count_stddev=fv.clipped_count_stddev)
+              clipped_count_stddev=fv.clipped_count_stddev, sampling_prob=fv.sampling_prob,
+              sampling_groups=fv.sampling_groups)
 
 
 def build_from_flags(fv) -> tuple:
@@ -229,12 +268,23 @@ def build_from_flags(fv) -> tuple:
   n = max(rounds or 0, log.num_rounds if log else 0)
   settings = _from_plan(fv, n) if fv.plan else _from_mechanism_flags(fv, n)
   strategy = settings.pop('strategy')
+  skipped = settings.pop('skipped', None)
   if strategy.max_rounds is not None and n > strategy.max_rounds:
     raise FlagError(f'--rounds: the {strategy.name} strategy covers at most {strategy.max_rounds} '
                     f'rounds, the run has {n}.')
   memory.check_fits(strategy.name, n, losses=False)
-  result = report.build_report(strategy, rounds, schema, delta=fv.target_delta, log=log,
-                               observed_patterns=fv.observed_patterns, **settings)
+  try:
+    result = report.build_report(
+        strategy, rounds, schema, delta=fv.target_delta, log=log,
+        observed_patterns=fv.observed_patterns,
+        equal_privacy=fv.equal_privacy and bool(fv.output_dir),
+        strategy_file=None if fv.plan else fv.mechanism_file,
+        allow_strategy_setting_mismatch=fv.allow_strategy_setting_mismatch, **settings)
+  except report.StrategySettingMismatchError as e:
+    raise FlagError(f'--mechanism_file: {e} (--allow_strategy_setting_mismatch reports it '
+                    'anyway)') from None
+  if skipped:
+    result = dataclasses.replace(result, warnings=result.warnings + (skipped,))
   return result, strategy
 
 
@@ -299,6 +349,11 @@ def main(argv):
   except Exception as e:  # every error is one line; --debug adds the traceback
     return _fail(e)
   print(report_render.to_json(result) if FLAGS.json else report_render.summary(result))
+  if FLAGS.strict and result.observed is not None and result.observed.violations:
+    print(f'privacy_report: error: --strict: the --participation_log violates the declared schema '
+          f'({len(result.observed.violations)} breach(es), first: {result.observed.violations[0]}); '
+          'the report states the guarantee of the observed participation.', file=sys.stderr)
+    return flag_parsing.RUNTIME_ERROR_EXIT_CODE
   return 0
 
 

@@ -22,6 +22,7 @@ from absl import logging
 from dp_ftrl_tff import _atomic, _validation
 from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.accounting import calibration, zcdp
+from dp_ftrl_tff.learning import remote_execution
 from dp_ftrl_tff.mechanisms import base, files, registry
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from experiments import run_dir
@@ -31,8 +32,13 @@ SECURE_ROTATIONS = ('dft', 'hd', 'none')
 
 # Settings a resumed run may change (they do not change what was trained).
 RESUMABLE_CHANGES = ('rounds', 'checkpoint_every', 'eval_every', 'eval_max_examples',
-                     'target_delta', 'banded_beyond_max_rounds')
+                     'target_delta', 'banded_beyond_max_rounds', 'workers')
 BEYOND_MAX_ROUNDS = ('error', 'restart')
+#: Client samplers: min-sep (exactly `clients_per_round`, `learning.client_sampler`) or the random
+#: cohorts of `plan.Sampling` (`learning.poisson_sampler`).
+SAMPLERS = ('min_sep',) + plan_lib.SAMPLING_KINDS
+#: `clients_per_round` of the min-sep sampler when not given.
+DEFAULT_CLIENTS_PER_ROUND = 10
 # hparams.json keys of earlier releases -> today's names.
 _RENAMED_HPARAMS = {'aggregator': 'mechanism'}
 
@@ -49,7 +55,7 @@ class RunConfig:
   root_output_dir: str
   experiment_name: str = 'run'
   rounds: int = 20
-  clients_per_round: int = 10
+  clients_per_round: Optional[int] = None  # DEFAULT_CLIENTS_PER_ROUND (min-sep); None with Poisson
   client_learning_rate: float = 0.1
   client_batch_size: int = 16
   client_epochs: int = 1
@@ -71,6 +77,9 @@ class RunConfig:
   restart_period: Optional[int] = None
   min_sep: int = 1
   max_participations: Optional[int] = None
+  sampler: str = 'min_sep'
+  sampling_prob: Optional[float] = None
+  sampling_groups: Optional[int] = None  # cyclic_poisson b-hat (default: num_bands of banded)
   secure_aggregation: bool = False
   secure_bits: int = 20
   secure_rotation: str = 'dft'
@@ -85,12 +94,14 @@ class RunConfig:
   eval_every: int = 10
   eval_max_examples: int = 10000
   target_delta: float = zcdp.DEFAULT_DELTA
+  workers: Optional[str] = None  # 'host:port,...' of TFF workers, None: run locally
   task: Dict[str, Any] = dataclasses.field(default_factory=dict)  # driver-specific settings
 
   def __post_init__(self):
     if not isinstance(self.root_output_dir, str) or not self.root_output_dir:
       raise ValueError('`root_output_dir` must be given (--root_output_dir).')
-    for name in ('rounds', 'clients_per_round', 'client_batch_size', 'client_epochs', 'min_sep',
+    self._resolve_sampler_settings()
+    for name in ('rounds', 'client_batch_size', 'client_epochs', 'min_sep',
                  'checkpoint_every', 'eval_every', 'eval_max_examples', 'synthetic_num_clients',
                  'synthetic_examples_per_client', 'secure_bits'):
       _validation.check_positive_int(getattr(self, name), name)
@@ -121,6 +132,73 @@ class RunConfig:
     if self.mechanism_file is not None and not os.path.isfile(self.mechanism_file):
       raise ValueError(f'`mechanism_file`: no file at {self.mechanism_file!r}.')
     self._check_secure_settings()
+    if self.workers is not None:
+      object.__setattr__(self, 'workers', ','.join(remote_execution.parse_worker_addresses(
+          self.workers, 'workers')))
+      if self.secure_aggregation:
+        raise ValueError(remote_execution.SECURE_SUM_ERROR)
+
+  def _resolve_sampler_settings(self) -> None:
+    """Checks the sampler settings and fills their defaults (stored as resolved in hparams.json).
+
+    min_sep: `clients_per_round` defaults to `DEFAULT_CLIENTS_PER_ROUND`; no `sampling_*` settings.
+    poisson / cyclic_poisson: `sampling_prob` is required, and `clients_per_round` must not be given:
+    the mean divides by the expected cohort size q * population / b-hat (`plan.Sampling`). The
+    sampler cannot cap participations (no `max_participations`) and SecAgg is not offered (its field
+    is sized for a fixed cohort). Poisson enforces no separation (`min_sep` 1); cyclic Poisson
+    enforces b = b-hat, so `min_sep` is set to `sampling_groups` (given as 1 or as b-hat), which
+    defaults to `num_bands` for the banded mechanism.
+    """
+    _validation.check_one_of(self.sampler, 'sampler', SAMPLERS)
+    if self.sampler == 'min_sep':
+      for name in ('sampling_prob', 'sampling_groups'):
+        if getattr(self, name) is not None:
+          raise ValueError(f'`{name}` applies only to `sampler`=poisson or cyclic_poisson.')
+      if self.clients_per_round is None:
+        object.__setattr__(self, 'clients_per_round', DEFAULT_CLIENTS_PER_ROUND)
+      _validation.check_positive_int(self.clients_per_round, 'clients_per_round')
+      return
+    if self.sampling_prob is None:
+      raise ValueError(f'`sampler`={self.sampler} needs `sampling_prob` (q in (0, 1]).')
+    _validation.check_float_in_range(self.sampling_prob, 'sampling_prob', 0.0, 1.0,
+                                     low_inclusive=False)
+    if self.clients_per_round is not None:
+      raise ValueError(f'`clients_per_round` conflicts with `sampler`={self.sampler}: the mean '
+                       'divides by the expected cohort size sampling_prob * population / '
+                       'sampling_groups; drop `clients_per_round`.')
+    if self.max_participations is not None:
+      raise ValueError(f'`max_participations` cannot be enforced by `sampler`={self.sampler} '
+                       '(independent coins); drop it (cyclic Poisson caps it at ceil(rounds / '
+                       'sampling_groups) by itself).')
+    if self.secure_aggregation:
+      raise ValueError(f'`secure_aggregation` is not supported with `sampler`={self.sampler}: the '
+                       'SecAgg field is sized for a fixed number of clients per round.')
+    groups = self.sampling_groups
+    if self.sampler == 'poisson':
+      if groups not in (None, 1):
+        raise ValueError(f'`sampling_groups`={groups} needs `sampler`=cyclic_poisson (poisson '
+                         'draws from the whole population).')
+      groups = 1
+    elif groups is None:
+      if self.mechanism != 'banded' or self.num_bands is None:
+        raise ValueError('`sampler`=cyclic_poisson needs `sampling_groups` (b-hat; with '
+                         '`mechanism`=banded, `num_bands` gives the default).')
+      groups = self.num_bands
+    groups = _validation.check_positive_int(groups, 'sampling_groups')
+    if self.min_sep not in (1, groups):
+      raise ValueError(
+          f'`min_sep`={self.min_sep} does not match `sampler`={self.sampler}: '
+          + ('poisson enforces no separation (min_sep 1).' if self.sampler == 'poisson' else
+             f'cyclic Poisson with `sampling_groups`={groups} enforces min_sep {groups}.'))
+    object.__setattr__(self, 'sampling_groups', groups)
+    object.__setattr__(self, 'min_sep', groups)
+
+  def sampling(self, population: int) -> Optional[plan_lib.Sampling]:
+    """The `plan.Sampling` of a Poisson sampler over `population` clients, or None (min-sep)."""
+    if self.sampler == 'min_sep':
+      return None
+    return plan_lib.Sampling(kind=self.sampler, sampling_prob=self.sampling_prob,
+                             num_groups=self.sampling_groups, population=population)
 
   def _check_secure_settings(self) -> None:
     """SecAgg settings, named as the flags (checked even when `secure_aggregation` is off)."""
@@ -327,23 +405,55 @@ def calibrate_noise_multiplier(config: RunConfig, strategy: base.Strategy,
                                                   config.target_delta)
 
 
-def build_plan(config: RunConfig, strategy: base.Strategy) -> plan_lib.RunPlan:
+def build_plan(config: RunConfig, strategy: base.Strategy,
+               population: Optional[int] = None) -> plan_lib.RunPlan:
   """The run's `RunPlan` (written to `plan.json` by `write_plan`); with `target_epsilon`, its noise
-  multiplier is calibrated (`calibrate_noise_multiplier`, restarts from the plan)."""
+  multiplier is calibrated (`calibrate_noise_multiplier`, restarts from the plan). A Poisson
+  `sampler` needs the `population` (number of training clients): the plan's `sampling`, whose
+  expected cohort size is the plan's `clients_per_round`."""
+  sampling = None
+  if config.sampler != 'min_sep':
+    if population is None:
+      raise ValueError(f'`population` is required with `sampler`={config.sampler}.')
+    sampling = config.sampling(population)
+    warning = amplification_warning(strategy, sampling)
+    if warning:
+      logging.warning('%s', warning)
   if config.target_epsilon is not None:
-    restarts = _build_plan(config, strategy, 1e-6).restart_rounds(config.rounds)
+    restarts = _build_plan(config, strategy, 1e-6, sampling).restart_rounds(config.rounds)
     sigma = calibrate_noise_multiplier(config, strategy, restarts)
     logging.info('Noise multiplier %.6g calibrated to epsilon=%g at delta=%g.', sigma,
                  config.target_epsilon, config.target_delta)
-    return _build_plan(config, strategy, sigma)
-  return _build_plan(config, strategy, config.noise_multiplier)
+    return _build_plan(config, strategy, sigma, sampling)
+  return _build_plan(config, strategy, config.noise_multiplier, sampling)
 
 
-def _build_plan(config: RunConfig, strategy: base.Strategy, sigma: float) -> plan_lib.RunPlan:
+def amplification_warning(strategy: base.Strategy, sampling: plan_lib.Sampling) -> Optional[str]:
+  """Why the random sampling cannot amplify the strategy's privacy, or None when it can.
+
+  Amplification by (cyclic) Poisson sampling covers independent noise and banded strategies with at
+  most b-hat bands (BandMF paper Sec. 7, docs/papers.md): then the rounds of one group share no
+  noise with the other groups. Any other correlated strategy is accounted without amplification
+  (with the min-sep schema the sampler enforces).
+  """
+  if not strategy.correlated:
+    return None
+  num_bands = getattr(strategy, 'num_bands', None)
+  if num_bands is not None and num_bands <= sampling.num_groups:
+    return None
+  detail = ('it is not banded' if num_bands is None else
+            f'its {num_bands} bands exceed the {sampling.num_groups} sampling groups')
+  return (f'{sampling.kind} sampling cannot amplify the privacy of the {strategy.name} strategy '
+          f'({detail}): the run trains, and its privacy is accounted without amplification.')
+
+
+def _build_plan(config: RunConfig, strategy: base.Strategy, sigma: float,
+                sampling: Optional[plan_lib.Sampling]) -> plan_lib.RunPlan:
   return plan_lib.RunPlan.build(
       strategy, sigma, config.clients_per_round, config.clip_norm,
       adaptive_clip=config.adaptive_clip(), secure=config.secure_config(),
-      restarts=config.restart_schedule(), beyond_max_rounds=config.banded_beyond_max_rounds)
+      restarts=config.restart_schedule(), beyond_max_rounds=config.banded_beyond_max_rounds,
+      sampling=sampling)
 
 
 def check_plan_file(config: RunConfig) -> None:

@@ -11,7 +11,10 @@ into `<root_output_dir>/<experiment_name>/`:
     (learning state incl. aggregator noise state, and the client sampler's state);
   * `participation.csv`: the participation log `client_id,round` (0-based rounds);
   * `metrics.csv` and `tensorboard/`: per-round metrics through `tff.program` release managers;
-  * `privacy_report/`: report.json, report.md and plots, its summary printed at the end.
+  * `privacy_report/`: report.json, report.md and plots, its summary printed at the end;
+  * `summary.json`: the completion marker, written last (`experiments.run_summary`: final metrics,
+    epsilon, per-round times, hparams), with the TensorBoard HParams session and `final/*` scalars
+    in `tensorboard/` (`experiments.hparams_summary`).
 Rerunning with the same output directory resumes from the latest checkpoint. The directory's safety
 (`run.lock` held by one run at a time, atomic files, torn log lines dropped, `workers.json` with the
 run's worker_binary PIDs) is `experiments.run_dir`'s; SIGINT / SIGTERM stop after the current round
@@ -35,8 +38,16 @@ from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.accounting import participation_log, report_render
 from dp_ftrl_tff.accounting import report as report_lib
 from dp_ftrl_tff.learning import client_sampler as sampler_lib
-from dp_ftrl_tff.learning import dp_ftrl
-from experiments import console, run_config, run_dir, secure_context, stop_signals
+from dp_ftrl_tff.learning import dp_ftrl, poisson_sampler, remote_execution
+from experiments import (
+  console,
+  hparams_summary,
+  run_config,
+  run_dir,
+  run_summary,
+  secure_context,
+  stop_signals,
+)
 from experiments.run_config import RunConfig, Task
 
 
@@ -83,6 +94,18 @@ def _round_metrics(output) -> Dict[str, float]:
     if value.shape == () and np.issubdtype(value.dtype, np.number):
       values[f'aggregator/{name}'] = float(value)
   return values
+
+
+def _build_sampler(config: RunConfig, plan: plan_lib.RunPlan, client_ids):
+  """The run's client sampler: min-sep (exactly `clients_per_round` clients) or, with the plan's
+  `sampling`, Poisson / cyclic Poisson cohorts of random size. Either is seeded by `config.seed` and
+  checkpointed through `state` / `load_state`. A round whose random cohort is empty still runs with
+  no client: the aggregator adds the round's noise to a zero sum (the guarantee of Poisson sampling
+  assumes every round is released with its noise), and its train metrics are NaN."""
+  if plan.sampling is not None:
+    return poisson_sampler.PoissonSampler(client_ids, plan.sampling, seed=config.seed)
+  return sampler_lib.ClientSampler(client_ids, config.clients_per_round, min_sep=config.min_sep,
+                                   max_participations=config.max_participations, seed=config.seed)
 
 
 class SetupError(ValueError):
@@ -136,18 +159,22 @@ def _run(task: Task, config: RunConfig, directory: run_dir.RunDirectory,
   """`run` with the run directory (not yet locked) and the stop signals installed."""
   with _setup_errors():
     client_ids = list(task.train_data.client_ids)
-    sampler_lib.check_schedule(len(client_ids), config.clients_per_round, config.min_sep,
-                               config.max_participations, config.rounds)
+    if config.sampler == 'min_sep':
+      sampler_lib.check_schedule(len(client_ids), config.clients_per_round, config.min_sep,
+                                 config.max_participations, config.rounds)
     if config.secure_aggregation:
       # Chosen before anything is written or built (see experiments/secure_context.py).
       secure_context.use_secure_context()
+    elif config.workers is not None:
+      # Before any computation runs, as the SecAgg context (see experiments/secure_context.py).
+      remote_execution.set_remote_execution_context(config.workers)
     # The lock first, then every check (reading only); nothing is written before they pass.
     directory.acquire()
     directory.end_stale_workers()
     run_config.check_hparams(config)
     run_config.check_plan_file(config)
     strategy, setting, strategy_unsaved = run_config.load_or_build_strategy(config)
-    plan = run_config.build_plan(config, strategy)
+    plan = run_config.build_plan(config, strategy, len(client_ids))
     aggregator = aggregators.CorrelatedNoiseFactory(plan, noise_seed=config.noise_seed)
     process = dp_ftrl.build_dp_ftrl_process(
         task.model_fn, tff.learning.optimizers.build_sgdm(config.client_learning_rate),
@@ -159,9 +186,7 @@ def _run(task: Task, config: RunConfig, directory: run_dir.RunDirectory,
     run_config.save_run_strategy(config, strategy, setting)
   run_config.write_plan(config, plan)
   console.out(console.header(config, plan, len(client_ids)))
-  sampler = sampler_lib.ClientSampler(client_ids, config.clients_per_round, min_sep=config.min_sep,
-                                      max_participations=config.max_participations,
-                                      seed=config.seed)
+  sampler = _build_sampler(config, plan, client_ids)
   initial_state = process.initialize()
   directory.record_workers()
   state_manager = tff.program.FileProgramStateManager(
@@ -173,8 +198,10 @@ def _run(task: Task, config: RunConfig, directory: run_dir.RunDirectory,
     asyncio.run(state_manager.save(structure, 0))
   else:
     state = loaded['learning']
-    sampler.load_state(sampler_lib.SamplerState.from_dict(loaded['sampler']))
+    sampler.load_state(type(sampler.state).from_dict(loaded['sampler']))
     console.notice(f'Resuming {config.output_dir} after round {start_round - 1}.')
+  if start_round < config.rounds:  # more rounds to train: the run is not complete until they are
+    run_summary.remove_summary(config.output_dir)
   # A run killed while appending leaves a torn last line: dropped (with a warning) before reading.
   run_dir.drop_torn_last_line(os.path.join(config.output_dir, 'participation.csv'), 'round')
   run_dir.drop_torn_last_line(os.path.join(config.output_dir, 'metrics.csv'), 'round')
@@ -188,6 +215,7 @@ def _run(task: Task, config: RunConfig, directory: run_dir.RunDirectory,
   restarts = set(plan.restart_rounds(config.rounds) if plan.strategy.correlated else ())
   metrics = {}
   wrap_rounds = []
+  workers = RemoteWorkers(config.workers)
   started = time.time()
   stop.training = True  # a first SIGINT / SIGTERM now stops after the current round
   for round_num in range(start_round, config.rounds):
@@ -199,15 +227,20 @@ def _run(task: Task, config: RunConfig, directory: run_dir.RunDirectory,
     log.append_round(round_num, cohort)
     datasets = [task.client_preprocess_fn(task.train_data.create_tf_dataset_for_client(c))
                 for c in cohort]
-    output = process.next(state, datasets)
+    output = workers.run(f'round {round_num}', process.next, state, datasets)
     state = output.state
     metrics = _round_metrics(output)
+    metrics['cohort_size'] = len(cohort)
+    if not cohort:  # TFF reports 0 for the metrics of no client: there is no training loss
+      metrics.update({name: float('nan') for name in metrics
+                      if name.startswith('train_') and not name.startswith('train_num_')})
     if metrics.get(MODULAR_WRAP_METRIC, 0.0) > 0:
       wrap_rounds.append(round_num)
       logging.warning('%s', modular_wrap_warning(round_num, config))
     done = round_num + 1
     if done % config.eval_every == 0 or done == config.rounds:
-      metrics.update(evaluate(task, process, state, config.eval_max_examples))
+      metrics.update(workers.run(f'the evaluation after round {round_num}', evaluate, task, process,
+                                 state, config.eval_max_examples))
     round_seconds = time.time() - round_start
     metrics['round_seconds'] = round_seconds
     asyncio.run(csv_release.release(metrics, key=round_num))
@@ -235,10 +268,68 @@ def _run(task: Task, config: RunConfig, directory: run_dir.RunDirectory,
         f'{len(wrap_rounds)} of the {config.rounds - start_round} rounds {start_round}-'
         f'{config.rounds - 1}' + (f': rounds {wrap_rounds}.' if wrap_rounds else '.'))
   report = privacy_report(config, plan)
+  if start_round < config.rounds or not run_summary.is_complete(config.output_dir):
+    write_completion(config, plan, report, task.accuracy_metric)
   console.out(console.summary(config.output_dir,
                               None if report is None else report_render.summary(report)))
   return {'metrics': metrics, 'state': state, 'process': process, 'privacy_report': report,
           'modular_wrap_rounds': wrap_rounds}
+
+
+def write_completion(config: RunConfig, plan: plan_lib.RunPlan,
+                     report: Optional[report_lib.PrivacyReport], accuracy_metric: str) -> None:
+  """Marks the run complete: its TensorBoard HParams session and final scalars
+  (`experiments.hparams_summary`), then `summary.json` (`experiments.run_summary`, written last and
+  atomically: its presence means the run finished)."""
+  guarantee = None if report is None else report.guarantee
+  summary = run_summary.build_summary(
+      config.output_dir, rounds=config.rounds,
+      hparams=run_dir.read_json(os.path.join(config.output_dir, run_config.HPARAMS_FILE),
+                                'rerun the same command: it rewrites hparams.json.'),
+      accuracy_metric=accuracy_metric, noise_multiplier=plan.noise_multiplier,
+      epsilon=None if guarantee is None else guarantee.epsilon,
+      delta=None if guarantee is None else guarantee.delta,
+      rho=None if guarantee is None else guarantee.rho)
+  hparams_summary.write_hparams_summary(config.output_dir, summary)
+  run_summary.write_summary(config.output_dir, summary)
+
+
+class RemoteWorkers:
+  """The TFF workers of a run (`--workers`) and the retry of a computation that lost one.
+
+  A round's output depends only on its input state and data (the noise comes from the seeded noise
+  state), so re-running a round whose worker died gives the same round on the workers that still
+  answer; the sums are merged in another order, so values agree within float32 rounding.
+  """
+
+  def __init__(self, addresses: Optional[str]):
+    self.addresses = () if addresses is None else remote_execution.parse_worker_addresses(addresses)
+
+  def run(self, what: str, fn, *args):
+    """`fn(*args)`; when a worker is lost, again on the others (the TFF context is rebuilt).
+
+    Raises:
+      remote_execution.WorkerUnavailableError: no worker answers any more.
+    """
+    for _ in range(len(self.addresses) + 1):
+      try:
+        return fn(*args)
+      except Exception as error:  # pylint: disable=broad-except
+        if not self.addresses or not remote_execution.is_worker_failure(error):
+          raise
+        alive = remote_execution.responsive_workers(self.addresses)
+        lost = [a for a in self.addresses if a not in alive]
+        if not alive:
+          raise remote_execution.WorkerUnavailableError(
+              f'{what} failed: no TFF worker of {",".join(self.addresses)} answers; restart them '
+              '(python -m experiments.workers start) and rerun the same command to resume from the '
+              'last checkpoint.') from error
+        logging.warning('%s: TFF worker(s) %s stopped answering; running it again on %s.', what,
+                        ', '.join(lost) or '(none; a transient failure)', ', '.join(alive))
+        self.addresses = remote_execution.set_remote_execution_context(alive)
+    raise remote_execution.WorkerUnavailableError(
+        f'{what} failed on the TFF workers {",".join(self.addresses)} after '
+        f'{len(self.addresses) + 1} attempts; check them and rerun the same command to resume.')
 
 
 def _secure_segments(config: RunConfig, plan: plan_lib.RunPlan) -> Optional[dict]:
@@ -278,7 +369,7 @@ def privacy_report(config: RunConfig, plan: plan_lib.RunPlan) -> Optional[report
       plan.strategy, config.rounds, config.participation, noise_multiplier=plan.noise_multiplier,
       delta=config.target_delta, restart_rounds=plan.restart_rounds(config.rounds), log=log,
       clipped_count_stddev=plan.clipped_count_stddev,
-      secure_aggregation=_secure_segments(config, plan))
+      secure_aggregation=_secure_segments(config, plan), equal_privacy=True)
   report_render.write_report(report, plan.strategy,
                              os.path.join(config.output_dir, 'privacy_report'))
   return report

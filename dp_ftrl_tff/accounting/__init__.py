@@ -8,7 +8,32 @@ Modules:
     realized min_sep and max participations.
   * `report`: the privacy report's data and computation (`PrivacyReport`, `build_report`).
   * `report_render`: the report as JSON, terminal summary, markdown checklist and plots.
+  * `run_guarantee`: `plan_guarantee`, the guarantee of a `RunPlan` with a composable DpEvent.
+  * `equal_privacy`: every mechanism's noise multiplier and losses at the run's privacy.
+  * `amplification`: amplified (epsilon, delta) of a banded strategy under cyclic Poisson sampling.
+  * `band_selection`: the number of bands minimizing the amplified error.
+  * `monte_carlo`: `monte_carlo_epsilon`, Monte Carlo epsilon with confidence under random
+    participation (cyclic Poisson, b-min-sep Poisson-like, balls-in-bins).
 
 The run plan it reads (`dp_ftrl_tff.plan`) holds the adaptive-clipping noise split (Gboard Thm. 1).
 Importing this package never imports TensorFlow (a test checks it).
 """
+
+from dp_ftrl_tff.accounting.amplification import (  # noqa: E402,F401
+    AmplifiedGuarantee,
+    amplified_epsilon,
+    amplified_event,
+    amplified_guarantee,
+    amplified_noise_multiplier,
+)
+from dp_ftrl_tff.accounting.band_selection import (  # noqa: E402,F401
+    BandCandidate,
+    BandSelection,
+    BandSelector,
+    select_bands,
+)
+from dp_ftrl_tff.accounting.monte_carlo import (  # noqa: E402,F401
+    MonteCarloEpsilon,
+    monte_carlo_epsilon,
+)
+from dp_ftrl_tff.accounting.run_guarantee import RunGuarantee, plan_guarantee  # noqa: E402,F401

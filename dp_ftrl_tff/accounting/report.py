@@ -7,7 +7,13 @@ observed participation, restarts, adaptive clipping, SecAgg) into a `PrivacyRepo
     Gboard paper's tables are), which holds whatever was declared; a log that breaks the declared
     schema is reported loudly in `warnings`;
   * for trees with a log, also the exact guarantee over the observed clients' actual patterns (the
-    tree module's per-client sum of squared node counts).
+    tree module's per-client sum of squared node counts);
+  * optionally, every mechanism's noise multiplier and losses at the headline's privacy
+    (`equal_privacy`), and the strategy file the mechanism came from with its SHA-256, checked
+    against the run's setting;
+  * with random sampling (`sampling_prob`, `sampling_groups` b-hat: cyclic Poisson, BandMF paper
+    Thm. 4, docs/papers.md#bandmf), also the amplified guarantee (`amplification`) next to the
+    unamplified headline, which holds whatever the sampling.
 Rendering (JSON, terminal summary, the BLT paper's App. C markdown checklist, plots) lives in
 `report_render`.
 
@@ -23,10 +29,15 @@ import numpy as np
 
 from dp_ftrl_tff import _validation
 from dp_ftrl_tff import plan as plan_lib
-from dp_ftrl_tff.accounting import calibration, zcdp
+from dp_ftrl_tff.accounting import amplification, calibration, zcdp
+from dp_ftrl_tff.accounting import equal_privacy as equal_privacy_lib
 from dp_ftrl_tff.accounting import participation_log as log_lib
-from dp_ftrl_tff.mechanisms import base
+from dp_ftrl_tff.mechanisms import base, files
 from dp_ftrl_tff.mechanisms import participation as participation_lib
+
+
+class StrategySettingMismatchError(ValueError):
+  """The strategy file was optimized for another setting than the run's (see `build_report`)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +83,9 @@ class PrivacyReport:
       sensitivity clip, and the rounds whose secure sum wrapped (see `build_report`); else None.
     calibration: {'target_rho': ...} or {'target_epsilon': ...} when sigma was calibrated, else None.
     warnings: loud messages (schema violations, upper bounds, large inflation).
+    equal_privacy: `equal_privacy.EqualPrivacy` at the headline's rho and participation, or None.
+    strategy_file: {'path', 'sha256', 'setting', 'mismatches'} of the strategy file, or None.
+    amplified: the `amplification.AmplifiedGuarantee` under the run's random sampling, or None.
   """
   guarantee: zcdp.Guarantee
   mechanism_config: dict
@@ -84,6 +98,9 @@ class PrivacyReport:
   calibration: Optional[dict] = None
   secure_aggregation: Optional[dict] = None
   warnings: tuple = ()
+  equal_privacy: Optional[equal_privacy_lib.EqualPrivacy] = None
+  strategy_file: Optional[dict] = None
+  amplified: Optional[amplification.AmplifiedGuarantee] = None
 
   @property
   def min_sep(self) -> int:
@@ -120,7 +137,11 @@ def build_report(strategy: base.Strategy, num_rounds: Optional[int] = None,
                  log: Optional[log_lib.ParticipationLog] = None,
                  clipped_count_stddev: Optional[float] = None,
                  observed_patterns: bool = True,
-                 secure_aggregation: Optional[dict] = None) -> PrivacyReport:
+                 secure_aggregation: Optional[dict] = None,
+                 equal_privacy: bool = False, strategy_file: Optional[str] = None,
+                 allow_strategy_setting_mismatch: bool = False,
+                 sampling_prob: Optional[float] = None,
+                 sampling_groups: Optional[int] = None) -> PrivacyReport:
   """Builds the privacy report of a run.
 
   Args:
@@ -139,6 +160,18 @@ def build_report(strategy: base.Strategy, num_rounds: Optional[int] = None,
       active clip and the post-rounding L2 bound the noise std was proportional to) and
       'wrap_rounds' (rounds whose secure sum wrapped around the field). A wrap voids the norm bound
       of that round's sum, so each one is a warning.
+    equal_privacy: also compare every mechanism at the headline's rho and participation (seconds
+      at n = 2000; see `equal_privacy.equal_privacy`).
+    strategy_file: the file `strategy` was loaded from: its path, SHA-256 and recorded setting go
+      into the report, and a setting other than the run's (its rounds and declared schema; only the
+      rounds without a declared schema) is a `StrategySettingMismatchError` naming the differences.
+    allow_strategy_setting_mismatch: make that mismatch a warning instead of an error.
+    sampling_prob: q in (0, 1] when the cohorts were sampled at random: the probability that a
+      member of the round's group participates. Adds the amplified guarantee (the headline stays
+      the unamplified one).
+    sampling_groups: b-hat >= 1 groups of cyclic Poisson sampling (round t samples group
+      t mod b-hat; default 1: Poisson sampling of the whole population). The strategy must be
+      lower triangular with at most b-hat bands (ValueError otherwise).
   """
   if not isinstance(strategy, base.Strategy):
     raise ValueError(f'`strategy` must be a mechanisms Strategy, got {strategy!r}.')
@@ -175,6 +208,19 @@ def build_report(strategy: base.Strategy, num_rounds: Optional[int] = None,
         num_rounds=log.num_rounds, min_sep=log.min_sep, max_participations=log.max_participations,
         histogram=log.participation_histogram(), violations=violations)
   restarts = zcdp.check_restart_rounds(restart_rounds, num_rounds)
+  if sampling_prob is None and sampling_groups is not None:
+    raise ValueError('`sampling_groups` needs `sampling_prob`.')
+  file_record = None
+  if strategy_file is not None:
+    file_record = _strategy_file_record(strategy_file, strategy, declared_rounds or num_rounds,
+                                        participation)
+    if file_record['mismatches']:
+      message = (f'the strategy file {strategy_file} was optimized for another setting ('
+                 f"{'; '.join(file_record['mismatches'])})")
+      if not allow_strategy_setting_mismatch:
+        raise StrategySettingMismatchError(
+            f'{message}; regenerate it for this run or allow the mismatch.')
+      warnings.append(message + '.')
   calibration_info = None
   if noise_multiplier is None:
     sens_sq = zcdp.accounted_sensitivity_squared(strategy, num_rounds, schema, restarts)
@@ -186,22 +232,26 @@ def build_report(strategy: base.Strategy, num_rounds: Optional[int] = None,
       calibration_info = {'target_epsilon': float(target_epsilon)}
   headline = zcdp.guarantee(strategy, num_rounds, schema, noise_multiplier, delta,
                             restart_rounds=restarts)
+  amplified = None
+  if sampling_prob is not None:
+    amplified = amplification.amplified_guarantee(
+        strategy, num_rounds, headline.noise_multiplier,
+        1 if sampling_groups is None else sampling_groups, sampling_prob, delta,
+        restart_rounds=restarts)
   declared = None
   if log is not None and participation is not None:
     declared_n = _check_rounds(strategy, declared_rounds or num_rounds, restart_rounds)
     declared = zcdp.guarantee(strategy, declared_n, participation, noise_multiplier, delta,
                               restart_rounds=[r for r in restarts if r < declared_n])
-  per_client = None
+  worst = None
   if observed is not None and observed_patterns:
-    per_client = strategy.clients_sensitivity_squared(
-        log.client_index, log.rounds, zcdp.segment_lengths(num_rounds, restarts))
-  if per_client is not None:
-    ids, sens = per_client
-    worst = int(np.argmax(sens))
-    rho = zcdp.rho_from_sensitivity(float(sens[worst]), headline.noise_multiplier)
+    worst = _worst_observed_pattern(strategy, log, zcdp.segment_lengths(num_rounds, restarts))
+  if worst is not None:
+    sens_sq, client = worst
+    rho = zcdp.rho_from_sensitivity(sens_sq, headline.noise_multiplier)
     observed = dataclasses.replace(observed, tree_patterns={
-        'sensitivity_squared': float(sens[worst]), 'rho': rho,
-        'epsilon': zcdp.epsilon_from_rho(rho, delta), 'worst_client': log.client_id(ids[worst])})
+        'sensitivity_squared': sens_sq, 'rho': rho,
+        'epsilon': zcdp.epsilon_from_rho(rho, delta), 'worst_client': log.client_id(client)})
   exact = strategy.segments_sensitivity_is_exact(zcdp.segment_lengths(num_rounds, restarts),
                                                  schema)
   if not exact:
@@ -225,7 +275,39 @@ def build_report(strategy: base.Strategy, num_rounds: Optional[int] = None,
       sensitivity_exact=exact, declared=declared, observed=observed,
       clipped_count_stddev=None if clipped_count_stddev is None else float(clipped_count_stddev),
       value_noise_multiplier=value_nm, calibration=calibration_info,
-      secure_aggregation=secure_aggregation, warnings=tuple(warnings))
+      secure_aggregation=secure_aggregation, warnings=tuple(warnings),
+      equal_privacy=(equal_privacy_lib.equal_privacy(num_rounds, schema, rho=headline.rho,
+                                                     run_strategy=strategy)
+                     if equal_privacy else None),
+      strategy_file=file_record, amplified=amplified)
+
+
+def _strategy_file_record(path: str, strategy: base.Strategy, num_rounds: int,
+                          participation: Optional[participation_lib.ParticipationSchema]) -> dict:
+  """{'path', 'sha256', 'setting', 'mismatches'} of the strategy file `strategy` came from."""
+  file_strategy, setting = files.load_strategy_and_setting(path)
+  if file_strategy.name != strategy.name:
+    raise ValueError(f'`strategy_file` {path!r} holds a {file_strategy.name} strategy, the report '
+                     f'is for {strategy.name}.')
+  return {'path': str(path), 'sha256': files.file_sha256(path), 'setting': setting,
+          'mismatches': list(files.setting_mismatches(setting, num_rounds, participation))}
+
+
+def _worst_observed_pattern(strategy: base.Strategy, log: log_lib.ParticipationLog,
+                            segment_lengths: Sequence[int]):
+  """(largest squared sensitivity, a client code with it) over the log's observed patterns, or
+  None when the strategy has no per-pattern method. Reads the distinct patterns batch by batch
+  (`ParticipationLog.iter_patterns`), so memory stays bounded by one batch."""
+  worst = None
+  for clients, pattern_index, rounds in log.iter_patterns():
+    found = strategy.clients_sensitivity_squared(pattern_index, rounds, segment_lengths)
+    if found is None:
+      return None
+    ids, sens = found
+    i = int(np.argmax(sens))
+    if worst is None or sens[i] > worst[0]:
+      worst = (float(sens[i]), int(clients[ids[i]]))
+  return worst
 
 
 def _check_secure_aggregation(secure_aggregation: dict) -> dict:

@@ -3,9 +3,11 @@
 `to_dict` / `to_json` give report.json (`REQUIRED_KEYS` first: the CLI contract), `summary` a few
 lines for a terminal, `to_markdown` the BLT paper's App. C checklist (after Ponomareva et al. 2023,
 Sec. 5.3): DP setting, data accesses covered, final output, unit of privacy, adjacency, accounting
-method, assumptions, formal statement. `write_plots` draws epsilon over rounds and epsilon versus
-min_sep (with the exact Gaussian conversion: fast, within ~1e-7 of PLD) with matplotlib's Agg
-backend, imported only when plotting; `write_report` writes them all into a directory.
+method, assumptions, formal statement, then the equal-privacy table when the report has one.
+`write_plots` draws epsilon over rounds and epsilon versus min_sep of this mechanism (with the exact
+Gaussian conversion: fast, within ~1e-7 of PLD) and, with an equal-privacy table, every mechanism's
+MaxLoss against epsilon (`EQUAL_PRIVACY_PLOT`), with matplotlib's Agg backend, imported only when
+plotting; `write_report` writes them all into a directory.
 
 The report itself (`report.PrivacyReport`) and its computation (`report.build_report`) know nothing
 about these formats. Both `min_sep` = b (r2 - r1 >= b) and TF-Privacy's `min_separation` = b - 1
@@ -20,13 +22,11 @@ from typing import List
 import dp_accounting
 import numpy as np
 
+from dp_ftrl_tff.accounting import amplification, zcdp
+from dp_ftrl_tff.accounting import equal_privacy as equal_privacy_lib
 from dp_ftrl_tff.accounting import report as report_lib
-from dp_ftrl_tff.accounting import zcdp
 from dp_ftrl_tff.mechanisms import base
-from dp_ftrl_tff.mechanisms import blt as blt_lib
-from dp_ftrl_tff.mechanisms import gaussian as gaussian_lib
 from dp_ftrl_tff.mechanisms import participation as participation_lib
-from dp_ftrl_tff.mechanisms import tree as tree_lib
 
 #: Keys every `report.json` has (the CLI contract), in order.
 REQUIRED_KEYS = ('mechanism', 'rounds', 'min_sep', 'min_separation', 'max_participations',
@@ -34,6 +34,8 @@ REQUIRED_KEYS = ('mechanism', 'rounds', 'min_sep', 'min_separation', 'max_partic
                  'epsilon', 'delta')
 
 PLOT_FILES = ('epsilon_over_rounds.png', 'epsilon_vs_min_sep.png')
+#: Written besides `PLOT_FILES` when the report has an equal-privacy table.
+EQUAL_PRIVACY_PLOT = 'equal_privacy.png'
 
 _DP_ACCOUNTING_VERSION = getattr(dp_accounting, '__version__', '0.4.3')  # the pinned 0.4.3 has none
 
@@ -67,6 +69,12 @@ def to_dict(report: report_lib.PrivacyReport) -> dict:
       'observed': None if report.observed is None else dataclasses.asdict(report.observed),
       'warnings': list(report.warnings),
       'dp_accounting_version': _DP_ACCOUNTING_VERSION,
+      'equal_privacy': (None if report.equal_privacy is None
+                        else [dataclasses.asdict(row) for row in report.equal_privacy.rows]),
+      'equal_privacy_skipped': (None if report.equal_privacy is None
+                                else list(report.equal_privacy.skipped)),
+      'strategy_file': report.strategy_file,
+      'amplified': None if report.amplified is None else _amplified_dict(report.amplified),
   }
   if out['observed'] is not None:
     out['observed']['histogram'] = {str(k): v for k, v in report.observed.histogram.items()}
@@ -101,6 +109,8 @@ def summary(report: report_lib.PrivacyReport) -> str:
     t = report.observed.tree_patterns
     lines.append(f'  observed patterns: sens^2={t["sensitivity_squared"]:.6g}, rho={t["rho"]:.6g}'
                  f', epsilon={t["epsilon"]:.6g}')
+  if report.amplified is not None:
+    lines.append(f'  {_amplified_text(report.amplified)}')
   lines.extend(f'  WARNING: {w}' for w in report.warnings)
   return '\n'.join(lines)
 
@@ -189,9 +199,49 @@ def to_markdown(report: report_lib.PrivacyReport) -> str:
          f'- (epsilon, delta): {_CONVERSION_TEXT[g.conversion]} (dp_accounting '
          f'{_DP_ACCOUNTING_VERSION}) on one Gaussian mechanism with noise '
          f'multiplier 1 / sqrt(2 rho): epsilon = {g.epsilon:.10g} at delta = {g.delta:g}.',
-         '- No amplification by sampling is assumed.',
+         ('- No amplification by sampling is assumed.' if report.amplified is None else
+          '- The figures above assume no amplification by sampling; they hold whatever the '
+          f'sampling. With it: {_amplified_text(report.amplified)} (BandMF paper Thm. 4, '
+          'cyclic Poisson sampling: the groups are disjoint and fixed, round t samples group '
+          't mod b-hat, every member independently with probability q).'),
          '- Transparency: computed with `python -m experiments.privacy_report` (dp_ftrl_tff).', '']
+  if report.strategy_file is not None:
+    f = report.strategy_file
+    md.insert(md.index('## 4. Participation') - 1,
+              f"- Strategy file `{f['path']}`, SHA-256 `{f['sha256']}`, optimized for "
+              f"{json.dumps(f['setting']) if f['setting'] else 'an unrecorded setting'}"
+              + (f" (differs from this run: {'; '.join(f['mismatches'])})."
+                 if f['mismatches'] else '.'))
+  if report.equal_privacy is not None:
+    md += _equal_privacy_markdown(report)
   return '\n'.join(md)
+
+
+def _row_label(row: equal_privacy_lib.EqualPrivacyRow) -> str:
+  """The row's mechanism, marked '(this run)' for the run's own one."""
+  if not row.run_mechanism or row.mechanism.endswith('(this run)'):
+    return row.mechanism
+  return f'{row.mechanism} (this run)'
+
+
+def _equal_privacy_markdown(report: report_lib.PrivacyReport) -> List[str]:
+  """Section 6: every mechanism at this report's rho and participation."""
+  g, table = report.guarantee, report.equal_privacy
+  md = ['## 6. Mechanisms at equal privacy',
+        f'Each mechanism with the noise multiplier that gives it this run\'s rho = {g.rho:.6g} '
+        f'(epsilon = {g.epsilon:.6g} at delta = {g.delta:g}) under the same participation, one '
+        'noise segment of n rounds, fixed clip. Losses are the std of the noise on the worst '
+        '(MaxLoss) and the root-mean-square (RmsLoss) prefix sum of the SUM of clipped updates, in '
+        'clip norms (divide by clients per round for the mean).', '',
+        '| mechanism | noise multiplier | MaxLoss | RmsLoss | sens^2 | how |',
+        '|---|---|---|---|---|---|']
+  for row in table.rows:
+    name = f'**{_row_label(row)}**' if row.run_mechanism else row.mechanism
+    sens = f'{row.sensitivity_squared:.6g}' + ('' if row.sensitivity_exact else ' (bound)')
+    md.append(f'| {name} | {row.noise_multiplier:.6g} | {row.max_loss:.6g} | '
+              f'{row.rms_loss:.6g} | {sens} | {row.source} |')
+  md += [f'- Not compared: {s}.' for s in table.skipped] + ['']
+  return md
 
 
 _CONVERSION_TEXT = {
@@ -201,23 +251,26 @@ _CONVERSION_TEXT = {
 }
 
 
+def _amplified_dict(a: amplification.AmplifiedGuarantee) -> dict:
+  out = dataclasses.asdict(a)
+  out['effective_noise_multiplier'] = a.effective_noise_multiplier
+  return out
+
+
+def _amplified_text(a: amplification.AmplifiedGuarantee) -> str:
+  """One line: the amplified guarantee and what it rests on."""
+  return (f'amplified: (epsilon, delta)=({a.epsilon:.6g}, {a.delta:g}) by {a.accountant.upper()}, '
+          f'{a.num_groups} sampling group(s), sampling_prob={a.sampling_prob:.6g}: '
+          f'{a.compositions} Poisson-sampled Gaussian rounds with noise multiplier sigma / '
+          f'max column norm = {a.effective_noise_multiplier:.6g}')
+
+
 def _guarantee_dict(g: zcdp.Guarantee) -> dict:
   return {'rounds': g.num_rounds, 'min_sep': g.participation.min_sep,
           'min_separation': g.participation.tf_privacy_min_separation,
           'max_participations': g.participation.effective_max_participations(g.num_rounds),
           'fixed_epoch': g.participation.fixed_epoch, 'sensitivity_squared': g.sensitivity_squared,
           'rho': g.rho, 'epsilon': g.epsilon, 'delta': g.delta}
-
-
-def alternative_strategies(strategy: base.Strategy) -> dict:
-  """{label: strategy}: this one plus DP-SGD, the efficient tree and the BLT paper's default BLT."""
-  out = {f'{strategy.name} (this report)': strategy}
-  for label, other in (('gaussian', gaussian_lib.GaussianStrategy()),
-                       ('tree_efficient', tree_lib.TreeStrategy('efficient')),
-                       ('blt (App. A, b=400)', blt_lib.PRODUCTION_STRATEGIES[400])):
-    if other.name != strategy.name:
-      out[label] = other
-  return out
 
 
 def _epsilon_curve(strategy, schema_for, xs, sigma, delta, restarts, rounds_for):
@@ -232,8 +285,9 @@ def _epsilon_curve(strategy, schema_for, xs, sigma, delta, restarts, rounds_for)
 
 def write_plots(report: report_lib.PrivacyReport, strategy: base.Strategy, output_dir: str,
                 num_points: int = 24) -> List[str]:
-  """Writes `PLOT_FILES` into `output_dir`: epsilon over rounds, and epsilon versus min_sep for this
-  mechanism and the alternatives at the same noise multiplier (exact Gaussian conversion)."""
+  """Writes `PLOT_FILES` into `output_dir`: epsilon over rounds and epsilon versus min_sep of this
+  mechanism (exact Gaussian conversion), and `EQUAL_PRIVACY_PLOT` when the report has an
+  equal-privacy table."""
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
@@ -262,13 +316,10 @@ def write_plots(report: report_lib.PrivacyReport, strategy: base.Strategy, outpu
   low = max(1, n // 64)
   seps = np.unique(np.geomspace(low, n, num_points).round().astype(int))
   fig, ax = plt.subplots(figsize=(6, 4))
-  for label, other in alternative_strategies(strategy).items():
-    if other.max_rounds is not None and other.max_rounds < n:
-      continue
-    eps = _epsilon_curve(
-        other, lambda b: participation_lib.ParticipationSchema(int(b), k), seps, sigma, delta,
-        restarts, lambda b: n)
-    ax.plot(seps, eps, marker='o', ms=3, label=label)
+  eps = _epsilon_curve(
+      strategy, lambda b: participation_lib.ParticipationSchema(int(b), k), seps, sigma, delta,
+      restarts, lambda b: n)
+  ax.plot(seps, eps, marker='o', ms=3, label=g.mechanism)
   ax.axvline(schema.min_sep, color='gray', ls='--', lw=1, label=f'min_sep={schema.min_sep}')
   ax.set_xscale('log')
   ax.set_yscale('log')
@@ -277,13 +328,39 @@ def write_plots(report: report_lib.PrivacyReport, strategy: base.Strategy, outpu
   ax.set_title(f'n={n}, sigma={sigma:.4g}, max_participations={k or "ceil(n/b)"}')
   ax.grid(alpha=0.3, which='both')
   ax.legend(fontsize=8)
-  fig.text(0.01, 0.01, 'Same noise multiplier for all; their errors differ (DP-SGD adds the most).',
-           fontsize=7, color='gray')
   fig.tight_layout()
   paths.append(os.path.join(output_dir, PLOT_FILES[1]))
   fig.savefig(paths[-1], dpi=100)
   plt.close(fig)
+  if report.equal_privacy is not None:
+    paths.append(_write_equal_privacy_plot(report, output_dir, plt))
   return paths
+
+
+def _write_equal_privacy_plot(report: report_lib.PrivacyReport, output_dir: str, plt) -> str:
+  """MaxLoss at equal privacy against epsilon (0.5 to 16), the run's mechanism highlighted."""
+  g, table = report.guarantee, report.equal_privacy
+  curves = equal_privacy_lib.loss_against_epsilon(table, g.delta)
+  epsilons = equal_privacy_lib.DEFAULT_EPSILONS
+  fig, ax = plt.subplots(figsize=(6.5, 4.5))
+  for row in table.rows:
+    style = (dict(lw=3, color='black', zorder=3) if row.run_mechanism else dict(lw=1, alpha=0.8))
+    ax.plot(epsilons, curves[row.mechanism], marker='o', ms=3,
+            label=_row_label(row), **style)
+  ax.axvline(g.epsilon, color='gray', ls='--', lw=1, label=f'this run: epsilon={g.epsilon:.3g}')
+  ax.set_xscale('log')
+  ax.set_yscale('log')
+  ax.set_xlabel(f'epsilon (delta={g.delta:g})')
+  ax.set_ylabel('MaxLoss at that epsilon (clip norms, on the sum)')
+  k = table.participation.effective_max_participations(table.num_rounds)
+  ax.set_title(f'Equal privacy: n={table.num_rounds}, min_sep={table.participation.min_sep}, k={k}')
+  ax.grid(alpha=0.3, which='both')
+  ax.legend(fontsize=7, loc='lower left')  # the curves fall from top left to bottom right
+  fig.tight_layout()
+  path = os.path.join(output_dir, EQUAL_PRIVACY_PLOT)
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+  return path
 
 
 def write_report(report: report_lib.PrivacyReport, strategy: base.Strategy, output_dir: str,

@@ -35,6 +35,7 @@ import tensorflow_federated as tff
 
 from dp_ftrl_tff import _validation
 from dp_ftrl_tff import plan as plan_lib
+from dp_ftrl_tff.accounting import run_guarantee
 from dp_ftrl_tff.aggregators import adaptive_clipping as adaptive_lib
 from dp_ftrl_tff.aggregators import clipping
 from dp_ftrl_tff.aggregators import secure as secure_lib
@@ -43,6 +44,7 @@ from dp_ftrl_tff.mechanisms import blt as blt_mechanisms
 from dp_ftrl_tff.mechanisms import files as mechanisms_files
 from dp_ftrl_tff.mechanisms import gaussian as gaussian_mechanisms
 from dp_ftrl_tff.mechanisms import registry
+from dp_ftrl_tff.mechanisms import square_root as square_root_mechanisms
 from dp_ftrl_tff.mechanisms import tree as tree_mechanisms
 from dp_ftrl_tff.noise import base as noise_base
 
@@ -127,7 +129,8 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
   """DP mean with correlated streaming noise; see the module docstring for the composition.
 
   Built from a `dp_ftrl_tff.plan.RunPlan` (everything that determines the privacy guarantee); the
-  classmethods `gaussian`, `tree`, `banded`, `blt` build the plan for the common configurations. The
+  classmethods `gaussian`, `tree`, `banded`, `blt`, `bsr`, `bisr` build the plan for the common
+  configurations. The
   streaming noise is the registry's noise class for the plan's mechanism
   (`mechanisms.registry.noise_class`), one stream for the model and, with adaptive clipping, one for
   the clipped count.
@@ -243,6 +246,34 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
                                   clients_per_round, clip_norm, **kwargs)
     return cls(plan, noise_seed=noise_seed)
 
+  @classmethod
+  def bsr(cls, noise_multiplier: float, clients_per_round: float, clip_norm: Optional[float],
+          num_bands: int, noise_seed: Optional[int] = None, **kwargs) -> 'CorrelatedNoiseFactory':
+    """Banded square root (BSR, Kalinin & Lampert 2024): C = the first `num_bands` diagonals of the
+    square root of the prefix-sum matrix; closed form, streams for any number of rounds.
+
+    Args:
+      num_bands: b-hat >= 1 (min(min_sep, rounds) is a good choice: `mechanisms.square_root`).
+    """
+    plan = plan_lib.RunPlan.build(square_root_mechanisms.BandedSquareRootStrategy(num_bands),
+                                  noise_multiplier, clients_per_round, clip_norm, **kwargs)
+    return cls(plan, noise_seed=noise_seed)
+
+  @classmethod
+  def bisr(cls, noise_multiplier: float, clients_per_round: float, clip_norm: Optional[float],
+           num_bands: int, noise_seed: Optional[int] = None, **kwargs) -> 'CorrelatedNoiseFactory':
+    """Banded inverse square root (BISR): C^-1 = the first `num_bands` diagonals of the inverse
+    square root of the prefix-sum matrix, so the noise is a moving average of the last `num_bands`
+    draws; closed form, streams for any number of rounds.
+
+    Args:
+      num_bands: b-hat >= 1 (the state holds b-hat - 1 copies of the model update).
+    """
+    plan = plan_lib.RunPlan.build(
+        square_root_mechanisms.BandedInverseSquareRootStrategy(num_bands), noise_multiplier,
+        clients_per_round, clip_norm, **kwargs)
+    return cls(plan, noise_seed=noise_seed)
+
   # ----------------------------------------------------------------------------------------------
 
   @property
@@ -269,6 +300,27 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
   def value_noise_multiplier(self) -> float:
     """sigma_Delta: the multiplier on the model sum (> sigma with adaptive clipping, Thm. 1)."""
     return self._plan.value_noise_multiplier
+
+  def privacy_guarantee(self, *, rounds: int, min_sep: int,
+                        max_participations: Optional[int] = None,
+                        delta: float) -> run_guarantee.RunGuarantee:
+    """rho-zCDP, (epsilon, delta) and a composable dp_accounting `DpEvent` of training with this
+    aggregator for `rounds` rounds under b-min-sep participation (no amplification).
+
+    Delegates to `dp_ftrl_tff.accounting.plan_guarantee` with this factory's plan: the mechanism,
+    the restart schedule, adaptive clipping's noise split and SecAgg's post-rounding bound are all
+    accounted. The returned object's `rho`, `epsilon`, `delta` and `dp_event` (its PLD epsilon at
+    `delta` is `epsilon`) compose with anything else released.
+
+    Args:
+      rounds: n >= 1, 0-based rounds 0 .. n-1.
+      min_sep: b >= 1: r2 - r1 >= b for two participations of one client (TF-Privacy's
+        min_separation + 1).
+      max_participations: k >= 1, or None for the schema's maximum ceil(n / b).
+      delta: in (0, 1).
+    """
+    return run_guarantee.plan_guarantee(self._plan, rounds=rounds, min_sep=min_sep,
+                                        max_participations=max_participations, delta=delta)
 
   def accounting_config(self) -> dict:
     """JSON-serializable description for the accountant (also stored in `DPState.mechanism`).

@@ -16,8 +16,12 @@ BandMF paper (Choquette-Choo et al. 2023, arXiv:2306.08153):
 Storage: a banded C is held as its band rows R of shape (n, b-hat), R[t, j] = C[t, t - j] (0 when
 t - j < 0). Rounds are 0-based, t = 0 .. n-1. All math is float64 numpy/scipy.
 
-Optimizer cost: every objective evaluation costs O(b-hat n^2) flops in BLAS-3 blocks (block banded
-triangular solves and band-restricted products), never a dense O(n^3) inverse; gradients are analytic.
+Optimizer cost: B = A C^-1 = (C A^-1)^-1 and A^-1 is banded (prefix sums: I - shift), so the row
+errors ||B_i||^2 are the diagonal of (D^T D)^-1 for the banded D = C A^-1. `_RowErrors` gets them by a
+block recursion on a q x q window of B B^T (q = bands of D - 1) in O(n q^2) flops, with a
+hand-derived reverse mode for the gradient that re-reads the stored windows (O(n q^2 / 64) memory); no
+n x n matrix is formed (the previous O(b-hat n^2) evaluation formed C^-1 and B). `BandedStrategy.errors` uses the same recursion; `noise_matrix` still
+materializes C^-1 by blocked forward substitution.
 """
 
 import time
@@ -36,6 +40,9 @@ _ERRORS = ('rms', 'max')
 # Rows per block of the blocked triangular solves: small enough that TRSM work (block * n^2 / 2) stays
 # below the GEMM coupling work (~2 b-hat n^2), large enough for BLAS-3 efficiency (measured at n=2052).
 _BLOCK = 128
+# Rows per block of the row-error recursion (`_RowErrors`): the O(n q^2) window products do not depend
+# on it; larger blocks add O(n s q + n s^2) flops, smaller ones per-block call overhead.
+_ROW_BLOCK = 64
 # Smooth maximum for error='max' with a general banded C: the p-mean of the row errors ||B_i||^2.
 _MAX_ERROR_POWER = 64.0
 
@@ -110,36 +117,119 @@ def _inverse(c: np.ndarray, num_bands: int) -> np.ndarray:
   return m
 
 
-def _band_gradient(c: np.ndarray, m: np.ndarray, grad_m: np.ndarray, num_bands: int) -> np.ndarray:
-  """The band of d/dC of a loss whose gradient in M = C^-1 is `grad_m`: -(C^-T grad_m M^T) on the band.
+def _block_layout(num_rounds: int, num_bands: int) -> list:
+  """Row blocks of `_RowErrors` for an n x n lower-triangular matrix with `num_bands` bands.
 
-  Returns band rows G (n, b-hat), G[i, r] = d/dC[i, i - r] (0 where i - r < 0). O(b-hat n^2):
-  U = C^-T grad_m is needed only at columns below each row block's end, because M[j, l] = 0 for l > j
-  (so the rest of U is never written nor read).
+  Each entry is (start, end, left, valid, rows, lags): the block holds rows start..end-1 and columns
+  start-left..end-1 (left = min(q, start), q = num_bands - 1); `valid` marks its band entries, whose
+  band-row indices are (rows, lags).
   """
-  n = c.shape[0]
-  s = _BLOCK
-  u = np.empty((n, n))
-  starts = list(range(0, n, s))
-  for i0 in reversed(starts):
-    i1 = min(n, i0 + s)
-    hi = min(n, i1 + num_bands - 1)
-    rhs = grad_m[i0:i1, :i1].copy()
-    if i1 < hi:
-      rhs -= c[i1:hi, i0:i1].T @ u[i1:hi, :i1]
-    u[i0:i1, :i1] = scipy.linalg.solve_triangular(c[i0:i1, i0:i1], rhs, trans='T', lower=True,
-                                                  check_finite=False)
-  grad_rows = np.zeros((n, num_bands))
-  lags = np.arange(num_bands)
-  for i0 in starts:
-    i1 = min(n, i0 + s)
-    lo = max(0, i0 - num_bands + 1)
-    block = u[i0:i1, :i1] @ m[lo:i1, :i1].T  # rows i0..i1-1, columns lo..i1-1
-    rows = np.arange(i0, i1)[:, np.newaxis]
-    cols = rows - lags
-    valid = cols >= 0
-    grad_rows[i0:i1] = np.where(valid, -block[rows - i0, np.where(valid, cols - lo, 0)], 0.0)
-  return grad_rows
+  q = num_bands - 1
+  layout = []
+  for start in range(0, num_rounds, _ROW_BLOCK):
+    end = min(num_rounds, start + _ROW_BLOCK)
+    left = min(q, start)
+    lags = np.arange(start, end)[:, None] - np.arange(start - left, end)[None, :]
+    valid = (lags >= 0) & (lags <= q)
+    rows = np.broadcast_to(np.arange(start, end)[:, None], lags.shape)[valid]
+    layout.append((start, end, left, valid, rows, lags[valid]))
+  return layout
+
+
+class _RowErrors:
+  """Squared row norms of B = D^-1 for a banded lower-triangular D, and their gradient, O(n q^2).
+
+  D (n x n, q + 1 bands, band rows as for C) is C A^-1 for a workload A whose inverse is banded (the
+  prefix sums: A^-1 = I - shift, two bands), so B = A C^-1 = D^-1 and ||B_i||^2 = Z_ii with
+  Z = B B^T. Rows are processed in blocks I of `_ROW_BLOCK` rows; the q rows K before a block hold every
+  entry of D left of its diagonal block, so B_I = T (I_I - E B_K) with T = D_II^-1, E = D_IK, and
+  B_K lives on columns left of the block (orthogonal to the unit rows I_I). With the window
+  W = Z_KK (q x q) carried from block to block:
+      Z_IK = -T E W,   Z_II = T (I + E W E^T) T^T,
+  and the next window is assembled from W, Z_IK and Z_II. Per block O(s q^2 + s^2 q + s^3) flops,
+  O(n q^2) in all, never an n x n matrix. `gradient` is the hand-derived reverse mode of the same
+  recursion (same cost).
+  """
+
+  def __init__(self, d_rows: np.ndarray, layout: list):
+    """`d_rows`: band rows (n, q + 1) of D; `layout`: `_block_layout(n, q + 1)`."""
+    n, bands = d_rows.shape
+    self._d_rows = d_rows
+    q = bands - 1
+    self._blocks = []
+    self.row_errors = np.empty(n)
+    window = np.zeros((0, 0))
+    for start, end, left, valid, rows, lags in layout:
+      size = end - start
+      block = np.zeros(valid.shape)
+      block[valid] = d_rows[rows, lags]
+      coupling, diagonal = block[:, :left], block[:, left:]
+      inv = scipy.linalg.solve_triangular(diagonal, np.eye(size), lower=True, check_finite=False)
+      carried = coupling @ window  # P = E W
+      cross = -inv @ carried  # Z_IK
+      middle = carried @ coupling.T  # M = I + P E^T
+      middle[np.diag_indices_from(middle)] += 1.0
+      inv_middle = inv @ middle
+      own = inv_middle @ inv.T  # Z_II
+      self.row_errors[start:end] = np.diag(own)
+      self._blocks.append((start, end, left, window, inv, carried, middle, inv_middle, coupling,
+                           valid, rows, lags))
+      # Next window: rows and columns max(0, end - q) .. end - 1 of Z.
+      keep = min(q, end) - size  # rows of the old window that stay
+      if keep <= 0:
+        window = own[size - min(q, end):, size - min(q, end):]
+        continue
+      old = window.shape[0]
+      new = np.empty((keep + size, keep + size))
+      new[:keep, :keep] = window[old - keep:, old - keep:]
+      new[keep:, :keep] = cross[:, left - keep:]
+      new[:keep, keep:] = cross[:, left - keep:].T
+      new[keep:, keep:] = own
+      window = new
+
+  def gradient(self, weights: np.ndarray) -> np.ndarray:
+    """d(sum_i weights_i ||B_i||^2) / d band rows of D (same shape as the band rows)."""
+    grad_rows = np.zeros_like(self._d_rows)
+    grad_window = None  # adjoint of the window the next block read
+    for (start, end, left, window, inv, carried, middle, inv_middle, coupling, valid, rows,
+         lags) in reversed(self._blocks):
+      size = end - start
+      grad_own = np.diag(weights[start:end])
+      grad_cross = np.zeros((size, left))
+      keep = 0
+      if grad_window is not None:
+        keep = grad_window.shape[0] - size
+        if keep <= 0:
+          grad_own[size - grad_window.shape[0]:, size - grad_window.shape[0]:] += grad_window
+        else:
+          grad_cross[:, left - keep:] = grad_window[keep:, :keep] + grad_window[:keep, keep:].T
+          grad_own += grad_window[keep:, keep:]
+      # own = U T^T with U = T M; cross = -T P; M = I + P E^T; P = E W; T = L^-1.
+      grad_u = grad_own @ inv
+      grad_inv = grad_own.T @ inv_middle + grad_u @ middle.T - grad_cross @ carried.T
+      grad_middle = inv.T @ grad_u
+      grad_carried = grad_middle @ coupling - inv.T @ grad_cross
+      grad_coupling = grad_middle.T @ carried + grad_carried @ window.T
+      grad_previous = grad_window
+      grad_window = coupling.T @ grad_carried
+      if keep > 0:  # the rows of this block's window that the next window kept
+        grad_window[window.shape[0] - keep:, window.shape[0] - keep:] += grad_previous[:keep, :keep]
+      grad_block = np.empty((size, left + size))
+      grad_block[:, :left] = grad_coupling
+      grad_block[:, left:] = -inv.T @ grad_inv @ inv.T
+      grad_rows[rows, lags] = grad_block[valid]
+    return grad_rows
+
+
+def _prefix_sum_row_errors(band_rows: np.ndarray) -> np.ndarray:
+  """||B_i||^2 for B = A C^-1, A the prefix sums: B = D^-1 with D = C (I - shift), D[t, t - l] =
+  C[t, t - l] - C[t, t - l + 1] (b-hat + 1 bands)."""
+  n, num_bands = band_rows.shape
+  d_rows = np.zeros((n, num_bands + 1))
+  d_rows[:, :num_bands] = band_rows
+  d_rows[:, 1:] -= band_rows
+  d_rows[np.arange(num_bands + 1)[None, :] > np.arange(n)[:, None]] = 0.0  # columns t - l < 0
+  return _RowErrors(d_rows, _block_layout(n, num_bands + 1)).row_errors
 
 
 def stream_inverse(band_rows, values) -> np.ndarray:
@@ -225,6 +315,12 @@ class BandedStrategy(base.Strategy):
     num_rounds = self.check_num_rounds(num_rounds)
     return _inverse(self.strategy_matrix(num_rounds), self.num_bands)
 
+  def errors(self, num_rounds: int) -> tuple:
+    """(MaxError, RmsError) of B = A C^-1 from the band alone, O(n b-hat^2) (`_RowErrors`)."""
+    num_rounds = self.check_num_rounds(num_rounds)
+    row_errors = _prefix_sum_row_errors(self._band_rows[:num_rounds])
+    return float(np.sqrt(np.max(row_errors))), float(np.sqrt(np.mean(row_errors)))
+
   def sensitivity_squared(self, num_rounds: int,
                           participation: participation_lib.ParticipationSchema) -> float:
     """Squared sensitivity (clip norm 1) of the leading n x n block of C.
@@ -287,7 +383,7 @@ def _row_weights(row_errors: np.ndarray, error: str) -> tuple:
 
 
 class _Workload:
-  """Applies A and A^T: cumulative sums for the prefix-sum workload, matrix products otherwise."""
+  """The workload A: prefix sums (None) or a given lower-triangular matrix; applies A, inverts it."""
 
   def __init__(self, num_rounds: int, workload: Optional[np.ndarray]):
     if workload is None:
@@ -299,15 +395,38 @@ class _Workload:
                        f'{workload.shape}.')
     if np.any(np.triu(workload, 1) != 0):
       raise ValueError('`workload` must be lower triangular.')
+    if np.any(np.diag(workload) == 0):
+      raise ValueError('`workload` must be invertible (a non-zero diagonal).')
     self._matrix = workload
 
   def apply(self, x: np.ndarray) -> np.ndarray:
     return np.cumsum(x, axis=0) if self._matrix is None else self._matrix @ x
 
-  def apply_transpose(self, x: np.ndarray) -> np.ndarray:
+  def inverse_band_rows(self, num_rounds: int) -> np.ndarray:
+    """Band rows (n, w) of A^-1, [u, r] = A^-1[u, u - r]: w = 2 for prefix sums (1, -1).
+
+    A given matrix is inverted densely once (O(n^3)); entries below 1e-13 of its largest magnitude
+    are taken as rounding of exact zeros when the band count w is chosen (SGD with momentum: w = 3).
+    Dropping them only perturbs the optimizer's objective; reported losses are recomputed from C.
+    """
     if self._matrix is None:
-      return np.cumsum(x[::-1], axis=0)[::-1]
-    return self._matrix.T @ x
+      rows = np.zeros((num_rounds, 2))
+      rows[:, 0] = 1.0
+      rows[1:, 1] = -1.0
+      return rows
+    inverse = scipy.linalg.solve_triangular(self._matrix, np.eye(num_rounds), lower=True,
+                                            check_finite=False)
+    if not np.all(np.isfinite(inverse)):
+      raise ValueError('`workload` must be invertible (its inverse overflowed).')
+    significant = np.abs(inverse) > 1e-13 * np.max(np.abs(inverse))
+    rows, cols = np.nonzero(significant)
+    width = int(np.max(rows - cols)) + 1
+    lags = np.arange(width)
+    index = np.arange(num_rounds)[:, None] - lags[None, :]
+    valid = index >= 0
+    band = np.zeros((num_rounds, width))
+    band[valid] = inverse[np.nonzero(valid)[0], index[valid]]
+    return band
 
   def toeplitz_coefs(self, num_rounds: int) -> Optional[np.ndarray]:
     """Coefficients of A if it is lower-triangular Toeplitz, else None."""
@@ -356,15 +475,30 @@ class _BandedObjective:
   """Error of a column-normalized banded C = P diag(1 / ||P[:, j]||) over the free band entries of P.
 
   With unit column norms and b-hat <= min_sep, sens^2 = k_eff for every P, so minimizing the error
-  minimizes the loss (BandMF Problem 2).
+  minimizes the loss (BandMF Problem 2). The row errors ||B_i||^2 of B = A C^-1 = (C A^-1)^-1 come
+  from `_RowErrors` on D = C A^-1 (b-hat + w - 1 bands for a w-banded A^-1): O(n (b-hat + w)^2) per
+  evaluation, never an n x n matrix.
   """
 
   def __init__(self, num_rounds: int, num_bands: int, workload: _Workload, error: str):
     self.n = num_rounds
     self.num_bands = num_bands
-    self.workload = workload
     self.error = error
     self.rows, self.cols = _column_indices(num_rounds, num_bands)
+    self._inverse_rows = workload.inverse_band_rows(num_rounds)
+    source = np.arange(num_rounds)[:, None] - np.arange(num_bands)[None, :]
+    self._inside = source >= 0
+    self._source = np.maximum(source, 0)
+    self._layout = _block_layout(num_rounds, num_bands + self._inverse_rows.shape[1] - 1)
+
+  def _factors(self):
+    """factor[t, m] = A^-1[t - m, t - m - r] for r = 0, 1, ...: D[t, t - m - r] += C[t, t - m] factor.
+
+    Formed one lag r at a time (n x b-hat each), so a workload with a wide inverse costs time, not
+    memory.
+    """
+    for r in range(self._inverse_rows.shape[1]):
+      yield np.where(self._inside, self._inverse_rows[self._source, r], 0.0)
 
   def matrix(self, params: np.ndarray) -> np.ndarray:
     norms = np.sqrt(np.bincount(self.cols, weights=params**2, minlength=self.n))
@@ -378,17 +512,21 @@ class _BandedObjective:
   def value_and_grad(self, params: np.ndarray) -> tuple:
     norms = np.sqrt(np.bincount(self.cols, weights=params**2, minlength=self.n))
     unit = params / norms[self.cols]
-    c = np.zeros((self.n, self.n))
-    c[self.rows, self.cols] = unit
-    if np.any(np.diag(c) <= 0):
+    band_rows = np.zeros((self.n, self.num_bands))
+    band_rows[self.rows, self.rows - self.cols] = unit
+    if np.any(band_rows[:, 0] <= 0):
       return np.inf, np.zeros_like(params)
-    m = _inverse(c, self.num_bands)
-    b = self.workload.apply(m)
-    value, weights = _row_weights(np.sum(b**2, axis=1), self.error)
+    d_rows = np.zeros((self.n, self.num_bands + self._inverse_rows.shape[1] - 1))
+    for r, factor in enumerate(self._factors()):
+      d_rows[:, r:r + self.num_bands] += band_rows * factor
+    row_errors = _RowErrors(d_rows, self._layout)
+    value, weights = _row_weights(row_errors.row_errors, self.error)
     if not np.isfinite(value):
       return np.inf, np.zeros_like(params)
-    grad_m = self.workload.apply_transpose(2.0 * weights[:, None] * b)
-    grad_unit = _band_gradient(c, m, grad_m, self.num_bands)[self.rows, self.rows - self.cols]
+    grad_d = row_errors.gradient(weights)
+    grad_band = sum(grad_d[:, r:r + self.num_bands] * factor
+                    for r, factor in enumerate(self._factors()))
+    grad_unit = grad_band[self.rows, self.rows - self.cols]
     radial = np.bincount(self.cols, weights=grad_unit * unit, minlength=self.n)
     grad = (grad_unit - unit * radial[self.cols]) / norms[self.cols]
     return value, grad

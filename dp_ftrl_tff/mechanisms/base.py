@@ -127,12 +127,12 @@ class Strategy(abc.ABC):
   """A correlated-noise mechanism for the prefix-sum workload.
 
   Subclasses: `gaussian.GaussianStrategy`, `tree.TreeStrategy`, `banded.BandedStrategy`,
-  `blt.BLTStrategy`. Each is an immutable description (parameters only); matrices are materialized on
+  `blt.BLTStrategy`, `square_root.BandedSquareRootStrategy` and `BandedInverseSquareRootStrategy`. Each is an immutable description (parameters only); matrices are materialized on
   demand for a given number of rounds n.
   """
 
   #: Short name used by CLIs, files and reports: 'gaussian', 'tree', 'tree_efficient', 'tree_full',
-  #: 'banded', 'blt'.
+  #: 'banded', 'blt', 'bsr', 'bisr'.
   name: str = ''
 
   @property

@@ -13,6 +13,8 @@ Aggregation, Use BLTs" (the BLT paper):
     (theta, theta_hat), here with exact hand-derived gradients (`loss_and_gradient`).
   * Sec. 3.3: `optimize_blt` minimizes Alg. 4 plus a log-barrier (strength 1e-7) with L-BFGS in float64.
   * App. A: `PRODUCTION_STRATEGIES`, the three deployed d = 4 BLTs.
+  * `limit_normalized_loss`: the n -> inf limit of MaxLoss / sqrt(n ceil(n / b)) (Prop. 3.3 and
+    Thm. 3.1 taken to the limit), the n-independent yardstick for optimizations at n = 10^5 .. 10^6.
 
 Conventions: rounds are 0-based (t = 0 .. n-1); `min_sep` = b (two participations r1 < r2 satisfy
 r2 - r1 >= b); losses use clip norm 1 and noise multiplier 1 (see `base`). Everything is float64 numpy;
@@ -257,6 +259,58 @@ PRODUCTION_STRATEGIES: Dict[int, BLTStrategy] = {
         omega=(0.008657392263671862, 0.05890891298180163, 0.14548176930698697,
                0.2770117005326523)),
 }
+
+
+# ----------------------------------------------------------------------------------------------------
+# The n-independent limit of the losses.
+
+
+def limit_normalized_loss(strategy: BLTStrategy, min_sep: int) -> float:
+  """lim_{n -> inf} MaxLoss_n / sqrt(n k_n), k_n = ceil(n / b): the loss per sqrt(n k) at large n.
+
+  For b-min-sep participation with every admissible participation (`max_participations=None`,
+  k_n = ceil(n / b)) and a BLT whose c is non-negative and non-increasing (Thm. 3.1 exact), both loss
+  factors grow with n in a fixed way:
+    * Error: B = LtToep(cumsum(c_hat)) (Prop. 3.3) and cumsum(c_hat) -> beta = sum_i c_hat_i =
+      1 / C(1) = 1 / (1 + sum_j omega_j / (1 - theta_j)), so MaxError_n^2 / n -> beta^2 and
+      RmsError_n^2 / n -> beta^2 / 2 (row i holds i + 1 terms);
+    * Sensitivity: (C u(pi*))_t = sum_{m <= t / b} c_{r + m b} with r = t mod b tends to
+      g_r = sum_{m >= 0} c_{r + m b}, so sens_n^2 / k_n -> sum_{r < b} g_r^2, with
+      g_0 = 1 + sum_j a_j theta_j^(b - 1), g_r = sum_j a_j theta_j^(r - 1) (0 < r < b),
+      a_j = omega_j / (1 - theta_j^b).
+  Hence MaxLoss_n / sqrt(n k_n) -> |beta| sqrt(sum_r g_r^2), and RmsLoss_n / sqrt(n k_n) tends to the
+  same value over sqrt(2). The finite-n ratios differ from the limit by O((b + 1 / (1 - theta_max)) / n)
+  relative (the boundary rows, and the transient of the slowest buffer).
+
+  Lower bound: sum_r g_r = sum_i c_i = C(1) = 1 / beta, so by Cauchy-Schwarz the limit is at least
+  1 / sqrt(b), with equality for constant g_r; BLTs approach it as theta_1 -> 1 (the App. A BLTs,
+  theta_1 = 1 - 1e-11, are within 1e-9 of it). 1 / sqrt(b) (1 / sqrt(2 b) for RmsLoss) is thus the
+  n-independent value optimized BLTs' normalized losses are compared with.
+
+  Args:
+    strategy: a BLT with every theta_j < 1, omega_j > 0 and sum(omega) <= 1.
+    min_sep: b >= 1.
+
+  Returns:
+    The limit of MaxLoss_n / sqrt(n ceil(n / b)), float.
+  """
+  min_sep = _validation.check_positive_int(min_sep, 'min_sep')
+  if not isinstance(strategy, BLTStrategy):
+    raise ValueError(f'`strategy` must be a BLTStrategy, got {strategy!r}.')
+  theta = np.asarray(strategy.theta, dtype=np.float64)
+  omega = np.asarray(strategy.omega, dtype=np.float64)
+  if np.any(theta >= 1.0):
+    raise ValueError(f'`strategy` needs every theta < 1 for a finite limit, got {theta.tolist()}.')
+  if np.any(omega <= 0.0) or np.sum(omega) > 1.0:
+    raise ValueError('`strategy` needs omega > 0 and sum(omega) <= 1 (c non-negative, '
+                     f'non-increasing), got {omega.tolist()}.')
+  log_theta = np.log(theta)
+  beta = 1.0 / (1.0 + np.sum(omega / (1.0 - theta)))  # 1 - theta is exact for theta >= 1/2
+  scales = omega / -np.expm1(min_sep * log_theta)
+  powers = (np.arange(min_sep) - 1) % min_sep  # r - 1 for r >= 1, b - 1 for r = 0
+  periodic = np.exp(powers[:, None] * log_theta[None, :]) @ scales
+  periodic[0] += 1.0
+  return float(abs(beta) * np.sqrt(np.sum(periodic**2)))
 
 
 # ----------------------------------------------------------------------------------------------------

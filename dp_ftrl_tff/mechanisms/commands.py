@@ -31,7 +31,8 @@ def optimize(mechanism: str, num_rounds: int,
   Args:
     mechanism: a name in `registry.optimizable()`.
     num_rounds, participation: the setting.
-    error: 'max' or 'rms' (None: the mechanism's default).
+    error: 'max' or 'rms' (None: the mechanism's default); must be None for the closed forms
+      (mechanisms without a `default_error`), which minimize nothing.
     output: save the strategy (and its setting) there.
     **options: the mechanism's optimizer options (`registry.Mechanism.optimizer_options`, e.g.
       num_buffers= for blt, num_bands= for banded); None values are left to the optimizer.
@@ -46,8 +47,11 @@ def optimize(mechanism: str, num_rounds: int,
   if unknown:
     raise ValueError(f'`{unknown[0]}` does not apply to optimizing {mechanism}.')
   kwargs = {name: options.get(name) for name in entry.optimizer_options}
-  result = optimizer(num_rounds=num_rounds, participation=participation,
-                     error=error or entry.default_error, **kwargs)
+  if entry.default_error is not None:
+    kwargs['error'] = error or entry.default_error
+  elif error is not None:
+    raise ValueError(f'`error` does not apply to {mechanism}: its strategy is a closed form.')
+  result = optimizer(num_rounds=num_rounds, participation=participation, **kwargs)
   record = _setting_dict(mechanism, num_rounds, participation)
   record.update(result.strategy.describe())
   record.update(_losses_dict(result.losses), seconds=result.seconds)

@@ -12,11 +12,15 @@ File formats (version 1):
 TF-Privacy's min_separation + 1), `max_participations` (k or null), `fixed_epoch`, `error` ('max' or
 'rms') and `losses` {max_loss, rms_loss, sensitivity_squared} at that setting.
 
+`file_sha256` identifies a file in a report; `setting_mismatches` says how its setting differs from
+a run's (the privacy report refuses a strategy optimized for another setting unless told otherwise).
+
 Loading validates the file structure (missing keys, unknown mechanism, bad setting) and then the
 parameters through each class's `from_config` (shapes, NaN, decays outside (0, 1], ...); every problem
 is a ValueError naming the field. The strategy class comes from `registry` by mechanism name.
 """
 
+import hashlib
 import io
 import json
 import math
@@ -28,6 +32,7 @@ import numpy as np
 
 from dp_ftrl_tff import _atomic, _validation
 from dp_ftrl_tff.mechanisms import base, registry
+from dp_ftrl_tff.mechanisms import participation as participation_lib
 
 FORMAT_VERSION = 1
 _RESERVED_KEYS = ('format_version', 'setting')
@@ -193,3 +198,57 @@ def load_strategy_and_setting(path) -> Tuple[base.Strategy, Optional[dict]]:
 def load_strategy(path) -> base.Strategy:
   """The strategy stored in `path` by `save_strategy` (see `load_strategy_and_setting`)."""
   return load_strategy_and_setting(path)[0]
+
+
+def file_sha256(path) -> str:
+  """The SHA-256 hex digest of the file at `path` (what a report records to identify a strategy)."""
+  digest = hashlib.sha256()
+  try:
+    with open(path, 'rb') as f:
+      for block in iter(lambda: f.read(1 << 20), b''):
+        digest.update(block)
+  except OSError as e:
+    raise ValueError(f'`path` {os.fspath(path)!r} cannot be read: {e}') from e
+  return digest.hexdigest()
+
+
+def setting_mismatches(setting: Optional[dict], num_rounds: int,
+                       participation: Optional[participation_lib.ParticipationSchema]
+                       ) -> Tuple[str, ...]:
+  """How a strategy file's `setting` differs from the setting of a run (empty: it matches).
+
+  Compares the recorded `num_rounds` (n), `min_sep` (b), `fixed_epoch` and the effective
+  max_participations min(k, ceil(n / b)) of each side; entries the file does not record are not
+  compared, and a file without a setting matches everything.
+
+  Args:
+    setting: a file's setting (from `load_strategy_and_setting`) or None.
+    num_rounds: the run's n.
+    participation: the run's `ParticipationSchema`, or None to compare `num_rounds` only (a run
+      known only from its participation log declares no schema).
+
+  Returns:
+    One 'key: optimized for X, the run has Y' string per difference.
+  """
+  num_rounds = _validation.check_positive_int(num_rounds, 'num_rounds')
+  if participation is not None:
+    participation = participation_lib.check_participation(participation)
+  if setting is None:
+    return ()
+  setting = _check_setting(setting)
+  out = []
+  run = {'num_rounds': num_rounds}
+  if participation is not None:
+    run.update(min_sep=participation.min_sep, fixed_epoch=participation.fixed_epoch)
+  for key, value in run.items():
+    if key in setting and setting[key] != value:
+      out.append(f'{key}: optimized for {setting[key]}, the run has {value}')
+  if participation is not None and 'max_participations' in setting:
+    k = setting['max_participations']
+    if 'min_sep' in setting and 'num_rounds' in setting:
+      k = participation_lib.ParticipationSchema(setting['min_sep'], k).effective_max_participations(
+          setting['num_rounds'])
+    run_k = participation.effective_max_participations(num_rounds)
+    if k != run_k:
+      out.append(f'max_participations: optimized for {k}, the run has {run_k}')
+  return tuple(out)

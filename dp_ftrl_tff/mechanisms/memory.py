@@ -7,6 +7,8 @@ with tracemalloc, float64 = 8 bytes):
   * tree_full (full-rank tree decoder): 3 n x n arrays (24 n^2 bytes) for its losses; its
     sensitivity alone is O(n);
   * blt: O(n) Toeplitz coefficient arrays (about 56 n bytes), never an n x n matrix;
+  * bsr, bisr: O(n) Toeplitz coefficients and their power-series inverse (about 79 n bytes; BSR's
+    sensitivity alone about 32 n);
   * tree, tree_efficient: O(n) closed forms (about 33 n bytes);
   * gaussian: closed forms, no array of length n.
 `check_fits` raises `MemoryLimitError` (a ValueError) naming the rounds and the memory needed when
@@ -19,10 +21,11 @@ from typing import Optional
 
 #: mechanism -> (bytes per n^2, bytes per n) of its losses / optimization.
 _LOSSES_BYTES = {'banded': (32, 0), 'tree_full': (24, 33), 'blt': (0, 56), 'tree': (0, 33),
-                 'tree_efficient': (0, 33), 'gaussian': (0, 0)}
+                 'tree_efficient': (0, 33), 'gaussian': (0, 0), 'bsr': (0, 79), 'bisr': (0, 79)}
 #: mechanism -> (bytes per n^2, bytes per n) of its sensitivity alone (accounting).
 _SENSITIVITY_BYTES = {'banded': (32, 0), 'tree_full': (0, 33), 'blt': (0, 56), 'tree': (0, 33),
-                      'tree_efficient': (0, 33), 'gaussian': (0, 0)}
+                      'tree_efficient': (0, 33), 'gaussian': (0, 0), 'bsr': (0, 32),
+                      'bisr': (0, 79)}
 
 
 class MemoryLimitError(ValueError):

@@ -7,7 +7,9 @@ streaming noise, imported only when asked for, so this module stays TensorFlow-f
 
 Names: 'gaussian' (DP-SGD / DP-FedAvg, C = I), 'tree' (vanilla tree aggregation), 'tree_efficient'
 (Honaker's efficient tree), 'tree_full' (TreeAgg-Full, offline, accounting only), 'banded' (BandMF),
-'blt' (Buffered Linear Toeplitz). See docs/papers.md for the papers behind each.
+'blt' (Buffered Linear Toeplitz), 'bsr' (banded square root) and 'bisr' (banded inverse square
+root), the closed forms whose registered 'optimizer' only builds them for a setting. See
+docs/papers.md for the papers behind each.
 """
 
 import dataclasses
@@ -29,13 +31,16 @@ class Mechanism:
       strategy cannot stream (TreeAgg-Full decodes offline).
     default_config: the config of the parameter-free strategy, or None when parameters are needed
       (a strategy file or an optimizer).
-    optimizer: 'module:function' optimizing the strategy for a setting, or None. It is called with
-      the keywords num_rounds, participation, error and the `optimizer_options` values.
+    optimizer: 'module:function' optimizing the strategy for a setting (or building a closed form
+      for it), or None. It is called with the keywords num_rounds, participation, the
+      `optimizer_options` values, and error when `default_error` is set.
     optimizer_options: the optimizer's optional keyword arguments that the CLIs expose as flags of
       the same names (None leaves the optimizer's default), e.g. the BLT's 'num_buffers'.
-    default_error: the loss the optimizer minimizes by default ('max' or 'rms').
+    default_error: the loss the optimizer minimizes by default ('max' or 'rms'); None when it
+      minimizes nothing (closed forms).
     parameter_options: option names that give the strategy's parameters directly (the BLT's
-      'theta' and 'omega'), instead of a strategy file.
+      'theta' and 'omega', lists of floats; the closed forms' 'num_bands', an int), instead of a
+      strategy file.
     file_suffix: the strategy file format `files.save_strategy` needs ('.json' or '.npz').
   """
   name: str
@@ -65,6 +70,12 @@ def _tree(name: str) -> Mechanism:
                    default_config={'mechanism': name})
 
 
+def _square_root(name: str, strategy_class: str, noise_class: str) -> Mechanism:
+  return Mechanism(name, f'dp_ftrl_tff.mechanisms.square_root:{strategy_class}', noise_class,
+                   optimizer=f'dp_ftrl_tff.mechanisms.square_root:{name}_for_setting',
+                   optimizer_options=('num_bands',), parameter_options=('num_bands',))
+
+
 _REGISTRY = {m.name: m for m in (
     Mechanism('gaussian', 'dp_ftrl_tff.mechanisms.gaussian:GaussianStrategy',
               'dp_ftrl_tff.noise.gaussian:GaussianNoise', default_config={'mechanism': 'gaussian'}),
@@ -79,6 +90,9 @@ _REGISTRY = {m.name: m for m in (
               optimizer='dp_ftrl_tff.mechanisms.blt:optimize_blt',
               optimizer_options=('num_buffers',), default_error='max',
               parameter_options=('theta', 'omega')),
+    _square_root('bsr', 'BandedSquareRootStrategy', 'dp_ftrl_tff.noise.banded:BandedNoise'),
+    _square_root('bisr', 'BandedInverseSquareRootStrategy',
+                 'dp_ftrl_tff.noise.moving_average:MovingAverageNoise'),
 )}
 
 
@@ -124,7 +138,8 @@ def default_strategy(name: str) -> base.Strategy:
 
 
 def optimizer(name: str) -> Callable[..., base.OptimizationResult]:
-  """The optimizer of `name` ('banded': `optimize_banded`, 'blt': `optimize_blt`)."""
+  """The optimizer of `name` ('banded': `optimize_banded`, 'blt': `optimize_blt`; 'bsr' and
+  'bisr': their closed forms for a setting)."""
   mechanism = get(name)
   if mechanism.optimizer is None:
     raise ValueError(f'`mechanism`={name!r} has no optimizer; optimizable: {list(optimizable())}.')

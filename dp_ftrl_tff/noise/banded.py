@@ -4,7 +4,9 @@ For a lower-triangular C with b-hat bands the noise of round t (within a segment
     noise_t = (stddev * z_t - sum_{j=1}^{b-hat - 1} C[t, t - j] noise_{t - j}) / C[t, t],
 so only the last b-hat - 1 outputs persist, in a ring buffer (slot t mod (b-hat - 1) holds noise_t).
 The band rows of C (`BandedStrategy.band_rows`, shape [n, b-hat]) are constants of the TF graph,
-gathered by the round within the segment.
+gathered by the round within the segment. A banded Toeplitz C that streams for any n (BSR,
+`square_root.BandedSquareRootStrategy`) keeps only its first b-hat band rows: from round b-hat - 1 on
+every row is the same, so the lookup clamps the round there and no segment limit applies.
 
 Row numbering: row r of z is round r (0-based) counted over the whole run, so for a run without
 restarts the first n rounds equal stddev * `BandedStrategy.noise_matrix(n)` @ Z with Z[r] =
@@ -26,6 +28,7 @@ import tensorflow as tf
 
 from dp_ftrl_tff import _validation
 from dp_ftrl_tff.mechanisms import banded as banded_mechanisms
+from dp_ftrl_tff.mechanisms import square_root
 from dp_ftrl_tff.noise import base
 
 _BEYOND_MAX_ROUNDS = ('error', 'restart')
@@ -50,16 +53,22 @@ class BandedNoiseState(NamedTuple):
 
 
 class BandedNoise(base.StreamingNoise):
-  """Streaming noise of a `BandedStrategy` (BandMF Alg. 9); b-hat - 1 buffers per model tensor."""
+  """Streaming noise of a `BandedStrategy` (BandMF Alg. 9) or a `BandedSquareRootStrategy` (BSR);
+  b-hat - 1 buffers per model tensor."""
 
-  def __init__(self, strategy: banded_mechanisms.BandedStrategy, beyond_max_rounds: str = 'error'):
+  def __init__(self, strategy, beyond_max_rounds: str = 'error'):
     """Args:
-      strategy: the `BandedStrategy` C.
+      strategy: the `BandedStrategy` or `square_root.BandedSquareRootStrategy` C.
       beyond_max_rounds: 'error' (default) to fail past `strategy.max_rounds` rounds of a segment, or
-        'restart' to begin a fresh segment there.
+        'restart' to begin a fresh segment there (no effect for BSR, which has no last round).
     """
-    if not isinstance(strategy, banded_mechanisms.BandedStrategy):
-      raise ValueError(f'`strategy` must be a BandedStrategy, got {strategy!r}.')
+    if isinstance(strategy, banded_mechanisms.BandedStrategy):
+      self._band_rows = strategy.band_rows
+    elif isinstance(strategy, square_root.BandedSquareRootStrategy):
+      self._band_rows = strategy.band_rows(strategy.num_bands)  # rows >= b-hat - 1 all equal
+    else:
+      raise ValueError(f'`strategy` must be a BandedStrategy or BandedSquareRootStrategy, got '
+                       f'{strategy!r}.')
     self._strategy = strategy
     self._beyond_max_rounds = _validation.check_one_of(beyond_max_rounds, 'beyond_max_rounds',
                                                        _BEYOND_MAX_ROUNDS)
@@ -74,7 +83,8 @@ class BandedNoise(base.StreamingNoise):
     return cls(strategy, beyond_max_rounds=beyond_max_rounds)
 
   @property
-  def strategy(self) -> banded_mechanisms.BandedStrategy:
+  def strategy(self):
+    """The `BandedStrategy` or `BandedSquareRootStrategy` this stream draws from."""
     return self._strategy
 
   @property
@@ -90,10 +100,10 @@ class BandedNoise(base.StreamingNoise):
 
   def next(self, state: BandedNoiseState, stddev: tf.Tensor) -> Tuple[Any, BandedNoiseState]:
     """(noise_t, new_state): round t's noise, std `stddev` = sigma * zeta before the C^-1 mixing."""
-    max_rounds = self._strategy.max_rounds
-    if self._beyond_max_rounds == 'restart':
+    max_rounds = self._strategy.max_rounds  # None: a Toeplitz C (BSR) streams for any n
+    if max_rounds is not None and self._beyond_max_rounds == 'restart':
       state = tf.cond(state.segment_round >= max_rounds, lambda: self.restart(state), lambda: state)
-    else:
+    elif max_rounds is not None:
       check = tf.debugging.assert_less(
           state.segment_round, tf.constant(max_rounds, tf.int64),
           message=f'BandedNoise: the banded strategy was built for {max_rounds} rounds; use '
@@ -102,7 +112,7 @@ class BandedNoise(base.StreamingNoise):
         state = state._replace(segment_round=tf.identity(state.segment_round))
     t = state.segment_round
     z = base.standard_normal_row(state.seed, state.row, base.buffer_row_specs(state.buffers))
-    depth = self._strategy.num_bands - 1
+    depth = self._band_rows.shape[1] - 1
     if depth:
       # Slot s holds noise_{t - j_s} with j_s = ((t - s - 1) mod depth) + 1 in 1 .. depth.
       lags = tf.math.floormod(t - 1 - tf.range(depth, dtype=tf.int64), depth) + 1
@@ -112,7 +122,8 @@ class BandedNoise(base.StreamingNoise):
     for z_leaf, buffer in zip(tf.nest.flatten(z), tf.nest.flatten(state.buffers), strict=True):
       dtype = buffer.dtype
       if dtype not in coef_tables:
-        coef_tables[dtype] = tf.gather(tf.constant(self._strategy.band_rows, dtype), t)
+        coef_tables[dtype] = tf.gather(tf.constant(self._band_rows, dtype),
+                                       tf.minimum(t, self._band_rows.shape[0] - 1))
       coefs = coef_tables[dtype]
       value = tf.cast(stddev, dtype) * z_leaf
       if depth:
@@ -128,7 +139,7 @@ class BandedNoise(base.StreamingNoise):
 
   def segment_ended(self, state: BandedNoiseState) -> tf.Tensor:
     """True after the strategy's last round when `beyond_max_rounds='restart'`."""
-    if self._beyond_max_rounds != 'restart':
+    if self._beyond_max_rounds != 'restart' or self._strategy.max_rounds is None:
       return tf.constant(False)
     return state.segment_round >= self._strategy.max_rounds
 

@@ -12,7 +12,7 @@ Measures (wall time, one process):
   3. the full report from that log for a BLT (`report.build_report` + `report_render.write_report`
      with plots), target < 30 s;
   4. the same for the efficient tree without and with the observed-pattern accounting
-     (`tree.clients_sensitivity_squared` over every row);
+     (`tree.clients_sensitivity_squared` over the log's distinct patterns);
   5. the exact tree accounting for n=2000, k=6, min_sep=314 (TF-Privacy's 250 s case), target < 1 s.
 Results go to docs/benchmarks/accounting.md by hand (figures depend on machine load).
 """

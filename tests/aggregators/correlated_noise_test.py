@@ -24,6 +24,7 @@ from dp_ftrl_tff.aggregators import secure as secure_lib
 from dp_ftrl_tff.mechanisms import banded as banded_mechanisms
 from dp_ftrl_tff.mechanisms import blt as blt_mechanisms
 from dp_ftrl_tff.mechanisms import gaussian as gaussian_mechanisms
+from dp_ftrl_tff.mechanisms import square_root as square_root_mechanisms
 from dp_ftrl_tff.mechanisms import tree as tree_mechanisms
 from dp_ftrl_tff.noise import base
 
@@ -43,6 +44,10 @@ MECHANISMS = {
                      tree_mechanisms.TreeStrategy('vanilla')),
     'banded': (lambda **kw: CorrelatedNoiseFactory.banded(strategy=BANDED, **kw), BANDED),
     'blt': (lambda **kw: CorrelatedNoiseFactory.blt(strategy=BLT, **kw), BLT),
+    'bsr': (lambda **kw: CorrelatedNoiseFactory.bsr(num_bands=3, **kw),
+            square_root_mechanisms.BandedSquareRootStrategy(3)),
+    'bisr': (lambda **kw: CorrelatedNoiseFactory.bisr(num_bands=3, **kw),
+             square_root_mechanisms.BandedInverseSquareRootStrategy(3)),
 }
 
 

@@ -46,6 +46,7 @@ def _check_run(config, result, num_rounds):
   assert observed is None or observed >= config.min_sep
   if config.noise_multiplier > 0:
     assert report['declared']['rho'] > 0 and np.isfinite(report['declared']['epsilon'])
+    assert [row['run_mechanism'] for row in report['equal_privacy']].count(True) == 1
     # The headline uses the observed participation, which is never worse than the declared one.
     assert report['participation_source'] == 'observed'
     assert report['rho'] <= report['declared']['rho'] + 1e-12

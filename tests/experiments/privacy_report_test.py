@@ -1,6 +1,7 @@
 """End-to-end tests of `python -m experiments.privacy_report` (run as a subprocess)."""
 
 import csv
+import hashlib
 import json
 import os
 import subprocess
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 from dp_ftrl_tff.accounting import report_render
-from dp_ftrl_tff.mechanisms import banded, blt, files
+from dp_ftrl_tff.mechanisms import banded, blt, files, participation
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -124,3 +125,92 @@ def test_plan_file_gives_the_same_report_as_its_flags(tmp_path):
   a, b = json.loads(from_plan.stdout), json.loads(from_flags.stdout)
   for key in ('rho', 'epsilon', 'sensitivity_squared', 'restart_rounds', 'value_noise_multiplier'):
     assert a[key] == b[key], key
+
+
+
+@pytest.mark.slow  # three subprocesses
+def test_square_root_mechanisms_report():
+  from dp_ftrl_tff.mechanisms import participation, registry  # pylint: disable=g-import-not-at-top
+  for mechanism in ('bsr', 'bisr'):
+    proc = _run(f'--mechanism={mechanism}', '--num_bands=342', '--noise_multiplier=7',
+                '--rounds=2052', '--min_sep=342', '--max_participations=6', '--json')
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    strategy = registry.strategy_from_config({'mechanism': mechanism, 'num_bands': 342})
+    sens_sq = strategy.sensitivity_squared(2052, participation.ParticipationSchema(342, 6))
+    assert out['mechanism'] == mechanism and out['sensitivity_exact']
+    assert out['sensitivity_squared'] == pytest.approx(sens_sq, rel=1e-12)
+    assert out['rho'] == pytest.approx(sens_sq / (2 * 7.0**2), rel=1e-12)
+  proc = _run('--mechanism=bisr', '--noise_multiplier=7', '--rounds=20', '--min_sep=2')
+  assert proc.returncode == 2 and proc.stderr.count('\n') == 1 and '--num_bands' in proc.stderr
+
+
+def _violating_log(tmp_path):
+  """u1 returns after 3 rounds: breaks a declared --min_sep=4."""
+  log = tmp_path / 'log.csv'
+  with open(log, 'w', newline='') as f:
+    writer = csv.writer(f)
+    writer.writerow(('client_id', 'round'))
+    writer.writerows([('u1', 0), ('u2', 1), ('u1', 3), ('u3', 5), ('u2', 6)])
+  return log
+
+
+def test_strict_exits_1_on_a_schema_violation_after_writing_the_report(tmp_path):
+  log = _violating_log(tmp_path)
+  args = ['--mechanism=tree', '--noise_multiplier=3', '--rounds=8', '--min_sep=4',
+          f'--participation_log={log}', '--noequal_privacy', '--noplots']
+  assert _run(*args).returncode == 0
+  out = tmp_path / 'out'
+  proc = _run(*args, '--strict', f'--output_dir={out}')
+  assert proc.returncode == 1
+  assert len(proc.stderr.strip().splitlines()) == 1 and '--strict' in proc.stderr
+  written = json.loads((out / 'report.json').read_text())
+  # The report states the guarantee of what was observed (realized min_sep 3).
+  assert written['participation_source'] == 'observed' and written['min_sep'] == 3
+  assert written['observed']['violations']
+  compliant = ['--mechanism=tree', '--noise_multiplier=3', '--rounds=8', '--min_sep=3',
+               f'--participation_log={log}', '--noequal_privacy', '--strict']
+  assert _run(*compliant).returncode == 0
+
+
+def test_equal_privacy_rows_table_and_plot(tmp_path):
+  out = tmp_path / 'out'
+  proc = _run('--mechanism=blt', '--noise_multiplier=3', '--rounds=40', '--min_sep=8',
+              f'--output_dir={out}', '--json')
+  assert proc.returncode == 0, proc.stderr
+  rows = json.loads(proc.stdout)['equal_privacy']
+  labels = [row['mechanism'] for row in rows]
+  assert labels[0] == 'gaussian' and labels[-1] == 'blt (this run)'
+  assert [row['run_mechanism'] for row in rows].count(True) == 1
+  for row in rows:
+    assert {'noise_multiplier', 'max_loss', 'rms_loss', 'sensitivity_squared'} <= set(row)
+  gaussian_row, run_row = rows[0], rows[-1]
+  assert run_row['noise_multiplier'] == pytest.approx(3.0, rel=1e-12)  # the run's own noise
+  assert run_row['max_loss'] < gaussian_row['max_loss']
+  markdown = (out / 'report.md').read_text()
+  assert '## 6. Mechanisms at equal privacy' in markdown and '**blt (this run)**' in markdown
+  assert (out / report_render.EQUAL_PRIVACY_PLOT).stat().st_size > 0
+
+
+def test_strategy_file_for_another_setting_is_refused_or_reported_with_its_sha256(tmp_path):
+  result = blt.optimize_blt(20, participation.ParticipationSchema(4, 3), num_buffers=2)
+  path = tmp_path / 'blt.json'
+  files.save_strategy(result.strategy, str(path), result)
+  digest = hashlib.sha256(path.read_bytes()).hexdigest()
+  common = [f'--mechanism_file={path}', '--noise_multiplier=3', '--rounds=20',
+            '--max_participations=3', '--noequal_privacy', '--json']
+  matching = _run(*common, '--min_sep=4')
+  assert matching.returncode == 0, matching.stderr
+  record = json.loads(matching.stdout)['strategy_file']
+  assert record['sha256'] == digest and record['path'] == str(path)
+  assert record['mismatches'] == [] and record['setting']['min_sep'] == 4
+  refused = _run(*common, '--min_sep=5')
+  assert refused.returncode == 2 and refused.stdout == ''
+  assert len(refused.stderr.strip().splitlines()) == 1
+  assert '--mechanism_file' in refused.stderr and 'min_sep: optimized for 4' in refused.stderr
+  allowed = _run(*common, '--min_sep=5', '--allow_strategy_setting_mismatch')
+  assert allowed.returncode == 0, allowed.stderr
+  out = json.loads(allowed.stdout)
+  assert out['strategy_file']['sha256'] == digest
+  assert out['strategy_file']['mismatches'] == ['min_sep: optimized for 4, the run has 5']
+  assert any('optimized for another setting' in w for w in out['warnings'])

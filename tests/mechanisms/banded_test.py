@@ -143,6 +143,16 @@ def test_errors_match_materialized_decoder():
   np.testing.assert_allclose(strategy.errors(17), _dense_errors(c[:17, :17]), rtol=1e-10)
 
 
+@pytest.mark.parametrize('n, bands, prefix', [(300, 70, 300), (257, 64, 257), (200, 7, 130),
+                                              (130, 130, 65), (150, 1, 150)])
+def test_block_recursion_errors_match_dense_inverse(n, bands, prefix):
+  # Several row blocks (64 rows each), windows spanning one or more blocks, fewer rows than bands.
+  # The recursion and the dense inverse round differently; 1e-10 allows cond(C) ~ 1e5 times eps.
+  c = _random_banded(n, bands, seed=11)
+  np.testing.assert_allclose(banded.BandedStrategy(c).errors(prefix),
+                             _dense_errors(c[:prefix, :prefix]), rtol=1e-10)
+
+
 # --------------------------------------------------------------------------------------------------
 # Sensitivity.
 
@@ -295,6 +305,43 @@ def test_gradient_of_banded_objective_matches_finite_differences():
          - objective.value_and_grad(params - step * e)[0]) / (2 * step)
         for e in np.eye(params.size)])
     np.testing.assert_allclose(grad, numeric, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize('n, bands, error, momentum', [(150, 70, 'rms', None), (200, 7, 'max', None),
+                                                       (140, 5, 'rms', 0.9), (130, 100, 'max', None)])
+def test_multi_block_gradient_matches_directional_differences(n, bands, error, momentum):
+  # Beyond one 64-row block: the window carried between blocks and its adjoint. Central differences
+  # along random directions with h = 1e-6: truncation O(h^2) and rounding O(eps |f| / h) both stay
+  # near 1e-8 of the derivative here (|f| <= 1e4), well below the 1e-5 asked.
+  workload = None if momentum is None else base.momentum_workload(n, momentum)
+  objective = banded._BandedObjective(n, bands, banded._Workload(n, workload), error)
+  params = objective.params_from_matrix(_random_banded(n, bands, seed=3))
+  value, grad = objective.value_and_grad(params)
+  a = base.prefix_sum_workload(n) if workload is None else workload
+  rows = np.sum((a @ np.linalg.inv(objective.matrix(params)))**2, axis=1)
+  if error == 'rms':
+    assert value == pytest.approx(np.mean(rows), rel=1e-10)
+  rng = np.random.default_rng(0)
+  step = 1e-6
+  for _ in range(3):
+    direction = rng.normal(size=params.size)
+    numeric = (objective.value_and_grad(params + step * direction)[0]
+               - objective.value_and_grad(params - step * direction)[0]) / (2 * step)
+    assert grad @ direction == pytest.approx(numeric, rel=1e-5)
+
+
+def test_objective_with_a_workload_whose_inverse_is_dense():
+  # A^-1 has no band structure here, so D = C A^-1 is dense lower triangular (one window of n - 1).
+  n, bands = 12, 3
+  rng = np.random.default_rng(2)
+  workload = np.tril(rng.uniform(0.5, 1.0, size=(n, n)))
+  objective = banded._BandedObjective(n, bands, banded._Workload(n, workload), 'rms')
+  params = objective.params_from_matrix(_random_banded(n, bands, seed=4))
+  rows = np.sum((workload @ np.linalg.inv(objective.matrix(params)))**2, axis=1)
+  assert objective.value_and_grad(params)[0] == pytest.approx(np.mean(rows), rel=1e-10)
+  with pytest.raises(ValueError, match='workload'):
+    banded.optimize_banded(n, bands, ParticipationSchema.b_min_sep(3, 2),
+                           workload=np.tril(np.ones((n, n)), -1))
 
 
 @pytest.mark.slow

@@ -525,6 +525,44 @@ def test_theta_one_is_allowed():
   np.testing.assert_allclose(strategy.toeplitz_coefs(4), [1, 0.5, 0.5, 0.5])
 
 
+def test_limit_normalized_loss_is_the_large_n_limit():
+  # The finite-n ratios approach the limit as c / n (boundary rows, the buffers' transients; the
+  # slowest, exp(-n (1 - theta_1)), is below 1e-40 here): n * gap is positive, below
+  # 5 (b + 1 / (1 - theta_1)), and the same at n and 10 n up to the next order, O((b + 100) / n).
+  strategy = blt.BLTStrategy(theta=(0.99, 0.9), omega=(0.2, 0.3))
+  min_sep = 100
+  limit = blt.limit_normalized_loss(strategy, min_sep)
+  scaled_gaps = []
+  for n in (10_000, 100_000):
+    losses = strategy.losses(n, MinSep(min_sep))
+    scale = np.sqrt(n * -(-n // min_sep))
+    scaled_gaps.append([n * (losses.max_loss / scale - limit) / limit,
+                        n * (losses.rms_loss * np.sqrt(2) / scale - limit) / limit])
+  np.testing.assert_allclose(scaled_gaps[1], scaled_gaps[0], rtol=0.1)
+  assert np.all(np.array(scaled_gaps) > 0)
+  assert np.all(np.array(scaled_gaps) < 5 * (min_sep + 1 / (1 - 0.99)))
+
+
+def test_limit_normalized_loss_lower_bound_and_production_blts():
+  # Cauchy-Schwarz: sum_r g_r = C(1) = 1 / beta, so beta^2 sum_r g_r^2 >= 1 / b, equality for constant
+  # g_r, which the App. A BLTs (theta_1 = 1 - 1e-11) reach up to O(1 - theta_1).
+  rng = np.random.default_rng(4)
+  for _ in range(20):
+    theta = np.sort(rng.uniform(0.05, 0.999, size=3))[::-1]
+    omega = rng.uniform(0.01, 1.0, size=3)
+    omega /= max(1.0, np.sum(omega))
+    for min_sep in (1, 7, 400):
+      assert blt.limit_normalized_loss(blt.BLTStrategy(theta=tuple(theta), omega=tuple(omega)),
+                                       min_sep) >= 1 / np.sqrt(min_sep) * (1 - 1e-12)
+  for min_sep in (400, 1000):
+    assert blt.limit_normalized_loss(APP_A[min_sep], min_sep) == pytest.approx(
+        1 / np.sqrt(min_sep), rel=1e-9)
+  with pytest.raises(ValueError, match='theta < 1'):
+    blt.limit_normalized_loss(blt.BLTStrategy(theta=(1.0,), omega=(0.5,)), 10)
+  with pytest.raises(ValueError, match='min_sep'):
+    blt.limit_normalized_loss(APP_A[400], 0)
+
+
 def test_function_validation():
   with pytest.raises(ValueError, match='theta'):
     blt.calc_output_scale([0.5, 0.5], [0.4, 0.3])

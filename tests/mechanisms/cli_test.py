@@ -182,3 +182,47 @@ def test_deprecated_flag_names_and_default_bands(tmp_path):
   # Without --num_bands, BandMF uses min(min_sep, rounds) bands (exact sensitivity).
   out = _run_json('optimize', '--mechanism=banded', '--rounds=8', '--min_sep=3')
   assert out['num_bands'] == 3
+
+
+@pytest.mark.parametrize('mechanism', ['bsr', 'bisr'])
+def test_square_root_evaluate_optimize_and_errors(mechanism, tmp_path, capsys):
+  """evaluate --num_bands against dense math and brute force; optimize builds the closed form with
+  b-hat = min(min_sep, rounds) and saves it; --error and a missing --num_bands are usage errors."""
+  n, b, k, bands = 12, 3, 2, 4
+  argv = ['prog', 'evaluate', f'--mechanism={mechanism}', f'--rounds={n}', f'--min_sep={b}',
+          f'--max_participations={k}', f'--num_bands={bands}', '--json']
+  assert cli.main(argv) == 0
+  out = json.loads(capsys.readouterr().out)
+  sqrt_coefs = np.array([1.0, 0.5, 0.375, 0.3125])  # binom(2j, j) / 4^j
+  banded_factor = np.array([[sqrt_coefs[i - j] if 0 <= i - j < bands else 0.0 for j in range(n)]
+                            for i in range(n)])
+  if mechanism == 'bsr':
+    c = banded_factor
+  else:  # C^-1 holds the coefficients of (1 - x)^(1/2): 1, -1/2, -1/8, -1/16
+    inverse_coefs = np.array([1.0, -0.5, -0.125, -0.0625])
+    c = np.linalg.inv(np.array([[inverse_coefs[i - j] if 0 <= i - j < bands else 0.0
+                                 for j in range(n)] for i in range(n)]))
+  max_loss, rms_loss, sens_sq = _dense_losses(c, n, P.b_min_sep(b, k))
+  assert out['max_loss'] == pytest.approx(max_loss, rel=1e-10)
+  assert out['rms_loss'] == pytest.approx(rms_loss, rel=1e-10)
+  assert out['sensitivity_squared'] == pytest.approx(sens_sq, rel=1e-10)
+  assert out['num_bands'] == bands
+
+  path = tmp_path / f'{mechanism}.json'
+  assert cli.main(['prog', 'optimize', f'--mechanism={mechanism}', f'--rounds={n}',
+                   f'--min_sep={b}', f'--max_participations={k}', f'--output={path}',
+                   '--json']) == 0
+  built = json.loads(capsys.readouterr().out)
+  assert built['num_bands'] == b
+  assert cli.main(['prog', 'evaluate', f'--mechanism_file={path}', f'--rounds={n}',
+                   f'--min_sep={b}', f'--max_participations={k}', '--json']) == 0
+  again = json.loads(capsys.readouterr().out)
+  for key in LOSS_KEYS:
+    assert again[key] == pytest.approx(built[key], rel=1e-12)
+
+  for args, flag in (([f'--num_bands={bands}', '--error=max'], '--error'), ([], '--num_bands')):
+    command = 'optimize' if '--error=max' in args else 'evaluate'
+    assert cli.main(['prog', command, f'--mechanism={mechanism}', '--rounds=10', '--min_sep=2',
+                     *args]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and flag in lines[0]

@@ -1,5 +1,6 @@
 """Tests for files: round trips of every mechanism, and validation of broken files."""
 
+import hashlib
 import json
 
 import numpy as np
@@ -159,3 +160,27 @@ def test_bad_npz_names_the_field(tmp_path):
 def test_save_rejects_a_non_strategy():
   with pytest.raises(ValueError, match='strategy'):
     files.save_strategy('blt', 'x.json')
+
+
+def test_setting_mismatches_compare_rounds_min_sep_and_effective_participations():
+  assert files.setting_mismatches(SETTING, 40, P(8, 5)) == ()
+  assert files.setting_mismatches(None, 10, P(1)) == ()
+  # k = None at n = 40, b = 8 is ceil(40 / 8) = 5 participations: the same effective setting.
+  assert files.setting_mismatches(SETTING, 40, P(8)) == ()
+  assert files.setting_mismatches(SETTING, 41, P(9, 4)) == (
+      'num_rounds: optimized for 40, the run has 41', 'min_sep: optimized for 8, the run has 9',
+      'max_participations: optimized for 5, the run has 4')
+  assert files.setting_mismatches({'min_sep': 8}, 100, P(8, 2)) == ()  # unrecorded: not compared
+  # Without a declared schema only the rounds are compared.
+  assert files.setting_mismatches(SETTING, 41, None) == (
+      'num_rounds: optimized for 40, the run has 41',)
+  with pytest.raises(ValueError, match='num_rounds'):
+    files.setting_mismatches(SETTING, 0, P(8))
+
+
+def test_file_sha256_is_the_digest_of_the_bytes(tmp_path):
+  path = tmp_path / 'blt.json'
+  files.save_strategy(blt.BLTStrategy(theta=THETA, omega=OMEGA), str(path), SETTING)
+  assert files.file_sha256(path) == hashlib.sha256(path.read_bytes()).hexdigest()
+  with pytest.raises(ValueError, match='path'):
+    files.file_sha256(tmp_path / 'missing.json')

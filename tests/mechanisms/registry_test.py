@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from dp_ftrl_tff.mechanisms import banded, blt, files, gaussian, registry, tree
+from dp_ftrl_tff.mechanisms import banded, blt, files, gaussian, registry, square_root, tree
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from tests.mechanisms import patterns as patterns_lib
 
@@ -14,6 +14,8 @@ STRATEGIES = {
     'tree_full': tree.TreeStrategy('full'),
     'banded': banded.BandedStrategy.from_toeplitz([1.0, 0.5], num_rounds=6),
     'blt': blt.BLTStrategy(theta=(0.9, 0.4), omega=(0.3, 0.1)),
+    'bsr': square_root.BandedSquareRootStrategy(num_bands=3),
+    'bisr': square_root.BandedInverseSquareRootStrategy(num_bands=3),
 }
 
 

@@ -8,6 +8,7 @@ import scipy.linalg
 import tensorflow as tf
 
 from dp_ftrl_tff.mechanisms import banded as banded_mechanisms
+from dp_ftrl_tff.mechanisms import square_root
 from dp_ftrl_tff.mechanisms.participation import ParticipationSchema
 from dp_ftrl_tff.noise import banded, base
 from tests.noise import stream_testing
@@ -165,3 +166,22 @@ def test_rejects_bad_arguments():
   for specs in ([tf.TensorSpec([2], tf.int32)], [tf.TensorSpec([None], tf.float32)], []):
     with pytest.raises(ValueError, match='value_specs'):
       banded.BandedNoise(strategy).initial_state(specs, base.initial_seed(0))
+
+
+@pytest.mark.parametrize('bands', [1, 3, 20])
+@pytest.mark.parametrize('beyond_max_rounds', ['error', 'restart'])
+def test_bsr_streams_past_its_bands_for_any_number_of_rounds(bands, beyond_max_rounds):
+  """BSR (Toeplitz, no last round): the stream equals the dense C^-1 @ Z over restarts; the
+  beyond-max-rounds policy never applies."""
+  strategy = square_root.BandedSquareRootStrategy(bands)
+  specs = stream_testing.value_specs(tf.float64)
+  seed = base.initial_seed(17)
+  noise = banded.BandedNoise.from_strategy(strategy, beyond_max_rounds=beyond_max_rounds)
+  rounds, state = stream_testing.run_stream(noise, specs, seed, [9, 4], stddev=1.5)
+  dense = lambda m: _dense_inverse(strategy.strategy_matrix(m))(m)  # noqa: E731
+  expected, _ = stream_testing.expected_stream(dense, [9, 4], specs, seed, stddev=1.5)
+  for key in specs:
+    np.testing.assert_allclose(rounds[key], expected[key], rtol=1e-12, atol=1e-12)
+  assert int(state.row) == 13 and int(state.segment_round) == 4
+  assert not bool(noise.segment_ended(state))
+  assert state.buffers['kernel'].shape == (bands - 1, 3, 2)

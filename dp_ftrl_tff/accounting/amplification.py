@@ -1,0 +1,283 @@
+"""Amplified accounting of banded matrix mechanisms under cyclic Poisson sampling.
+
+BandMF paper (Choquette-Choo et al. 2023, Sec. 5 and App. F, docs/papers.md#bandmf), Thm. 4 with the
+Poisson variant of App. F.3: split the population into `num_groups` = b-hat disjoint groups of
+floor(m / b-hat) members (the m mod b-hat leftovers are dropped); round t (0-based) samples group
+t mod b-hat, each member independently with probability `sampling_prob` (B / floor(m / b-hat) for an
+expected batch size B). If the strategy C is lower triangular and b-hat-banded (C[i, j] = 0 for
+i - j >= b-hat), the whole run is as private as DP-SGD run for ceil(n / b-hat) rounds with sampling
+probability `sampling_prob` and noise multiplier sigma / kappa, kappa = max_j ||C[:, j]||_2 (each
+member participates in at most one round of each block of b-hat rounds, and those rows of C x are
+touched by that one column only). b-hat = 1 is DP-SGD itself.
+
+As a dp_accounting event (`amplified_event`):
+
+    SelfComposedDpEvent(PoissonSampledDpEvent(q, GaussianDpEvent(sigma / kappa)), ceil(n / b-hat))
+
+converted to (epsilon, delta) by dp_accounting's PLD accountant (pessimistic estimate: an upper bound
+for any discretization interval; add-or-remove neighbours, which zero-out adjacency equals for
+Poisson sampling) or its RDP accountant on TF-Privacy's orders. Calibration is
+`dp_accounting.calibrate_dp_mechanism` on the same accountant and event.
+
+Conventions: rounds are 0-based; the noise multiplier sigma is relative to the clip norm (noise std
+sigma * zeta on the sum of clipped updates); the functions taking `noise_multiplier` alone assume
+kappa = 1 (unit largest column norm, as `banded.optimize_banded` returns). The guarantee is about
+Poisson sampling: a run that shuffles (fixed-size batches) is not covered by this accounting.
+"""
+
+import dataclasses
+import math
+from typing import Optional, Sequence
+
+import dp_accounting
+import numpy as np
+
+from dp_ftrl_tff import _validation
+from dp_ftrl_tff.accounting import calibration, zcdp
+from dp_ftrl_tff.mechanisms import base
+
+ACCOUNTANTS = ('pld', 'rdp')
+
+#: PLD value discretization of reported epsilons (dp_accounting's default, the papers' setting).
+DEFAULT_VALUE_DISCRETIZATION = 1e-4
+
+#: Default relative tolerance of `amplified_noise_multiplier` on sigma.
+DEFAULT_RTOL = 1e-7
+
+
+def num_compositions(num_rounds: int, num_groups: int) -> int:
+  """ceil(n / b-hat): the DP-SGD rounds the amplified run is equivalent to."""
+  num_rounds = _validation.check_positive_int(num_rounds, 'num_rounds')
+  num_groups = _validation.check_positive_int(num_groups, 'num_groups')
+  return -(-num_rounds // num_groups)
+
+
+def group_sampling_prob(dataset_size: int, batch_size: int, num_groups: int) -> float:
+  """B / floor(m / b-hat): the member sampling probability for an expected batch size B.
+
+  Raises ValueError when a group has fewer than B members (b-hat > floor(m / B) leaves no
+  amplification).
+  """
+  dataset_size = _validation.check_positive_int(dataset_size, 'dataset_size')
+  batch_size = _validation.check_positive_int(batch_size, 'batch_size')
+  num_groups = _validation.check_positive_int(num_groups, 'num_groups')
+  group_size = dataset_size // num_groups
+  if group_size < batch_size:
+    raise ValueError(f'`num_groups`={num_groups} leaves groups of {group_size} members, fewer than '
+                     f'`batch_size`={batch_size}: use at most floor(dataset_size / batch_size) = '
+                     f'{dataset_size // batch_size} groups.')
+  return batch_size / group_size
+
+
+def _check_setting(rounds, bands, sampling_prob) -> tuple:
+  rounds = _validation.check_positive_int(rounds, 'rounds')
+  bands = _validation.check_positive_int(bands, 'bands')
+  q = _validation.check_float_in_range(sampling_prob, 'sampling_prob', 0.0, 1.0,
+                                       low_inclusive=False)
+  return rounds, bands, q
+
+
+def _check_delta(delta) -> float:
+  return _validation.check_float_in_range(delta, 'delta', 0.0, 1.0, low_inclusive=False,
+                                          high_inclusive=False)
+
+
+def amplified_event(noise_multiplier: float, rounds: int, bands: int,
+                    sampling_prob: float) -> dp_accounting.DpEvent:
+  """The dp_accounting event of a b-hat-banded run with cyclic Poisson sampling (BandMF Thm. 4).
+
+  Args:
+    noise_multiplier: sigma / kappa > 0, relative to a largest column norm of 1.
+    rounds: n >= 1.
+    bands: b-hat >= 1, the number of sampling groups (the strategy must have at most b-hat bands).
+    sampling_prob: q in (0, 1], the probability that a member of the round's group participates.
+
+  Returns:
+    ceil(n / b-hat) self-compositions of a Poisson-subsampled Gaussian (of the Gaussian itself when
+    q = 1: nothing is sampled).
+  """
+  sigma = _validation.check_positive_float(noise_multiplier, 'noise_multiplier')
+  rounds, bands, q = _check_setting(rounds, bands, sampling_prob)
+  event = dp_accounting.GaussianDpEvent(noise_multiplier=sigma)
+  if q < 1.0:
+    event = dp_accounting.PoissonSampledDpEvent(sampling_probability=q, event=event)
+  return dp_accounting.SelfComposedDpEvent(event=event, count=num_compositions(rounds, bands))
+
+
+def _accountant(accountant: str, value_discretization_interval: float):
+  _validation.check_one_of(accountant, 'accountant', ACCOUNTANTS)
+  return zcdp.make_accountant(accountant,
+                              value_discretization_interval=value_discretization_interval)
+
+
+def amplified_epsilon(noise_multiplier: float, rounds: int, bands: int, sampling_prob: float,
+                      delta: float, accountant: str = 'pld', *,
+                      value_discretization_interval: float = DEFAULT_VALUE_DISCRETIZATION
+                      ) -> float:
+  """epsilon at `delta` of `amplified_event` (see its arguments).
+
+  Args:
+    noise_multiplier: sigma > 0 relative to a largest column norm of 1.
+    rounds, bands, sampling_prob: n, b-hat and q as in `amplified_event`.
+    delta: in (0, 1).
+    accountant: 'pld' (dp_accounting's PLD, pessimistic) or 'rdp' (TF-Privacy's orders).
+    value_discretization_interval: PLD only; coarser is faster and still an upper bound.
+  """
+  event = amplified_event(noise_multiplier, rounds, bands, sampling_prob)
+  delta = _check_delta(delta)
+  acc = _accountant(accountant, value_discretization_interval)
+  acc.compose(event)
+  return float(acc.get_epsilon(delta))
+
+
+def amplified_noise_multiplier(target_epsilon: float, rounds: int, bands: int,
+                               sampling_prob: float, delta: float, accountant: str = 'pld', *,
+                               value_discretization_interval: float = DEFAULT_VALUE_DISCRETIZATION,
+                               rtol: float = DEFAULT_RTOL) -> float:
+  """The smallest sigma (to `rtol` relative) with `amplified_epsilon` <= `target_epsilon`.
+
+  The bracket's upper end is the unamplified sigma, sqrt(ceil(n / b-hat)) times the single-Gaussian
+  sigma on the exact tradeoff curve (sampling only lowers epsilon), widened until its epsilon meets
+  the target; the lower end halves from there until epsilon exceeds it. Then
+  `dp_accounting.calibrate_dp_mechanism`, which steps to the safe side of the root.
+
+  Args:
+    target_epsilon: > 0.
+    rounds, bands, sampling_prob, delta, accountant, value_discretization_interval: as in
+      `amplified_epsilon`.
+    rtol: relative tolerance on sigma (brentq's xtol is rtol times the bracket's upper end).
+
+  Returns:
+    sigma relative to a largest column norm of 1, never below what `target_epsilon` needs.
+  """
+  epsilon = _validation.check_positive_float(target_epsilon, 'target_epsilon')
+  rounds, bands, q = _check_setting(rounds, bands, sampling_prob)
+  delta = _check_delta(delta)
+  _validation.check_one_of(accountant, 'accountant', ACCOUNTANTS)
+  rtol = _validation.check_float_in_range(rtol, 'rtol', 0.0, 0.1, low_inclusive=False)
+
+  def gap(sigma):
+    return amplified_epsilon(sigma, rounds, bands, q, delta, accountant,
+                             value_discretization_interval=value_discretization_interval) - epsilon
+
+  high = math.sqrt(num_compositions(rounds, bands)) * calibration.noise_multiplier_for_epsilon(
+      epsilon, 1.0, delta, conversion='gaussian')
+  while gap(high) > 0:  # PLD / RDP are upper bounds on the exact curve: a small widening may remain
+    high *= 1.25
+  low = high / 2
+  while gap(low) <= 0:
+    high, low = low, low / 2
+  return float(dp_accounting.calibrate_dp_mechanism(
+      make_fresh_accountant=lambda: _accountant(accountant, value_discretization_interval),
+      make_event_from_param=lambda sigma: amplified_event(sigma, rounds, bands, q),
+      target_epsilon=epsilon, target_delta=delta,
+      bracket_interval=dp_accounting.ExplicitBracketInterval(low, high),
+      tol=rtol * high))
+
+
+# ---------------------------------------------------------------------------------------------------
+# A strategy's amplified guarantee.
+
+
+def _segment_matrices(strategy: base.Strategy, num_rounds: int,
+                      restart_rounds: Optional[Sequence[int]]) -> list:
+  return [strategy.strategy_matrix(length)
+          for length in zcdp.segment_lengths(num_rounds, restart_rounds)]
+
+
+def check_banded(strategy: base.Strategy, num_rounds: int, num_groups: int,
+                 restart_rounds: Optional[Sequence[int]] = None) -> None:
+  """Raises ValueError unless C (each restart segment's) is square, lower triangular and has at
+  most `num_groups` bands, as the amplification theorem (BandMF Thm. 4) requires."""
+  num_groups = _validation.check_positive_int(num_groups, 'num_groups')
+  for c in _segment_matrices(strategy, num_rounds, restart_rounds):
+    if c.ndim != 2 or c.shape[0] != c.shape[1]:
+      raise ValueError(f'`strategy` ({strategy.name}) has a {c.shape[0]} x {c.shape[1]} strategy '
+                       'matrix: amplification by cyclic sampling needs a square banded C.')
+    rows, cols = np.nonzero(c)
+    lags = rows - cols
+    if lags.size and lags.min() < 0:
+      raise ValueError(f'`strategy` ({strategy.name}) is not lower triangular: amplification by '
+                       'cyclic sampling needs a causal banded C.')
+    bands = int(lags.max()) + 1 if lags.size else 1
+    if bands > num_groups:
+      raise ValueError(f'`strategy` ({strategy.name}) has {bands} bands but `num_groups`='
+                       f'{num_groups}: amplification by cyclic sampling (BandMF Thm. 4) needs a '
+                       'strategy with at most as many bands as sampling groups.')
+
+
+def largest_column_norm(strategy: base.Strategy, num_rounds: int,
+                        restart_rounds: Optional[Sequence[int]] = None) -> float:
+  """kappa = max_j ||C[:, j]||_2 over the run's restart segments (clip norm 1)."""
+  return float(max(np.max(np.linalg.norm(c, axis=0))
+                   for c in _segment_matrices(strategy, num_rounds, restart_rounds)))
+
+
+@dataclasses.dataclass(frozen=True)
+class AmplifiedGuarantee:
+  """(epsilon, delta) of a run with cyclic Poisson sampling (BandMF Thm. 4).
+
+  Attributes:
+    mechanism: the strategy's name.
+    num_rounds: n.
+    num_groups: b-hat, the sampling groups (round t samples group t mod b-hat).
+    sampling_prob: q, the probability that a member of the round's group participates.
+    compositions: ceil(n / b-hat).
+    largest_column_norm: kappa = max_j ||C[:, j]||_2.
+    noise_multiplier: sigma, relative to the clip norm.
+    epsilon: at `delta`.
+    delta: the target delta.
+    accountant: 'pld' or 'rdp'.
+  """
+  mechanism: str
+  num_rounds: int
+  num_groups: int
+  sampling_prob: float
+  compositions: int
+  largest_column_norm: float
+  noise_multiplier: float
+  epsilon: float
+  delta: float
+  accountant: str = 'pld'
+
+  @property
+  def effective_noise_multiplier(self) -> float:
+    """sigma / kappa: the noise multiplier of each equivalent DP-SGD round."""
+    return self.noise_multiplier / self.largest_column_norm
+
+
+def amplified_guarantee(strategy: base.Strategy, num_rounds: int, noise_multiplier: float,
+                        num_groups: int, sampling_prob: float, delta: float,
+                        accountant: str = 'pld', *,
+                        restart_rounds: Optional[Sequence[int]] = None,
+                        value_discretization_interval: float = DEFAULT_VALUE_DISCRETIZATION
+                        ) -> AmplifiedGuarantee:
+  """The amplified guarantee of `strategy` run for `num_rounds` rounds with cyclic Poisson sampling.
+
+  Args:
+    strategy: a `dp_ftrl_tff.mechanisms` Strategy whose C is lower triangular with at most
+      `num_groups` bands (ValueError otherwise: BandMF Thm. 4 needs it). DP-SGD has 1 band.
+    num_rounds: n >= 1.
+    noise_multiplier: sigma > 0, relative to the clip norm (with adaptive clipping the accounted z).
+    num_groups: b-hat >= 1 sampling groups (1: plain Poisson sampling of the whole population).
+    sampling_prob: q in (0, 1].
+    delta: in (0, 1).
+    accountant: 'pld' or 'rdp'.
+    restart_rounds: 0-based rounds at which the noise restarts (C is then block diagonal).
+    value_discretization_interval: PLD only.
+  """
+  if not isinstance(strategy, base.Strategy):
+    raise ValueError(f'`strategy` must be a mechanisms Strategy, got {strategy!r}.')
+  num_rounds = _validation.check_positive_int(num_rounds, 'num_rounds')
+  sigma = _validation.check_positive_float(noise_multiplier, 'noise_multiplier')
+  num_groups = _validation.check_positive_int(num_groups, 'num_groups')
+  restarts = zcdp.check_restart_rounds(restart_rounds, num_rounds)
+  check_banded(strategy, num_rounds, num_groups, restarts)
+  kappa = largest_column_norm(strategy, num_rounds, restarts)
+  epsilon = amplified_epsilon(sigma / kappa, num_rounds, num_groups, sampling_prob, delta,
+                              accountant, value_discretization_interval=value_discretization_interval)
+  return AmplifiedGuarantee(
+      mechanism=strategy.name, num_rounds=num_rounds, num_groups=num_groups,
+      sampling_prob=float(sampling_prob), compositions=num_compositions(num_rounds, num_groups),
+      largest_column_norm=kappa, noise_multiplier=sigma, epsilon=epsilon, delta=float(delta),
+      accountant=accountant)

@@ -1,0 +1,85 @@
+"""Tests for `dp_ftrl_tff.accounting.band_selection`: the branch-and-bound search against an exhaustive
+search over every b-hat, each candidate's figures against dense math and dp_accounting, and input
+validation."""
+
+import math
+
+import dp_accounting
+import numpy as np
+import pytest
+
+from dp_ftrl_tff.accounting import band_selection
+
+# Small settings, a coarse PLD grid (an upper bound all the same) to keep calibrations fast.
+FAST = dict(value_discretization_interval=1e-2)
+
+
+@pytest.fixture(scope='module')
+def selector():
+  return band_selection.BandSelector(48, 1200, 100, **FAST)  # b-hat in 1 .. 12
+
+
+@pytest.mark.parametrize('epsilon', [1.0, 8.0])
+def test_search_finds_the_exhaustive_optimum(selector, epsilon):
+  found = selector.select(epsilon, 1e-6)
+  everything = selector.exhaustive(epsilon, 1e-6)
+  assert [c.num_bands for c in everything.candidates] == list(range(1, 13))
+  assert found.best == everything.best
+  # The search optimized fewer strategies than there are b-hat values... unless it had to.
+  assert len(found.candidates) <= 12
+  assert found.strategy.num_bands <= found.best.num_bands
+
+
+def test_the_optimum_moves_to_more_bands_with_epsilon(selector):
+  # BandMF paper Sec. 5 / App. G.1: the best b-hat does not decrease with epsilon.
+  low = selector.exhaustive(0.5, 1e-6).best.num_bands
+  high = selector.exhaustive(16.0, 1e-6).best.num_bands
+  assert low < high
+
+
+def test_candidate_against_dense_math_and_dp_accounting(selector):
+  epsilon, delta, bands = 2.0, 1e-6, 4
+  c = selector.candidate(bands, epsilon, delta)
+  assert c.sampling_prob == 100 / (1200 // 4)
+  assert c.compositions == 12
+  matrix = selector.strategy(bands).strategy_matrix(48)
+  assert np.all(np.abs(np.triu(matrix, 1)) == 0)
+  assert np.all(np.tril(matrix, -bands) == 0)
+  kappa = np.linalg.norm(matrix, axis=0).max()
+  decoder = np.tril(np.ones((48, 48))) @ np.linalg.inv(matrix)
+  rms_loss = kappa * math.sqrt(np.mean(np.sum(decoder**2, axis=1)))
+  assert c.loss == pytest.approx(rms_loss, rel=1e-9)
+  assert c.rmse == pytest.approx(c.noise_multiplier * c.loss, rel=1e-15)
+  accountant = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-2)
+  accountant.compose(dp_accounting.PoissonSampledDpEvent(
+      c.sampling_prob, dp_accounting.GaussianDpEvent(c.noise_multiplier)), c.compositions)
+  assert accountant.get_epsilon(delta) <= epsilon
+
+
+def test_one_band_is_dp_sgd(selector):
+  # C = I: RmsLoss^2 = mean_i (i + 1) = (n + 1) / 2.
+  assert selector.loss(1) == pytest.approx(math.sqrt(49 / 2), rel=1e-12)
+
+
+def test_coarse_grid():
+  assert band_selection.coarse_grid(12) == (1, 2, 4, 8, 12)
+  assert band_selection.coarse_grid(1) == (1,)
+  assert band_selection.max_bands(2052, 342477, 1000) == 342
+  assert band_selection.max_bands(10, 342477, 1000) == 10
+
+
+@pytest.mark.parametrize('args, name', [
+    ((48, 100, 200), 'batch_size'), ((0, 100, 10), 'num_rounds'), ((48, 100.5, 10), 'dataset_size'),
+])
+def test_bad_settings_name_the_parameter(args, name):
+  with pytest.raises(ValueError, match=name):
+    band_selection.BandSelector(*args)
+
+
+def test_bad_bands_and_targets(selector):
+  with pytest.raises(ValueError, match='num_bands'):
+    selector.loss(13)
+  with pytest.raises(ValueError, match='target_epsilon'):
+    selector.select(-1.0, 1e-6)
+  with pytest.raises(ValueError, match='error'):
+    band_selection.BandSelector(48, 1200, 100, error='mean')

@@ -1,0 +1,171 @@
+"""The drivers with Poisson and cyclic-Poisson client sampling: a tiny EMNIST run whose log is the
+sampler's independent re-draw (an empty round included), resume, the binary's flags, and the
+one-line errors of bad sampler combinations."""
+
+import csv
+import json
+import os
+
+import numpy as np
+import pytest
+from absl import flags
+
+from dp_ftrl_tff import plan as plan_lib
+from dp_ftrl_tff.learning import poisson_sampler
+from experiments import driver_flags, run_config, training_loop
+from experiments.emnist import run_emnist
+from tests.experiments import bad_inputs_test, conftest
+
+EMNIST_TASK = {'model': 'tiny', 'only_digits': True}
+POPULATION, Q = 30, 0.05  # a round is empty with probability 0.95^30 = 0.21
+
+
+def _expected_cohorts(sampling, seed, num_rounds, client_ids=None):
+  """round -> set of ids, drawn by a fresh sampler (ids default to placeholders)."""
+  client_ids = client_ids or [f'c{i}' for i in range(sampling.population)]
+  sampler = poisson_sampler.PoissonSampler(client_ids, sampling, seed=seed)
+  return {t: set(np.asarray(sampler.client_ids)[sampler.cohort_indices(t)]) for t in
+          range(num_rounds)}
+
+
+def _seed_with_an_empty_round(num_rounds):
+  """The first seed whose first `num_rounds` Poisson rounds include an empty and a non-empty one."""
+  sampling = plan_lib.Sampling('poisson', Q, 1, POPULATION)
+  for seed in range(100):
+    sizes = [len(c) for c in _expected_cohorts(sampling, seed, num_rounds).values()]
+    if 0 in sizes and max(sizes) > 0:
+      return seed
+  raise AssertionError('no seed in range(100) gives an empty round')  # probability < 1e-10
+
+
+def _log(config):
+  """round -> set of client ids, read with the csv module."""
+  rounds = {}
+  with open(os.path.join(config.output_dir, 'participation.csv'), newline='') as f:
+    for row in csv.DictReader(f):
+      rounds.setdefault(int(row['round']), set()).add(row['client_id'])
+  return rounds
+
+
+def _poisson_settings(seed):
+  return dict(task=EMNIST_TASK, sampler='poisson', sampling_prob=Q, clients_per_round=None,
+              min_sep=1, seed=seed, synthetic_num_clients=POPULATION, mechanism='blt')
+
+
+def test_poisson_run_logs_the_seeded_cohorts_and_runs_empty_rounds(config_factory):
+  seed = _seed_with_an_empty_round(3)
+  config = config_factory(rounds=3, **_poisson_settings(seed))
+  task = run_emnist.build_task(config)
+  result = training_loop.run(task, config)
+
+  sampling = plan_lib.Sampling('poisson', Q, 1, POPULATION)
+  expected = _expected_cohorts(sampling, seed, 3, list(task.train_data.client_ids))
+  logged = _log(config)
+  assert {t: logged.get(t, set()) for t in range(3)} == expected
+  with open(os.path.join(config.output_dir, 'plan.json')) as f:
+    saved = json.load(f)
+  assert saved['sampling'] == sampling.to_config()
+  assert saved['clients_per_round'] == pytest.approx(Q * POPULATION, rel=1e-15)
+  with open(os.path.join(config.output_dir, 'metrics.csv'), newline='') as f:
+    rows = {int(r['round']): r for r in csv.DictReader(f)}
+  for t in range(3):
+    assert int(float(rows[t]['cohort_size'])) == len(expected[t])
+    # An empty round still runs and adds its noise; it has no training loss.
+    assert np.isnan(float(rows[t]['train_loss'])) == (not expected[t])
+    assert float(rows[t]['aggregator/noise_stddev']) > 0
+  weights = result['process'].get_model_weights(result['state']).trainable
+  assert all(np.all(np.isfinite(w)) for w in weights)
+  assert result['privacy_report'] is not None
+
+
+@pytest.mark.slow
+def test_poisson_run_resumes_with_the_same_cohorts(config_factory):
+  seed = _seed_with_an_empty_round(3)
+  first = config_factory(rounds=2, **_poisson_settings(seed))
+  task = run_emnist.build_task(first)
+  training_loop.run(task, first)
+  resumed = config_factory(rounds=3, **_poisson_settings(seed))
+  training_loop.run(run_emnist.build_task(resumed), resumed)
+  expected = _expected_cohorts(plan_lib.Sampling('poisson', Q, 1, POPULATION), seed, 3,
+                               list(task.train_data.client_ids))
+  logged = _log(resumed)
+  assert {t: logged.get(t, set()) for t in range(3)} == expected
+
+
+def _parse(*args):
+  fv = flags.FlagValues()
+  driver_flags.define_common_flags(fv)
+  fv(['driver', '--root_output_dir=/tmp/unused', *args])
+  return driver_flags.config_from_flags(fv, {})
+
+
+def test_sampler_flags_resolve_the_schedule():
+  config = _parse('--sampler=cyclic_poisson', '--sampling_prob=0.2', '--sampling_groups=4')
+  assert (config.min_sep, config.clients_per_round, config.sampling_groups) == (4, None, 4)
+  assert config.sampling(90) == plan_lib.Sampling('cyclic_poisson', 0.2, 4, 90)
+  assert config.participation.min_sep == 4
+  banded = _parse('--sampler=cyclic_poisson', '--sampling_prob=0.2', '--mechanism=banded',
+                  '--num_bands=3')
+  assert banded.sampling_groups == 3 and banded.min_sep == 3
+  assert _parse().clients_per_round == run_config.DEFAULT_CLIENTS_PER_ROUND
+  assert _parse('--sampler=poisson', '--sampling_prob=1').sampling(5).expected_clients_per_round == 5
+
+
+@pytest.mark.parametrize('args, fragment', [
+    (['--sampler=poisson'], 'needs `sampling_prob`'),
+    (['--sampler=poisson', '--sampling_prob=0'], 'sampling_prob'),
+    (['--sampler=poisson', '--sampling_prob=0.1', '--clients_per_round=5'],
+     '`clients_per_round` conflicts'),
+    (['--sampler=poisson', '--sampling_prob=0.1', '--min_sep=3'], 'poisson enforces no separation'),
+    (['--sampler=poisson', '--sampling_prob=0.1', '--sampling_groups=2'], 'cyclic_poisson'),
+    (['--sampler=poisson', '--sampling_prob=0.1', '--max_participations=2'],
+     '`max_participations`'),
+    (['--sampler=poisson', '--sampling_prob=0.1', '--secure_aggregation'],
+     '`secure_aggregation`'),
+    (['--sampler=cyclic_poisson', '--sampling_prob=0.1'], 'needs `sampling_groups`'),
+    (['--sampler=cyclic_poisson', '--sampling_prob=0.1', '--sampling_groups=4', '--min_sep=3'],
+     'enforces min_sep 4'),
+    (['--sampling_prob=0.1'], '`sampling_prob` applies only'),
+])
+def test_bad_sampler_combinations_name_the_flag(args, fragment):
+  with pytest.raises(ValueError, match=fragment.replace('(', r'\(')):
+    _parse(*args)
+
+
+def test_amplification_warning_only_for_strategies_sampling_cannot_amplify():
+  from dp_ftrl_tff.mechanisms import banded, registry
+  cyclic = plan_lib.Sampling('cyclic_poisson', 0.1, 3, 30)
+  two_bands = banded.BandedStrategy.from_band_rows(np.array([[1.0, 0.0]] + [[1.0, 0.3]] * 9))
+  assert run_config.amplification_warning(registry.default_strategy('gaussian'), cyclic) is None
+  assert run_config.amplification_warning(two_bands, cyclic) is None
+  assert 'not banded' in run_config.amplification_warning(
+      registry.default_strategy('tree'), cyclic)
+  assert 'bands exceed' in run_config.amplification_warning(
+      two_bands, plan_lib.Sampling('poisson', 0.1, 1, 30))
+
+
+@pytest.mark.slow
+def test_cyclic_poisson_binary_runs_and_a_bad_combination_is_one_line(tmp_path):
+  args = ['--model=tiny', '--rounds=2', '--synthetic_num_clients=30',
+          '--synthetic_examples_per_client=8', '--noise_seed=3', '--eval_every=2',
+          '--eval_max_examples=64', '--mechanism=banded', '--sampler=cyclic_poisson',
+          '--sampling_prob=0.3', '--sampling_groups=2', '--experiment_name=cyclic',
+          f'--root_output_dir={tmp_path / "runs"}']
+  code, stdout, stderr = bad_inputs_test.run_cli(bad_inputs_test.EMNIST, args, tmp_path)
+  assert code == 0, stderr[-3000:]
+  assert 'cyclic_poisson sampling q=0.3, 2 groups, expected 4.5 clients per round' in stdout
+  out = tmp_path / 'runs' / 'cyclic'
+  plan = plan_lib.load_plan(out / 'plan.json')
+  assert plan.sampling == plan_lib.Sampling('cyclic_poisson', 0.3, 2, 30)
+  assert plan.strategy.num_bands <= 2  # optimized for min_sep = 2 groups
+  history = conftest.read_log(out / 'participation.csv')
+  rounds = sorted(r for rs in history.values() for r in rs)
+  # Rounds 0 and 1 draw from the two disjoint groups.
+  assert all(len(rs) == 1 for rs in history.values()), history
+  assert set(rounds) <= {0, 1}
+  code, _, stderr = bad_inputs_test.run_cli(
+      bad_inputs_test.EMNIST, [*args[:-2], '--clients_per_round=4', '--experiment_name=bad',
+                               f'--root_output_dir={tmp_path / "runs"}'], tmp_path)
+  assert code == 2
+  assert len(stderr.strip().splitlines()) == 1 and 'Traceback' not in stderr
+  assert '--clients_per_round conflicts with --sampler=cyclic_poisson' in stderr

@@ -1,0 +1,109 @@
+"""The amplified guarantee in the privacy report: `build_report(sampling_prob=, sampling_groups=)`
+against dp_accounting, and `python -m experiments.privacy_report --sampling_prob --sampling_groups`
+or a `--plan` with random sampling (run as subprocesses)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import dp_accounting
+import numpy as np
+import pytest
+
+from dp_ftrl_tff import plan as plan_lib
+from dp_ftrl_tff.accounting import report, report_render
+from dp_ftrl_tff.mechanisms import banded, files, gaussian, participation
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _run(*args):
+  return subprocess.run([sys.executable, '-m', 'experiments.privacy_report', *args], cwd=_ROOT,
+                        capture_output=True, text=True, timeout=300)
+
+
+def _banded(n=24, bands=3):
+  rng = np.random.default_rng(0)
+  lags = np.subtract.outer(np.arange(n), np.arange(n))
+  return banded.BandedStrategy(np.where((lags >= 0) & (lags < bands),
+                                        rng.uniform(0.2, 1.0, (n, n)), 0.0))
+
+
+def _direct_epsilon(sigma, q, count, delta):
+  accountant = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-4)
+  accountant.compose(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)),
+                     count)
+  return accountant.get_epsilon(delta)
+
+
+def test_build_report_adds_the_amplified_guarantee_next_to_the_headline():
+  strategy = _banded()
+  schema = participation.ParticipationSchema(min_sep=4)
+  plain = report.build_report(strategy, 24, schema, noise_multiplier=3.0, delta=1e-6)
+  sampled = report.build_report(strategy, 24, schema, noise_multiplier=3.0, delta=1e-6,
+                                sampling_prob=0.2, sampling_groups=4)
+  assert plain.amplified is None
+  assert sampled.guarantee == plain.guarantee  # the headline holds whatever the sampling
+  kappa = np.linalg.norm(strategy.strategy_matrix(24), axis=0).max()
+  a = sampled.amplified
+  assert (a.num_groups, a.compositions, a.sampling_prob) == (4, 6, 0.2)
+  assert a.epsilon == pytest.approx(_direct_epsilon(3.0 / kappa, 0.2, 6, 1e-6), rel=1e-9)
+  assert a.epsilon < plain.guarantee.epsilon
+  rendered = report_render.to_dict(sampled)['amplified']
+  assert rendered['epsilon'] == a.epsilon and rendered['num_groups'] == 4
+  assert 'amplified' in report_render.summary(sampled)
+  assert 'BandMF paper Thm. 4' in report_render.to_markdown(sampled)
+
+
+def test_build_report_refuses_more_bands_than_groups_and_groups_without_probability():
+  schema = participation.ParticipationSchema(min_sep=4)
+  with pytest.raises(ValueError, match='3 bands but `num_groups`=2'):
+    report.build_report(_banded(), 24, schema, noise_multiplier=3.0, sampling_prob=0.2,
+                        sampling_groups=2)
+  with pytest.raises(ValueError, match='sampling_groups'):
+    report.build_report(_banded(), 24, schema, noise_multiplier=3.0, sampling_groups=2)
+
+
+def test_flags(tmp_path):
+  path = str(tmp_path / 'banded.npz')
+  files.save_strategy(_banded(), path)
+  proc = _run(f'--mechanism_file={path}', '--noise_multiplier=3', '--rounds=24', '--min_sep=4',
+              '--sampling_prob=0.2', '--sampling_groups=4', '--target_delta=1e-6', '--json')
+  assert proc.returncode == 0, proc.stderr
+  out = json.loads(proc.stdout)
+  assert out['amplified']['compositions'] == 6
+  assert out['amplified']['epsilon'] < out['epsilon']
+  proc = _run(f'--mechanism_file={path}', '--noise_multiplier=3', '--rounds=24', '--min_sep=4',
+              '--sampling_prob=0.2', '--sampling_groups=2')
+  assert proc.returncode == 2
+  assert proc.stderr.count('\n') == 1 and 'at most as many bands as sampling groups' in proc.stderr
+  proc = _run('--mechanism=gaussian', '--noise_multiplier=3', '--rounds=24', '--min_sep=1',
+              '--sampling_prob=1.5')
+  assert proc.returncode == 2 and proc.stderr.startswith('privacy_report: error: --sampling_prob')
+
+
+def test_plan_with_sampling(tmp_path):
+  sampling = plan_lib.Sampling(kind='poisson', sampling_prob=0.05, num_groups=1, population=2000)
+  run_plan = plan_lib.RunPlan.build(gaussian.GaussianStrategy(), 1.5, None, 1.0, sampling=sampling)
+  path = str(tmp_path / 'plan.json')
+  plan_lib.save_plan(run_plan, path)
+  proc = _run(f'--plan={path}', '--rounds=30', '--min_sep=1', '--target_delta=1e-6', '--json')
+  assert proc.returncode == 0, proc.stderr
+  out = json.loads(proc.stdout)['amplified']
+  assert (out['num_groups'], out['sampling_prob'], out['compositions']) == (1, 0.05, 30)
+  assert out['epsilon'] == pytest.approx(_direct_epsilon(1.5, 0.05, 30, 1e-6), rel=1e-9)
+  proc = _run(f'--plan={path}', '--rounds=30', '--min_sep=1', '--sampling_prob=0.1')
+  assert proc.returncode == 2 and 'excludes --sampling_prob' in proc.stderr
+
+
+def test_plan_whose_strategy_the_theorem_does_not_cover_keeps_the_unamplified_report(tmp_path):
+  sampling = plan_lib.Sampling(kind='poisson', sampling_prob=0.05, num_groups=1, population=2000)
+  run_plan = plan_lib.RunPlan.build(_banded(), 3.0, None, 1.0, sampling=sampling)
+  path = str(tmp_path / 'plan.json')
+  plan_lib.save_plan(run_plan, path)
+  proc = _run(f'--plan={path}', '--rounds=24', '--min_sep=4', '--json')
+  assert proc.returncode == 0, proc.stderr
+  out = json.loads(proc.stdout)
+  assert out['amplified'] is None
+  assert any('no amplified guarantee' in w and '3 bands' in w for w in out['warnings'])
