@@ -18,10 +18,20 @@ t - j < 0). Rounds are 0-based, t = 0 .. n-1. All math is float64 numpy/scipy.
 
 Optimizer cost: B = A C^-1 = (C A^-1)^-1 and A^-1 is banded (prefix sums: I - shift), so the row
 errors ||B_i||^2 are the diagonal of (D^T D)^-1 for the banded D = C A^-1. `_RowErrors` gets them by a
-block recursion on a q x q window of B B^T (q = bands of D - 1) in O(n q^2) flops, with a
-hand-derived reverse mode for the gradient that re-reads the stored windows (O(n q^2 / 64) memory); no
-n x n matrix is formed (the previous O(b-hat n^2) evaluation formed C^-1 and B). `BandedStrategy.errors` uses the same recursion; `noise_matrix` still
-materializes C^-1 by blocked forward substitution.
+block recursion on a q x q window of B B^T (q = bands of D - 1) in O(n q^2) flops (3 n q^2
+multiply-adds with the gradient), with a hand-derived reverse mode for the gradient that re-reads
+the stored windows (O(n q^2 / 64) memory); the blocks of D are strided views of one padded array
+(`_BlockLayout`) and no n x n matrix is formed. `BandedStrategy.errors` uses the same recursion;
+`noise_matrix` still materializes C^-1 by blocked forward substitution.
+
+Optimizer schedule (prefix sums, b-hat >= 40): coarse to fine. The optimum C of (n, b-hat) looks like
+the optimum of (n / 2, b-hat / 2) stretched by 2 in both directions, once each column is divided by
+the Toeplitz square root of A (docs/papers.md#bsr): at n = 2052, 342 bands the stretched 1026 / 171
+optimum has RmsLoss 8.5955, the fine optimum 8.5952, the banded Toeplitz start 8.746. So the
+optimizer solves 129 / 22, 257 / 43, ..., n / b-hat in turn (`_level_sizes`), each stage started
+from the previous optimum (`_interpolate_band_rows`); the cheap coarse stages do most of the work
+and the full-size stage needs 19 ('rms') and 31 ('max') evaluations at n = 2052, where the single
+stage from the Toeplitz start needed 104 and 151 (docs/benchmarks/banded.md).
 """
 
 import time
@@ -44,7 +54,29 @@ _BLOCK = 128
 # on it; larger blocks add O(n s q + n s^2) flops, smaller ones per-block call overhead.
 _ROW_BLOCK = 64
 # Smooth maximum for error='max' with a general banded C: the p-mean of the row errors ||B_i||^2.
-_MAX_ERROR_POWER = 64.0
+# Its minimizer's largest row error falls as p grows, its conditioning worsens: at n = 2052, 342
+# bands, fully converged, MaxLoss 9.235 (p = 64, the value before issue 16), 9.173 (128), 9.139 (256),
+# 9.121 (512), the last two at 2 to 3 times the evaluations of p = 128.
+_MAX_ERROR_POWER = 128.0
+# Coarse-to-fine optimization of the general banded C (`_level_sizes`): halve n and b-hat while b-hat
+# stays >= this many bands.
+_COARSEST_BANDS = 20
+# Default L-BFGS stopping tolerances (relative objective decrease per iteration, L-BFGS-B's ftol):
+# the banded Toeplitz stage (milliseconds per step); the general stage for 'rms', whose objective
+# is the squared RmsLoss / sens^2 (1e-6 is 5e-7 relative in the loss); for 'max', whose objective, the
+# p-mean of the row errors, differs from their maximum by up to a factor n^(1/p) (6% at n = 2052):
+# a decrease of 1e-5 per iteration is already below what the surrogate resolves.
+_TOEPLITZ_TOLERANCE = 1e-7
+_GENERAL_TOLERANCE = {'rms': 1e-6, 'max': 1e-5}
+# Iterations over which the general stages average the relative decrease for their stopping test.
+_STOPPING_WINDOW = 5
+# Column norms of every L-BFGS start (the objective is invariant to them; see `optimize_banded`).
+_START_COLUMN_NORM = 100.0
+# L-BFGS correction pairs for the general banded C: at 6e5 parameters (n = 2052, 342 bands)
+# L-BFGS-B's own work per iteration is about 0.03 s of CPU with 5 pairs, 0.04 s with 10 and 0.065 s
+# with 20, against 0.07 s for one objective evaluation; 5 pairs took the least time in total
+# (2.8 s against 3.0 s for 'rms', 4.0 s against 4.5 s for 'max', one BLAS thread).
+_LBFGS_MEMORY = 5
 
 
 def _check_band_rows(band_rows) -> np.ndarray:
@@ -117,23 +149,54 @@ def _inverse(c: np.ndarray, num_bands: int) -> np.ndarray:
   return m
 
 
-def _block_layout(num_rounds: int, num_bands: int) -> list:
-  """Row blocks of `_RowErrors` for an n x n lower-triangular matrix with `num_bands` bands.
+class _BlockLayout:
+  """Row blocks of `_RowErrors` for an n x n lower-triangular D with `num_bands` bands (q = bands - 1).
 
-  Each entry is (start, end, left, valid, rows, lags): the block holds rows start..end-1 and columns
-  start-left..end-1 (left = min(q, start), q = num_bands - 1); `valid` marks its band entries, whose
-  band-row indices are (rows, lags).
+  Block b holds rows start..end-1 (s = end - start <= `block` rows) and columns start-left..end-1
+  (left = min(q, start)) of D as a dense s x (left + s) matrix [E | L]: E = D[I, K] couples the block
+  to the q rows K before it, L = D[I, I] is lower triangular.
+
+  Storage: D's band rows reversed, F[t, k] = D[t, t - (q - k)] for k <= q, each row followed by
+  `block` zeros (row length w = q + 1 + block). Entry (i, c) of block b is
+  D[start + i, start - left + c] = F[start + i, q - left - i + c], at flat offset
+  (start w + q - left) + i (w - 1) + c: every block is a strided view of F (row stride w - 1, unit
+  column stride, so BLAS reads it without a copy). Its structural zeros land in the zero padding:
+  the strict upper triangle of L on the padding of the same row (k > q), the lower-left corner of E
+  (lags > q) on the padding of the previous row. No two positions of one view share memory and the
+  views only reach band entries (k <= q) of their own rows, so gradients written through the views
+  of a zero array land exactly on D's band entries, once each (plus junk in the padding, dropped).
   """
-  q = num_bands - 1
-  layout = []
-  for start in range(0, num_rounds, _ROW_BLOCK):
-    end = min(num_rounds, start + _ROW_BLOCK)
-    left = min(q, start)
-    lags = np.arange(start, end)[:, None] - np.arange(start - left, end)[None, :]
-    valid = (lags >= 0) & (lags <= q)
-    rows = np.broadcast_to(np.arange(start, end)[:, None], lags.shape)[valid]
-    layout.append((start, end, left, valid, rows, lags[valid]))
-  return layout
+
+  def __init__(self, num_rounds: int, num_bands: int, block: int):
+    self.num_rounds, self.num_bands = num_rounds, num_bands
+    self.row_length = num_bands + block
+    q = num_bands - 1
+    self.blocks = []
+    for start in range(0, num_rounds, block):
+      end = min(num_rounds, start + block)
+      left = min(q, start)
+      self.blocks.append((start, end, left, start * self.row_length + q - left))
+
+  def pack(self, d_rows: np.ndarray) -> np.ndarray:
+    """The padded reversed storage F (n, q + 1 + s) of D's band rows (n, q + 1)."""
+    padded = np.zeros((self.num_rounds, self.row_length))
+    padded[:, :self.num_bands] = d_rows[:, ::-1]
+    return padded
+
+  def unpack(self, padded: np.ndarray) -> np.ndarray:
+    """Band rows (n, q + 1) of D from its padded storage F (inverse of `pack` on the band)."""
+    return np.ascontiguousarray(padded[:, self.num_bands - 1::-1])
+
+  def split(self, padded: np.ndarray):
+    """Yields (start, end, left, E, L) views of the blocks of the padded storage F."""
+    flat = padded.reshape(-1)
+    item = flat.itemsize
+    for start, end, left, offset in self.blocks:
+      size = end - start
+      # The last entry read, (end - 1) w + q, lies inside F (see the class docstring).
+      matrix = np.lib.stride_tricks.as_strided(
+          flat[offset:], shape=(size, left + size), strides=((self.row_length - 1) * item, item))
+      yield start, end, left, matrix[:, :left], matrix[:, left:]
 
 
 class _RowErrors:
@@ -141,84 +204,87 @@ class _RowErrors:
 
   D (n x n, q + 1 bands, band rows as for C) is C A^-1 for a workload A whose inverse is banded (the
   prefix sums: A^-1 = I - shift, two bands), so B = A C^-1 = D^-1 and ||B_i||^2 = Z_ii with
-  Z = B B^T. Rows are processed in blocks I of `_ROW_BLOCK` rows; the q rows K before a block hold every
-  entry of D left of its diagonal block, so B_I = T (I_I - E B_K) with T = D_II^-1, E = D_IK, and
-  B_K lives on columns left of the block (orthogonal to the unit rows I_I). With the window
+  Z = B B^T. Rows are processed in blocks I (`_BlockLayout`); the q rows K before a block hold every
+  entry of D left of its diagonal block, so B_I = T (I_I - E B_K) with T = L^-1 (L = D_II), E = D_IK,
+  and B_K lives on columns left of the block (orthogonal to the unit rows I_I). With the window
   W = Z_KK (q x q) carried from block to block:
-      Z_IK = -T E W,   Z_II = T (I + E W E^T) T^T,
+      P = E W,   Z_IK = -T P,   M = I + P E^T,   Z_II = T M T^T,
   and the next window is assembled from W, Z_IK and Z_II. Per block O(s q^2 + s^2 q + s^3) flops,
-  O(n q^2) in all, never an n x n matrix. `gradient` is the hand-derived reverse mode of the same
-  recursion (same cost).
+  O(n q^2) in all (3 n q^2 multiply-adds with the gradient: P, E-bar and W-bar), never an n x n
+  matrix. `gradient` is the hand-derived reverse mode of the same recursion; it re-reads the stored
+  windows and products (about (n / s) q^2 floats).
   """
 
-  def __init__(self, d_rows: np.ndarray, layout: list):
-    """`d_rows`: band rows (n, q + 1) of D; `layout`: `_block_layout(n, q + 1)`."""
+  def __init__(self, d_rows: np.ndarray, layout: _BlockLayout):
+    """`d_rows`: band rows (n, q + 1) of D; `layout`: `_BlockLayout(n, q + 1, block)`."""
     n, bands = d_rows.shape
-    self._d_rows = d_rows
     q = bands - 1
-    self._blocks = []
+    self._layout = layout
+    self._buffer = layout.pack(d_rows)
+    self._saved = []
     self.row_errors = np.empty(n)
     window = np.zeros((0, 0))
-    for start, end, left, valid, rows, lags in layout:
+    for start, end, left, coupling, diagonal in layout.split(self._buffer):
       size = end - start
-      block = np.zeros(valid.shape)
-      block[valid] = d_rows[rows, lags]
-      coupling, diagonal = block[:, :left], block[:, left:]
-      inv = scipy.linalg.solve_triangular(diagonal, np.eye(size), lower=True, check_finite=False)
+      inv, info = scipy.linalg.lapack.dtrtri(diagonal, lower=1)
+      if info != 0:
+        raise np.linalg.LinAlgError('singular diagonal block')
+      inv = np.tril(inv)  # dtrtri leaves the (zero) strict upper triangle of its input as it was
       carried = coupling @ window  # P = E W
-      cross = -inv @ carried  # Z_IK
       middle = carried @ coupling.T  # M = I + P E^T
-      middle[np.diag_indices_from(middle)] += 1.0
+      middle.flat[::size + 1] += 1.0
+      cross = inv @ carried  # -Z_IK
       inv_middle = inv @ middle
       own = inv_middle @ inv.T  # Z_II
-      self.row_errors[start:end] = np.diag(own)
-      self._blocks.append((start, end, left, window, inv, carried, middle, inv_middle, coupling,
-                           valid, rows, lags))
+      self.row_errors[start:end] = np.diagonal(own)
+      self._saved.append((window, inv, carried, middle, inv_middle))
       # Next window: rows and columns max(0, end - q) .. end - 1 of Z.
-      keep = min(q, end) - size  # rows of the old window that stay
+      width = min(q, end)
+      keep = width - size  # rows of the old window that stay
       if keep <= 0:
-        window = own[size - min(q, end):, size - min(q, end):]
+        window = own[size - width:, size - width:]
         continue
-      old = window.shape[0]
-      new = np.empty((keep + size, keep + size))
-      new[:keep, :keep] = window[old - keep:, old - keep:]
-      new[keep:, :keep] = cross[:, left - keep:]
-      new[:keep, keep:] = cross[:, left - keep:].T
+      new = np.empty((width, width))
+      new[:keep, :keep] = window[left - keep:, left - keep:]
+      np.negative(cross[:, left - keep:], out=new[keep:, :keep])
+      new[:keep, keep:] = new[keep:, :keep].T
       new[keep:, keep:] = own
       window = new
 
   def gradient(self, weights: np.ndarray) -> np.ndarray:
     """d(sum_i weights_i ||B_i||^2) / d band rows of D (same shape as the band rows)."""
-    grad_rows = np.zeros_like(self._d_rows)
-    grad_window = None  # adjoint of the window the next block read
-    for (start, end, left, window, inv, carried, middle, inv_middle, coupling, valid, rows,
-         lags) in reversed(self._blocks):
+    layout = self._layout
+    grad_buffer = np.zeros_like(self._buffer)
+    grad_next = None  # adjoint of the window the next block read
+    blocks = list(layout.split(self._buffer))
+    grad_blocks = list(layout.split(grad_buffer))
+    for (start, end, left, coupling, _), (_, _, _, grad_coupling, grad_diagonal), saved in zip(
+        reversed(blocks), reversed(grad_blocks), reversed(self._saved), strict=True):
+      window, inv, carried, middle, inv_middle = saved
       size = end - start
-      grad_own = np.diag(weights[start:end])
-      grad_cross = np.zeros((size, left))
+      grad_own = np.zeros((size, size))
+      grad_own.flat[::size + 1] = weights[start:end]
+      grad_cross = np.zeros((size, left))  # adjoint of -Z_IK = T P
       keep = 0
-      if grad_window is not None:
-        keep = grad_window.shape[0] - size
+      if grad_next is not None:
+        width = grad_next.shape[0]
+        keep = width - size
         if keep <= 0:
-          grad_own[size - grad_window.shape[0]:, size - grad_window.shape[0]:] += grad_window
+          grad_own[size - width:, size - width:] += grad_next
         else:
-          grad_cross[:, left - keep:] = grad_window[keep:, :keep] + grad_window[:keep, keep:].T
-          grad_own += grad_window[keep:, keep:]
-      # own = U T^T with U = T M; cross = -T P; M = I + P E^T; P = E W; T = L^-1.
-      grad_u = grad_own @ inv
-      grad_inv = grad_own.T @ inv_middle + grad_u @ middle.T - grad_cross @ carried.T
-      grad_middle = inv.T @ grad_u
-      grad_carried = grad_middle @ coupling - inv.T @ grad_cross
-      grad_coupling = grad_middle.T @ carried + grad_carried @ window.T
-      grad_previous = grad_window
+          grad_cross[:, left - keep:] = -(grad_next[keep:, :keep] + grad_next[:keep, keep:].T)
+          grad_own += grad_next[keep:, keep:]
+      # own = T M T^T (M symmetric); cross = T P; M = I + P E^T; P = E W; T = L^-1.
+      grad_inv = (grad_own + grad_own.T) @ inv_middle + grad_cross @ carried.T
+      grad_middle = inv.T @ grad_own @ inv
+      grad_carried = grad_middle @ coupling + inv.T @ grad_cross
+      grad_coupling[...] = grad_middle.T @ carried + grad_carried @ window
       grad_window = coupling.T @ grad_carried
       if keep > 0:  # the rows of this block's window that the next window kept
-        grad_window[window.shape[0] - keep:, window.shape[0] - keep:] += grad_previous[:keep, :keep]
-      grad_block = np.empty((size, left + size))
-      grad_block[:, :left] = grad_coupling
-      grad_block[:, left:] = -inv.T @ grad_inv @ inv.T
-      grad_rows[rows, lags] = grad_block[valid]
-    return grad_rows
+        grad_window[left - keep:, left - keep:] += grad_next[:keep, :keep]
+      grad_diagonal[...] = -inv.T @ grad_inv @ inv.T
+      grad_next = grad_window
+    return layout.unpack(grad_buffer)
 
 
 def _prefix_sum_row_errors(band_rows: np.ndarray) -> np.ndarray:
@@ -229,7 +295,27 @@ def _prefix_sum_row_errors(band_rows: np.ndarray) -> np.ndarray:
   d_rows[:, :num_bands] = band_rows
   d_rows[:, 1:] -= band_rows
   d_rows[np.arange(num_bands + 1)[None, :] > np.arange(n)[:, None]] = 0.0  # columns t - l < 0
-  return _RowErrors(d_rows, _block_layout(n, num_bands + 1)).row_errors
+  return _RowErrors(d_rows, _BlockLayout(n, num_bands + 1, _ROW_BLOCK)).row_errors
+
+
+def _band_sensitivity_squared(band_rows: np.ndarray,
+                              participation: participation_lib.ParticipationSchema):
+  """`BandedStrategy.sensitivity_squared` over all n rounds from the band, O(n b-hat), or None.
+
+  Applies where that method's dense route is a function of the column norms alone: single
+  participation (the largest squared column norm) and, not fixed-epoch, b-hat <= min_sep
+  (BandMF Alg. 5: VecSens of the squared column norms). The dense route sums the same squares in
+  another order (equal to a few ulps) but forms n x n arrays (4 s at n = 8192).
+  """
+  num_rounds, num_bands = band_rows.shape
+  single = participation.is_single_participation(num_rounds)
+  if participation.fixed_epoch or not (single or num_bands <= participation.min_sep):
+    return None
+  t, lag = np.nonzero(band_rows)
+  column_sq = np.bincount(t - lag, weights=band_rows[t, lag]**2, minlength=num_rounds)
+  if single:
+    return float(np.max(column_sq))
+  return sensitivity.vec_sens(column_sq, participation.min_sep, participation.max_participations)
 
 
 def stream_inverse(band_rows, values) -> np.ndarray:
@@ -283,6 +369,18 @@ class BandedStrategy(base.Strategy):
     return cls(matrix_from_band_rows(band_rows))
 
   @classmethod
+  def _from_band_rows_unchecked(cls, band_rows: np.ndarray) -> 'BandedStrategy':
+    """From band rows that are lower triangular by construction (the optimizer's), without the dense
+    n x n round trip of `from_band_rows` (537 MB at n = 8192); trailing all-zero bands are dropped
+    as there."""
+    band_rows = _check_band_rows(band_rows)
+    nonzero = np.flatnonzero(np.any(band_rows != 0, axis=0))
+    strategy = cls.__new__(cls)
+    strategy._band_rows = np.array(band_rows[:, :nonzero[-1] + 1])  # column 0 is positive
+    strategy._band_rows.setflags(write=False)
+    return strategy
+
+  @classmethod
   def from_toeplitz(cls, coefs, num_rounds: int) -> 'BandedStrategy':
     """The banded Toeplitz C[t, t - j] = coefs[j] (j < len(coefs)) for `num_rounds` rounds."""
     num_rounds = _validation.check_positive_int(num_rounds, 'num_rounds')
@@ -328,7 +426,8 @@ class BandedStrategy(base.Strategy):
     Single participation: the largest squared column norm. With `num_bands` <= `min_sep` the exact
     BandMF Alg. 5 value VecSens(diag(C^T C)) (fixed-epoch: the best epoch pattern); with more bands than
     `min_sep` the Alg. 4 upper bound (fixed-epoch: the per-epoch Eq. 5 value). All through
-    `sensitivity.dense_squared`.
+    `sensitivity.dense_squared` (n x n; `memory.estimate_bytes` counts on it; `optimize_banded`
+    reports its losses through the O(n b-hat) `_band_sensitivity_squared` where that applies).
     """
     num_rounds = self.check_num_rounds(num_rounds)
     participation_lib.check_participation(participation)
@@ -388,6 +487,7 @@ class _Workload:
   def __init__(self, num_rounds: int, workload: Optional[np.ndarray]):
     if workload is None:
       self._matrix = None
+      self.is_prefix_sums = True
       return
     workload = np.asarray(workload, dtype=np.float64)
     if workload.shape != (num_rounds, num_rounds) or not np.all(np.isfinite(workload)):
@@ -398,6 +498,7 @@ class _Workload:
     if np.any(np.diag(workload) == 0):
       raise ValueError('`workload` must be invertible (a non-zero diagonal).')
     self._matrix = workload
+    self.is_prefix_sums = bool(np.all(workload == np.tril(np.ones_like(workload))))
 
   def apply(self, x: np.ndarray) -> np.ndarray:
     return np.cumsum(x, axis=0) if self._matrix is None else self._matrix @ x
@@ -464,13 +565,6 @@ def _toeplitz_objective(coefs: np.ndarray, num_rounds: int, workload_coefs: np.n
   return value, grad
 
 
-def _column_indices(num_rounds: int, num_bands: int) -> tuple:
-  """Row and column indices of the band of an n x n lower-triangular C, column by column."""
-  j, r = np.indices((num_rounds, num_bands))
-  valid = j + r < num_rounds
-  return (j + r)[valid], j[valid]
-
-
 class _BandedObjective:
   """Error of a column-normalized banded C = P diag(1 / ||P[:, j]||) over the free band entries of P.
 
@@ -478,18 +572,34 @@ class _BandedObjective:
   minimizes the loss (BandMF Problem 2). The row errors ||B_i||^2 of B = A C^-1 = (C A^-1)^-1 come
   from `_RowErrors` on D = C A^-1 (b-hat + w - 1 bands for a w-banded A^-1): O(n (b-hat + w)^2) per
   evaluation, never an n x n matrix.
+
+  Parameters: P's band entries row by row in band-row order (R[t, l] = P[t, t - l], l <= min(t,
+  b-hat - 1)), so rows b-hat - 1 .. n - 1 are one contiguous (n - b-hat + 1, b-hat) block and only
+  the first b-hat - 1 rows are scattered. Column j of P is the diagonal R[j + l, l] of the band rows:
+  a strided view of the band rows padded with b-hat zero rows (`_columns`), and a per-column value
+  v_j spread over the band rows, v[t - l], is a sliding-window view of v (`_per_entry`); no
+  per-evaluation index arrays.
   """
 
   def __init__(self, num_rounds: int, num_bands: int, workload: _Workload, error: str):
     self.n = num_rounds
     self.num_bands = num_bands
     self.error = error
-    self.rows, self.cols = _column_indices(num_rounds, num_bands)
+    rows, lags = np.indices((num_rounds, num_bands))
+    valid = rows >= lags
+    self.rows, self.cols = rows[valid], (rows - lags)[valid]
+    head = valid[:num_bands - 1]  # the partial rows 0 .. b-hat - 2
+    self._head_index = np.flatnonzero(head)
+    self._head_size = self._head_index.size
     self._inverse_rows = workload.inverse_band_rows(num_rounds)
-    source = np.arange(num_rounds)[:, None] - np.arange(num_bands)[None, :]
+    source = rows - lags
     self._inside = source >= 0
     self._source = np.maximum(source, 0)
-    self._layout = _block_layout(num_rounds, num_bands + self._inverse_rows.shape[1] - 1)
+    # A narrow A^-1 (prefix sums: 2 bands) keeps its factors; a wide one forms them lag by lag.
+    self._kept_factors = None
+    if self._inverse_rows.shape[1] <= 4:
+      self._kept_factors = list(self._factors())
+    self._layout = _BlockLayout(num_rounds, num_bands + self._inverse_rows.shape[1] - 1, _ROW_BLOCK)
 
   def _factors(self):
     """factor[t, m] = A^-1[t - m, t - m - r] for r = 0, 1, ...: D[t, t - m - r] += C[t, t - m] factor.
@@ -497,50 +607,116 @@ class _BandedObjective:
     Formed one lag r at a time (n x b-hat each), so a workload with a wide inverse costs time, not
     memory.
     """
+    if self._kept_factors is not None:
+      yield from self._kept_factors
+      return
     for r in range(self._inverse_rows.shape[1]):
       yield np.where(self._inside, self._inverse_rows[self._source, r], 0.0)
 
+  def _padded_rows(self, params: np.ndarray) -> np.ndarray:
+    """P's band rows (n, b-hat) followed by b-hat zero rows."""
+    padded = np.zeros((self.n + self.num_bands, self.num_bands))
+    padded.reshape(-1)[self._head_index] = params[:self._head_size]
+    padded[self.num_bands - 1:self.n] = params[self._head_size:].reshape(-1, self.num_bands)
+    return padded
+
+  def _columns(self, padded: np.ndarray) -> np.ndarray:
+    """(n, b-hat) view V[j, l] = padded[j + l, l] = P[j + l, j] (0 past row n - 1).
+
+    Flat offset j b-hat + l (b-hat + 1); the last one read, (n - 1) b-hat + (b-hat - 1)(b-hat + 1),
+    is below (n + b-hat) b-hat, the padded size.
+    """
+    item = padded.itemsize
+    return np.lib.stride_tricks.as_strided(
+        padded, shape=(self.n, self.num_bands),
+        strides=(self.num_bands * item, (self.num_bands + 1) * item), writeable=False)
+
+  def _per_entry(self, per_column: np.ndarray) -> np.ndarray:
+    """(n, b-hat) read-only view E[t, l] = per_column[t - l] (0 where t < l)."""
+    padded = np.concatenate([np.zeros(self.num_bands - 1), per_column])
+    return np.lib.stride_tricks.sliding_window_view(padded, self.num_bands)[:, ::-1]
+
+  def column_norms(self, params: np.ndarray) -> np.ndarray:
+    columns = self._columns(self._padded_rows(params))
+    return np.sqrt(np.einsum('ij,ij->i', columns, columns))
+
+  def band_rows(self, params: np.ndarray) -> np.ndarray:
+    """Band rows (n, b-hat) of the column-normalized C, rows with a negative diagonal entry flipped
+    (the same objective, see `value_and_grad`)."""
+    padded = self._padded_rows(params)
+    columns = self._columns(padded)
+    rows = padded[:self.n] * self._per_entry(1.0 / np.sqrt(np.einsum('ij,ij->i', columns, columns)))
+    return rows * np.where(rows[:, :1] < 0, -1.0, 1.0)
+
   def matrix(self, params: np.ndarray) -> np.ndarray:
-    norms = np.sqrt(np.bincount(self.cols, weights=params**2, minlength=self.n))
-    c = np.zeros((self.n, self.n))
-    c[self.rows, self.cols] = params / norms[self.cols]
-    return c
+    return _dense(self.band_rows(params))
 
   def params_from_matrix(self, c: np.ndarray) -> np.ndarray:
     return c[self.rows, self.cols]
 
+  def params_from_band_rows(self, band_rows: np.ndarray) -> np.ndarray:
+    return np.concatenate([band_rows.reshape(-1)[self._head_index],
+                           band_rows[self.num_bands - 1:].reshape(-1)])
+
   def value_and_grad(self, params: np.ndarray) -> tuple:
-    norms = np.sqrt(np.bincount(self.cols, weights=params**2, minlength=self.n))
-    unit = params / norms[self.cols]
-    band_rows = np.zeros((self.n, self.num_bands))
-    band_rows[self.rows, self.rows - self.cols] = unit
-    if np.any(band_rows[:, 0] <= 0):
+    padded = self._padded_rows(params)
+    columns = self._columns(padded)
+    norms = np.sqrt(np.einsum('ij,ij->i', columns, columns))
+    if not np.all(norms > 0):  # also catches NaN
       return np.inf, np.zeros_like(params)
+    scale = self._per_entry(1.0 / norms)
+    unit = padded[:self.n] * scale
+    # A negative diagonal entry is allowed: flipping the sign of row t of C (S C) keeps its column
+    # norms and the row norms of B = A C^-1 S, so the objective is the same as for the positive
+    # diagonal and `band_rows` flips such rows back. Only a singular C (a zero diagonal) is
+    # infinite; L-BFGS-B's line search stalls on infinite values (it did on a `diagonal > 0` test).
     d_rows = np.zeros((self.n, self.num_bands + self._inverse_rows.shape[1] - 1))
     for r, factor in enumerate(self._factors()):
-      d_rows[:, r:r + self.num_bands] += band_rows * factor
-    row_errors = _RowErrors(d_rows, self._layout)
+      d_rows[:, r:r + self.num_bands] += unit * factor
+    try:
+      row_errors = _RowErrors(d_rows, self._layout)
+    except np.linalg.LinAlgError:
+      return np.inf, np.zeros_like(params)
     value, weights = _row_weights(row_errors.row_errors, self.error)
     if not np.isfinite(value):
       return np.inf, np.zeros_like(params)
     grad_d = row_errors.gradient(weights)
-    grad_band = sum(grad_d[:, r:r + self.num_bands] * factor
-                    for r, factor in enumerate(self._factors()))
-    grad_unit = grad_band[self.rows, self.rows - self.cols]
-    radial = np.bincount(self.cols, weights=grad_unit * unit, minlength=self.n)
-    grad = (grad_unit - unit * radial[self.cols]) / norms[self.cols]
-    return value, grad
+    grad_unit = np.zeros((self.n + self.num_bands, self.num_bands))  # padded like the band rows
+    for r, factor in enumerate(self._factors()):
+      grad_unit[:self.n] += grad_d[:, r:r + self.num_bands] * factor
+    # unit = p / ||p_col||: the gradient is projected off each column's radial direction.
+    radial = np.einsum('ij,ij->i', self._columns(grad_unit), self._columns(padded)) / norms
+    grad_rows = (grad_unit[:self.n] - unit * self._per_entry(radial)) * scale
+    return value, self.params_from_band_rows(grad_rows)
 
 
 class _TimeLimit(Exception):
   pass
 
 
+class _Converged(Exception):
+  pass
+
+
 def _minimize(fun, x0: np.ndarray, max_iterations: int, max_seconds: Optional[float],
-              tolerance: float) -> tuple:
-  """L-BFGS (scipy L-BFGS-B, no bounds) with a wall-clock budget; returns (x, details)."""
+              tolerance: float, memory: int = 20, window: Optional[int] = None) -> tuple:
+  """L-BFGS (scipy L-BFGS-B, no bounds) with a wall-clock budget; returns (x, details).
+
+  Stops after `max_iterations` iterations, past `max_seconds` (the best point evaluated so far is
+  returned), or when the objective's relative decrease falls below `tolerance`: per iteration
+  (L-BFGS-B's own ftol test) without `window`, else on average over the last `window` iterations,
+  (f_{k - window} - f_k) / max(|f_k|, 1) <= window tolerance, checked after each iteration. The
+  window rule ignores a single iteration of little progress, e.g. a first step that the line search
+  had to shrink far, or a step into a kink of the smooth maximum; the per-iteration test ended coarse
+  stages after 3 to 6 iterations at n = 8192. With `window`, an L-BFGS-B run that ends without
+  meeting it (its line search found no decrease: a trial step far past a nearly singular C, seen
+  with error='max') is restarted from its best point with a fresh memory, within the same iteration
+  budget, as long as the previous run made progress. The projected-gradient test is off.
+  `memory`: L-BFGS correction pairs (maxcor).
+  """
   start = time.monotonic()
   best = {'value': np.inf, 'x': x0, 'evaluations': 0}
+  history = []  # objective after each iteration (the best so far: L-BFGS-B iterates decrease)
 
   def wrapped(x):
     if max_seconds is not None and time.monotonic() - start > max_seconds:
@@ -551,31 +727,122 @@ def _minimize(fun, x0: np.ndarray, max_iterations: int, max_seconds: Optional[fl
       best['value'], best['x'] = value, x.copy()
     return value, grad
 
+  def callback(_):
+    history.append(best['value'])
+    if len(history) > window:
+      decrease = history[-1 - window] - history[-1]
+      if decrease <= window * tolerance * max(abs(history[-1]), 1.0):
+        raise _Converged()
+
+  restarts = 0
   try:
-    result = scipy.optimize.minimize(wrapped, x0, jac=True, method='L-BFGS-B', options={
-        'maxiter': max_iterations, 'maxcor': 20, 'ftol': tolerance, 'gtol': 0.0})
-    message, iterations = str(result.message), int(result.nit)
+    while True:
+      done, value = len(history), best['value']
+      result = scipy.optimize.minimize(
+          wrapped, best['x'], jac=True, method='L-BFGS-B',
+          callback=None if window is None else callback,
+          options={'maxiter': max_iterations - done, 'maxcor': memory,
+                   'ftol': tolerance if window is None else 0.0, 'gtol': 0.0})
+      message, iterations = str(result.message), done + int(result.nit)
+      progressed = (best['value'] < value - tolerance * max(abs(value), 1.0)
+                    if np.isfinite(value) else np.isfinite(best['value']))
+      if window is None or len(history) >= max_iterations or not progressed:
+        break
+      restarts += 1  # stalled after some progress: restart from the best point
   except _TimeLimit:
     message, iterations = 'time limit reached', -1
+  except _Converged:
+    message = f'CONVERGENCE: RELATIVE REDUCTION OVER {window} ITERATIONS <= {window} TOLERANCE'
+    iterations = len(history)
   return best['x'], {'objective': float(best['value']), 'evaluations': best['evaluations'],
-                     'iterations': iterations, 'message': message}
+                     'iterations': iterations, 'message': message, 'restarts': restarts}
+
+
+def _level_sizes(num_rounds: int, num_bands: int) -> list:
+  """(n, b-hat) of the coarse-to-fine stages, coarsest first; the last is the problem itself.
+
+  Both n and b-hat are halved (rounding up) while b-hat >= 2 `_COARSEST_BANDS`, so every stage keeps
+  the shape n / b-hat of the problem (the StackOverflow setting 2052 / 342: 129 / 22, 257 / 43,
+  513 / 86, 1026 / 171, 2052 / 342).
+  """
+  sizes = [(num_rounds, num_bands)]
+  while sizes[-1][1] >= 2 * _COARSEST_BANDS:
+    n, bands = sizes[-1]
+    sizes.append(((n + 1) // 2, (bands + 1) // 2))
+  return sizes[::-1]
+
+
+def _interpolate_band_rows(band_rows: np.ndarray, num_rounds: int, num_bands: int) -> np.ndarray:
+  """A column-normalized banded C for (n, b-hat) = (`num_rounds`, `num_bands`) from a coarser one.
+
+  Column j of C holds C[j + l, j] for lags l < b-hat. Divided by the coefficients s_l of the Toeplitz
+  square root of the prefix sums (s_l = binom(2l, l) / 4^l ~ 1 / sqrt(pi l), `fhu_coefficients`;
+  docs/papers.md#bsr), the coarse optimum is a smooth function of (j, l) apart from the first rows,
+  and it is sampled bilinearly at j (n_c - 1) / (n - 1), l (b_c - 1) / (b-hat - 1), so the first and
+  last columns and lags map onto each other and a round t = j + l maps to about t n_c / n (the
+  coarse problem has the same n / b-hat, `_level_sizes`). Entries past the last round (j + l >= n_c)
+  are extended with the column's last entry before sampling; the result is column-normalized.
+  Measured at n = 2052, 342 bands: the interpolated 1026 / 171 optimum has RmsLoss 8.5955 against the
+  fine optimum's 8.5952, where the banded Toeplitz start has 8.746.
+
+  Args:
+    band_rows: (n_c, b_c) band rows of the coarse C, b_c >= 2.
+    num_rounds: n >= n_c.
+    num_bands: b-hat >= b_c.
+
+  Returns:
+    (n, b-hat) float64 band rows, R[t, l] = C[t, t - l], with unit column norms.
+  """
+  coarse_rounds, coarse_bands = band_rows.shape
+  lags = np.arange(coarse_bands)
+  rounds = np.arange(coarse_rounds)[:, None] + lags[None, :]  # the row t = j + l of C[t, j]
+  inside = rounds < coarse_rounds
+  last = np.minimum(coarse_bands, coarse_rounds - np.arange(coarse_rounds)) - 1  # last lag of column j
+  ratio = np.zeros((coarse_rounds, coarse_bands))
+  ratio[inside] = band_rows[rounds[inside], np.broadcast_to(lags, rounds.shape)[inside]]
+  ratio /= fhu_coefficients(coarse_bands)[None, :]
+  ratio = np.where(inside, ratio, ratio[np.arange(coarse_rounds), last][:, None])
+
+  def positions(size, coarse_size):
+    x = np.arange(size) * ((coarse_size - 1) / max(size - 1, 1))
+    low = np.minimum(x.astype(int), max(coarse_size - 2, 0))
+    return low, np.minimum(low + 1, coarse_size - 1), x - low
+
+  j0, j1, wj = positions(num_rounds, coarse_rounds)
+  l0, l1, wl = positions(num_bands, coarse_bands)
+  wj, wl = wj[:, None], wl[None, :]
+  fine = ((1 - wj) * ((1 - wl) * ratio[j0][:, l0] + wl * ratio[j0][:, l1])
+          + wj * ((1 - wl) * ratio[j1][:, l0] + wl * ratio[j1][:, l1]))
+  fine *= fhu_coefficients(num_bands)[None, :]
+  rows = np.arange(num_rounds)[:, None] + np.arange(num_bands)[None, :]
+  fine[rows >= num_rounds] = 0.0
+  fine /= np.linalg.norm(fine, axis=1, keepdims=True)
+  out = np.zeros((num_rounds, num_bands))
+  valid = rows < num_rounds
+  out[rows[valid], np.broadcast_to(np.arange(num_bands), rows.shape)[valid]] = fine[valid]
+  return out
 
 
 def optimize_banded(num_rounds: int, num_bands: Optional[int],
                     participation: participation_lib.ParticipationSchema, toeplitz: bool = False,
                     error: str = 'rms', workload: Optional[np.ndarray] = None, *,
                     max_iterations: int = 100, max_seconds: Optional[float] = None,
-                    tolerance: float = 1e-7,
+                    tolerance: Optional[float] = None,
                     initial: Optional[BandedStrategy] = None) -> base.OptimizationResult:
   """Optimizes a banded strategy (BandMF Problem 2, or a banded Toeplitz C).
 
   General (`toeplitz=False`): C lower triangular with `num_bands` bands and unit column norms
   (diag(C^T C) = 1), minimizing the workload error (mean of ||B_i||^2 for 'rms', a smooth maximum for
-  'max', B = A C^-1) by L-BFGS over the band entries with analytic gradients. It starts from the
-  column-normalized banded Toeplitz optimum for the workload (prefix sums if the workload is not
-  Toeplitz), or from `initial`. With `num_bands` <= `min_sep` the squared sensitivity is exactly k_eff
-  for every candidate (BandMF Thm. 2), so the error is the loss up to that constant; with more bands
-  the reported losses use the Alg. 4 upper bound.
+  'max': the p-mean of the row errors with p = 128, B = A C^-1) by L-BFGS over the band entries with
+  analytic gradients. With `num_bands` <= `min_sep` the squared sensitivity is exactly k_eff for every
+  candidate (BandMF Thm. 2), so the error is the loss up to that constant; with more bands the
+  reported losses use the Alg. 4 upper bound.
+  Start: for the prefix sums (no `workload`, or the all-ones lower triangle) with at least 40 bands
+  and no `initial`, coarse to fine (module docstring): stages (n, b-hat) halved until b-hat < 40, the
+  coarsest started from its column-normalized banded Toeplitz optimum, each finer one from the
+  previous optimum stretched (`_interpolate_band_rows`); every stage runs L-BFGS to its own stopping
+  test. Otherwise one stage from the column-normalized banded Toeplitz optimum for the workload
+  (prefix sums if the workload is not Toeplitz), or from `initial`.
 
   Toeplitz (`toeplitz=True`): C[t, t - j] = c_j for j < `num_bands`, L-BFGS over c minimizing
   k_eff ||c||^2 Error^2 (||c||^2 is the largest column norm; exact error: 'max' is the last row),
@@ -590,15 +857,23 @@ def optimize_banded(num_rounds: int, num_bands: Optional[int],
     workload: optional lower-triangular n x n A (e.g. `base.momentum_workload`, SGD with momentum
       and a learning-rate schedule, BandMF Sec. 5.8); prefix sums by default. Must be Toeplitz with
       `toeplitz=True` (momentum with a constant learning rate is).
-    max_iterations: L-BFGS iterations (per stage).
-    max_seconds: optional wall-clock budget for the general stage; the best point so far is returned.
-    tolerance: relative objective decrease below which L-BFGS stops.
+    max_iterations: L-BFGS iterations (per stage: the Toeplitz start and each coarse-to-fine stage).
+    max_seconds: optional wall-clock budget for the general stages; the best point so far is
+      returned (stretched to n x b-hat if the budget ends in a coarse stage).
+    tolerance: relative objective decrease per iteration below which L-BFGS stops: in one
+      iteration for the banded Toeplitz stage (L-BFGS-B's ftol), on average over the last
+      `_STOPPING_WINDOW` = 5 iterations for the general stages (`_minimize`). None (default): 1e-7
+      for the Toeplitz stage, 1e-6 for the general stages with 'rms' and 1e-5 with 'max'
+      (`_GENERAL_TOLERANCE`; before issue 16 the default was 1e-7 everywhere, and the general stage
+      ran into `max_iterations` at n = 2052).
     initial: optional `BandedStrategy` with `num_bands` bands and n rounds to start the general
       optimizer from (not with `toeplitz=True`).
 
   Returns:
     `base.OptimizationResult` with the prefix-sum `Losses` under `participation`; `details` holds the
-    optimizer diagnostics and the optimized workload error.
+    optimizer diagnostics ('toeplitz_stage'; for the general C 'levels', one dict per stage with
+    n, bands, evaluations, iterations, message and seconds since the start, and 'banded_stage', the
+    last of them) and the optimized workload error.
   """
   start = time.monotonic()
   num_rounds = _validation.check_positive_int(num_rounds, 'num_rounds')
@@ -615,7 +890,8 @@ def optimize_banded(num_rounds: int, num_bands: Optional[int],
   max_iterations = _validation.check_positive_int(max_iterations, 'max_iterations')
   if max_seconds is not None:
     max_seconds = _validation.check_positive_float(max_seconds, 'max_seconds')
-  tolerance = _validation.check_positive_float(tolerance, 'tolerance')
+  if tolerance is not None:
+    tolerance = _validation.check_positive_float(tolerance, 'tolerance')
   work = _Workload(num_rounds, workload)
   if initial is not None and (not isinstance(initial, BandedStrategy)
                               or initial.num_bands != num_bands
@@ -626,34 +902,77 @@ def optimize_banded(num_rounds: int, num_bands: Optional[int],
     raise ValueError('`initial` applies to the general optimizer only, not with `toeplitz=True`.')
   details = {'error': error, 'toeplitz': toeplitz}
 
+  multilevel = (not toeplitz and initial is None and work.is_prefix_sums
+                and num_bands >= 2 * _COARSEST_BANDS)
+  sizes = _level_sizes(num_rounds, num_bands) if multilevel else [(num_rounds, num_bands)]
   if initial is None:
-    workload_coefs = work.toeplitz_coefs(num_rounds)
+    start_rounds, start_bands = sizes[0]
+    workload_coefs = work.toeplitz_coefs(start_rounds)
     if workload_coefs is None:
       if toeplitz:
         raise ValueError('`workload` must be Toeplitz for `toeplitz=True`.')
-      workload_coefs = np.ones(num_rounds)  # warm start from the prefix-sum Toeplitz optimum
+      workload_coefs = np.ones(start_rounds)  # warm start from the prefix-sum Toeplitz optimum
     coefs, details['toeplitz_stage'] = _minimize(
-        lambda c: _toeplitz_objective(c, num_rounds, workload_coefs, error if toeplitz else 'rms'),
-        fhu_coefficients(num_bands), max_iterations, None, tolerance)
+        lambda c: _toeplitz_objective(c, start_rounds, workload_coefs, error if toeplitz else 'rms'),
+        fhu_coefficients(start_bands), max_iterations, None,
+        _TOEPLITZ_TOLERANCE if tolerance is None else tolerance)
     coefs = coefs / coefs[0]
-    strategy = BandedStrategy.from_toeplitz(coefs, num_rounds)
+    if toeplitz:
+      strategy = BandedStrategy.from_toeplitz(coefs, num_rounds)
+    band_rows = np.where(np.arange(start_rounds)[:, None] >= np.arange(start_bands)[None, :],
+                         coefs[None, :], 0.0)
   else:
-    strategy = initial
+    band_rows = np.array(initial.band_rows)
 
   if not toeplitz:
-    objective = _BandedObjective(num_rounds, num_bands, work, error)
-    params, details['banded_stage'] = _minimize(
-        objective.value_and_grad, objective.params_from_matrix(strategy.strategy_matrix(num_rounds)),
-        max_iterations, max_seconds, tolerance)
-    strategy = BandedStrategy(objective.matrix(params))
+    levels = []
+    for level, (level_rounds, level_bands) in enumerate(sizes):
+      if level:
+        band_rows = _interpolate_band_rows(band_rows, level_rounds, level_bands)
+      objective = _BandedObjective(level_rounds, level_bands,
+                                   _Workload(level_rounds, None) if multilevel else work, error)
+      remaining = None if max_seconds is None else max(0.0, max_seconds - (time.monotonic() - start))
+      params = objective.params_from_band_rows(band_rows)
+      # L-BFGS-B's first trial step has unit length along -gradient. With unit columns that moves C
+      # by about 1 / sqrt(n) relative (2% at n = 2052), far outside the region where the objective is
+      # quadratic: the line search backtracks for several evaluations and can leave so small a first
+      # decrease that a per-iteration ftol test ended the stage after one iteration (every level). The
+      # objective does not depend on column scales, so columns of norm `_START_COLUMN_NORM` shrink that
+      # first step; from the second iteration on L-BFGS scales its steps from the curvature itself.
+      params *= _START_COLUMN_NORM / objective.column_norms(params)[objective.cols]
+      level_tolerance = _GENERAL_TOLERANCE[error] if tolerance is None else tolerance
+      params, info = _minimize(objective.value_and_grad, params, max_iterations, remaining,
+                               level_tolerance, _LBFGS_MEMORY, _STOPPING_WINDOW)
+      band_rows = objective.band_rows(params)
+      levels.append(dict(info, num_rounds=level_rounds, num_bands=level_bands,
+                         seconds=time.monotonic() - start))
+      if info['message'] == 'time limit reached' and level < len(sizes) - 1:
+        band_rows = _interpolate_band_rows(band_rows, num_rounds, num_bands)
+        break
+    details['banded_stage'] = levels[-1]
+    details['levels'] = levels
+    strategy = BandedStrategy._from_band_rows_unchecked(band_rows)  # pylint: disable=protected-access
   details['workload_error'] = _workload_error(strategy, work, error)
-  losses = strategy.losses(num_rounds, participation)
+  sens_sq = _band_sensitivity_squared(np.asarray(strategy.band_rows), participation)
+  if sens_sq is None:
+    losses = strategy.losses(num_rounds, participation)
+  else:  # as `strategy.losses`, without its n x n sensitivity route
+    max_error, rms_error = strategy.errors(num_rounds)
+    sens = float(np.sqrt(sens_sq))
+    losses = base.Losses(max_loss=max_error * sens, rms_loss=rms_error * sens,
+                         sensitivity_squared=sens_sq)
   return base.OptimizationResult(strategy=strategy, losses=losses, num_rounds=num_rounds,
                                  participation=participation, seconds=time.monotonic() - start,
                                  details=details)
 
 
 def _workload_error(strategy: BandedStrategy, work: _Workload, error: str) -> float:
-  """sqrt of the mean ('rms') or max ('max') of ||(A C^-1)_i||^2 for the optimized workload A."""
-  rows = np.sum(work.apply(strategy.noise_matrix(strategy.max_rounds))**2, axis=1)
+  """sqrt of the mean ('rms') or max ('max') of ||(A C^-1)_i||^2 for the optimized workload A.
+
+  Prefix sums: from the band by the O(n b-hat^2) recursion; another workload: densely.
+  """
+  if work.is_prefix_sums:
+    rows = _prefix_sum_row_errors(np.asarray(strategy.band_rows))
+  else:
+    rows = np.sum(work.apply(strategy.noise_matrix(strategy.max_rounds))**2, axis=1)
   return float(np.sqrt(np.mean(rows) if error == 'rms' else np.max(rows)))

@@ -1,18 +1,23 @@
-"""Times the general BandMF optimizer against the previous O(b-hat n^2) objective, and its losses.
+"""Times the general BandMF optimizer (`optimize_banded`) against an anchor optimizer, with losses.
 
-Setting per n: 342 bands, min_sep = 342, k = 6 participations (k_eff = min(6, ceil(n / 342))); at
-n = 2052 this is the StackOverflow setting of the BandMF and BLT papers (BLT paper Table 3 BandMF row:
-MaxLoss 10.21, RmsLoss 8.60, headers swapped in print).
+Setting per n: 342 bands (min(342, n); 342 at every default n), min_sep = 342, k = 6 participations
+(k_eff = min(6, ceil(n / 342))), prefix-sum workload, defaults of `optimize_banded` (100 L-BFGS
+iterations per stage, default tolerances). At n = 2052 this is the StackOverflow setting of the BandMF
+and BLT papers (BLT paper Table 3 BandMF row: MaxLoss 10.21, RmsLoss 8.60, headers swapped in print).
 
-Anchor, measured in the same run: the objective-and-gradient evaluation of the optimizer as of commit
-`--anchor_commit` (it formed C^-1 and B densely, O(b-hat n^2) per evaluation), read with `git show`
-into a temporary module and evaluated at the same starting point as ours. Both evaluate the same
-function (their values are printed side by side); the ratio is the per-evaluation speed-up. The
-optimizer itself is unchanged (same L-BFGS, same start, same iterations), so the anchor's projected
-time for a run is its per-evaluation time times our evaluation count; `--anchor_full` also runs the
-old optimizer end to end (about 1 minute at n = 2052 on an idle machine, 20+ minutes at n = 8192).
+Anchor, run end to end in the same process on the same machine: `optimize_banded` of another
+version of dp_ftrl_tff/mechanisms/banded.py, read from `--anchor_module` (a file path) or else with
+`git show` from `--anchor_commit` (default a40bbfe: the single-stage O(n b-hat^2) optimizer issue 16
+started from, Toeplitz warm start, p = 64 smooth maximum). Each line gives CPU seconds
+(`time.process_time`, all threads of this process) and wall seconds of one `optimize_banded` call,
+MaxLoss and RmsLoss, and the anchor / ours ratios. CPU seconds are the comparable figure on a shared
+machine: waiting for a core inflates wall time only, but OpenBLAS threads that spin while the other
+core is busy inflate both (set OPENBLAS_NUM_THREADS=1 to measure without that).
+`--repeats=N` also times N objective + gradient evaluations of both at one point (the
+'max' values differ when the smooth-maximum power differs).
 
-  .venv/bin/python -m experiments.benchmarks.banded_bench [--num_rounds=512,2052,8192 --errors=rms,max]
+  .venv/bin/python -m experiments.benchmarks.banded_bench [--num_rounds=512,2052,8192 \
+      --errors=rms,max --anchor_module=/tmp/banded_anchor.py --noanchor_full]
 """
 
 import importlib.util
@@ -29,36 +34,50 @@ from dp_ftrl_tff.mechanisms.participation import ParticipationSchema
 from experiments import flag_parsing
 
 FLAGS = flags.FlagValues()
-_NUM_ROUNDS = flags.DEFINE_list('num_rounds', ['2052'], 'Values of n.', flag_values=FLAGS)
-_NUM_BANDS = flags.DEFINE_integer('num_bands', 342, 'Bands b-hat.', flag_values=FLAGS)
+_NUM_ROUNDS = flags.DEFINE_list('num_rounds', ['512', '2052', '8192'], 'Values of n.', flag_values=FLAGS)
+_NUM_BANDS = flags.DEFINE_integer('num_bands', 342, 'Bands b-hat (min(b-hat, n) is used).',
+                                  flag_values=FLAGS)
 _MIN_SEP = flags.DEFINE_integer('min_sep', 342, 'b (rounds between participations + 1).', flag_values=FLAGS)
 _MAX_PARTICIPATIONS = flags.DEFINE_integer('max_participations', 6, 'k.', flag_values=FLAGS)
-_MAX_ITERATIONS = flags.DEFINE_integer('max_iterations', 100, 'L-BFGS iterations per stage.', flag_values=FLAGS)
 _ERRORS = flags.DEFINE_list('errors', ['rms', 'max'], 'Optimized errors (rms, max).', flag_values=FLAGS)
-_ANCHOR_COMMIT = flags.DEFINE_string('anchor_commit', '337204f',
-                                     'Commit whose banded.py objective is the anchor.', flag_values=FLAGS)
-_REPEATS = flags.DEFINE_integer('repeats', 3, 'Timed evaluations per objective (median).', flag_values=FLAGS)
-_ANCHOR_FULL = flags.DEFINE_bool('anchor_full', False, 'Also run the anchor optimizer end to end.',
+_ANCHOR_MODULE = flags.DEFINE_string('anchor_module', '',
+                                     'Path of the anchor banded.py (takes precedence over --anchor_commit).',
+                                     flag_values=FLAGS)
+_ANCHOR_COMMIT = flags.DEFINE_string('anchor_commit', 'a40bbfe',
+                                     'Commit whose banded.py is the anchor when --anchor_module is empty.',
+                                     flag_values=FLAGS)
+_ANCHOR_FULL = flags.DEFINE_bool('anchor_full', True, 'Run the anchor optimizer end to end.',
                                  flag_values=FLAGS)
+_EVALUATION_REPEATS = flags.DEFINE_integer('repeats', 0,
+                                           'Timed objective evaluations per objective (median); 0: none.',
+                                           flag_values=FLAGS)
 
 _REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _anchor_module(commit: str):
-  """dp_ftrl_tff/mechanisms/banded.py at `commit`, imported as a stand-alone module."""
+def _load(path: str, name: str):
+  spec = importlib.util.spec_from_file_location(name, path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def _anchor_module():
+  """The anchor banded.py, imported as a stand-alone module, and a description of its source."""
+  if _ANCHOR_MODULE.value:
+    if not os.path.isfile(_ANCHOR_MODULE.value):
+      raise RuntimeError(f'--anchor_module: no file {_ANCHOR_MODULE.value!r}')
+    return _load(_ANCHOR_MODULE.value, 'banded_anchor'), _ANCHOR_MODULE.value
+  commit = _ANCHOR_COMMIT.value
   source = subprocess.run(['git', 'show', f'{commit}:dp_ftrl_tff/mechanisms/banded.py'],
                           cwd=_REPOSITORY, capture_output=True, text=True, check=False)
   if source.returncode != 0:
     raise RuntimeError(f'cannot read the anchor at commit {commit!r}: '
                        f'{source.stderr.strip() or "git show failed"}')
-  directory = tempfile.mkdtemp(prefix='banded_anchor_')
-  path = os.path.join(directory, 'banded_anchor.py')
+  path = os.path.join(tempfile.mkdtemp(prefix='banded_anchor_'), 'banded_anchor.py')
   with open(path, 'w') as f:
     f.write(source.stdout)
-  spec = importlib.util.spec_from_file_location('banded_anchor', path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return _load(path, 'banded_anchor'), f'commit {commit}'
 
 
 def _evaluation_seconds(module, num_rounds: int, num_bands: int, error: str) -> tuple:
@@ -67,7 +86,7 @@ def _evaluation_seconds(module, num_rounds: int, num_bands: int, error: str) -> 
   start = banded.BandedStrategy.from_toeplitz(banded.fhu_coefficients(num_bands), num_rounds)
   params = objective.params_from_matrix(start.strategy_matrix(num_rounds))
   walls, cpus = [], []
-  for _ in range(_REPEATS.value):
+  for _ in range(_EVALUATION_REPEATS.value):
     wall, cpu = time.perf_counter(), time.process_time()
     value, _ = objective.value_and_grad(params)
     walls.append(time.perf_counter() - wall)
@@ -75,11 +94,20 @@ def _evaluation_seconds(module, num_rounds: int, num_bands: int, error: str) -> 
   return statistics.median(walls), statistics.median(cpus), value
 
 
-def _optimize(module, num_rounds: int, participation, error: str) -> tuple:
+def _optimize(module, num_rounds: int, num_bands: int, participation, error: str) -> tuple:
+  """(wall s, CPU s, result) of one `optimize_banded` call with its defaults."""
   wall, cpu = time.perf_counter(), time.process_time()
-  result = module.optimize_banded(num_rounds, _NUM_BANDS.value, participation, error=error,
-                                  max_iterations=_MAX_ITERATIONS.value)
+  result = module.optimize_banded(num_rounds, num_bands, participation, error=error)
   return time.perf_counter() - wall, time.process_time() - cpu, result
+
+
+def _stages(result) -> str:
+  """'n/bands:evaluations' per stage ('levels' in our details; the anchor has one stage) and the
+  last stage's stopping message."""
+  levels = result.details.get('levels') or [result.details['banded_stage']]
+  return ' '.join(f'{level.get("num_rounds", "")}/{level.get("num_bands", "")}:'
+                  f'{level["evaluations"]}' for level in levels) + f' ({levels[-1]["message"]})'
+
 
 
 def main(argv):
@@ -93,34 +121,40 @@ def main(argv):
     if error not in ('rms', 'max'):
       flag_parsing.exit_with_error(ValueError(f'--errors: unknown error {error!r}'), FLAGS)
   try:
-    anchor = _anchor_module(_ANCHOR_COMMIT.value)
+    anchor, anchor_source = _anchor_module()
   except RuntimeError as e:
     flag_parsing.exit_with_error(e, FLAGS, flag_parsing.RUNTIME_ERROR_EXIT_CODE)
   try:
     participation = ParticipationSchema.b_min_sep(_MIN_SEP.value, _MAX_PARTICIPATIONS.value)
     for n in sizes:
-      banded.optimize_banded(n, _NUM_BANDS.value, participation, max_iterations=1, toeplitz=True)
+      banded.optimize_banded(n, min(_NUM_BANDS.value, n), participation, max_iterations=1,
+                             toeplitz=True)
   except ValueError as e:  # bad --num_rounds / --num_bands / --min_sep / --max_participations
     flag_parsing.exit_with_error(e, FLAGS)
-  print(f'load average at start: {os.getloadavg()[0]:.1f}', flush=True)
+  print(f'anchor: {anchor_source}; {os.cpu_count()} CPUs; OPENBLAS_NUM_THREADS='
+        f'{os.environ.get("OPENBLAS_NUM_THREADS", "unset")}; load average at start: '
+        f'{os.getloadavg()[0]:.1f}', flush=True)
   for n in sizes:
+    bands = min(_NUM_BANDS.value, n)
     for error in _ERRORS.value:
-      old_wall, old_cpu, old_value = _evaluation_seconds(anchor, n, _NUM_BANDS.value, error)
-      new_wall, new_cpu, new_value = _evaluation_seconds(banded, n, _NUM_BANDS.value, error)
-      print(f'n={n} {error}: one evaluation: anchor {old_wall:.3f} s (cpu {old_cpu:.3f}), ours '
-            f'{new_wall:.3f} s (cpu {new_cpu:.3f}); ratio {old_wall / new_wall:.1f}x wall, '
-            f'{old_cpu / new_cpu:.1f}x cpu; objective anchor {old_value:.12g} ours {new_value:.12g}',
-            flush=True)
-      wall, cpu, result = _optimize(banded, n, participation, error)
-      evaluations = result.details['banded_stage']['evaluations']
-      print(f'n={n} {error}: ours {wall:.1f} s (cpu {cpu:.1f} s), {evaluations} evaluations, '
-            f'MaxLoss {result.losses.max_loss:.4f} RmsLoss {result.losses.rms_loss:.4f} '
-            f'sens^2 {result.losses.sensitivity_squared:.6f}; anchor projected '
-            f'{evaluations * old_wall:.1f} s', flush=True)
+      if _EVALUATION_REPEATS.value:
+        old_wall, old_cpu, old_value = _evaluation_seconds(anchor, n, bands, error)
+        new_wall, new_cpu, new_value = _evaluation_seconds(banded, n, bands, error)
+        print(f'n={n} {error}: one evaluation: anchor {old_wall:.3f} s (cpu {old_cpu:.3f}), ours '
+              f'{new_wall:.3f} s (cpu {new_cpu:.3f}); ratio {old_wall / new_wall:.1f}x wall, '
+              f'{old_cpu / new_cpu:.1f}x cpu; objective anchor {old_value:.12g} ours '
+              f'{new_value:.12g}', flush=True)
+      wall, cpu, result = _optimize(banded, n, bands, participation, error)
+      print(f'n={n} bands={bands} {error}: ours cpu {cpu:.2f} s wall {wall:.2f} s, MaxLoss '
+            f'{result.losses.max_loss:.4f} RmsLoss {result.losses.rms_loss:.4f} sens^2 '
+            f'{result.losses.sensitivity_squared:.6f}; evaluations per stage {_stages(result)} '
+            f'(load {os.getloadavg()[0]:.1f})', flush=True)
       if _ANCHOR_FULL.value:
-        wall, cpu, old = _optimize(anchor, n, participation, error)
-        print(f'n={n} {error}: anchor optimizer {wall:.1f} s (cpu {cpu:.1f} s), MaxLoss '
-              f'{old.losses.max_loss:.4f} RmsLoss {old.losses.rms_loss:.4f}', flush=True)
+        old_wall, old_cpu, old = _optimize(anchor, n, bands, participation, error)
+        print(f'n={n} bands={bands} {error}: anchor cpu {old_cpu:.2f} s wall {old_wall:.2f} s, '
+              f'MaxLoss {old.losses.max_loss:.4f} RmsLoss {old.losses.rms_loss:.4f}; evaluations '
+              f'{_stages(old)}; anchor / ours: cpu {old_cpu / cpu:.1f}x wall {old_wall / wall:.1f}x '
+              f'(load {os.getloadavg()[0]:.1f})', flush=True)
   print(f'load average at end: {os.getloadavg()[0]:.1f}', flush=True)
 
 

@@ -7,7 +7,7 @@ import pytest
 import scipy.linalg
 import scipy.optimize
 
-from dp_ftrl_tff.mechanisms import banded, base
+from dp_ftrl_tff.mechanisms import banded, base, sensitivity
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from dp_ftrl_tff.mechanisms.participation import ParticipationSchema
 from tests.mechanisms import patterns as patterns_lib
@@ -359,3 +359,190 @@ def test_stackoverflow_bandmf_table2_and_blt_table3():
   ratio = losses.rms_loss / np.sqrt(k * (n + 1) / 2)
   assert ratio == pytest.approx(1.05 / 9.63, rel=0.01)
   assert losses.rms_loss == pytest.approx(8.60, abs=0.01)  # BLT Table 3 (second loss column)
+
+
+# --------------------------------------------------------------------------------------------------
+# Issue 16: strided block storage, dense closed-form gradient, coarse-to-fine optimization.
+
+
+@pytest.mark.parametrize('n, bands, block', [(10, 4, 3), (10, 10, 4), (9, 2, 16), (20, 7, 7),
+                                             (30, 5, 4)])
+def test_block_views_are_the_dense_blocks_and_gradients_land_on_the_band(n, bands, block):
+  d = _random_banded(n, bands, seed=n + bands)
+  d_rows = banded.band_rows_from_matrix(d)
+  layout = banded._BlockLayout(n, bands, block)
+  padded = layout.pack(d_rows)
+  covered = 0
+  for start, end, left, coupling, diagonal in layout.split(padded):
+    np.testing.assert_array_equal(coupling, d[start:end, start - left:start])
+    np.testing.assert_array_equal(diagonal, d[start:end, start:end])
+    covered += end - start
+  assert covered == n
+  np.testing.assert_array_equal(layout.unpack(padded), d_rows)
+  # Writing through every view of a zero array, structural zeros included, must reach exactly the
+  # band entries t - l >= 0, each once (the rest lands in the padding that `unpack` drops).
+  grad = np.zeros_like(padded)
+  for _, _, _, coupling, diagonal in layout.split(grad):
+    coupling += 1.0
+    diagonal += 1.0
+  rows, lags = np.indices(d_rows.shape)
+  np.testing.assert_array_equal(layout.unpack(grad), (rows >= lags).astype(float))
+
+
+def _dense_objective(objective, params, workload):
+  """(value, gradient) of `_BandedObjective` from the materialized C, B = A C^-1 (closed form).
+
+  f = mean_i r_i ('rms') or the p-mean (mean_i r_i^p)^(1/p) ('max'), r_i = ||B_i||^2, with
+  df/dr_i = 1/n resp. (r_i / f)^(p - 1) / n. With dB = -B dC C^-1: grad_C = -2 B^T diag(w) B C^-T.
+  C = P diag(1 / ||P_j||) gives grad_P[:, j] = (g_j - u_j <u_j, g_j>) / ||P_j|| with g = grad_C
+  restricted to the band and u_j = C[:, j].
+  """
+  n = workload.shape[0]
+  p = np.zeros((n, n))
+  p[objective.rows, objective.cols] = params
+  norms = np.linalg.norm(p, axis=0)
+  c = p / norms
+  c_inv = np.linalg.inv(c)
+  b = workload @ c_inv
+  r = np.sum(b**2, axis=1)
+  if objective.error == 'rms':
+    value, w = np.mean(r), np.full(n, 1.0 / n)
+  else:
+    power = banded._MAX_ERROR_POWER
+    peak = np.max(r)
+    value = peak * np.mean((r / peak)**power)**(1.0 / power)
+    w = (r / value)**(power - 1) / n
+  grad_c = -2.0 * b.T @ (w[:, None] * b) @ c_inv.T
+  g = np.where(p != 0, grad_c, 0.0)
+  grad_p = (g - c * np.sum(c * g, axis=0)) / norms
+  return value, grad_p[objective.rows, objective.cols]
+
+
+@pytest.mark.parametrize('n, bands, error, momentum, block', [
+    (40, 7, 'rms', None, 8), (40, 7, 'max', None, 8), (33, 33, 'rms', None, 8),
+    (50, 12, 'rms', 0.9, 8), (70, 20, 'max', None, 64), (90, 30, 'max', 0.5, 16)])
+def test_objective_and_gradient_match_dense_closed_form(monkeypatch, n, bands, error, momentum,
+                                                        block):
+  # The block recursion and its hand-written reverse mode against dense linear algebra on the
+  # materialized C. Both are exact up to rounding; with these C (diagonal in [1, 2], off-diagonal
+  # row sums below 1) cond(C) <~ 10, and cond(A) <~ n / (1 - momentum) (n for prefix sums), so either
+  # side's relative error is at most about n cond(A) cond(C) eps: <= 2e-11 for prefix sums and
+  # <= 6e-11 with momentum here (n <= 90). 1e-8 leaves a margin of more than 100.
+  monkeypatch.setattr(banded, '_ROW_BLOCK', block)
+  workload = None if momentum is None else base.momentum_workload(n, momentum)
+  a = base.prefix_sum_workload(n) if workload is None else workload
+  objective = banded._BandedObjective(n, bands, banded._Workload(n, workload), error)
+  params = objective.params_from_matrix(_random_banded(n, bands, seed=n))
+  params *= np.random.default_rng(n).uniform(0.5, 2.0, size=params.size)  # columns of any norm
+  value, grad = objective.value_and_grad(params)
+  dense_value, dense_grad = _dense_objective(objective, params, a)
+  assert value == pytest.approx(dense_value, rel=1e-8)
+  np.testing.assert_allclose(grad, dense_grad, rtol=0, atol=1e-8 * np.max(np.abs(dense_grad)))
+
+
+def test_level_sizes_keep_the_shape():
+  assert banded._level_sizes(2052, 342) == [(129, 22), (257, 43), (513, 86), (1026, 171),
+                                            (2052, 342)]
+  assert banded._level_sizes(512, 342)[0] == (32, 22)
+  assert banded._level_sizes(100, 39) == [(100, 39)]
+
+
+def test_interpolation_reproduces_bilinear_ratios_to_the_square_root():
+  # C[j + l, j] = s_l g(j, l) with s the sqrt(A) coefficients and g bilinear in the scaled
+  # coordinates: bilinear interpolation is exact for it (up to rounding), then columns are unit.
+  nc, qc, n, q = 40, 9, 79, 17
+
+  def columns_of(rounds, bands, ratio):
+    t, lag = np.indices((rounds, bands))
+    rows = np.zeros((rounds, bands))
+    inside = t >= lag  # band rows: R[t, lag] = C[t, t - lag]
+    rows[inside] = (banded.fhu_coefficients(bands)[None, :] * ratio(t - lag, lag))[inside]
+    return rows
+
+  def ratio_coarse(j, lag):
+    return 1.0 + 0.3 * (j / (nc - 1)) * (lag / (qc - 1)) + 0.2 * j / (nc - 1)
+
+  def ratio_fine(j, lag):
+    return 1.0 + 0.3 * (j / (n - 1)) * (lag / (q - 1)) + 0.2 * j / (n - 1)
+
+  got = banded._interpolate_band_rows(columns_of(nc, qc, ratio_coarse), n, q)
+  expected = columns_of(n, q, ratio_fine)
+  c_got, c_expected = banded.matrix_from_band_rows(got), banded.matrix_from_band_rows(expected)
+  np.testing.assert_allclose(np.linalg.norm(c_got, axis=0), 1.0, rtol=1e-14)
+  c_expected /= np.linalg.norm(c_expected, axis=0)
+  # Columns whose coarse samples all lie inside the coarse band (no end-of-matrix extension).
+  full = n - q - 2 * (n // nc + 1)
+  np.testing.assert_allclose(c_got[:, :full], c_expected[:, :full], rtol=1e-13, atol=1e-15)
+  # Constant ratio (the banded square root itself) is reproduced in every column.
+  def ones(j, lag):
+    return np.ones(np.broadcast(j, lag).shape)
+
+  bsr = banded._interpolate_band_rows(columns_of(nc, qc, ones), n, q)
+  c_bsr = banded.matrix_from_band_rows(columns_of(n, q, ones))
+  np.testing.assert_allclose(banded.matrix_from_band_rows(bsr),
+                             c_bsr / np.linalg.norm(c_bsr, axis=0), rtol=1e-13, atol=1e-15)
+
+
+def test_coarse_to_fine_optimizer_matches_single_level_optimum():
+  # n = 120, 40 bands: two stages (60 / 20, 120 / 40). The problem is convex in X = C^T C (BandMF
+  # Problem 2), so both routes must reach the same RmsLoss; L-BFGS to ftol 1e-12 resolves it to
+  # about 1e-9 relative, so 1e-6 is safe.
+  n, bands = 120, 40
+  participation = ParticipationSchema.b_min_sep(bands, 3)
+  multi = banded.optimize_banded(n, bands, participation, tolerance=1e-12, max_iterations=3000)
+  assert [level['num_rounds'] for level in multi.details['levels']] == [60, 120]
+  start = banded.BandedStrategy.from_toeplitz(banded.fhu_coefficients(bands), n)
+  single = banded.optimize_banded(n, bands, participation, initial=start, tolerance=1e-12,
+                                  max_iterations=3000)
+  assert len(single.details['levels']) == 1
+  assert multi.losses.rms_loss == pytest.approx(single.losses.rms_loss, rel=1e-6)
+  c = multi.strategy.strategy_matrix(n)
+  assert multi.strategy.num_bands == bands and multi.strategy.max_rounds == n
+  np.testing.assert_allclose(np.linalg.norm(c, axis=0), 1.0, rtol=1e-12)
+  np.testing.assert_array_equal(banded.band_rows_from_matrix(c), multi.strategy.band_rows)
+  _, rms = _dense_errors(c)
+  assert multi.details['workload_error'] == pytest.approx(rms, rel=1e-10)
+  assert multi.losses.sensitivity_squared == pytest.approx(3.0, rel=1e-12)
+
+
+def test_time_limit_in_a_coarse_stage_still_returns_the_full_size():
+  n, bands = 120, 40
+  result = banded.optimize_banded(n, bands, ParticipationSchema.b_min_sep(bands, 3),
+                                  max_seconds=1e-9)
+  assert result.details['banded_stage']['message'] == 'time limit reached'
+  assert result.strategy.max_rounds == n and result.strategy.num_bands == bands
+  np.testing.assert_allclose(np.linalg.norm(result.strategy.strategy_matrix(n), axis=0), 1.0,
+                             rtol=1e-12)
+
+
+@pytest.mark.parametrize('min_sep, k, bands', [(4, 2, 4), (4, None, 3), (5, 3, 1), (6, 1, 9),
+                                               (3, None, 5), (30, 3, 9)])
+def test_band_sensitivity_matches_dense(min_sep, k, bands):
+  # The optimizer's band route (bands <= min_sep, or single participation) and the strategy's dense
+  # route sum the same squared entries in another order: equal to a few ulps. Else it declines.
+  n = 23
+  participation = ParticipationSchema.b_min_sep(min_sep, k)
+  c = _random_banded(n, bands, seed=bands + min_sep)
+  for rounds in (n, 11):
+    expected = sensitivity.dense_squared(c[:rounds, :rounds], participation)
+    got = banded._band_sensitivity_squared(banded.band_rows_from_matrix(c[:rounds, :rounds]),
+                                           participation)
+    if bands <= min_sep or participation.is_single_participation(rounds):
+      assert got == pytest.approx(expected, rel=1e-13)
+    else:
+      assert got is None
+  assert banded._band_sensitivity_squared(banded.band_rows_from_matrix(c),
+                                          ParticipationSchema.fixed_epoch_order(2, 11)) is None
+
+
+def test_minimize_window_rule_stops_on_average_progress():
+  # f(x) = sum(d (x - 1)^2): converges; the window rule (average relative decrease over 5
+  # iterations) ends it, not the iteration cap, and the point is the minimizer to that tolerance.
+  d = np.linspace(1.0, 50.0, 40)
+
+  def fun(x):
+    return float(np.sum(d * (x - 1.0)**2)) + 1.0, 2.0 * d * (x - 1.0)
+
+  x, info = banded._minimize(fun, np.zeros(40), 500, None, 1e-10, memory=5, window=5)
+  assert 'OVER 5 ITERATIONS' in info['message'] and 5 < info['iterations'] < 500
+  assert info['objective'] == pytest.approx(1.0, abs=1e-6)
