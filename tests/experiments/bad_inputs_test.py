@@ -9,17 +9,11 @@ TF_CPP_MIN_LOG_LEVEL, so they also check that the drivers silence TensorFlow's C
 """
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-EMNIST = 'experiments.emnist.run_emnist'
-SO = 'experiments.stackoverflow.run_stackoverflow'
-MECH = 'dp_ftrl_tff.mechanisms'
-REPORT = 'experiments.privacy_report'
+from tests.experiments.cli_testing import EMNIST, MECH, REPORT, SO, run_cli
+
 TINY = ('--model=tiny', '--rounds=2', '--clients_per_round=3', '--synthetic_num_clients=30',
         '--synthetic_examples_per_client=8', '--min_sep=2')
 
@@ -98,22 +92,6 @@ CASES = [
     (REPORT, ['--mechanism=tree', '--noise_multiplier=1', '--rounds=10', '--min_sep=1', 'extra'], 2,
      'unexpected arguments'),
 ]
-
-
-def _env(module):
-  env = dict(os.environ)
-  if module in (EMNIST, SO):
-    env.pop('TF_CPP_MIN_LOG_LEVEL', None)  # the drivers must be quiet on their own
-  return env
-
-
-def run_cli(module, args, directory, timeout=300):
-  """Runs `python -m module args`; returns (exit code, stdout text, stderr text)."""
-  out_path, err_path = directory / 'stdout.txt', directory / 'stderr.txt'
-  with open(out_path, 'w') as out, open(err_path, 'w') as err:
-    proc = subprocess.run([sys.executable, '-m', module, *args], cwd=_ROOT, stdout=out,
-                          stderr=err, stdin=subprocess.DEVNULL, timeout=timeout, env=_env(module))
-  return proc.returncode, out_path.read_text(), err_path.read_text()
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.learning import poisson_sampler
 from experiments import driver_flags, run_config, training_loop
 from experiments.emnist import run_emnist
-from tests.experiments import bad_inputs_test, conftest
+from tests.experiments import cli_testing, conftest
 
 EMNIST_TASK = {'model': 'tiny', 'only_digits': True}
 POPULATION, Q = 30, 0.05  # a round is empty with probability 0.95^30 = 0.21
@@ -151,7 +151,7 @@ def test_cyclic_poisson_binary_runs_and_a_bad_combination_is_one_line(tmp_path):
           '--eval_max_examples=64', '--mechanism=banded', '--sampler=cyclic_poisson',
           '--sampling_prob=0.3', '--sampling_groups=2', '--experiment_name=cyclic',
           f'--root_output_dir={tmp_path / "runs"}']
-  code, stdout, stderr = bad_inputs_test.run_cli(bad_inputs_test.EMNIST, args, tmp_path)
+  code, stdout, stderr = cli_testing.run_cli(cli_testing.EMNIST, args, tmp_path)
   assert code == 0, stderr[-3000:]
   assert 'cyclic_poisson sampling q=0.3, 2 groups, expected 4.5 clients per round' in stdout
   out = tmp_path / 'runs' / 'cyclic'
@@ -163,8 +163,8 @@ def test_cyclic_poisson_binary_runs_and_a_bad_combination_is_one_line(tmp_path):
   # Rounds 0 and 1 draw from the two disjoint groups.
   assert all(len(rs) == 1 for rs in history.values()), history
   assert set(rounds) <= {0, 1}
-  code, _, stderr = bad_inputs_test.run_cli(
-      bad_inputs_test.EMNIST, [*args[:-2], '--clients_per_round=4', '--experiment_name=bad',
+  code, _, stderr = cli_testing.run_cli(
+      cli_testing.EMNIST, [*args[:-2], '--clients_per_round=4', '--experiment_name=bad',
                                f'--root_output_dir={tmp_path / "runs"}'], tmp_path)
   assert code == 2
   assert len(stderr.strip().splitlines()) == 1 and 'Traceback' not in stderr
