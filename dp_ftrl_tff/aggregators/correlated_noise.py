@@ -374,7 +374,10 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
 
 
   def _build_process(self, value_type, value_specs, dim: int) -> tff.templates.AggregationProcess:
-    """Builds the init / next computations (one client map, one server map per round)."""
+    """Builds the init / next computations: per round one broadcast of the client parameters, one
+    client map, the sums, one server map. With a plain sum (no SecAgg) the sums are ONE federated sum
+    of (update, counts[, quantile bit]) and the server map returns the whole output, so a round has
+    fewer intrinsics and selections than TFF's `DifferentiallyPrivateFactory` (issue 16)."""
     plan = self._plan
     value_noise = self._noise()
     adaptive = plan.adaptive_clip
@@ -464,7 +467,10 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
         sensitivity_clip = tf.where(restart, sensitivity_fn(clip), sensitivity_clip)
         quantile_state = tf.cond(restart, lambda: quantile_query.restart(quantile_state),
                                  lambda: quantile_state)
-      noise_state = tf.cond(restart, lambda: value_noise.restart(noise_state), lambda: noise_state)
+      static_restart = tf.get_static_value(restart)
+      if static_restart is None or bool(static_restart):  # no restart op when none can happen
+        noise_state = tf.cond(restart, lambda: value_noise.restart(noise_state),
+                              lambda: noise_state)
       restart_int = tf.cast(restart, tf.int64)
       new_state = dp_state._replace(
           round=next_round, segment=dp_state.segment + restart_int,
@@ -478,7 +484,45 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
         measurements['scale_factor'] = secure_lib.scale_factor_tensor(secure, dp_state.clip, m, dim)
       return new_state, result, measurements
 
+    @tff.federated_computation
+    def init_fn():
+      quantile_agg = (quantile_process.initialize() if adaptive is not None
+                      else tff.federated_value((), tff.SERVER))
+      return tff.federated_zip(CorrelatedNoiseState(
+          dp=tff.federated_eval(init_dp, tff.SERVER), record_agg=record_process.initialize(),
+          count_agg=count_process.initialize(), quantile_agg=quantile_agg))
+
+    state_type = init_fn.type_signature.result
+
+    if secure is None:
+      # One federated sum of the client tuple (update, counts[, quantile bit]) and one server
+      # computation that returns the whole (state, result, measurements): the plain sums are
+      # stateless (their states and the record measurements are empty structures), so nothing else
+      # has to be selected, summed or zipped in the federated computation. Each extra intrinsic or
+      # selection there costs per-round executor work (docs/benchmarks/aggregators.md, issue 16).
+      client_out_type = client_fn.type_signature.result
+
+      @tff.tensorflow.computation(state_type.member, client_out_type)
+      def server_step(state, sums):
+        quantile_sum = sums[2] if adaptive is not None else None
+        dp_state, result, measurements = server_fn_impl(state[0], sums[0], sums[1], quantile_sum)
+        measurements['record_agg'] = ()
+        new_state = CorrelatedNoiseState(dp=dp_state, record_agg=(), count_agg=(),
+                                         quantile_agg=())
+        return new_state, result, measurements
+
+      @tff.federated_computation(state_type, tff.FederatedType(value_type, tff.CLIENTS))
+      def next_fn(state, value):
+        params = tff.federated_broadcast(tff.federated_map(client_params_fn, state.dp))
+        client_out = tff.federated_map(client_fn, (value, params))
+        output = tff.federated_map(server_step, (state, tff.federated_sum(client_out)))
+        return tff.templates.MeasuredProcessOutput(state=output[0], result=output[1],
+                                                   measurements=output[2])
+
+      return tff.templates.AggregationProcess(init_fn, next_fn)
+
     value_sum_type = record_process.next.type_signature.result.result.member
+
     if adaptive is None:
       @tff.tensorflow.computation(dp_state_type, value_sum_type, count_type)
       def server_fn(dp_state, value_sum, counts):
@@ -488,23 +532,13 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
       def server_fn(dp_state, value_sum, counts, quantile_sum):
         return server_fn_impl(dp_state, value_sum, counts, quantile_sum)
 
-    if secure is not None:
-      @tff.tensorflow.computation(record_process.initialize.type_signature.result.member, np.float32)
-      def record_state_for_clip(record_state, clip):
-        return secure_lib.with_clip(record_state, secure_lib.scale_factor_tensor(secure, clip, m, dim),
-                                    clip)
+    @tff.tensorflow.computation(record_process.initialize.type_signature.result.member, np.float32)
+    def record_state_for_clip(record_state, clip):
+      scale_factor = secure_lib.scale_factor_tensor(secure, clip, m, dim)
+      return secure_lib.with_clip(record_state, scale_factor, clip)
 
-    @tff.federated_computation
-    def init_fn():
-      quantile_agg = (quantile_process.initialize() if adaptive is not None
-                      else tff.federated_value((), tff.SERVER))
-      return tff.federated_zip(CorrelatedNoiseState(
-          dp=tff.federated_eval(init_dp, tff.SERVER), record_agg=record_process.initialize(),
-          count_agg=count_process.initialize(), quantile_agg=quantile_agg))
-
-    @tff.federated_computation(init_fn.type_signature.result,
-                               tff.FederatedType(value_type, tff.CLIENTS))
-    def next_fn(state, value):
+    @tff.federated_computation(state_type, tff.FederatedType(value_type, tff.CLIENTS))
+    def secure_next_fn(state, value):
       params = tff.federated_broadcast(tff.federated_map(client_params_fn, state.dp))
       client_out = tff.federated_map(client_fn, (value, params))
       record_out = record_process.next(state.record_agg, client_out[0])
@@ -518,22 +552,19 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
         quantile_agg_state = quantile_out.state
         dp_state, result, dp_measurements = tff.federated_map(
             server_fn, (state.dp, record_out.result, count_out.result, quantile_out.result))
-      record_state = record_out.state
-      if secure is not None:
-        record_state = tff.federated_map(record_state_for_clip, (record_state, dp_state.clip))
+      record_state = tff.federated_map(record_state_for_clip, (record_out.state, dp_state.clip))
       new_state = CorrelatedNoiseState(dp=dp_state, record_agg=record_state,
                                        count_agg=count_out.state, quantile_agg=quantile_agg_state)
       measurements = collections.OrderedDict(
           (key, dp_measurements[key]) for key in MEASUREMENT_KEYS)
-      if secure is not None:
-        measurements['scale_factor'] = dp_measurements['scale_factor']
-        measurements['modular_wrap'] = _find_measurement(record_out.measurements, 'modular_wrap')
+      measurements['scale_factor'] = dp_measurements['scale_factor']
+      measurements['modular_wrap'] = _find_measurement(record_out.measurements, 'modular_wrap')
       measurements['record_agg'] = record_out.measurements
       return tff.templates.MeasuredProcessOutput(
           state=tff.federated_zip(new_state), result=result,
           measurements=tff.federated_zip(measurements))
 
-    return tff.templates.AggregationProcess(init_fn, next_fn)
+    return tff.templates.AggregationProcess(init_fn, secure_next_fn)
 
 
 def _find_measurement(measurements, key: str):

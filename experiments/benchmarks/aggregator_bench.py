@@ -1,17 +1,31 @@
-r"""Per-round wall time and peak memory: our factories vs TFF's DifferentiallyPrivateFactory.
+r"""Per-round wall time, CPU time and peak memory: our factories vs TFF's DP factory.
 
-Each factory runs in its own child process (fresh TFF worker, so peak memory is its own) within one
-invocation, in interleaved order; the parent prints the figures and the ratios ours / TFF:
-gaussian vs `DifferentiallyPrivateFactory.gaussian_fixed`, tree and BLT vs `.tree_aggregation`
-(efficient tree). Wall time is the median over the timed rounds (after one warm-up round); peak
-memory is the high-water resident set (VmHWM) of the child's TFF `worker_binary` plus the child's
-own peak RSS (client data lives in both).
+The parent prints every ratio ours / anchor, the issue-16 target pairs marked with `*` (target
+<= 1.05): gaussian, BLT (2 buffers) and banded (BandMF, 3 bands = 2 buffers) vs
+`DifferentiallyPrivateFactory.gaussian_fixed`, the efficient tree vs `.tree_aggregation`
+(efficient). Two ways to interleave (`--interleave`), each repeated `--repeats` times:
+  * processes (default): each factory runs in its own child process (fresh TFF worker, so peak
+    memory is its own), the children one after the other in the order of `--factories`;
+  * rounds: one child builds every factory and runs their timed rounds round-robin (one round of
+    each in turn, one shared worker), so that all factories see the same load from other jobs on a
+    shared machine; no per-factory peak memory.
+Per child and factory: one warm-up round, then the child collects garbage and freezes the heap
+(`gc.freeze`, so that a full collection of the TF / TFF heap, 0.2-0.3 s triggered by allocation
+counts, does not land in one factory's timed rounds only), then `--rounds` timed rounds. Wall time
+is the median over the timed rounds; CPU time is the child's plus its TFF `worker_binary`'s user +
+system CPU seconds per timed round (less sensitive than wall time to other jobs); peak memory is
+the high-water resident set (VmHWM) of the worker plus the child's own peak RSS (client data lives
+in both). Across repeats the parent takes medians.
 
   tools/in_session.sh .venv/bin/python -m experiments.benchmarks.aggregator_bench \
       --dim=4000000 --clients=100 --rounds=3
+  tools/in_session.sh nice -n 10 .venv/bin/python -m experiments.benchmarks.aggregator_bench \
+      --dim=100000 --clients=10 --rounds=40 --repeats=3 --interleave=rounds
 """
 
+import gc
 import json
+import math
 import os
 import resource
 import statistics
@@ -26,16 +40,35 @@ from experiments import flag_parsing
 FLAGS = flags.FlagValues()
 _DIM = flags.DEFINE_integer('dim', 4_000_000, 'Parameters in the model update.', flag_values=FLAGS)
 _CLIENTS = flags.DEFINE_integer('clients', 100, 'Clients per round.', flag_values=FLAGS)
-_ROUNDS = flags.DEFINE_integer('rounds', 3, 'Timed rounds (after one warm-up round).', flag_values=FLAGS)
-_REPEATS = flags.DEFINE_integer('repeats', 1, 'Child runs per factory (interleaved).', flag_values=FLAGS)
+_ROUNDS = flags.DEFINE_integer('rounds', 3, 'Timed rounds (after one warm-up round).',
+                               flag_values=FLAGS)
+_REPEATS = flags.DEFINE_integer('repeats', 1, 'Passes over --factories (see --interleave).',
+                                flag_values=FLAGS)
 _FACTORIES = flags.DEFINE_list(
-    'factories', ['tff_gaussian', 'ours_gaussian', 'tff_tree', 'ours_tree', 'ours_blt'],
-    'Factories to measure.', flag_values=FLAGS)
-_CHILD = flags.DEFINE_string('child', None, 'Internal: measure one factory and print JSON.', flag_values=FLAGS)
+    'factories', ['tff_gaussian', 'ours_gaussian', 'tff_tree', 'ours_tree', 'ours_blt',
+                  'ours_banded'],
+    'Factories to measure (tff_gaussian, tff_tree, ours_gaussian, ours_tree, ours_blt, '
+    'ours_banded).', flag_values=FLAGS)
+_INTERLEAVE = flags.DEFINE_enum(
+    'interleave', 'processes', ['processes', 'rounds'],
+    'processes: one child process per factory and repeat (per-factory peak memory); rounds: one '
+    'child per repeat holding every factory, timed rounds round-robin over them (all see the same '
+    'load; no per-factory peak memory).', flag_values=FLAGS)
+_CHILD = flags.DEFINE_string('child', None, 'Internal: measure these factories, print JSON.',
+                             flag_values=FLAGS)
 
-PAIRS = (('ours_gaussian', 'tff_gaussian'), ('ours_tree', 'tff_tree'), ('ours_blt', 'tff_tree'))
+ANCHORS = ('tff_gaussian', 'tff_tree')
+#: The issue-16 target pairs (ours, anchor): at most 1.05x.
+TARGET_PAIRS = (('ours_gaussian', 'tff_gaussian'), ('ours_blt', 'tff_gaussian'),
+                ('ours_banded', 'tff_gaussian'), ('ours_tree', 'tff_tree'))
+TARGET_RATIO = 1.05
 NOISE_MULTIPLIER = 1.0
 CLIP = 1.0
+#: Rounds the banded strategy is built for (the benchmark runs far fewer).
+BANDED_ROUNDS = 2048
+#: Its Toeplitz band coefficients: the first 3 of the square root of the prefix-sum matrix (BSR),
+#: so the state holds 2 model-sized buffers, as the 2-buffer BLT does.
+BANDED_COEFS = (1.0, 0.5, 0.375)
 
 
 def _make_factory(name, dim, clients):
@@ -43,6 +76,7 @@ def _make_factory(name, dim, clients):
   import tensorflow_federated as tff
 
   from dp_ftrl_tff.aggregators import CorrelatedNoiseFactory
+  from dp_ftrl_tff.mechanisms import banded as banded_mechanisms
   from dp_ftrl_tff.mechanisms import blt as blt_mechanisms
 
   if name == 'tff_gaussian':
@@ -62,10 +96,14 @@ def _make_factory(name, dim, clients):
     strategy = blt_mechanisms.BLTStrategy(theta=(0.99, 0.8), omega=(0.25, 0.2))
     return CorrelatedNoiseFactory.blt(NOISE_MULTIPLIER, clients, CLIP, strategy=strategy,
                                       noise_seed=1)
+  if name == 'ours_banded':
+    strategy = banded_mechanisms.BandedStrategy.from_toeplitz(BANDED_COEFS, BANDED_ROUNDS)
+    return CorrelatedNoiseFactory.banded(NOISE_MULTIPLIER, clients, CLIP, strategy=strategy,
+                                         noise_seed=1)
   raise ValueError(f'Unknown factory {name!r}.')
 
 
-def _worker_peak_kib() -> int:
+def worker_peak_kib() -> int:
   """VmHWM (KiB) of this process's worker_binary children."""
   total = 0
   for entry in os.listdir('/proc'):
@@ -87,67 +125,127 @@ def _worker_peak_kib() -> int:
   return total
 
 
-def _measure(name, dim, clients, rounds) -> dict:
+def settle_garbage_collector() -> None:
+  """Collects, then freezes the heap, so that no full collection of the TF / TFF heap (0.2-0.3 s
+  here, triggered by allocation counts, i.e. by how much tracing ran before) lands in the timed
+  rounds of one configuration and not another."""
+  gc.collect()
+  gc.freeze()
+
+
+def process_cpu_seconds(pid: int) -> float:
+  """User + system CPU seconds of process `pid` (0.0 if it is gone)."""
+  try:
+    with open(f'/proc/{pid}/stat') as f:
+      fields = f.read().rsplit(')', 1)[1].split()
+  except (OSError, IndexError):
+    return 0.0
+  return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
+
+
+def _measure(names, dim, clients, rounds) -> list:
+  """Times `names` in this process: each factory's process runs one warm-up round, then the timed
+  rounds go round-robin over the factories (one round each in turn), so that all of them see the
+  same load. Per factory: median wall seconds, and CPU seconds per round (this process + its worker,
+  read around each call). Peak memory is per factory only when `names` has one entry."""
   import numpy as np
   import tensorflow_federated as tff
 
   from experiments import tff_workers
   tff_workers.register_at_exit()
-  start = time.perf_counter()
-  process = _make_factory(name, dim, clients).create(tff.TensorType(np.float32, [dim]))
-  build_seconds = time.perf_counter() - start
   rng = np.random.default_rng(0)
   values = [rng.normal(scale=0.01, size=dim).astype(np.float32) for _ in range(clients)]
-  state = process.initialize()
-  times = []
-  for _ in range(rounds + 1):
+  runs = []
+  for name in names:
     start = time.perf_counter()
-    output = process.next(state, values)
-    state = output.state
-    times.append(time.perf_counter() - start)
+    process = _make_factory(name, dim, clients).create(tff.TensorType(np.float32, [dim]))
+    build_seconds = time.perf_counter() - start
+    start = time.perf_counter()
+    state = process.next(process.initialize(), values).state
+    runs.append({'name': name, 'process': process, 'state': state, 'times': [], 'cpu': 0.0,
+                 'build_seconds': build_seconds, 'warmup_seconds': time.perf_counter() - start})
+  workers = tff_workers.child_worker_pids(os.getpid())
+
+  def cpu_now():
+    return time.process_time() + sum(process_cpu_seconds(pid) for pid in workers)
+
+  settle_garbage_collector()
+  for _ in range(rounds):
+    for run in runs:
+      cpu_start, start = cpu_now(), time.perf_counter()
+      run['state'] = run['process'].next(run['state'], values).state
+      run['times'].append(time.perf_counter() - start)
+      run['cpu'] += cpu_now() - cpu_start
   own_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-  worker_kib = _worker_peak_kib()
-  return {'name': name, 'round_seconds': statistics.median(times[1:]), 'warmup_seconds': times[0],
-          'build_seconds': build_seconds, 'peak_mib': (own_kib + worker_kib) / 1024,
-          'worker_peak_mib': worker_kib / 1024}
+  worker_kib = worker_peak_kib()
+  peak_mib = (own_kib + worker_kib) / 1024 if len(runs) == 1 else float('nan')
+  return [{'name': run['name'], 'round_seconds': statistics.median(run['times']),
+           'cpu_seconds': run['cpu'] / rounds, 'warmup_seconds': run['warmup_seconds'],
+           'build_seconds': run['build_seconds'], 'peak_mib': peak_mib,
+           'worker_peak_mib': worker_kib / 1024 if len(runs) == 1 else float('nan')}
+          for run in runs]
+
+
+def _run_child(names: list) -> list:
+  """Runs `_measure(names)` in a child process (its own TFF worker); [] if it failed."""
+  cmd = [sys.executable, '-m', 'experiments.benchmarks.aggregator_bench',
+         f'--child={",".join(names)}', f'--dim={_DIM.value}', f'--clients={_CLIENTS.value}',
+         f'--rounds={_ROUNDS.value}']
+  out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+  lines = [line for line in out.stdout.splitlines() if line.startswith('RESULT ')]
+  if not lines:
+    print(f'{",".join(names)}: failed\n{out.stderr[-3000:]}', file=sys.stderr)
+    return []
+  return json.loads(lines[-1][len('RESULT '):])
 
 
 def main(argv):
   del argv
   if _CHILD.value:
-    print('RESULT ' + json.dumps(_measure(_CHILD.value, _DIM.value, _CLIENTS.value,
+    print('RESULT ' + json.dumps(_measure(_CHILD.value.split(','), _DIM.value, _CLIENTS.value,
                                           _ROUNDS.value)), flush=True)
     return
   results = {}
   for _ in range(_REPEATS.value):
-    for name in _FACTORIES.value:
-      cmd = [sys.executable, '-m', 'experiments.benchmarks.aggregator_bench', f'--child={name}',
-             f'--dim={_DIM.value}', f'--clients={_CLIENTS.value}', f'--rounds={_ROUNDS.value}']
-      out = subprocess.run(cmd, capture_output=True, text=True, check=False)
-      lines = [line for line in out.stdout.splitlines() if line.startswith('RESULT ')]
-      if not lines:
-        print(f'{name}: failed\n{out.stderr[-3000:]}', file=sys.stderr)
-        continue
-      result = json.loads(lines[-1][len('RESULT '):])
-      print(f'{name}: {json.dumps(result)}', flush=True)
-      results.setdefault(name, []).append(result)
+    if _INTERLEAVE.value == 'rounds':
+      batches = [_FACTORIES.value]
+    else:
+      batches = [[name] for name in _FACTORIES.value]
+    for names in batches:
+      for result in _run_child(names):
+        print(f'{result["name"]}: {json.dumps(result)}', flush=True)
+        results.setdefault(result['name'], []).append(result)
   print(f'dim={_DIM.value} clients={_CLIENTS.value} timed rounds={_ROUNDS.value} '
-        f'repeats={_REPEATS.value}')
-  print(f'{"factory":<15}{"round s":>10}{"peak MiB":>11}{"build s":>9}')
+        f'repeats={_REPEATS.value} interleave={_INTERLEAVE.value} '
+        f'load average {os.getloadavg()[0]:.1f}')
+  print_summary(results)
+
+
+def print_summary(results: dict, anchors=ANCHORS, target_pairs=TARGET_PAIRS) -> dict:
+  """Prints the medians over the repeats per name and every ratio ours_* / anchor; returns the
+  medians. `results`: name -> list of child results (keys round_seconds, cpu_seconds, peak_mib,
+  build_seconds)."""
+  print(f'{"name":<15}{"round s":>10}{"cpu s":>10}{"peak MiB":>11}{"build s":>9}')
   summary = {}
   for name, runs in results.items():
-    summary[name] = {
-        'round_seconds': statistics.median(r['round_seconds'] for r in runs),
-        'peak_mib': statistics.median(r['peak_mib'] for r in runs),
-        'build_seconds': statistics.median(r['build_seconds'] for r in runs)}
+    summary[name] = {key: statistics.median(r[key] for r in runs)
+                     for key in ('round_seconds', 'cpu_seconds', 'peak_mib', 'build_seconds')}
     s = summary[name]
-    print(f'{name:<15}{s["round_seconds"]:>10.3f}{s["peak_mib"]:>11.0f}{s["build_seconds"]:>9.1f}')
-  print('ratios (ours / TFF; target <= 1.1):')
-  for ours, theirs in PAIRS:
-    if ours in summary and theirs in summary:
-      time_ratio = summary[ours]['round_seconds'] / summary[theirs]['round_seconds']
-      mem_ratio = summary[ours]['peak_mib'] / summary[theirs]['peak_mib']
-      print(f'  {ours} / {theirs}: time {time_ratio:.3f}, peak memory {mem_ratio:.3f}')
+    print(f'{name:<15}{s["round_seconds"]:>10.4f}{s["cpu_seconds"]:>10.4f}{s["peak_mib"]:>11.0f}'
+          f'{s["build_seconds"]:>9.1f}')
+  print(f'ratios ours / anchor (* = issue-16 target pair, target <= {TARGET_RATIO}):')
+  for ours in sorted(name for name in summary if name.startswith('ours_')):
+    for anchor in anchors:
+      if anchor not in summary:
+        continue
+      mark = '*' if (ours, anchor) in target_pairs else ' '
+      ratios = {key: summary[ours][key] / summary[anchor][key]
+                for key in ('round_seconds', 'cpu_seconds', 'peak_mib')}
+      memory = ('' if math.isnan(ratios['peak_mib'])
+                else f', peak memory {ratios["peak_mib"]:.3f}')
+      print(f' {mark} {ours} / {anchor}: time {ratios["round_seconds"]:.3f}, '
+            f'cpu {ratios["cpu_seconds"]:.3f}{memory}')
+  return summary
 
 
 if __name__ == '__main__':

@@ -339,3 +339,34 @@ def test_deprecated_tree_argument_names_still_work():
   with pytest.warns(DeprecationWarning, match='restarts'):
     factory = CorrelatedNoiseFactory.tree(1.0, 10, 1.0, restart_rounds=4)
   assert factory.plan.restarts == RestartSchedule(warmup=4, period=4)
+
+
+def _intrinsic_counts(process) -> collections.Counter:
+  """URI -> number of intrinsic uses in `process.next` (and 'selection' -> selections)."""
+  counts = collections.Counter()
+
+  def visit(comp):
+    if isinstance(comp, tff.framework.Intrinsic):
+      counts[comp.uri] += 1
+    elif isinstance(comp, tff.framework.Selection):
+      counts['selection'] += 1
+    return comp, False
+
+  tff.framework.transform_postorder(process.next.to_building_block(), visit)
+  return counts
+
+
+@pytest.mark.parametrize('adaptive', [False, True])
+def test_plain_sum_round_is_no_bigger_than_tffs(adaptive):
+  # Issue 16: every intrinsic and selection in `next` costs per-round executor work. With a plain
+  # sum, a round is one broadcast, one client map, ONE federated sum (update, counts and quantile
+  # bit together) and one server step; TFF's gaussian_fixed round has more of each.
+  value_type = tff.TensorType(np.float32, [4])
+  kwargs = dict(adaptive_clip=AdaptiveClipping(clipped_count_stddev=1.0)) if adaptive else {}
+  ours = _intrinsic_counts(CorrelatedNoiseFactory.blt(0.5, 10, 1.0, strategy=BLT,
+                                                      **kwargs).create(value_type))
+  theirs = _intrinsic_counts(tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
+      0.5, 10, 1.0).create(value_type))
+  assert ours['federated_sum'] == 1 and ours['federated_map'] == 1, ours
+  assert ours['federated_broadcast'] == 1, ours
+  assert sum(ours.values()) <= sum(theirs.values()), (ours, theirs)
