@@ -38,17 +38,20 @@ from absl import app, flags
 from experiments import flag_parsing
 
 FLAGS = flags.FlagValues()
-_DIM = flags.DEFINE_integer('dim', 4_000_000, 'Parameters in the model update.', flag_values=FLAGS)
-_CLIENTS = flags.DEFINE_integer('clients', 100, 'Clients per round.', flag_values=FLAGS)
+_DIM = flags.DEFINE_integer('dim', 4_000_000, 'Parameters in the model update.', lower_bound=1, flag_values=FLAGS)
+_CLIENTS = flags.DEFINE_integer('clients', 100, 'Clients per round.', lower_bound=1, flag_values=FLAGS)
 _ROUNDS = flags.DEFINE_integer('rounds', 3, 'Timed rounds (after one warm-up round).',
-                               flag_values=FLAGS)
+                               lower_bound=1, flag_values=FLAGS)
 _REPEATS = flags.DEFINE_integer('repeats', 1, 'Passes over --factories (see --interleave).',
-                                flag_values=FLAGS)
+                                lower_bound=1, flag_values=FLAGS)
+FACTORY_NAMES = ('tff_gaussian', 'ours_gaussian', 'tff_tree', 'ours_tree', 'ours_blt', 'ours_banded')
 _FACTORIES = flags.DEFINE_list(
-    'factories', ['tff_gaussian', 'ours_gaussian', 'tff_tree', 'ours_tree', 'ours_blt',
-                  'ours_banded'],
+    'factories', list(FACTORY_NAMES),
     'Factories to measure (tff_gaussian, tff_tree, ours_gaussian, ours_tree, ours_blt, '
     'ours_banded).', flag_values=FLAGS)
+flags.register_validator(
+    'factories', lambda names: bool(names) and set(names) <= set(FACTORY_NAMES),
+    f'must be a non-empty comma-separated subset of {", ".join(FACTORY_NAMES)}', flag_values=FLAGS)
 _INTERLEAVE = flags.DEFINE_enum(
     'interleave', 'processes', ['processes', 'rounds'],
     'processes: one child process per factory and repeat (per-factory peak memory); rounds: one '

@@ -47,26 +47,29 @@ from experiments import flag_parsing
 from experiments.benchmarks import aggregator_bench
 
 FLAGS = flags.FlagValues()
+_CONFIG_NAMES = ('tff_gaussian', 'ours_gaussian', 'ours_blt', 'ours_banded', 'tff_tree', 'ours_tree')
 _CONFIGS = flags.DEFINE_list(
-    'configs', ['tff_gaussian', 'ours_gaussian', 'ours_blt', 'ours_banded', 'tff_tree',
-                'ours_tree'],
+    'configs', list(_CONFIG_NAMES),
     'Configurations to measure (tff_gaussian, tff_tree, ours_gaussian, ours_blt, ours_banded, '
     'ours_tree).', flag_values=FLAGS)
-_CLIENTS = flags.DEFINE_integer('clients', 50, 'Clients per round C.', flag_values=FLAGS)
+flags.register_validator(
+    'configs', lambda names: bool(names) and set(names) <= set(_CONFIG_NAMES),
+    f'must be a non-empty comma-separated subset of {", ".join(_CONFIG_NAMES)}', flag_values=FLAGS)
+_CLIENTS = flags.DEFINE_integer('clients', 50, 'Clients per round C.', lower_bound=1, flag_values=FLAGS)
 _ROUNDS = flags.DEFINE_integer('rounds', 3, 'Timed rounds per child (after the warm-up).',
-                               flag_values=FLAGS)
+                               lower_bound=1, flag_values=FLAGS)
 _WARMUP = flags.DEFINE_integer('warmup', 1, 'Untimed warm-up rounds per child (>= 1).',
-                               flag_values=FLAGS)
+                               lower_bound=1, flag_values=FLAGS)
 _REPEATS = flags.DEFINE_integer('repeats', 2, 'Passes over --configs (interleaved children).',
-                                flag_values=FLAGS)
+                                lower_bound=1, flag_values=FLAGS)
 _MODEL = flags.DEFINE_enum('model', 'fedavg_cnn', ['fedavg_cnn', 'tiny'],
                            'EMNIST model (`experiments.emnist.models`).', flag_values=FLAGS)
 _POPULATION = flags.DEFINE_integer('population', 1000, 'Synthetic clients in the population.',
-                                   flag_values=FLAGS)
+                                   lower_bound=1, flag_values=FLAGS)
 _EXAMPLES = flags.DEFINE_integer('examples_per_client', 20, 'Mean examples per synthetic client.',
-                                 flag_values=FLAGS)
+                                 lower_bound=1, flag_values=FLAGS)
 _BATCH_SIZE = flags.DEFINE_integer('batch_size', 16, 'Client batch size (the driver default).',
-                                   flag_values=FLAGS)
+                                   lower_bound=1, flag_values=FLAGS)
 _INTERLEAVE = flags.DEFINE_enum(
     'interleave', 'processes', ['processes', 'rounds'],
     'processes: one child process per configuration and repeat (per-configuration peak memory); '
@@ -184,8 +187,6 @@ def main(argv):
   if _CHILD.value:
     print('RESULT ' + json.dumps(_measure(_CHILD.value.split(','))), flush=True)
     return
-  if _ROUNDS.value < 1:
-    raise app.UsageError('--rounds must be >= 1.')
   results = {}
   for _ in range(_REPEATS.value):
     if _INTERLEAVE.value == 'rounds':

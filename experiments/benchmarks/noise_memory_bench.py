@@ -33,16 +33,21 @@ from experiments import flag_parsing
 
 FLAGS = flags.FlagValues()
 _PARAMS = flags.DEFINE_integer('params', 100_000, 'P: float32 parameters of the model update.',
-                               flag_values=FLAGS)
+                               lower_bound=1, flag_values=FLAGS)
 _ROUNDS = flags.DEFINE_integer('rounds', 128, 'n: rounds run (the tree stays within one tree).',
-                               flag_values=FLAGS)
+                               lower_bound=1, flag_values=FLAGS)
 _NUM_BANDS = flags.DEFINE_integer('num_bands', 4, 'b-hat of the banded, BSR and BISR strategies.',
-                                  flag_values=FLAGS)
-_NUM_BUFFERS = flags.DEFINE_integer('num_buffers', 4, 'd: buffers of the BLT.', flag_values=FLAGS)
+                                  lower_bound=1, flag_values=FLAGS)
+_NUM_BUFFERS = flags.DEFINE_integer('num_buffers', 4, 'd: buffers of the BLT.', lower_bound=1,
+                                    flag_values=FLAGS)
+_MECHANISM_NAMES = ('gaussian', 'tree_vanilla', 'tree_efficient', 'banded', 'bsr', 'bisr', 'blt',
+                    'tff_tree')
 _MECHANISMS = flags.DEFINE_list(
-    'mechanisms', ['gaussian', 'tree_vanilla', 'tree_efficient', 'banded', 'bsr', 'bisr', 'blt',
-                   'tff_tree'],
+    'mechanisms', list(_MECHANISM_NAMES),
     'Mechanisms to measure (tff_tree: TFF\'s tree_aggregation, the anchor).', flag_values=FLAGS)
+flags.register_validator(
+    'mechanisms', lambda names: bool(names) and set(names) <= set(_MECHANISM_NAMES),
+    f'must be a non-empty comma-separated subset of {", ".join(_MECHANISM_NAMES)}', flag_values=FLAGS)
 
 NOISE_MULTIPLIER = 1.0
 CLIP = 1.0
