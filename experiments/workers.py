@@ -22,6 +22,7 @@ import ctypes
 import importlib.util
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -79,6 +80,28 @@ def _check_port_free(port: int) -> None:
       s.bind(('::' if socket.has_ipv6 else '', port))
     except OSError as error:
       raise RuntimeError(f'port {port} is in use ({error.strerror}); choose another --port.') from None
+
+
+def free_port_range(count: int) -> int:
+  """A first port P such that P .. P+count-1 are free on this machine now (random in 20000-60000).
+
+  Raises:
+    ValueError: `count` is not a positive integer.
+    RuntimeError: no free range was found in 200 tries.
+  """
+  if not isinstance(count, int) or count < 1:
+    raise ValueError(f'`count` must be a positive integer, got {count!r}.')
+  rng = random.SystemRandom()
+  for _ in range(200):
+    port = rng.randint(20000, 60000 - count)
+    try:
+      for p in range(port, port + count):
+        with socket.socket() as s:
+          s.bind(('', p))
+      return port
+    except OSError:
+      continue
+  raise RuntimeError(f'found no {count} free consecutive ports; give --port.')
 
 
 def _record_path(state_dir: str, pid: int) -> str:

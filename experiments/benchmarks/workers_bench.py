@@ -55,7 +55,6 @@ import os
 import resource
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -65,6 +64,7 @@ import time
 from absl import app, flags
 
 from experiments import flag_parsing
+from experiments import workers as workers_launcher
 
 FLAGS = flags.FlagValues()
 _PARAMS = flags.DEFINE_list('params', ['1e4', '1e6'], 'Model sizes (weights, approximate: the '
@@ -303,21 +303,6 @@ def _run_child(spec: dict) -> None:
 # Parent: workers, children, tables, fit, projection.
 
 
-def _free_port(count: int) -> int:
-  """A first port P with P..P+count-1 free on this machine."""
-  import random
-  for _ in range(200):
-    port = random.randint(20000, 60000 - count)
-    try:
-      for p in range(port, port + count):
-        with socket.socket() as s:
-          s.bind(('', p))
-      return port
-    except OSError:
-      continue
-  raise RuntimeError('found no free range of ports; give --port.')
-
-
 class _Workers:
   """`python -m experiments.workers start` in the background: addresses and worker PIDs."""
 
@@ -354,7 +339,7 @@ def _run_children(params, clients, workers) -> list:
     for count in (workers if repeat % 2 == 0 else workers[::-1]):
       # Fresh workers per child: a worker keeps its peak memory after a round, and no child inherits
       # another's caches.
-      pool = _Workers(count, _PORT.value or _free_port(count)) if count else None
+      pool = _Workers(count, _PORT.value or workers_launcher.free_port_range(count)) if count else None
       spec = {'workers': count, 'addresses': pool.addresses if pool else [],
               'worker_pids': pool.pids if pool else [], 'params': params, 'clients': clients,
               'rounds': _ROUNDS.value, 'examples': _EXAMPLES.value,

@@ -10,7 +10,6 @@ import glob
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -21,30 +20,16 @@ import pytest
 
 from dp_ftrl_tff.learning import remote_execution
 from experiments import run_config, tff_workers
+from experiments import workers as workers_launcher
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
 
 
-def _free_ports(count: int) -> int:
-  """A first port P with P..P+count-1 free on this machine."""
-  rng = np.random.default_rng()
-  for _ in range(200):
-    port = int(rng.integers(20000, 60000))
-    try:
-      for p in range(port, port + count):
-        with socket.socket() as s:
-          s.bind(('', p))
-      return port
-    except OSError:
-      continue
-  raise RuntimeError('no free ports')
-
-
 @contextlib.contextmanager
 def _workers(count: int, state_dir, port=None):
   """Runs `python -m experiments.workers start`; yields (addresses, worker PIDs, launcher)."""
-  port = port or _free_ports(count)
+  port = port or workers_launcher.free_port_range(count)
   launcher = subprocess.Popen(
       [sys.executable, '-m', 'experiments.workers', 'start', f'--count={count}', f'--port={port}',
        f'--state_dir={state_dir}'], cwd=_ROOT, env=_ENV, stdout=subprocess.PIPE,
