@@ -28,6 +28,8 @@ import numpy as np
 
 from dp_ftrl_tff import _validation
 from dp_ftrl_tff.mechanisms import participation as participation_lib
+from dp_ftrl_tff.mechanisms import sensitivity as sensitivity_lib
+from dp_ftrl_tff.mechanisms import toeplitz
 
 
 @dataclasses.dataclass(frozen=True)
@@ -239,6 +241,51 @@ class Strategy(abc.ABC):
   @abc.abstractmethod
   def to_config(self) -> dict:
     """JSON-serializable parameters; `registry.strategy_from_config` inverts it."""
+
+
+class ToeplitzStrategy(Strategy):
+  """A strategy whose C is lower-triangular Toeplitz, LtToep(c), given by its coefficients.
+
+  Subclasses (`blt.BLTStrategy`, the square-root strategies) supply the coefficients of C and of
+  C^-1; the matrices, the sensitivity (`sensitivity.toeplitz_squared`, O(kn)) and the errors
+  (BLT paper Prop. 3.3, from the coefficients of C^-1) follow from them here.
+  """
+
+  @abc.abstractmethod
+  def toeplitz_coefs(self, num_rounds: int) -> np.ndarray:
+    """c_0 .. c_{n-1}, the Toeplitz coefficients of C, float64."""
+
+  @abc.abstractmethod
+  def noise_coefs(self, num_rounds: int) -> np.ndarray:
+    """c_hat_0 .. c_hat_{n-1}, the Toeplitz coefficients of C^-1, float64."""
+
+  def strategy_matrix(self, num_rounds: int) -> np.ndarray:
+    """C = LtToep(toeplitz_coefs), shape (n, n), float64."""
+    return toeplitz.materialize(self.toeplitz_coefs(num_rounds), num_rounds)
+
+  def noise_matrix(self, num_rounds: int) -> np.ndarray:
+    """C^-1 = LtToep(noise_coefs), shape (n, n), float64."""
+    return toeplitz.materialize(self.noise_coefs(num_rounds), num_rounds)
+
+  def sensitivity_squared(self, num_rounds: int,
+                          participation: participation_lib.ParticipationSchema) -> float:
+    """Squared sensitivity (clip norm 1): `sensitivity.toeplitz_squared` of C's coefficients, O(kn);
+    exact for non-negative non-increasing coefficients, else an upper bound (`sensitivity_is_exact`).
+    """
+    num_rounds = self.check_num_rounds(num_rounds)
+    return sensitivity_lib.toeplitz_squared(self.toeplitz_coefs(num_rounds), num_rounds,
+                                            participation)
+
+  def sensitivity_is_exact(self, num_rounds: int,
+                           participation: participation_lib.ParticipationSchema) -> bool:
+    """True when `sensitivity_squared` is exact rather than an upper bound."""
+    num_rounds = self.check_num_rounds(num_rounds)
+    return sensitivity_lib.toeplitz_is_exact(self.toeplitz_coefs(num_rounds), num_rounds,
+                                             participation)
+
+  def errors(self, num_rounds: int) -> tuple:
+    """(MaxError, RmsError) of B = A C^-1 from the coefficients of C^-1 (BLT paper Prop. 3.3)."""
+    return toeplitz.errors_from_noise_coefs(self.noise_coefs(num_rounds))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -40,7 +40,6 @@ import scipy.special
 from dp_ftrl_tff import _validation
 from dp_ftrl_tff.mechanisms import base, toeplitz
 from dp_ftrl_tff.mechanisms import participation as participation_lib
-from dp_ftrl_tff.mechanisms import sensitivity as sensitivity_lib
 
 _ERRORS = ('max', 'rms')
 
@@ -121,7 +120,7 @@ def _coefficients(decays: np.ndarray, scales: np.ndarray, num_rounds: int) -> np
 
 
 @dataclasses.dataclass(frozen=True)
-class BLTStrategy(base.Strategy):
+class BLTStrategy(base.ToeplitzStrategy):
   """C = BLT(theta, omega): lower-triangular Toeplitz with c_0 = 1, c_i = sum_j omega_j theta_j^(i-1).
 
   Noise for round t is sigma * zeta * (C^-1 z)_t, generated in streaming form by
@@ -131,7 +130,8 @@ class BLTStrategy(base.Strategy):
   Attributes:
     theta: buffer decays, each in (0, 1].
     omega: output scales, finite (the paper's BLTs have omega > 0 and sum(omega) <= 1, which makes c
-      non-negative and non-increasing, the condition of Thm. 3.1).
+      non-negative and non-increasing, the condition of Thm. 3.1 under which `sensitivity_squared`
+      is exact; this includes every `optimize_blt` result).
   """
   theta: Tuple[float, ...]
   omega: Tuple[float, ...]
@@ -193,37 +193,6 @@ class BLTStrategy(base.Strategy):
     except ValueError:
       return toeplitz.inverse_coefs(self.toeplitz_coefs(num_rounds), num_rounds)
     return _coefficients(theta_hat, omega_hat, num_rounds)
-
-  def strategy_matrix(self, num_rounds: int) -> np.ndarray:
-    """C = LtToep(c), shape (n, n), float64."""
-    return toeplitz.materialize(self.toeplitz_coefs(num_rounds), num_rounds)
-
-  def noise_matrix(self, num_rounds: int) -> np.ndarray:
-    """C^-1 = LtToep(c_hat), shape (n, n), float64."""
-    return toeplitz.materialize(self.noise_coefs(num_rounds), num_rounds)
-
-  def sensitivity_squared(self, num_rounds: int,
-                          participation: participation_lib.ParticipationSchema) -> float:
-    """Squared sensitivity (clip norm 1), `sensitivity.toeplitz_squared` of the coefficients.
-
-    Exact by Thm. 3.1 (O(kn)) when c is non-negative and non-increasing, which includes
-    sum(omega) = c_1 <= 1 (all of the paper's BLTs, and every `optimize_blt` result); otherwise the
-    valid upper bound of `sensitivity.toeplitz_squared`. See `sensitivity_is_exact`.
-    """
-    num_rounds = self.check_num_rounds(num_rounds)
-    return sensitivity_lib.toeplitz_squared(self.toeplitz_coefs(num_rounds), num_rounds,
-                                            participation)
-
-  def sensitivity_is_exact(self, num_rounds: int,
-                           participation: participation_lib.ParticipationSchema) -> bool:
-    """True when `sensitivity_squared` is exact rather than an upper bound."""
-    num_rounds = self.check_num_rounds(num_rounds)
-    return sensitivity_lib.toeplitz_is_exact(self.toeplitz_coefs(num_rounds), num_rounds,
-                                             participation)
-
-  def errors(self, num_rounds: int) -> Tuple[float, float]:
-    """(MaxError, RmsError) of B = A C^-1 from the coefficients of C^-1 (Prop. 3.3), O(nd)."""
-    return toeplitz.errors_from_noise_coefs(self.noise_coefs(num_rounds))
 
   def describe(self) -> dict:
     return {'num_buffers': self.num_buffers, 'theta': list(self.theta), 'omega': list(self.omega)}

@@ -26,15 +26,14 @@ non-zero diagonals of the banded factor, the main one included (b-hat = 1 is DP-
 stream for any n (`max_rounds` is None). Everything is float64 numpy; no TensorFlow.
 """
 
-import abc
 import dataclasses
 import time
-from typing import ClassVar, Optional, Tuple
+from typing import ClassVar, Optional
 
 import numpy as np
 
 from dp_ftrl_tff import _validation
-from dp_ftrl_tff.mechanisms import banded, base, sensitivity, toeplitz
+from dp_ftrl_tff.mechanisms import banded, base, toeplitz
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 
 
@@ -47,7 +46,7 @@ def inverse_square_root_coefs(num_coefs: int) -> np.ndarray:
 
 
 @dataclasses.dataclass(frozen=True)
-class _BandedSquareRootBase(base.Strategy):
+class _BandedSquareRootBase(base.ToeplitzStrategy):
   """A lower-triangular Toeplitz strategy defined by `num_bands` (shared by BSR and BISR).
 
   Subclasses give `toeplitz_coefs` (of C) and `noise_coefs` (of C^-1); the rest follows from them.
@@ -57,40 +56,6 @@ class _BandedSquareRootBase(base.Strategy):
   def __post_init__(self):
     object.__setattr__(self, 'num_bands',
                        _validation.check_positive_int(self.num_bands, 'num_bands'))
-
-  @abc.abstractmethod
-  def toeplitz_coefs(self, num_rounds: int) -> np.ndarray:
-    """c_0 .. c_{n-1}, the Toeplitz coefficients of C, float64."""
-
-  @abc.abstractmethod
-  def noise_coefs(self, num_rounds: int) -> np.ndarray:
-    """c_hat_0 .. c_hat_{n-1}, the Toeplitz coefficients of C^-1, float64."""
-
-  def strategy_matrix(self, num_rounds: int) -> np.ndarray:
-    """C = LtToep(toeplitz_coefs), shape (n, n), float64."""
-    return toeplitz.materialize(self.toeplitz_coefs(num_rounds), num_rounds)
-
-  def noise_matrix(self, num_rounds: int) -> np.ndarray:
-    """C^-1 = LtToep(noise_coefs), shape (n, n), float64."""
-    return toeplitz.materialize(self.noise_coefs(num_rounds), num_rounds)
-
-  def sensitivity_squared(self, num_rounds: int,
-                          participation: participation_lib.ParticipationSchema) -> float:
-    """Squared sensitivity (clip norm 1): `sensitivity.toeplitz_squared` of C's coefficients, O(kn);
-    exact for non-negative non-increasing coefficients, else an upper bound (`sensitivity_is_exact`).
-    """
-    num_rounds = self.check_num_rounds(num_rounds)
-    return sensitivity.toeplitz_squared(self.toeplitz_coefs(num_rounds), num_rounds, participation)
-
-  def sensitivity_is_exact(self, num_rounds: int,
-                           participation: participation_lib.ParticipationSchema) -> bool:
-    """True when `sensitivity_squared` is exact rather than an upper bound."""
-    num_rounds = self.check_num_rounds(num_rounds)
-    return sensitivity.toeplitz_is_exact(self.toeplitz_coefs(num_rounds), num_rounds, participation)
-
-  def errors(self, num_rounds: int) -> Tuple[float, float]:
-    """(MaxError, RmsError) of B = A C^-1 from the coefficients of C^-1 (BLT paper Prop. 3.3)."""
-    return toeplitz.errors_from_noise_coefs(self.noise_coefs(num_rounds))
 
   def describe(self) -> dict:
     return {'num_bands': self.num_bands}
