@@ -18,18 +18,19 @@ post-processing"):
   * `max_participations`: the most participations of one client.
 
 Reading streams the file in fixed-size chunks of whole lines, each parsed by vectorized numpy over
-the raw bytes (no per-row Python work). Memory is bounded by the clients and rounds, not the rows:
+the raw bytes (no per-row Python work) on a worker thread while the previous chunk is added. Memory is bounded by the clients and rounds, not the rows:
 the log is kept as one bit per (client, round) (order-free, so out-of-order rows are fine and a
 repeated row is caught exactly) plus a few int64 per client (participations, smallest gap, gcd of
 the gaps). Client ids get codes through a 64-bit hash of their bytes; every hash match is checked
 byte for byte, and a collision restarts the read with another seed, so the grouping is exact.
 """
 
+import concurrent.futures
 import csv
 import dataclasses
 import io
 import os
-from typing import Iterator, List, Optional, Sequence, Tuple
+from typing import Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -92,7 +93,7 @@ class ParticipationLogWriter:
 
 #: Bytes read per chunk by `read_participation_log` (its working memory is a few times this, plus
 #: the per-client state).
-DEFAULT_CHUNK_BYTES = 32 << 20
+DEFAULT_CHUNK_BYTES = 4 << 20  # smaller chunks sort faster (cache) and keep two in flight cheap
 _BLOCK_CLIENTS = 1 << 16  # clients per block of the participation bit matrix
 _SCAN_CLIENTS = 1 << 14  # clients expanded to (client, round) rows at once
 _QUOTED_BATCH = 1 << 18  # rows of the csv-module path converted to arrays at once
@@ -101,6 +102,15 @@ _HASH_SEEDS = 3  # a hash collision between two distinct ids restarts the read w
 
 class _HashCollision(Exception):
   """Two distinct client ids have the same 64-bit hash under the current seed."""
+
+
+class _RowError(ValueError):
+  """A malformed row of a chunk: its 0-based index in the chunk and the rest of the message."""
+
+  def __init__(self, row: int, text: str):
+    super().__init__(f'row {row + 1} of a chunk{text}')
+    self.row = row
+    self.text = text
 
 
 class _QuotedLog(Exception):
@@ -391,6 +401,46 @@ def _pack_ids(byte_column, lengths: np.ndarray) -> np.ndarray:
   return words
 
 
+class _Rows(NamedTuple):
+  """A batch of rows with its distinct ids found (`_prepare_rows`), ready for `_LogBuilder.add_rows`.
+
+  hashes: sorted distinct 64-bit id hashes; names, lengths: the id bytes and byte length of each;
+  inverse: for every row, the index of its id in `hashes`; rounds: int64 round of every row.
+  """
+  hashes: np.ndarray
+  names: np.ndarray
+  lengths: np.ndarray
+  inverse: np.ndarray
+  rounds: np.ndarray
+
+
+def _prepare_rows(words: np.ndarray, lengths: np.ndarray, rounds: np.ndarray, seed: int) -> _Rows:
+  """Groups a batch's rows by id (ids packed by `_pack_ids`, their byte lengths, int64 rounds).
+
+  Needs no state of the log, so `_read_unquoted` runs it for the next chunk while the previous one
+  is added. Raises `_HashCollision` when two distinct ids of the batch share a hash.
+  """
+  if not rounds.size:
+    return _Rows(np.zeros(0, np.uint64), np.zeros(0, 'S8'), np.zeros(0, np.int64),
+                 np.zeros(0, np.int64), rounds)
+  hashes = _hash_ids(words, lengths, seed)
+  order = np.argsort(hashes)  # np.unique's return_index would use a (slower) stable sort
+  sorted_hashes = hashes[order]
+  new_group = np.concatenate([[True], sorted_hashes[1:] != sorted_hashes[:-1]])
+  unique, first = sorted_hashes[new_group], order[new_group]  # first: any row of each hash
+  inverse = np.empty(hashes.size, np.int64)
+  inverse[order] = np.cumsum(new_group) - 1
+  representative = first[inverse]
+  if not (np.array_equal(lengths[representative], lengths) and
+          all(np.array_equal(word[representative], word) for word in words)):
+    raise _HashCollision()
+  # Little-endian words hold byte j at offset j; ids never contain NUL bytes (text CSV), so the
+  # `S` view strips exactly the padding.
+  names = np.ascontiguousarray(words[:, first].T.astype('<u8')).view(
+      f'S{8 * words.shape[0]}').reshape(-1)
+  return _Rows(unique, names, lengths[first].astype(np.int64), inverse, rounds)
+
+
 class _LogBuilder:
   """Turns rows (id bytes, round) into a `ParticipationLog`, one batch of rows at a time.
 
@@ -400,8 +450,8 @@ class _LogBuilder:
   """
 
   def __init__(self, path: str, seed: int):
-    self._where = path or 'log'
-    self._seed = seed
+    self.where = path or 'log'
+    self.seed = seed
     self._hashes = np.zeros(0, np.uint64)  # sorted
     self._hash_codes = np.zeros(0, np.int64)
     self._names = np.zeros(0, 'S1')
@@ -410,29 +460,14 @@ class _LogBuilder:
     self._min_round = 0
     self._path = path
 
-  def add_words(self, words: np.ndarray, lengths: np.ndarray, rounds: np.ndarray) -> None:
-    """Adds rows: ids packed by `_pack_ids`, their byte lengths, int64 rounds."""
-    if not rounds.size:
+  def add_rows(self, rows: '_Rows') -> None:
+    """Adds a batch of rows prepared by `_prepare_rows` (with this builder's seed)."""
+    if not rows.rounds.size:
       return
-    hashes = _hash_ids(words, lengths, self._seed)
-    order = np.argsort(hashes)  # np.unique's return_index would use a (slower) stable sort
-    sorted_hashes = hashes[order]
-    new_group = np.concatenate([[True], sorted_hashes[1:] != sorted_hashes[:-1]])
-    unique, first = sorted_hashes[new_group], order[new_group]  # first: any row of each hash
-    inverse = np.empty(hashes.size, np.int64)
-    inverse[order] = np.cumsum(new_group) - 1
-    representative = first[inverse]
-    if not (np.array_equal(lengths[representative], lengths) and
-            all(np.array_equal(word[representative], word) for word in words)):
-      raise _HashCollision()
-    # Little-endian words hold byte j at offset j; ids never contain NUL bytes (text CSV), so the
-    # `S` view strips exactly the padding.
-    names = np.ascontiguousarray(words[:, first].T.astype('<u8')).view(
-        f'S{8 * words.shape[0]}').reshape(-1)
-    codes = self._codes(unique, names, lengths[first].astype(np.int64))[inverse]
-    self._min_round = min(self._min_round, int(rounds.min()))
-    keep = rounds >= 0
-    self._bits.add(codes[keep], rounds[keep], self._names.size, self._where)
+    codes = self._codes(rows.hashes, rows.names, rows.lengths)[rows.inverse]
+    self._min_round = min(self._min_round, int(rows.rounds.min()))
+    keep = rows.rounds >= 0
+    self._bits.add(codes[keep], rows.rounds[keep], self._names.size, self.where)
 
   def add_text_ids(self, ids: Sequence[str], rounds: np.ndarray) -> None:
     """Adds rows whose ids are str (the csv-module path and `from_arrays`)."""
@@ -440,7 +475,8 @@ class _LogBuilder:
     lengths = np.fromiter(map(len, encoded), np.int64, len(encoded))
     width = max(int(lengths.max()) if lengths.size else 0, 1)
     matrix = np.array(encoded, dtype=f'S{width}').view(np.uint8).reshape(len(encoded), width)
-    self.add_words(_pack_ids(lambda j: matrix[:, j], lengths), lengths, rounds)
+    self.add_rows(_prepare_rows(_pack_ids(lambda j: matrix[:, j], lengths), lengths, rounds,
+                                self.seed))
 
   def _codes(self, hashes: np.ndarray, names: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Code of each distinct id of a batch (sorted distinct `hashes`), new ids appended."""
@@ -466,11 +502,11 @@ class _LogBuilder:
   def finish(self) -> ParticipationLog:
     """The log; raises ValueError on negative rounds, then on a (client, round) logged twice."""
     if self._min_round < 0:
-      raise ValueError(f'{self._where}: rounds must be non-negative, found {self._min_round}.')
+      raise ValueError(f'{self.where}: rounds must be non-negative, found {self._min_round}.')
     bits = self._bits
     if bits.repeats:
       code, round_num = bits.first_repeat
-      raise ValueError(f'{self._where}: client {self._names[code].decode("utf-8")!r} is logged '
+      raise ValueError(f'{self.where}: client {self._names[code].decode("utf-8")!r} is logged '
                        f'twice in round {round_num} ({bits.repeats} duplicate rows).')
     num_clients = self._names.size
     participations = np.zeros(num_clients, np.int64)
@@ -510,7 +546,7 @@ def _column_bytes(padded: np.ndarray, starts: np.ndarray, lengths: np.ndarray, j
   return padded[starts + j] * (lengths > j).astype(np.uint8)
 
 
-def _parse_rounds(arr, starts, lengths, path, first_row) -> np.ndarray:
+def _parse_rounds(arr, starts, lengths, path) -> np.ndarray:
   if lengths.min() < 1 or lengths.max() > 18:
     raise ValueError(f'{path}: every row needs a round of 1 to 18 digits after the comma.')
   values = np.zeros(starts.size, np.int64)
@@ -519,16 +555,15 @@ def _parse_rounds(arr, starts, lengths, path, first_row) -> np.ndarray:
     digit = _column_bytes(arr, starts, lengths, j).astype(np.int64) - 48
     if np.any(valid & ((digit < 0) | (digit > 9))):
       row = int(np.flatnonzero(valid & ((digit < 0) | (digit > 9)))[0])
-      raise ValueError(f'{path}: row {first_row + row + 1}: the round is not a non-negative '
-                       'integer.')
+      raise _RowError(row, ': the round is not a non-negative integer.')
     values = np.where(valid, values * 10 + digit, values)
   return values
 
 
-def _parse_chunk(chunk: bytes, builder: _LogBuilder, path: str, first_row: int) -> int:
-  """Adds the rows of `chunk` (whole lines of an unquoted body) to `builder`; returns their count.
+def _parse_chunk(chunk: bytes, seed: int, path: str) -> _Rows:
+  """The rows of `chunk` (whole lines of an unquoted body), grouped by `_prepare_rows`.
 
-  `first_row`: the rows (non-blank lines) before the chunk, for error messages.
+  Raises `_RowError` (row numbers relative to the chunk) or ValueError on a malformed row.
   """
   if not chunk.endswith(b'\n'):
     chunk += b'\n'  # a last line without its line end
@@ -539,7 +574,8 @@ def _parse_chunk(chunk: bytes, builder: _LogBuilder, path: str, first_row: int) 
   keep = content_ends > line_starts  # blank lines are ignored
   line_starts, content_ends = line_starts[keep], content_ends[keep]
   if not line_starts.size:
-    return 0
+    return _prepare_rows(np.zeros((0, 0), np.uint64), np.zeros(0, np.int64),
+                         np.zeros(0, np.int64), seed)
   commas = np.flatnonzero(arr == 44)
   one_comma = commas.size == line_starts.size and bool(
       np.all((commas > line_starts) & (commas < content_ends)))
@@ -549,19 +585,17 @@ def _parse_chunk(chunk: bytes, builder: _LogBuilder, path: str, first_row: int) 
     at_start = np.zeros(line_starts.size, bool)
     at_start[line_of_comma[commas == line_starts[line_of_comma]]] = True
     row = int(np.flatnonzero((per_line != 1) | at_start)[0])
-    raise ValueError(f'{path}: row {first_row + row + 1} is not `client_id,round` (one comma, '
-                     'non-empty id).')
+    raise _RowError(row, ' is not `client_id,round` (one comma, non-empty id).')
   slack = int((content_ends - line_starts).max()) + 8  # fixed-width gathers stay in bounds
   padded = np.concatenate([arr, np.zeros(slack, np.uint8)])
-  rounds = _parse_rounds(padded, commas + 1, content_ends - commas - 1, path, first_row)
+  rounds = _parse_rounds(padded, commas + 1, content_ends - commas - 1, path)
   lengths = commas - line_starts
   # 8 id bytes per gather: a uint64 view starting at every byte offset (unaligned loads).
   at_offset = np.ndarray(shape=(padded.size - 7,), dtype='<u8', buffer=padded, strides=(1,))
   words = np.empty((-(-int(lengths.max()) // 8), lengths.size), np.uint64)
   for k, word in enumerate(words):
     word[:] = at_offset[line_starts + 8 * k] & _LOW_BYTES[np.clip(lengths - 8 * k, 0, 8)]
-  builder.add_words(words, lengths, rounds)
-  return int(line_starts.size)
+  return _prepare_rows(words, lengths, rounds, seed)
 
 
 def _line_chunks(f, chunk_bytes: int) -> Iterator[bytes]:
@@ -580,21 +614,46 @@ def _rest_has_quote(f, chunk_bytes: int) -> bool:
 
 
 def _read_unquoted(path: str, chunk_bytes: int, seed: int) -> ParticipationLog:
-  """The vectorized path: raises `_QuotedLog` as soon as the body shows a double quote."""
+  """The vectorized path: raises `_QuotedLog` as soon as the body shows a double quote.
+
+  Two stages overlap: a worker thread parses and groups chunk i + 1 (`_parse_chunk`) while this
+  thread adds chunk i to the log (`_LogBuilder.add_rows`). numpy releases the GIL in the sorts and
+  array operations of both, so they share two cores; at most two chunks' arrays are alive.
+  """
   builder = _LogBuilder(path, seed)
-  with open(path, 'rb') as f:
+  with open(path, 'rb') as f, concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
     _check_header(f.readline(), path)
     rows = 0
+    pending = None  # the previous chunk, being parsed
     for chunk in _line_chunks(f, chunk_bytes):
       if b'"' in chunk:
         raise _QuotedLog()
-      try:
-        rows += _parse_chunk(chunk, builder, path, rows)
-      except ValueError:
-        if _rest_has_quote(f, chunk_bytes):  # a quoted log is parsed (and judged) as CSV
-          raise _QuotedLog() from None
-        raise
+      parsing = pool.submit(_parse_chunk, chunk, seed, path)
+      if pending is not None:
+        rows = _add_parsed(builder, pending, rows, f, chunk_bytes)
+      pending = parsing
+    if pending is not None:
+      _add_parsed(builder, pending, rows, f, chunk_bytes)
   return builder.finish()
+
+
+def _add_parsed(builder: _LogBuilder, parsing: concurrent.futures.Future, rows: int, f,
+                chunk_bytes: int) -> int:
+  """Adds a parsed chunk to `builder`; returns `rows` (the rows before it) plus its rows.
+
+  A malformed row raises ValueError naming the row, unless the rest of the file `f` has a double
+  quote: then the log is quoted CSV (`_QuotedLog`), parsed and judged by the csv module.
+  """
+  try:
+    prepared = parsing.result()
+  except ValueError as error:
+    if _rest_has_quote(f, chunk_bytes):
+      raise _QuotedLog() from None
+    if isinstance(error, _RowError):
+      raise ValueError(f'{builder.where}: row {rows + error.row + 1}{error.text}') from None
+    raise
+  builder.add_rows(prepared)
+  return rows + int(prepared.rounds.size)
 
 
 def _read_quoted(path: str, seed: int) -> ParticipationLog:
@@ -626,8 +685,9 @@ def _read_quoted(path: str, seed: int) -> ParticipationLog:
 def read_participation_log(path: str, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> ParticipationLog:
   """Reads a `client_id,round` CSV participation log in one streaming pass.
 
-  The file is read `chunk_bytes` at a time (whole lines); memory holds one chunk's arrays plus the
-  per-client state of `ParticipationLog`, never every row. A body with a double quote anywhere is
+  The file is read `chunk_bytes` at a time (whole lines), one chunk parsed on a worker thread while
+  the previous one is added; memory holds two chunks' arrays plus the per-client state of
+  `ParticipationLog`, never every row. A body with a double quote anywhere is
   read with the csv module instead (slower, same results).
 
   Args:
