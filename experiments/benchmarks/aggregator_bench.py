@@ -165,41 +165,69 @@ def _measure(names, dim, clients, rounds) -> list:
     build_seconds = time.perf_counter() - start
     start = time.perf_counter()
     state = process.next(process.initialize(), values).state
-    runs.append({'name': name, 'process': process, 'state': state, 'times': [], 'cpu': 0.0,
+    runs.append({'name': name, 'process': process, 'state': state,
                  'build_seconds': build_seconds, 'warmup_seconds': time.perf_counter() - start})
+  return time_rounds(runs, rounds, lambda r: values)
+
+
+def time_rounds(runs: list, rounds: int, round_data) -> list:
+  """Times `rounds` rounds of every run in this process, round-robin (one round of each in turn),
+  so that all of them see the same load.
+
+  `runs`: dicts with 'name', 'process', 'state' (after the warm-up), 'build_seconds' and
+  'warmup_seconds'; `round_data(r)`: the client data of timed round r (0-based). Per run: median
+  wall seconds, CPU seconds per round (this process + its TFF workers, read around each call), and
+  peak memory (this process + its worker's high-water marks, MiB) only when there is one run.
+  """
+  from experiments import tff_workers
   workers = tff_workers.child_worker_pids(os.getpid())
 
   def cpu_now():
     return time.process_time() + sum(process_cpu_seconds(pid) for pid in workers)
 
+  for run in runs:
+    run.update(times=[], cpu=0.0)
   settle_garbage_collector()
-  for _ in range(rounds):
+  for r in range(rounds):
     for run in runs:
       cpu_start, start = cpu_now(), time.perf_counter()
-      run['state'] = run['process'].next(run['state'], values).state
+      run['state'] = run['process'].next(run['state'], round_data(r)).state
       run['times'].append(time.perf_counter() - start)
       run['cpu'] += cpu_now() - cpu_start
   own_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
   worker_kib = worker_peak_kib()
-  peak_mib = (own_kib + worker_kib) / 1024 if len(runs) == 1 else float('nan')
+  alone = len(runs) == 1
   return [{'name': run['name'], 'round_seconds': statistics.median(run['times']),
-           'cpu_seconds': run['cpu'] / rounds, 'warmup_seconds': run['warmup_seconds'],
-           'build_seconds': run['build_seconds'], 'peak_mib': peak_mib,
-           'worker_peak_mib': worker_kib / 1024 if len(runs) == 1 else float('nan')}
+           'round_times': run['times'], 'cpu_seconds': run['cpu'] / rounds,
+           'warmup_seconds': run['warmup_seconds'], 'build_seconds': run['build_seconds'],
+           'peak_mib': (own_kib + worker_kib) / 1024 if alone else float('nan'),
+           'worker_peak_mib': worker_kib / 1024 if alone else float('nan')}
           for run in runs]
 
 
-def _run_child(names: list) -> list:
-  """Runs `_measure(names)` in a child process (its own TFF worker); [] if it failed."""
-  cmd = [sys.executable, '-m', 'experiments.benchmarks.aggregator_bench',
-         f'--child={",".join(names)}', f'--dim={_DIM.value}', f'--clients={_CLIENTS.value}',
-         f'--rounds={_ROUNDS.value}']
-  out = subprocess.run(cmd, capture_output=True, text=True, check=False)
-  lines = [line for line in out.stdout.splitlines() if line.startswith('RESULT ')]
-  if not lines:
-    print(f'{",".join(names)}: failed\n{out.stderr[-3000:]}', file=sys.stderr)
-    return []
-  return json.loads(lines[-1][len('RESULT '):])
+def run_children(child_command, names: list, repeats: int, interleave: str) -> dict:
+  """The parent's loop: per repeat, one child per name (`interleave`='processes') or one child
+  holding every name ('rounds'). `child_command(names)` is the child's command line; it prints
+  `RESULT <json list>`. Prints each result; returns name -> the list of its results."""
+  results = {}
+  for _ in range(repeats):
+    batches = [names] if interleave == 'rounds' else [[name] for name in names]
+    for batch in batches:
+      out = subprocess.run(child_command(batch), capture_output=True, text=True, check=False)
+      lines = [line for line in out.stdout.splitlines() if line.startswith('RESULT ')]
+      if not lines:
+        print(f'{",".join(batch)}: failed\n{out.stderr[-3000:]}', file=sys.stderr)
+        continue
+      for result in json.loads(lines[-1][len('RESULT '):]):
+        print(f'{result["name"]}: {json.dumps(result)}', flush=True)
+        results.setdefault(result['name'], []).append(result)
+  return results
+
+
+def _child_command(names: list) -> list:
+  return [sys.executable, '-m', 'experiments.benchmarks.aggregator_bench',
+          f'--child={",".join(names)}', f'--dim={_DIM.value}', f'--clients={_CLIENTS.value}',
+          f'--rounds={_ROUNDS.value}']
 
 
 def main(argv):
@@ -208,16 +236,7 @@ def main(argv):
     print('RESULT ' + json.dumps(_measure(_CHILD.value.split(','), _DIM.value, _CLIENTS.value,
                                           _ROUNDS.value)), flush=True)
     return
-  results = {}
-  for _ in range(_REPEATS.value):
-    if _INTERLEAVE.value == 'rounds':
-      batches = [_FACTORIES.value]
-    else:
-      batches = [[name] for name in _FACTORIES.value]
-    for names in batches:
-      for result in _run_child(names):
-        print(f'{result["name"]}: {json.dumps(result)}', flush=True)
-        results.setdefault(result['name'], []).append(result)
+  results = run_children(_child_command, _FACTORIES.value, _REPEATS.value, _INTERLEAVE.value)
   print(f'dim={_DIM.value} clients={_CLIENTS.value} timed rounds={_ROUNDS.value} '
         f'repeats={_REPEATS.value} interleave={_INTERLEAVE.value} '
         f'load average {os.getloadavg()[0]:.1f}')

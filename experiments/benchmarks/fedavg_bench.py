@@ -35,9 +35,6 @@ medians over the repeats and every ratio ours / anchor, the issue-16 target pair
 
 import json
 import os
-import resource
-import statistics
-import subprocess
 import sys
 import time
 
@@ -152,27 +149,9 @@ def _measure(names: list) -> list:
       start = time.perf_counter()
       state = process.next(state, round_data[r]).state
       warmup_times.append(time.perf_counter() - start)
-    runs.append({'name': name, 'process': process, 'state': state, 'times': [], 'cpu': 0.0,
+    runs.append({'name': name, 'process': process, 'state': state,
                  'build_seconds': build_seconds, 'warmup_seconds': warmup_times})
-  workers = tff_workers.child_worker_pids(os.getpid())
-
-  def cpu_now():
-    return time.process_time() + sum(aggregator_bench.process_cpu_seconds(p) for p in workers)
-
-  aggregator_bench.settle_garbage_collector()
-  for r in range(warmup, warmup + rounds):
-    for run in runs:
-      cpu_start, start = cpu_now(), time.perf_counter()
-      run['state'] = run['process'].next(run['state'], round_data[r]).state
-      run['times'].append(time.perf_counter() - start)
-      run['cpu'] += cpu_now() - cpu_start
-  own_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-  worker_kib = aggregator_bench.worker_peak_kib()
-  peak_mib = (own_kib + worker_kib) / 1024 if len(runs) == 1 else float('nan')
-  return [{'name': run['name'], 'round_seconds': statistics.median(run['times']),
-           'round_times': run['times'], 'cpu_seconds': run['cpu'] / rounds,
-           'warmup_seconds': run['warmup_seconds'], 'build_seconds': run['build_seconds'],
-           'peak_mib': peak_mib} for run in runs]
+  return aggregator_bench.time_rounds(runs, rounds, lambda r: round_data[warmup + r])
 
 
 def _child_command(names: list) -> list:
@@ -187,21 +166,8 @@ def main(argv):
   if _CHILD.value:
     print('RESULT ' + json.dumps(_measure(_CHILD.value.split(','))), flush=True)
     return
-  results = {}
-  for _ in range(_REPEATS.value):
-    if _INTERLEAVE.value == 'rounds':
-      batches = [_CONFIGS.value]
-    else:
-      batches = [[name] for name in _CONFIGS.value]
-    for names in batches:
-      out = subprocess.run(_child_command(names), capture_output=True, text=True, check=False)
-      lines = [line for line in out.stdout.splitlines() if line.startswith('RESULT ')]
-      if not lines:
-        print(f'{",".join(names)}: failed\n{out.stderr[-3000:]}', file=sys.stderr)
-        continue
-      for result in json.loads(lines[-1][len('RESULT '):]):
-        print(f'{result["name"]}: {json.dumps(result)}', flush=True)
-        results.setdefault(result['name'], []).append(result)
+  results = aggregator_bench.run_children(_child_command, _CONFIGS.value, _REPEATS.value,
+                                         _INTERLEAVE.value)
   print(f'model={_MODEL.value} clients={_CLIENTS.value} timed rounds={_ROUNDS.value} '
         f'warmup={_WARMUP.value} repeats={_REPEATS.value} interleave={_INTERLEAVE.value} '
         f'load average {os.getloadavg()[0]:.1f}')
