@@ -7,7 +7,7 @@ from dp_ftrl_tff.aggregators.correlated_noise import (
     MEASUREMENT_KEYS,
     CorrelatedNoiseFactory,
     CorrelatedNoiseState,
-    DPState,
+    SecureAggregationState,
 )
 from dp_ftrl_tff.plan import (
     EVERY_ROUND,
@@ -19,6 +19,7 @@ from dp_ftrl_tff.plan import (
 )
 
 __all__ = [
-    'AdaptiveClipping', 'CorrelatedNoiseFactory', 'CorrelatedNoiseState', 'DPState', 'EVERY_ROUND',
+    'AdaptiveClipping', 'CorrelatedNoiseFactory', 'CorrelatedNoiseState', 'EVERY_ROUND',
     'GBOARD_RESTARTS', 'MEASUREMENT_KEYS', 'RestartSchedule', 'RunPlan', 'SecureAggregation',
+    'SecureAggregationState',
 ]

@@ -53,46 +53,44 @@ MEASUREMENT_KEYS = ('round', 'segment', 'restart', 'clip', 'sensitivity_clip', '
                     'clipped_count', 'zeroed_count', 'noise_stddev')
 
 
-class DPState(NamedTuple):
-  """Server-side DP state (all tensors).
+class CorrelatedNoiseState(NamedTuple):
+  """The aggregation process state (server placed; a flat structure of tensors).
+
+  Flat on purpose: TFF's executor serializes every node of the state (struct or tensor) twice per
+  round, at a fixed cost each (issue 16, docs/benchmarks/aggregators.md), so the state holds only
+  what cannot be recomputed: the noise multiplier is a constant of the plan (also in `mechanism`),
+  the post-rounding sensitivity bound a function of `clip`.
 
   Attributes:
     round: int64, 0-based index of the NEXT round.
     segment: int64, index of the current mechanism segment (number of restarts so far).
-    segment_start: int64, first round of the current segment.
     clip: float32, active L2 clip zeta (clipping and noise calibration).
-    sensitivity_clip: float32, L2 bound of one clipped record used for the noise (= clip, or its
-      inflated bound after stochastic rounding with SecAgg).
-    noise_multiplier: float32, sigma_Delta on the sum (inflated by Thm. 1 with adaptive clipping).
     mechanism: tf.string, JSON of `CorrelatedNoiseFactory.accounting_config()` (what an accountant
       needs: mechanism kind and parameters, accounted noise multiplier, restart schedule, ...).
     noise_state: the `dp_ftrl_tff.noise` state of the model noise (holds the seed).
     quantile_state: TF-Privacy quantile estimator state with the count noise, or () (fixed clip).
+    secure_agg: `SecureAggregationState` with SecAgg, or () with a plain sum (which keeps no state).
   """
   round: Any
   segment: Any
-  segment_start: Any
   clip: Any
-  sensitivity_clip: Any
-  noise_multiplier: Any
   mechanism: Any
   noise_state: Any
   quantile_state: Any
+  secure_agg: Any
 
 
-class CorrelatedNoiseState(NamedTuple):
-  """The aggregation process state (server placed).
+class SecureAggregationState(NamedTuple):
+  """States of the SecAgg aggregations (`secure.py`).
 
   Attributes:
-    dp: `DPState`.
-    record_agg: state of the record aggregation (plain sum or SecAgg chain).
-    count_agg: state of the clipped / zeroed count sum.
-    quantile_agg: state of the quantile-bit sum (() with a fixed clip).
+    record: the record chain's state (its scale and prior norm bound follow the active clip).
+    count: the clipped / zeroed count sum's state.
+    quantile: the quantile-bit sum's state (() with a fixed clip).
   """
-  dp: Any
-  record_agg: Any
-  count_agg: Any
-  quantile_agg: Any
+  record: Any
+  count: Any
+  quantile: Any
 
 
 class _ClientParams(NamedTuple):
@@ -323,7 +321,7 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
                                         max_participations=max_participations, delta=delta)
 
   def accounting_config(self) -> dict:
-    """JSON-serializable description for the accountant (also stored in `DPState.mechanism`).
+    """JSON-serializable description for the accountant (also stored in `CorrelatedNoiseState.mechanism`).
 
     Keys: 'mechanism' (kind and parameters, big arrays as a SHA-256 fingerprint), 'noise_multiplier'
     (accounted sigma), 'value_noise_multiplier', 'clipped_count_stddev' (None with a fixed clip),
@@ -388,22 +386,15 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
     config = self.accounting_config()
 
     if secure is None:
-      record_factory = tff.aggregators.SumFactory()
       sensitivity_fn = tf.identity
     else:
       # The scale, the rounding's prior norm bound and the post-rounding sensitivity follow the
       # active clip (TFF's DistributedDpSumFactory keeps them in its state the same way).
-      scale = secure.scale_factor(plan.clip_norm, m, dim)
       config['secure'].update(unit_scale_factor=secure.unit_scale_factor(m, dim),
                               padded_dim=secure.padded_dim(dim))
-      record_factory = secure_lib.record_aggregation_factory(secure, scale, plan.clip_norm)
 
       def sensitivity_fn(clip):
         return secure_lib.sensitivity_clip(secure, clip, m, dim)
-
-    record_process = record_factory.create(value_type)
-    count_type = tff.TensorType(np.int32, [2])
-    count_process = secure_lib.count_aggregation_factory(secure is not None, 1, 0).create(count_type)
 
     if adaptive is not None:
       quantile_query = adaptive_lib.CorrelatedQuantileEstimatorQuery(
@@ -411,31 +402,29 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
           target_quantile=adaptive.target_quantile, learning_rate=adaptive.learning_rate,
           clipped_count_stddev=plan.clipped_count_stddev,
           expected_num_records=m)
-      quantile_process = secure_lib.count_aggregation_factory(secure is not None, 0.5,
-                                                              -0.5).create(tff.TensorType(np.float32))
     mechanism_json = json.dumps(config, sort_keys=True)
+    noise_multiplier = plan.value_noise_multiplier
 
     @tff.tensorflow.computation
-    def init_dp():
+    def init_state():
       seed = noise_base.initial_seed(self._noise_seed)
-      clip = tf.constant(plan.clip_norm, tf.float32)
       quantile_state = (quantile_query.initial_global_state(adaptive_lib.count_seed(seed))
                         if adaptive is not None else ())
       zero = tf.constant(0, tf.int64)
-      return DPState(round=zero, segment=zero, segment_start=zero, clip=clip,
-                     sensitivity_clip=sensitivity_fn(clip),
-                     noise_multiplier=tf.constant(plan.value_noise_multiplier, tf.float32),
-                     mechanism=tf.constant(mechanism_json),
-                     noise_state=value_noise.initial_state(value_specs, seed),
-                     quantile_state=quantile_state)
+      return CorrelatedNoiseState(
+          round=zero, segment=zero, clip=tf.constant(plan.clip_norm, tf.float32),
+          mechanism=tf.constant(mechanism_json),
+          noise_state=value_noise.initial_state(value_specs, seed), quantile_state=quantile_state,
+          secure_agg=())
 
-    dp_state_type = init_dp.type_signature.result
-
-    @tff.tensorflow.computation(dp_state_type)
-    def client_params_fn(dp_state):
-      quantile_params = (quantile_query.derive_sample_params(dp_state.quantile_state)
+    def client_params(state):
+      """What the clients need of the state (in TF; the state may carry `secure_agg`)."""
+      quantile_params = (quantile_query.derive_sample_params(state.quantile_state)
                          if adaptive is not None else ())
-      return _ClientParams(clip=dp_state.clip, quantile_params=quantile_params)
+      return _ClientParams(clip=state.clip, quantile_params=quantile_params)
+
+    plain_state_type = init_state.type_signature.result
+    client_params_fn = tff.tensorflow.computation(client_params, plain_state_type)
 
     @tff.tensorflow.computation(value_type, client_params_fn.type_signature.result)
     def client_fn(value, params):
@@ -446,74 +435,59 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
       quantile_record = quantile_query.preprocess_record(params.quantile_params, result.norm)
       return result.value, counts, quantile_record
 
-    def server_fn_impl(dp_state, value_sum, counts, quantile_sum):
-      stddev = dp_state.noise_multiplier * dp_state.sensitivity_clip
-      noise, noise_state = value_noise.next(dp_state.noise_state, stddev)
+    def server_step_impl(state, value_sum, counts, quantile_sum):
+      """(new state, result, measurements) of a round, in TF; `secure_agg` passes through."""
+      sensitivity_clip = sensitivity_fn(state.clip)
+      stddev = tf.constant(noise_multiplier, tf.float32) * sensitivity_clip
+      noise, noise_state = value_noise.next(state.noise_state, stddev)
       result = tf.nest.map_structure(lambda s, z: (s + z) / tf.constant(m, s.dtype), value_sum, noise)
-      next_round = dp_state.round + 1
+      next_round = state.round + 1
       # A new segment starts on the schedule, or when the stream has no rounds left in its segment
       # (a banded strategy with beyond_max_rounds='restart'): either way it is counted here.
       restart = value_noise.segment_ended(noise_state)
       if restarts is not None:
         restart = tf.logical_or(restart, adaptive_lib.is_restart_round(restarts, next_round))
-      clip = dp_state.clip
-      sensitivity_clip = dp_state.sensitivity_clip
-      quantile_state = dp_state.quantile_state
+      clip = state.clip
+      quantile_state = state.quantile_state
       estimate = clip
       if adaptive is not None:
         _, quantile_state, _ = quantile_query.get_noised_result(quantile_sum, quantile_state)
         estimate = quantile_state.current_estimate
         clip = tf.where(restart, estimate, clip)
-        sensitivity_clip = tf.where(restart, sensitivity_fn(clip), sensitivity_clip)
         quantile_state = tf.cond(restart, lambda: quantile_query.restart(quantile_state),
                                  lambda: quantile_state)
       static_restart = tf.get_static_value(restart)
       if static_restart is None or bool(static_restart):  # no restart op when none can happen
         noise_state = tf.cond(restart, lambda: value_noise.restart(noise_state),
                               lambda: noise_state)
-      restart_int = tf.cast(restart, tf.int64)
-      new_state = dp_state._replace(
-          round=next_round, segment=dp_state.segment + restart_int,
-          segment_start=tf.where(restart, next_round, dp_state.segment_start), clip=clip,
-          sensitivity_clip=sensitivity_clip, noise_state=noise_state, quantile_state=quantile_state)
+      new_state = state._replace(round=next_round, segment=state.segment + tf.cast(restart, tf.int64),
+                                 clip=clip, noise_state=noise_state, quantile_state=quantile_state)
       measurements = collections.OrderedDict(
-          round=dp_state.round, segment=dp_state.segment, restart=restart, clip=dp_state.clip,
-          sensitivity_clip=dp_state.sensitivity_clip, quantile_estimate=estimate,
-          clipped_count=counts[0], zeroed_count=counts[1], noise_stddev=stddev)
+          round=state.round, segment=state.segment, restart=restart, clip=state.clip,
+          sensitivity_clip=sensitivity_clip, quantile_estimate=estimate, clipped_count=counts[0],
+          zeroed_count=counts[1], noise_stddev=stddev)
       if secure is not None:
-        measurements['scale_factor'] = secure_lib.scale_factor_tensor(secure, dp_state.clip, m, dim)
+        measurements['scale_factor'] = secure_lib.scale_factor_tensor(secure, state.clip, m, dim)
       return new_state, result, measurements
 
     @tff.federated_computation
     def init_fn():
-      quantile_agg = (quantile_process.initialize() if adaptive is not None
-                      else tff.federated_value((), tff.SERVER))
-      return tff.federated_zip(CorrelatedNoiseState(
-          dp=tff.federated_eval(init_dp, tff.SERVER), record_agg=record_process.initialize(),
-          count_agg=count_process.initialize(), quantile_agg=quantile_agg))
-
-    state_type = init_fn.type_signature.result
+      return tff.federated_eval(init_state, tff.SERVER)
 
     if secure is None:
       # One federated sum of the client tuple (update, counts[, quantile bit]) and one server
-      # computation that returns the whole (state, result, measurements): the plain sums are
-      # stateless (their states and the record measurements are empty structures), so nothing else
-      # has to be selected, summed or zipped in the federated computation. Each extra intrinsic or
-      # selection there costs per-round executor work (docs/benchmarks/aggregators.md, issue 16).
-      client_out_type = client_fn.type_signature.result
-
-      @tff.tensorflow.computation(state_type.member, client_out_type)
+      # computation that returns the whole (state, result, measurements) in its final structure:
+      # nothing else is selected, summed or zipped in the federated computation. Each intrinsic,
+      # selection and state node costs per-round executor work (docs/benchmarks/aggregators.md,
+      # issue 16).
+      @tff.tensorflow.computation(plain_state_type, client_fn.type_signature.result)
       def server_step(state, sums):
-        quantile_sum = sums[2] if adaptive is not None else None
-        dp_state, result, measurements = server_fn_impl(state[0], sums[0], sums[1], quantile_sum)
-        measurements['record_agg'] = ()
-        new_state = CorrelatedNoiseState(dp=dp_state, record_agg=(), count_agg=(),
-                                         quantile_agg=())
-        return new_state, result, measurements
+        return server_step_impl(state, sums[0], sums[1], sums[2] if adaptive is not None else None)
 
-      @tff.federated_computation(state_type, tff.FederatedType(value_type, tff.CLIENTS))
+      @tff.federated_computation(init_fn.type_signature.result,
+                                 tff.FederatedType(value_type, tff.CLIENTS))
       def next_fn(state, value):
-        params = tff.federated_broadcast(tff.federated_map(client_params_fn, state.dp))
+        params = tff.federated_broadcast(tff.federated_map(client_params_fn, state))
         client_out = tff.federated_map(client_fn, (value, params))
         output = tff.federated_map(server_step, (state, tff.federated_sum(client_out)))
         return tff.templates.MeasuredProcessOutput(state=output[0], result=output[1],
@@ -521,50 +495,80 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
 
       return tff.templates.AggregationProcess(init_fn, next_fn)
 
+    return self._build_secure_process(value_type, dim, init_fn, client_params, client_fn,
+                                      server_step_impl)
+
+  def _build_secure_process(self, value_type, dim: int, plain_init_fn, client_params, client_fn,
+                            server_step_impl) -> tff.templates.AggregationProcess:
+    """The process with SecAgg: the record chain, the counts and the quantile bits go through their
+    own secure aggregations (`secure.py`), whose states live in `secure_agg`."""
+    plan = self._plan
+    secure = plan.secure
+    m = plan.clients_per_round
+    adaptive = plan.adaptive_clip is not None
+    record_process = secure_lib.record_aggregation_factory(
+        secure, secure.scale_factor(plan.clip_norm, m, dim), plan.clip_norm).create(value_type)
+    count_type = tff.TensorType(np.int32, [2])
+    count_process = secure_lib.count_aggregation_factory(True, 1, 0).create(count_type)
+    quantile_process = (secure_lib.count_aggregation_factory(True, 0.5, -0.5).create(
+        tff.TensorType(np.float32)) if adaptive else None)
+    plain_state_type = plain_init_fn.type_signature.result.member
+    record_state_type = record_process.initialize.type_signature.result.member
+    count_state_type = count_process.initialize.type_signature.result.member
+    quantile_state_type = (quantile_process.initialize.type_signature.result.member if adaptive
+                           else tff.StructType([]))
+
+    @tff.tensorflow.computation(plain_state_type, record_state_type, count_state_type,
+                                quantile_state_type)
+    def attach_secure_agg(state, record, count, quantile):
+      return state._replace(secure_agg=SecureAggregationState(record, count, quantile))
+
+    @tff.federated_computation
+    def init_fn():
+      quantile = (quantile_process.initialize() if adaptive
+                  else tff.federated_value((), tff.SERVER))
+      return tff.federated_map(attach_secure_agg, (
+          plain_init_fn(), record_process.initialize(), count_process.initialize(), quantile))
+
+    state_type = init_fn.type_signature.result
+    client_params_fn = tff.tensorflow.computation(client_params, state_type.member)
     value_sum_type = record_process.next.type_signature.result.result.member
+    quantile_sum_type = tf.float32 if adaptive else tff.StructType([])
 
-    if adaptive is None:
-      @tff.tensorflow.computation(dp_state_type, value_sum_type, count_type)
-      def server_fn(dp_state, value_sum, counts):
-        return server_fn_impl(dp_state, value_sum, counts, None)
-    else:
-      @tff.tensorflow.computation(dp_state_type, value_sum_type, count_type, tf.float32)
-      def server_fn(dp_state, value_sum, counts, quantile_sum):
-        return server_fn_impl(dp_state, value_sum, counts, quantile_sum)
-
-    @tff.tensorflow.computation(record_process.initialize.type_signature.result.member, np.float32)
-    def record_state_for_clip(record_state, clip):
-      scale_factor = secure_lib.scale_factor_tensor(secure, clip, m, dim)
-      return secure_lib.with_clip(record_state, scale_factor, clip)
+    @tff.tensorflow.computation(state_type.member, value_sum_type, count_type, quantile_sum_type,
+                                record_state_type, count_state_type, quantile_state_type)
+    def server_step(state, value_sum, counts, quantile_sum, record, count, quantile):
+      new_state, result, measurements = server_step_impl(state, value_sum, counts,
+                                                         quantile_sum if adaptive else None)
+      # The record chain's scale and prior norm bound follow the (possibly new) active clip.
+      record = secure_lib.with_clip(
+          record, secure_lib.scale_factor_tensor(secure, new_state.clip, m, dim), new_state.clip)
+      new_state = new_state._replace(secure_agg=SecureAggregationState(record, count, quantile))
+      return new_state, result, measurements
 
     @tff.federated_computation(state_type, tff.FederatedType(value_type, tff.CLIENTS))
-    def secure_next_fn(state, value):
-      params = tff.federated_broadcast(tff.federated_map(client_params_fn, state.dp))
+    def next_fn(state, value):
+      params = tff.federated_broadcast(tff.federated_map(client_params_fn, state))
       client_out = tff.federated_map(client_fn, (value, params))
-      record_out = record_process.next(state.record_agg, client_out[0])
-      count_out = count_process.next(state.count_agg, client_out[1])
-      if adaptive is None:
-        quantile_agg_state = state.quantile_agg
-        dp_state, result, dp_measurements = tff.federated_map(
-            server_fn, (state.dp, record_out.result, count_out.result))
+      record_out = record_process.next(state.secure_agg.record, client_out[0])
+      count_out = count_process.next(state.secure_agg.count, client_out[1])
+      if adaptive:
+        quantile_out = quantile_process.next(state.secure_agg.quantile, client_out[2])
+        quantile_sum, quantile_state = quantile_out.result, quantile_out.state
       else:
-        quantile_out = quantile_process.next(state.quantile_agg, client_out[2])
-        quantile_agg_state = quantile_out.state
-        dp_state, result, dp_measurements = tff.federated_map(
-            server_fn, (state.dp, record_out.result, count_out.result, quantile_out.result))
-      record_state = tff.federated_map(record_state_for_clip, (record_out.state, dp_state.clip))
-      new_state = CorrelatedNoiseState(dp=dp_state, record_agg=record_state,
-                                       count_agg=count_out.state, quantile_agg=quantile_agg_state)
+        quantile_sum = quantile_state = tff.federated_value((), tff.SERVER)
+      new_state, result, dp_measurements = tff.federated_map(server_step, (
+          state, record_out.result, count_out.result, quantile_sum, record_out.state,
+          count_out.state, quantile_state))
       measurements = collections.OrderedDict(
           (key, dp_measurements[key]) for key in MEASUREMENT_KEYS)
       measurements['scale_factor'] = dp_measurements['scale_factor']
       measurements['modular_wrap'] = _find_measurement(record_out.measurements, 'modular_wrap')
       measurements['record_agg'] = record_out.measurements
       return tff.templates.MeasuredProcessOutput(
-          state=tff.federated_zip(new_state), result=result,
-          measurements=tff.federated_zip(measurements))
+          state=new_state, result=result, measurements=tff.federated_zip(measurements))
 
-    return tff.templates.AggregationProcess(init_fn, secure_next_fn)
+    return tff.templates.AggregationProcess(init_fn, next_fn)
 
 
 def _find_measurement(measurements, key: str):

@@ -3,8 +3,8 @@
 For a lower-triangular C with b-hat bands the noise of round t (within a segment) is
     noise_t = (stddev * z_t - sum_{j=1}^{b-hat - 1} C[t, t - j] noise_{t - j}) / C[t, t],
 so only the last b-hat - 1 outputs persist, in a ring buffer (slot t mod (b-hat - 1) holds noise_t).
-The band rows of C (`BandedStrategy.band_rows`, shape [n, b-hat]) are constants of the TF graph,
-gathered by the round within the segment. A banded Toeplitz C that streams for any n (BSR,
+The band rows of C (`BandedStrategy.band_rows`, shape [n, b-hat], without the trailing rows that
+repeat the last one) are constants of the TF graph, gathered by the round within the segment. A banded Toeplitz C that streams for any n (BSR,
 `square_root.BandedSquareRootStrategy`) keeps only its first b-hat band rows: from round b-hat - 1 on
 every row is the same, so the lookup clamps the round there and no segment limit applies.
 
@@ -24,6 +24,7 @@ leaf's dtype (float32 for model updates). Memory: (b-hat - 1) copies of the mode
 
 from typing import Any, NamedTuple, Optional, Tuple
 
+import numpy as np
 import tensorflow as tf
 
 from dp_ftrl_tff import _validation
@@ -52,6 +53,14 @@ class BandedNoiseState(NamedTuple):
   buffers: Any
 
 
+def _distinct_leading_rows(band_rows: np.ndarray) -> np.ndarray:
+  """`band_rows` up to the first of the trailing rows that all equal the last one (a Toeplitz band
+  from some round on: one row), for the lookup that clamps the round. The table is a constant of
+  the TF graph, which TFF sends to its worker with every round (docs/benchmarks/aggregators.md)."""
+  differs = np.flatnonzero(np.any(band_rows != band_rows[-1], axis=1))
+  return band_rows[:differs[-1] + 2] if differs.size else band_rows[:1]
+
+
 class BandedNoise(base.StreamingNoise):
   """Streaming noise of a `BandedStrategy` (BandMF Alg. 9) or a `BandedSquareRootStrategy` (BSR);
   b-hat - 1 buffers per model tensor."""
@@ -63,7 +72,7 @@ class BandedNoise(base.StreamingNoise):
         'restart' to begin a fresh segment there (no effect for BSR, which has no last round).
     """
     if isinstance(strategy, banded_mechanisms.BandedStrategy):
-      self._band_rows = strategy.band_rows
+      self._band_rows = _distinct_leading_rows(strategy.band_rows)
     elif isinstance(strategy, square_root.BandedSquareRootStrategy):
       self._band_rows = strategy.band_rows(strategy.num_bands)  # rows >= b-hat - 1 all equal
     else:
@@ -104,12 +113,10 @@ class BandedNoise(base.StreamingNoise):
     if max_rounds is not None and self._beyond_max_rounds == 'restart':
       state = tf.cond(state.segment_round >= max_rounds, lambda: self.restart(state), lambda: state)
     elif max_rounds is not None:
-      check = tf.debugging.assert_less(
-          state.segment_round, tf.constant(max_rounds, tf.int64),
-          message=f'BandedNoise: the banded strategy was built for {max_rounds} rounds; use '
-                  f"beyond_max_rounds='restart' to start a new segment.")
-      with tf.control_dependencies([check]):
-        state = state._replace(segment_round=tf.identity(state.segment_round))
+      state = state._replace(segment_round=base.assert_less(
+          state.segment_round, max_rounds,
+          f'BandedNoise: the banded strategy was built for {max_rounds} rounds; use '
+          f"beyond_max_rounds='restart' to start a new segment."))
     t = state.segment_round
     z = base.standard_normal_row(state.seed, state.row, base.buffer_row_specs(state.buffers))
     depth = self._band_rows.shape[1] - 1

@@ -66,6 +66,19 @@ def standard_normal_row(seed: tf.Tensor, row: tf.Tensor, value_specs: Any) -> An
   return tf.nest.pack_sequence_as(value_specs, draws)
 
 
+def assert_less(x: tf.Tensor, limit: int, message: str) -> tf.Tensor:
+  """`x`, after a check that fails the round with `tf.errors.InvalidArgumentError(message)` unless
+  x < limit.
+
+  One `Assert` op: `tf.debugging.assert_less` wraps its check in a `cond` (an `If` op with two
+  function branches), which TFF's worker instantiates every round (issue 16).
+  """
+  check = tf.raw_ops.Assert(condition=tf.less(x, tf.constant(limit, x.dtype)),
+                            data=[tf.constant(message)])
+  with tf.control_dependencies([check]):
+    return tf.identity(x)
+
+
 def check_value_specs(value_specs: Any) -> None:
   """Raises ValueError unless `value_specs` holds at least one `tf.TensorSpec`, all of them of fully
   defined shape and floating dtype."""

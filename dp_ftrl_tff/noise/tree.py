@@ -123,11 +123,10 @@ class TreeNoise(base.StreamingNoise):
 
   def next(self, state: TreeNoiseState, stddev: tf.Tensor) -> Tuple[Any, TreeNoiseState]:
     specs = base.buffer_row_specs(state.levels)
-    check = tf.debugging.assert_less(
-        state.round, tf.constant(self._max_rounds, tf.int64),
-        message='TreeNoise: the tree ran more rounds than `max_rounds_per_tree`; restart it.')
-    with tf.control_dependencies([check]):
-      height = _trailing_zeros(state.round + 1)
+    tree_round = base.assert_less(
+        state.round, self._max_rounds,
+        'TreeNoise: the tree ran more rounds than `max_rounds_per_tree`; restart it.')
+    height = _trailing_zeros(tree_round + 1)
     if self._efficient:
       new, levels = self._efficient_step(state, height, specs)
     else:

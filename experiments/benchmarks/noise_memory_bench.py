@@ -3,7 +3,7 @@ r"""Noise-state memory per model parameter, per mechanism, measured against the 
 For each mechanism this builds `CorrelatedNoiseFactory` for a model update of `--params` float32
 parameters (one tensor), runs its `initialize` and `--rounds` rounds of `next` (one client; TFF's
 local execution context) and measures the bytes of the real state: the model noise state
-(`state.dp.noise_state`) and the whole aggregator state, after `initialize` and after every round
+(`state.noise_state`) and the whole aggregator state, after `initialize` and after every round
 (the sum of the state's array sizes, `numpy.ndarray.nbytes`; strings count their length). Each
 figure is divided by 4 * P bytes, one float32 copy of the model update, and printed next to the
 theory, in model-sized vectors after r rounds (0-based rounds 0 .. r - 1 done):
@@ -125,7 +125,7 @@ def measure(mechanism: str, params: int, rounds: int, num_bands: int, num_buffer
   value = [np.random.default_rng(0).normal(scale=0.01, size=params).astype(np.float32)]
 
   def noise_part(state):
-    return state.query_state if mechanism == 'tff_tree' else state.dp.noise_state
+    return state.query_state if mechanism == 'tff_tree' else state.noise_state
 
   state = process.initialize()
   noise, whole = [state_bytes(noise_part(state))], [state_bytes(state)]

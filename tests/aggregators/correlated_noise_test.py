@@ -17,6 +17,7 @@ from dp_ftrl_tff import plan
 from dp_ftrl_tff.aggregators import (
   AdaptiveClipping,
   CorrelatedNoiseFactory,
+  MEASUREMENT_KEYS,
   RestartSchedule,
   SecureAggregation,
 )
@@ -153,7 +154,7 @@ def test_non_finite_updates_never_reach_the_output(robust_processes):
     assert np.all(np.isfinite(o.result))
     np.testing.assert_allclose(o.result, quiet_mean + expected_noise[t], rtol=1e-5, atol=1e-6)
     assert o.measurements['zeroed_count'] == 4
-  assert np.all(np.isfinite(_flat(state.dp.noise_state)))
+  assert np.all(np.isfinite(_flat(state.noise_state)))
 
 
 @pytest.fixture(scope='module')
@@ -213,7 +214,7 @@ def test_checkpoint_round_trip_and_resume_bit_for_bit(tmp_path):
   clips = [o.measurements['clip'] for o in continued]
   np.testing.assert_allclose(noise_stddevs, factory.value_noise_multiplier * np.array(clips),
                              rtol=1e-6)
-  assert b'"blt"' in restored.dp.mechanism
+  assert b'"blt"' in restored.mechanism
 
 
 @pytest.mark.parametrize('kwargs, name', [
@@ -370,3 +371,28 @@ def test_plain_sum_round_is_no_bigger_than_tffs(adaptive):
   assert ours['federated_sum'] == 1 and ours['federated_map'] == 1, ours
   assert ours['federated_broadcast'] == 1, ours
   assert sum(ours.values()) <= sum(theirs.values()), (ours, theirs)
+
+
+def _type_nodes(type_spec) -> int:
+  """Structs and tensors in a (federated) type: what TFF serializes one by one."""
+  if isinstance(type_spec, tff.FederatedType):
+    return _type_nodes(type_spec.member)
+  if isinstance(type_spec, tff.StructType):
+    return 1 + sum(_type_nodes(element) for element in type_spec)
+  return 1
+
+
+def test_plain_sum_state_and_measurements_cross_in_few_nodes():
+  # Issue 16: TFF serializes and deserializes every node of the state (in and out) and of the
+  # measurements each round, at a fixed cost each. The Gaussian state must be no bigger than TFF's
+  # gaussian_fixed state; the measurements add the nine documented scalars.
+  value_type = tff.TensorType(np.float32, [4])
+  ours = CorrelatedNoiseFactory.gaussian(0.5, 10, 1.0).create(value_type)
+  theirs = tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(0.5, 10, 1.0).create(
+      value_type)
+  our_state = _type_nodes(ours.initialize.type_signature.result)
+  assert our_state <= _type_nodes(theirs.initialize.type_signature.result)
+  assert our_state == 10  # the struct, 4 scalars, noise_state (3), quantile_state, secure_agg
+  measurements = ours.next.type_signature.result.measurements.member
+  assert tuple(tff.structure.name_list(measurements)) == MEASUREMENT_KEYS
+  assert _type_nodes(measurements) == 1 + len(MEASUREMENT_KEYS)
