@@ -2,7 +2,8 @@
 
 For a lower-triangular C with b-hat bands the noise of round t (within a segment) is
     noise_t = (stddev * z_t - sum_{j=1}^{b-hat - 1} C[t, t - j] noise_{t - j}) / C[t, t],
-so only the last b-hat - 1 outputs persist, in a ring buffer (slot t mod (b-hat - 1) holds noise_t).
+so only the last b-hat - 1 outputs persist, newest first (a shift register: row j - 1 holds
+noise_{t - j}).
 The band rows of C (`BandedStrategy.band_rows`, shape [n, b-hat], without the trailing rows that
 repeat the last one) are constants of the TF graph, gathered by the round within the segment. A banded Toeplitz C that streams for any n (BSR,
 `square_root.BandedSquareRootStrategy`) keeps only its first b-hat band rows: from round b-hat - 1 on
@@ -10,7 +11,7 @@ every row is the same, so the lookup clamps the round there and no segment limit
 
 Row numbering: row r of z is round r (0-based) counted over the whole run, so for a run without
 restarts the first n rounds equal stddev * `BandedStrategy.noise_matrix(n)` @ Z with Z[r] =
-`base.standard_normal_row(seed, r, specs)`. `restart` zeroes the ring buffer and the in-segment round
+`base.standard_normal_row(seed, r, specs)`. `restart` zeroes the buffers and the in-segment round
 (a fresh C) while the rows keep counting: a segment starting at round r reproduces
 noise_matrix(m) @ Z[r:r+m].
 
@@ -18,7 +19,7 @@ A BandMF C is built for n = `max_rounds` rounds. Asked for round n of a segment,
 `tf.errors.InvalidArgumentError` (`beyond_max_rounds='error'`, the default) or starts a new segment
 (`beyond_max_rounds='restart'`; privacy accounting must then treat each segment as its own mechanism).
 
-The ring buffer and the seed are secret: they determine past and future noise. Arithmetic is in each
+The buffers and the seed are secret: they determine past and future noise. Arithmetic is in each
 leaf's dtype (float32 for model updates). Memory: (b-hat - 1) copies of the model update.
 """
 
@@ -44,8 +45,8 @@ class BandedNoiseState(NamedTuple):
     segment_round: int64 scalar, rounds generated since the last restart (or the start): the row of C
       used next.
     buffers: structure like the value specs; each leaf has shape [b-hat - 1] + leaf shape and the
-      leaf's dtype; slot s holds the output of the latest in-segment round t' with t' mod (b-hat - 1)
-      = s.
+      leaf's dtype; before in-segment round t, row j - 1 holds the output of round t - j (zeros
+      before the segment's first round).
   """
   seed: Any
   row: Any
@@ -120,10 +121,6 @@ class BandedNoise(base.StreamingNoise):
     t = state.segment_round
     z = base.standard_normal_row(state.seed, state.row, base.buffer_row_specs(state.buffers))
     depth = self._band_rows.shape[1] - 1
-    if depth:
-      # Slot s holds noise_{t - j_s} with j_s = ((t - s - 1) mod depth) + 1 in 1 .. depth.
-      lags = tf.math.floormod(t - 1 - tf.range(depth, dtype=tf.int64), depth) + 1
-      slot = tf.math.floormod(t, depth)
     coef_tables = {}
     noise, buffers = [], []
     for z_leaf, buffer in zip(tf.nest.flatten(z), tf.nest.flatten(state.buffers), strict=True):
@@ -133,12 +130,12 @@ class BandedNoise(base.StreamingNoise):
                                        tf.minimum(t, self._band_rows.shape[0] - 1))
       coefs = coef_tables[dtype]
       value = tf.cast(stddev, dtype) * z_leaf
-      if depth:
-        value -= tf.tensordot(tf.gather(coefs, lags), buffer, axes=1)
+      if depth:  # buffer row j - 1 holds noise_{t - j}, and coefs[j] = C[t, t - j]
+        value -= tf.tensordot(coefs[1:], buffer, axes=1)
       out = value / coefs[0]
       noise.append(out)
       if depth:
-        buffer = tf.tensor_scatter_nd_update(buffer, [[slot]], out[tf.newaxis])
+        buffer = tf.concat([out[tf.newaxis], buffer[:-1]], axis=0)
       buffers.append(buffer)
     new_state = state._replace(row=state.row + 1, segment_round=t + 1,
                                buffers=tf.nest.pack_sequence_as(state.buffers, buffers))

@@ -30,13 +30,11 @@ class BLTNoiseState(NamedTuple):
   Attributes:
     seed: int64[2] seed of the z rows.
     row: int64 scalar, the next row of z (= the next 0-based round of the run; not reset by restarts).
-    segment_round: int64 scalar, rounds generated since the last restart (or the start).
     buffers: structure like the value specs; each leaf has shape [d] + leaf shape and the leaf's dtype,
       entry j being buffer S_j.
   """
   seed: Any
   row: Any
-  segment_round: Any
   buffers: Any
 
 
@@ -64,7 +62,7 @@ class BLTNoise(base.StreamingNoise):
     """Zero buffers for updates shaped like `value_specs` (nested `tf.TensorSpec`, floating dtypes)."""
     base.check_value_specs(value_specs)
     zero = tf.constant(0, tf.int64)
-    return BLTNoiseState(seed=tf.convert_to_tensor(seed, tf.int64), row=zero, segment_round=zero,
+    return BLTNoiseState(seed=tf.convert_to_tensor(seed, tf.int64), row=zero,
                          buffers=base.zero_buffers(value_specs, self._strategy.num_buffers))
 
   def next(self, state: BLTNoiseState, stddev: tf.Tensor) -> Tuple[Any, BLTNoiseState]:
@@ -80,11 +78,9 @@ class BLTNoise(base.StreamingNoise):
       noise.append(z_hat)
       buffers.append(theta * buffer + z_hat[tf.newaxis])
     new_state = state._replace(
-        row=state.row + 1, segment_round=state.segment_round + 1,
-        buffers=tf.nest.pack_sequence_as(state.buffers, buffers))
+        row=state.row + 1, buffers=tf.nest.pack_sequence_as(state.buffers, buffers))
     return tf.nest.pack_sequence_as(z, noise), new_state
 
   def restart(self, state: BLTNoiseState) -> BLTNoiseState:
     """A fresh BLT segment: zero buffers; z rows keep counting."""
-    return state._replace(segment_round=tf.zeros_like(state.segment_round),
-                          buffers=tf.nest.map_structure(tf.zeros_like, state.buffers))
+    return state._replace(buffers=tf.nest.map_structure(tf.zeros_like, state.buffers))
