@@ -54,13 +54,12 @@ def zero_and_clip(value: Any, clip: tf.Tensor, zeroing_norm: Optional[float] = N
   if zeroing_norm is not None:
     should_zero = tf.logical_or(should_zero, norm > zeroing_norm)
   was_clipped = tf.logical_and(tf.logical_not(should_zero), norm > clip)
-  # Branches, not a multiply by 0 (NaN * 0 = NaN); an unclipped update is passed without a copy.
-  scale = clip / norm
-  clipped = tf.cond(
-      should_zero, lambda: tf.nest.map_structure(tf.zeros_like, value),
-      lambda: tf.cond(was_clipped,
-                      lambda: tf.nest.map_structure(lambda x: x * tf.cast(scale, x.dtype), value),
-                      lambda: value))
+  # One multiply per element, as TFF's clipping: by 0 (zeroed), clip / norm (clipped) or 1 (exact).
+  # `multiply_no_nan` gives 0 * NaN = 0; no `cond`, whose branch functions TFF's worker would
+  # instantiate for every client (issue 16).
+  factor = tf.where(should_zero, 0.0, tf.where(was_clipped, clip / norm, 1.0))
+  clipped = tf.nest.map_structure(lambda x: tf.math.multiply_no_nan(x, tf.cast(factor, x.dtype)),
+                                  value)
   return ClipResult(value=clipped,
                     norm=tf.where(tf.math.is_finite(norm), norm, 0.0),
                     was_clipped=tf.cast(was_clipped, tf.int32),

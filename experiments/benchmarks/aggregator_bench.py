@@ -7,8 +7,8 @@ The parent prints every ratio ours / anchor, the issue-16 target pairs marked wi
   * processes (default): each factory runs in its own child process (fresh TFF worker, so peak
     memory is its own), the children one after the other in the order of `--factories`;
   * rounds: one child builds every factory and runs their timed rounds round-robin (one round of
-    each in turn, one shared worker), so that all factories see the same load from other jobs on a
-    shared machine; no per-factory peak memory.
+    each in turn, in a new random order each round, one shared worker), so that all factories see
+    the same load from other jobs on a shared machine; no per-factory peak memory.
 Per child and factory: one warm-up round, then the child collects garbage and freezes the heap
 (`gc.freeze`, so that a full collection of the TF / TFF heap, 0.2-0.3 s triggered by allocation
 counts, does not land in one factory's timed rounds only), then `--rounds` timed rounds. Wall time
@@ -27,6 +27,7 @@ import gc
 import json
 import math
 import os
+import random
 import resource
 import statistics
 import subprocess
@@ -171,8 +172,8 @@ def _measure(names, dim, clients, rounds) -> list:
 
 
 def time_rounds(runs: list, rounds: int, round_data) -> list:
-  """Times `rounds` rounds of every run in this process, round-robin (one round of each in turn),
-  so that all of them see the same load.
+  """Times `rounds` rounds of every run in this process, round-robin (one round of each in turn, in
+  a new random order each round), so that all of them see the same load.
 
   `runs`: dicts with 'name', 'process', 'state' (after the warm-up), 'build_seconds' and
   'warmup_seconds'; `round_data(r)`: the client data of timed round r (0-based). Per run: median
@@ -187,9 +188,12 @@ def time_rounds(runs: list, rounds: int, round_data) -> list:
 
   for run in runs:
     run.update(times=[], cpu=0.0)
+  # A round's time depends on which computation the worker ran just before (up to +-7% at 1e3 x 100
+  # in a fixed order), so every round takes the runs in a new order (seeded: reproducible).
+  order = random.Random(0)
   settle_garbage_collector()
   for r in range(rounds):
-    for run in runs:
+    for run in order.sample(runs, len(runs)):
       cpu_start, start = cpu_now(), time.perf_counter()
       run['state'] = run['process'].next(run['state'], round_data(r)).state
       run['times'].append(time.perf_counter() - start)
