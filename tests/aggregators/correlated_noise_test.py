@@ -15,9 +15,9 @@ import tensorflow_federated as tff
 
 from dp_ftrl_tff import plan
 from dp_ftrl_tff.aggregators import (
+  MEASUREMENT_KEYS,
   AdaptiveClipping,
   CorrelatedNoiseFactory,
-  MEASUREMENT_KEYS,
   RestartSchedule,
   SecureAggregation,
 )
