@@ -321,7 +321,7 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
                                         max_participations=max_participations, delta=delta)
 
   def accounting_config(self) -> dict:
-    """JSON-serializable description for the accountant (also stored in `CorrelatedNoiseState.mechanism`).
+    """JSON-serializable description for the accountant (also stored in the state's `mechanism`).
 
     Keys: 'mechanism' (kind and parameters, big arrays as a SHA-256 fingerprint), 'noise_multiplier'
     (accounted sigma), 'value_noise_multiplier', 'clipped_count_stddev' (None with a fixed clip),

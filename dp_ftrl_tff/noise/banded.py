@@ -5,9 +5,10 @@ For a lower-triangular C with b-hat bands the noise of round t (within a segment
 so only the last b-hat - 1 outputs persist, newest first (a shift register: row j - 1 holds
 noise_{t - j}).
 The band rows of C (`BandedStrategy.band_rows`, shape [n, b-hat], without the trailing rows that
-repeat the last one) are constants of the TF graph, gathered by the round within the segment. A banded Toeplitz C that streams for any n (BSR,
-`square_root.BandedSquareRootStrategy`) keeps only its first b-hat band rows: from round b-hat - 1 on
-every row is the same, so the lookup clamps the round there and no segment limit applies.
+repeat the last one) are constants of the TF graph, gathered by the round within the segment. A
+banded Toeplitz C that streams for any n (BSR, `square_root.BandedSquareRootStrategy`) keeps only
+its first b-hat band rows: from round b-hat - 1 on every row is the same, so the lookup clamps the
+round there and no segment limit applies.
 
 Row numbering: row r of z is round r (0-based) counted over the whole run, so for a run without
 restarts the first n rounds equal stddev * `BandedStrategy.noise_matrix(n)` @ Z with Z[r] =

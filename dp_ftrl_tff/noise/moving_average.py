@@ -5,8 +5,8 @@ BandedInverseSquareRootStrategy`, docs/papers.md#bisr) the noise of round t (wit
     w_t     = stddev_t * standard_normal_row(seed, row_t)
     noise_t = sum_{j < b-hat} r_j w_{t - j}              (w_{t - j} = 0 before the segment's start),
 so only the last b-hat - 1 scaled draws w persist, newest first (a shift register: row j - 1 holds
-w_{t - j}). The draws are stored scaled, so the noise is C^-1 applied to the vector of scaled draws even when
-the stddev changes between rounds (adaptive clipping), as for the banded and BLT states.
+w_{t - j}). The draws are stored scaled, so the noise is C^-1 applied to the vector of scaled draws
+even when the stddev changes between rounds (adaptive clipping), as for the banded and BLT states.
 
 Row numbering: row r of z is round r (0-based) counted over the whole run, so for a run without
 restarts the first n rounds equal stddev * `strategy.noise_matrix(n)` @ Z with Z[r] =
