@@ -15,7 +15,9 @@ counts, does not land in one factory's timed rounds only), then `--rounds` timed
 is the median over the timed rounds; CPU time is the child's plus its TFF `worker_binary`'s user +
 system CPU seconds per timed round (less sensitive than wall time to other jobs); peak memory is
 the high-water resident set (VmHWM) of the worker plus the child's own peak RSS (client data lives
-in both). Across repeats the parent takes medians.
+in both). Across repeats the parent takes medians. The header records the load average and any
+glibc `MALLOC_*` tuning variable in the environment (the children and their workers inherit them;
+docs/benchmarks/aggregators.md, "glibc malloc settings", measures their effect).
 
   tools/in_session.sh .venv/bin/python -m experiments.benchmarks.aggregator_bench \
       --dim=4000000 --clients=100 --rounds=3
@@ -242,9 +244,15 @@ def main(argv):
     return
   results = run_children(_child_command, _FACTORIES.value, _REPEATS.value, _INTERLEAVE.value)
   print(f'dim={_DIM.value} clients={_CLIENTS.value} timed rounds={_ROUNDS.value} '
-        f'repeats={_REPEATS.value} interleave={_INTERLEAVE.value} '
-        f'load average {os.getloadavg()[0]:.1f}')
+        f'repeats={_REPEATS.value} interleave={_INTERLEAVE.value} {run_conditions()}')
   print_summary(results)
+
+
+def run_conditions() -> str:
+  """'load average L' and the glibc `MALLOC_*` variables set in the environment, if any."""
+  malloc = ' '.join(f'{name}={value}' for name, value in sorted(os.environ.items())
+                    if name.startswith('MALLOC_'))
+  return f'load average {os.getloadavg()[0]:.1f}' + (f' {malloc}' if malloc else '')
 
 
 def print_summary(results: dict, anchors=ANCHORS, target_pairs=TARGET_PAIRS) -> dict:

@@ -34,7 +34,6 @@ medians over the repeats and every ratio ours / anchor, the issue-16 target pair
 """
 
 import json
-import os
 import sys
 import time
 
@@ -170,7 +169,7 @@ def main(argv):
                                          _INTERLEAVE.value)
   print(f'model={_MODEL.value} clients={_CLIENTS.value} timed rounds={_ROUNDS.value} '
         f'warmup={_WARMUP.value} repeats={_REPEATS.value} interleave={_INTERLEAVE.value} '
-        f'load average {os.getloadavg()[0]:.1f}')
+        f'{aggregator_bench.run_conditions()}')
   aggregator_bench.print_summary(results)
 
 
