@@ -24,7 +24,8 @@ def test_restart_rounds():
 
 
 @pytest.mark.parametrize('kwargs, name', [
-    ({'target_quantile': 1.5}, 'target_quantile'), ({'learning_rate': -1.0}, 'learning_rate'),
+    ({'target_unclipped_quantile': 1.5}, 'target_unclipped_quantile'),
+    ({'clip_learning_rate': -1.0}, 'clip_learning_rate'),
     ({'initial_clip': 0.0}, 'initial_clip'), ({'clipped_count_stddev': -1.0},
                                               'clipped_count_stddev'),
     ({'restarts': (1, 2)}, 'restarts')])

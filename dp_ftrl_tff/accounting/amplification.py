@@ -21,7 +21,7 @@ Poisson sampling) or its RDP accountant on TF-Privacy's orders. Calibration is
 
 Conventions: rounds are 0-based; the noise multiplier sigma is relative to the clip norm (noise std
 sigma * zeta on the sum of clipped updates); the functions taking `noise_multiplier` alone assume
-kappa = 1 (unit largest column norm, as `banded.optimize_banded` returns). The guarantee is about
+kappa = 1 (unit largest column norm, as `banded_optimizer.optimize_banded` returns). The guarantee is about
 Poisson sampling: a run that shuffles (fixed-size batches) is not covered by this accounting.
 """
 

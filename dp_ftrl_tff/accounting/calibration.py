@@ -19,12 +19,15 @@ computed with clip norm 1.
 """
 
 import math
+from typing import Optional
 
 import dp_accounting
 import scipy.optimize
 
 from dp_ftrl_tff import _validation
+from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.accounting import zcdp
+from dp_ftrl_tff.mechanisms import participation as participation_lib
 
 #: Relative tolerance on sigma: the calibrated sigma is at most this much above the smallest sigma
 #: that meets the target.
@@ -120,3 +123,38 @@ def rho_for_epsilon(target_epsilon: float, delta: float = zcdp.DEFAULT_DELTA,
   _check_epsilon_target(target_epsilon, delta, conversion)
   return zcdp.rho_from_sensitivity(1.0, noise_multiplier_for_epsilon(target_epsilon, 1.0, delta,
                                                                      conversion))
+
+
+def calibrate_plan(plan: plan_lib.RunPlan, *, target_epsilon: Optional[float] = None,
+                   target_rho: Optional[float] = None,
+                   participation: Optional[participation_lib.ParticipationSchema] = None,
+                   num_rounds: Optional[int] = None) -> plan_lib.RunPlan:
+  """`plan` with the noise multiplier that meets one target, recorded in its `calibration`.
+
+  The sensitivity is the plan's strategy over `num_rounds` (default: the plan's rounds) with its
+  restarts, under `participation` (default: the plan's declared one; a report of a finished run
+  passes the participation realized in its log). A (epsilon, delta) target is met at the plan's
+  `target_delta` (`zcdp.DEFAULT_DELTA` without one), never exceeded (`noise_multiplier_for_epsilon`).
+
+  Args:
+    plan: the `RunPlan` (its noise multiplier is replaced).
+    target_epsilon, target_rho: exactly one, > 0.
+    participation: the `ParticipationSchema` to calibrate for, or None.
+    num_rounds: n, or None.
+  """
+  if not isinstance(plan, plan_lib.RunPlan):
+    raise ValueError(f'`plan` must be a dp_ftrl_tff.plan.RunPlan, got {plan!r}.')
+  if (target_epsilon is None) == (target_rho is None):
+    raise ValueError('Exactly one of `target_epsilon`, `target_rho` must be given.')
+  num_rounds = plan.num_rounds if num_rounds is None else num_rounds
+  participation = plan.participation if participation is None else participation
+  if num_rounds is None or participation is None:
+    raise ValueError('`plan` lacks the run\'s `rounds` or `participation` to calibrate for.')
+  sens_sq = zcdp.accounted_sensitivity_squared(plan.strategy, num_rounds, participation,
+                                               plan.restart_rounds(num_rounds))
+  if target_rho is not None:
+    return plan.with_noise_multiplier(noise_multiplier_for_rho(target_rho, sens_sq),
+                                      {'target_rho': float(target_rho)})
+  delta = zcdp.DEFAULT_DELTA if plan.target_delta is None else plan.target_delta
+  return plan.with_noise_multiplier(noise_multiplier_for_epsilon(target_epsilon, sens_sq, delta),
+                                    {'target_epsilon': float(target_epsilon)})

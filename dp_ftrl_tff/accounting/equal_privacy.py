@@ -18,12 +18,13 @@ in units of the clip norm on the sum (divide by clients_per_round for the mean).
 equal the ratios of the papers' MaxLoss / RmsLoss; only the common scale depends on rho, so curves
 against epsilon (`loss_against_epsilon`) are parallel on log axes.
 
-Mechanisms compared (registry names): 'gaussian' (DP-SGD), 'tree', 'tree_efficient', 'tree_full'
-(while its O(n^3) losses take seconds: n <= `TREE_FULL_MAX_ROUNDS`), 'banded' at the run's number of
-bands (min(min_sep, n) unless the run is banded), as a banded Toeplitz C optimized on the spot
-(the general BandMF optimizer takes minutes at n = 2000; the row says so), and 'blt' with 1 to 4
-buffers, optimized on the spot (`registry.optimizer`). The run's own strategy is one more row unless
-it is one of these parameter-free ones. At n = 2000 all rows take about 4 s on one core.
+Mechanisms compared: the rows each registry entry lists (`registry.Mechanism.comparisons`):
+'gaussian' (DP-SGD), 'tree', 'tree_efficient', 'tree_full' (while its O(n^3) losses take seconds:
+n <= 2100), 'banded' at the run's number of bands (min(min_sep, n) unless the run is banded), as a
+banded Toeplitz C optimized on the spot (the general BandMF optimizer takes minutes at n = 2000; the
+row says so), and 'blt' with 1 to 4 buffers, optimized on the spot (`resolve.resolve_strategy`). The
+run's own strategy is one more row unless it is one of these parameter-free ones. At n = 2000 all
+rows take about 4 s on one core.
 
 Conventions: rounds 0-based; `min_sep` = b (r2 - r1 >= b); noise multipliers relative to the clip
 norm, on the sum. Rows are computed for one noise segment of n rounds (no restarts) and a fixed clip
@@ -37,15 +38,8 @@ import numpy as np
 
 from dp_ftrl_tff import _validation
 from dp_ftrl_tff.accounting import calibration
-from dp_ftrl_tff.mechanisms import banded as banded_lib
-from dp_ftrl_tff.mechanisms import base, memory, registry
+from dp_ftrl_tff.mechanisms import base, memory, registry, resolve
 from dp_ftrl_tff.mechanisms import participation as participation_lib
-
-#: The full tree's losses cost O(n^3) (about 3 s at n = 2000, 20 s at n = 4000): compared up to here.
-TREE_FULL_MAX_ROUNDS = 2100
-
-#: BLTs compared: 1 to this many buffers.
-MAX_BLT_BUFFERS = 4
 
 #: Epsilons of `loss_against_epsilon` by default: 0.5 to 16.
 DEFAULT_EPSILONS = tuple(float(e) for e in np.geomspace(0.5, 16.0, 11))
@@ -107,18 +101,53 @@ def _row(label: str, strategy: base.Strategy, num_rounds: int, participation, rh
       run_mechanism=run_mechanism, source=source)
 
 
-def _optimized(name: str, num_rounds: int, participation, **options) -> Tuple[base.Strategy, str]:
-  error = registry.get(name).default_error
-  result = registry.optimizer(name)(num_rounds=num_rounds, participation=participation,
-                                    error=error, **options)
-  return result.strategy, f'optimized on the spot for {error} loss ({result.seconds:.2g} s)'
-
-
 def _is_default(strategy: base.Strategy) -> bool:
   """True when `strategy` is its registry entry's parameter-free default."""
   entry = registry.get(strategy.name)
   return (not entry.needs_parameters
           and strategy.to_config() == registry.default_strategy(strategy.name).to_config())
+
+
+class _Attributes(dict):
+  """Format fields of a row label from the strategy's attributes, e.g. '{num_bands}'."""
+
+  def __init__(self, strategy: base.Strategy):
+    super().__init__()
+    self._strategy = strategy
+
+  def __missing__(self, key):
+    return getattr(self._strategy, key)
+
+
+def _comparison_options(entry: registry.Mechanism, comparison: registry.Comparison,
+                        num_rounds: int, run_strategy: Optional[base.Strategy]) -> dict:
+  """The row's optimizer options: its own, and those of the run's strategy of this mechanism
+  (e.g. its number of bands, at most n)."""
+  options = dict(comparison.options)
+  if run_strategy is not None and run_strategy.name == entry.name:
+    for option in entry.optimizer_options:
+      value = getattr(run_strategy, option.name, None)
+      if option.name not in options and value is not None:
+        options[option.name] = min(value, num_rounds) if option.kind == 'int' else value
+  return options
+
+
+def _candidate(entry, comparison, num_rounds, participation, run_strategy, run_is_default):
+  """(label, registry name, thunk returning (strategy, source), is the run's) of one row."""
+  if not entry.needs_parameters:
+    is_run = run_is_default and run_strategy.name == entry.name
+    return (comparison.label, entry.name,
+            lambda: (registry.default_strategy(entry.name), 'parameter-free'), is_run)
+  options = _comparison_options(entry, comparison, num_rounds, run_strategy)
+
+  def make():
+    resolved = resolve.resolve_strategy(entry.name, options=options, num_rounds=num_rounds,
+                                        participation=participation)
+    source = (f"optimized on the spot for {resolved.source.setting.get('error')} loss "
+              f'({resolved.optimization.seconds:.2g} s)')
+    return resolved.strategy, comparison.source.format(source=source)
+
+  return comparison.label, entry.name, make, False
 
 
 def equal_privacy(num_rounds: int, participation: participation_lib.ParticipationSchema, *,
@@ -142,49 +171,41 @@ def equal_privacy(num_rounds: int, participation: participation_lib.Participatio
   if run_strategy is not None and not isinstance(run_strategy, base.Strategy):
     raise ValueError(f'`run_strategy` must be a mechanisms Strategy, got {run_strategy!r}.')
   run_is_default = run_strategy is not None and _is_default(run_strategy)
-  candidates = []  # (label, registry name, thunk returning (strategy, source), is the run's)
-  for name in ('gaussian', 'tree', 'tree_efficient', 'tree_full'):
-    is_run = run_is_default and run_strategy.name == name
-    candidates.append((name, name, lambda n=name: (registry.default_strategy(n), 'parameter-free'),
-                       is_run))
-  if isinstance(run_strategy, banded_lib.BandedStrategy):
-    bands = min(run_strategy.num_bands, num_rounds)
-  else:
-    bands = min(participation.min_sep, num_rounds)
-
-  def banded_toeplitz():
-    strategy, source = _optimized('banded', num_rounds, participation, num_bands=bands,
-                                  toeplitz=True)
-    return strategy, ('banded Toeplitz C ' + source + '; the general BandMF optimizer is not run '
-                      '(minutes at n = 2000)')
-
-  candidates.append((f'banded ({bands} bands)', 'banded', banded_toeplitz, False))
-  for buffers in range(1, MAX_BLT_BUFFERS + 1):
-    candidates.append((f'blt ({buffers} buffer{"s" if buffers > 1 else ""})', 'blt',
-                       lambda d=buffers: _optimized('blt', num_rounds, participation,
-                                                    num_buffers=d), False))
+  candidates = [(_candidate(entry, comparison, num_rounds, participation, run_strategy,
+                            run_is_default), comparison)
+                for entry in registry.entries() for comparison in entry.comparisons]
   if run_strategy is not None and not run_is_default:
-    candidates.append((f'{run_strategy.name} (this run)', run_strategy.name,
-                       lambda: (run_strategy, "the run's strategy"), True))
+    candidates.append(((f'{run_strategy.name} (this run)', run_strategy.name,
+                        lambda: (run_strategy, "the run's strategy"), True), None))
   rows, skipped = [], []
-  for label, name, make, is_run in candidates:
-    if name == 'tree_full' and num_rounds > TREE_FULL_MAX_ROUNDS and not is_run:
-      skipped.append(f'{label}: its losses cost O(n^3) (n = {num_rounds} > '
-                     f'{TREE_FULL_MAX_ROUNDS})')
-      continue
-    if is_run and run_strategy.max_rounds is not None and num_rounds > run_strategy.max_rounds:
-      skipped.append(f'{label}: built for {run_strategy.max_rounds} rounds, fewer than n = '
-                     f'{num_rounds}')
-      continue
-    try:
-      memory.check_fits(name, num_rounds)
-    except memory.MemoryLimitError as e:
-      skipped.append(f'{label}: {e}')
+  for (label, name, make, is_run), comparison in candidates:
+    reason = _skip_reason(name, None if is_run else comparison, num_rounds,
+                          run_strategy if is_run else None)
+    if reason:
+      skipped.append(f'{label}: {reason}')
       continue
     strategy, source = make()
-    rows.append(_row(label, strategy, num_rounds, participation, rho, is_run, source))
+    rows.append(_row(label.format_map(_Attributes(strategy)), strategy, num_rounds, participation,
+                     rho, is_run, source))
   return EqualPrivacy(num_rounds=num_rounds, participation=participation, rho=rho,
                       rows=tuple(rows), skipped=tuple(skipped))
+
+
+def _skip_reason(name: str, comparison: Optional[registry.Comparison], num_rounds: int,
+                 run_strategy: Optional[base.Strategy]) -> Optional[str]:
+  """Why a row is not compared (too many rounds for its cost, its strategy or the memory), or
+  None."""
+  if comparison is not None and comparison.max_rounds is not None and (
+      num_rounds > comparison.max_rounds):
+    return f'{comparison.cost} (n = {num_rounds} > {comparison.max_rounds})'
+  if run_strategy is not None and run_strategy.max_rounds is not None and (
+      num_rounds > run_strategy.max_rounds):
+    return f'built for {run_strategy.max_rounds} rounds, fewer than n = {num_rounds}'
+  try:
+    memory.check_fits(name, num_rounds)
+  except memory.MemoryLimitError as e:
+    return str(e)
+  return None
 
 
 def loss_against_epsilon(table: EqualPrivacy, delta: float,

@@ -1,7 +1,9 @@
-"""The privacy report of a training run: its data (`PrivacyReport`) and computation (`build_report`).
+"""The privacy report of a run plan: its data (`PrivacyReport`) and computation (`build_report`).
 
-`build_report` turns (strategy, rounds, noise multiplier or a calibration target, declared and/or
-observed participation, restarts, adaptive clipping, SecAgg) into a `PrivacyReport`:
+`build_report(plan, log)` turns a `dp_ftrl_tff.plan.RunPlan` (the mechanism and where it came from,
+the noise multiplier and what it was calibrated to, the restarts, adaptive clipping, SecAgg, the
+sampling, the rounds, the declared participation and the target delta) and optionally the run's
+participation log into a `PrivacyReport`:
   * the headline guarantee: rho-zCDP and (epsilon, delta) by PLD (see `zcdp`). With a participation
     log it is computed for the REALIZED participation (realized min_sep and max participations, as the
     Gboard paper's tables are), which holds whatever was declared; a log that breaks the declared
@@ -9,13 +11,14 @@ observed participation, restarts, adaptive clipping, SecAgg) into a `PrivacyRepo
   * for trees with a log, also the exact guarantee over the observed clients' actual patterns (the
     tree module's per-client sum of squared node counts);
   * optionally, every mechanism's noise multiplier and losses at the headline's privacy
-    (`equal_privacy`), and the strategy file the mechanism came from with its SHA-256, checked
-    against the run's setting;
-  * with random sampling (`sampling_prob`, `sampling_groups` b-hat: cyclic Poisson, BandMF paper
+    (`equal_privacy`); the strategy file the mechanism came from with its SHA-256 and the setting
+    it was made for;
+  * with the plan's random sampling (Poisson, or cyclic Poisson with b-hat groups: BandMF paper
     Thm. 4, docs/papers.md#bandmf), also the amplified guarantee (`amplification`) next to the
     unamplified headline, which holds whatever the sampling.
-Rendering (JSON, terminal summary, the BLT paper's App. C markdown checklist, plots) lives in
-`report_render`.
+The drivers' end-of-run report and `python -m experiments.privacy_report --plan=...` both call it, so
+they agree. Rendering (JSON, terminal summary, the BLT paper's App. C markdown checklist, plots)
+lives in `report_render`.
 
 Conventions: rounds 0-based; `min_sep` = b (r2 - r1 >= b) and `min_separation` = b - 1 (TF-Privacy,
 Gboard tables; `ParticipationSchema.tf_privacy_min_separation`); noise multipliers are relative to
@@ -23,21 +26,16 @@ the clip norm; sensitivities use clip norm 1.
 """
 
 import dataclasses
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from dp_ftrl_tff import _validation
 from dp_ftrl_tff import plan as plan_lib
-from dp_ftrl_tff.accounting import amplification, calibration, zcdp
+from dp_ftrl_tff.accounting import amplification, zcdp
 from dp_ftrl_tff.accounting import equal_privacy as equal_privacy_lib
 from dp_ftrl_tff.accounting import participation_log as log_lib
-from dp_ftrl_tff.mechanisms import base, files
 from dp_ftrl_tff.mechanisms import participation as participation_lib
-
-
-class StrategySettingMismatchError(ValueError):
-  """The strategy file was optimized for another setting than the run's (see `build_report`)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,8 +68,9 @@ class PrivacyReport:
   """A finished privacy report (`report_render` turns it into JSON, markdown and plots).
 
   Attributes:
+    plan: the `RunPlan` the report is of.
     guarantee: the headline `zcdp.Guarantee`.
-    mechanism_config: the strategy's `to_config()`.
+    mechanism_config: the strategy's `to_config()` (arrays summarized by their shape).
     participation_source: 'declared' or 'observed' (realized from the log).
     sensitivity_exact: False when sens^2 is an upper bound (BLT outside Thm. 3.1, banded with more
       bands than min_sep, restarts of a non-tree strategy).
@@ -87,6 +86,7 @@ class PrivacyReport:
     strategy_file: {'path', 'sha256', 'setting', 'mismatches'} of the strategy file, or None.
     amplified: the `amplification.AmplifiedGuarantee` under the run's random sampling, or None.
   """
+  plan: plan_lib.RunPlan
   guarantee: zcdp.Guarantee
   mechanism_config: dict
   participation_source: str
@@ -119,188 +119,66 @@ def _json_config(config: dict) -> dict:
           for k, v in config.items()}
 
 
-def _check_rounds(strategy, num_rounds: int, restart_rounds) -> int:
-  """`num_rounds` as int; every segment between `restart_rounds` must fit `strategy.max_rounds` (a
-  banded strategy restarted past its n rounds covers a longer run)."""
-  num_rounds = _validation.check_positive_int(num_rounds, 'num_rounds')
-  restarts = [r for r in (restart_rounds or ()) if 0 < r < num_rounds]
-  for length in zcdp.segment_lengths(num_rounds, restarts):
-    strategy.check_num_rounds(length)
-  return num_rounds
-
-
-def build_report(strategy: base.Strategy, num_rounds: Optional[int] = None,
-                 participation: Optional[participation_lib.ParticipationSchema] = None, *,
-                 noise_multiplier: Optional[float] = None, target_epsilon: Optional[float] = None,
-                 target_rho: Optional[float] = None, delta: float = zcdp.DEFAULT_DELTA,
-                 restart_rounds: Optional[Sequence[int]] = None,
-                 log: Optional[log_lib.ParticipationLog] = None,
-                 clipped_count_stddev: Optional[float] = None,
-                 observed_patterns: bool = True,
-                 secure_aggregation: Optional[dict] = None,
-                 equal_privacy: bool = False, strategy_file: Optional[str] = None,
-                 allow_strategy_setting_mismatch: bool = False,
-                 sampling_prob: Optional[float] = None,
-                 sampling_groups: Optional[int] = None) -> PrivacyReport:
-  """Builds the privacy report of a run.
-
-  Args:
-    strategy: the mechanism.
-    num_rounds: n; may be omitted with a log (then the log's last round + 1).
-    participation: the declared schema; may be omitted with a log.
-    noise_multiplier, target_epsilon, target_rho: exactly one. A target calibrates sigma for the
-      headline participation.
-    delta: in (0, 1).
-    restart_rounds: 0-based rounds at which the noise restarts.
-    log: a `ParticipationLog`; the headline then uses the realized participation.
-    clipped_count_stddev: adaptive clipping's sigma_b (the report adds the value noise multiplier).
-    observed_patterns: trees with a log: also the exact guarantee over the observed patterns.
-    secure_aggregation: with SecAgg, a dict with the chain's 'bits', 'rotation', 'beta',
-      'modclip_prob', 'segments' (one {'segment', 'clip', 'sensitivity_clip'} per noise segment: the
-      active clip and the post-rounding L2 bound the noise std was proportional to) and
-      'wrap_rounds' (rounds whose secure sum wrapped around the field). A wrap voids the norm bound
-      of that round's sum, so each one is a warning.
-    equal_privacy: also compare every mechanism at the headline's rho and participation (seconds
-      at n = 2000; see `equal_privacy.equal_privacy`).
-    strategy_file: the file `strategy` was loaded from: its path, SHA-256 and recorded setting go
-      into the report, and a setting other than the run's (its rounds and declared schema; only the
-      rounds without a declared schema) is a `StrategySettingMismatchError` naming the differences.
-    allow_strategy_setting_mismatch: make that mismatch a warning instead of an error.
-    sampling_prob: q in (0, 1] when the cohorts were sampled at random: the probability that a
-      member of the round's group participates. Adds the amplified guarantee (the headline stays
-      the unamplified one).
-    sampling_groups: b-hat >= 1 groups of cyclic Poisson sampling (round t samples group
-      t mod b-hat; default 1: Poisson sampling of the whole population). The strategy must be
-      lower triangular with at most b-hat bands (ValueError otherwise).
-  """
-  if not isinstance(strategy, base.Strategy):
-    raise ValueError(f'`strategy` must be a mechanisms Strategy, got {strategy!r}.')
-  given = [name for name, v in (('noise_multiplier', noise_multiplier),
-                                ('target_epsilon', target_epsilon), ('target_rho', target_rho))
-           if v is not None]
-  if len(given) != 1:
-    raise ValueError('Exactly one of `noise_multiplier`, `target_epsilon`, `target_rho` must be '
-                     f'given, got {given or "none"}.')
-  if participation is not None and not isinstance(participation,
-                                                  participation_lib.ParticipationSchema):
-    raise ValueError(f'`participation` must be a ParticipationSchema, got {participation!r}.')
+def _check_inputs(plan: plan_lib.RunPlan, log: Optional[log_lib.ParticipationLog]) -> None:
+  if not isinstance(plan, plan_lib.RunPlan):
+    raise ValueError(f'`plan` must be a dp_ftrl_tff.plan.RunPlan, got {plan!r}.')
+  if plan.noise_multiplier == 0:
+    raise ValueError('`noise_multiplier` is 0: the run adds no noise and has no DP guarantee.')
   if log is not None and not isinstance(log, log_lib.ParticipationLog):
     raise ValueError(f'`log` must be a ParticipationLog, got {log!r}.')
-  if log is None and (participation is None or num_rounds is None):
-    raise ValueError('`participation` and `num_rounds` are required without a participation log.')
+  if log is None and (plan.participation is None or plan.num_rounds is None):
+    raise ValueError('`participation` (`min_sep`) and `rounds` are required without a '
+                     'participation log.')
   if log is not None and log.num_rows == 0:
     raise ValueError('The participation log has no rows.')
-  warnings: List[str] = []
-  declared_rounds = num_rounds
+
+
+def _headline_setting(plan: plan_lib.RunPlan, log: Optional[log_lib.ParticipationLog]) -> tuple:
+  """(n, the headline schema, 'declared' or 'observed', `ObservedParticipation` or None).
+
+  With a log, n covers the plan's rounds and the logged ones, and the schema is the realized one.
+  """
   if log is None:
-    num_rounds = _check_rounds(strategy, num_rounds, restart_rounds)
-    schema, source, observed = participation, 'declared', None
-  else:
-    num_rounds = log.num_rounds if num_rounds is None else _validation.check_positive_int(
-        num_rounds, 'num_rounds')
-    violations = tuple(log.violations(participation, num_rounds) if participation is not None
-                       else (log.violations(participation_lib.ParticipationSchema(), num_rounds)))
-    num_rounds = _check_rounds(strategy, max(num_rounds, log.num_rounds), restart_rounds)
-    schema, source = log.realized_schema(num_rounds), 'observed'
-    warnings.extend(f'participation log violates the declared schema: {v}' for v in violations)
-    observed = ObservedParticipation(
-        path=log.path, num_rows=log.num_rows, num_clients=log.num_clients,
-        num_rounds=log.num_rounds, min_sep=log.min_sep, max_participations=log.max_participations,
-        histogram=log.participation_histogram(), violations=violations)
-  restarts = zcdp.check_restart_rounds(restart_rounds, num_rounds)
-  if sampling_prob is None and sampling_groups is not None:
-    raise ValueError('`sampling_groups` needs `sampling_prob`.')
-  file_record = None
-  if strategy_file is not None:
-    file_record = _strategy_file_record(strategy_file, strategy, declared_rounds or num_rounds,
-                                        participation)
-    if file_record['mismatches']:
-      message = (f'the strategy file {strategy_file} was optimized for another setting ('
-                 f"{'; '.join(file_record['mismatches'])})")
-      if not allow_strategy_setting_mismatch:
-        raise StrategySettingMismatchError(
-            f'{message}; regenerate it for this run or allow the mismatch.')
-      warnings.append(message + '.')
-  calibration_info = None
-  if noise_multiplier is None:
-    sens_sq = zcdp.accounted_sensitivity_squared(strategy, num_rounds, schema, restarts)
-    if target_rho is not None:
-      noise_multiplier = calibration.noise_multiplier_for_rho(target_rho, sens_sq)
-      calibration_info = {'target_rho': float(target_rho)}
-    else:
-      noise_multiplier = calibration.noise_multiplier_for_epsilon(target_epsilon, sens_sq, delta)
-      calibration_info = {'target_epsilon': float(target_epsilon)}
-  headline = zcdp.guarantee(strategy, num_rounds, schema, noise_multiplier, delta,
-                            restart_rounds=restarts)
-  amplified = None
-  if sampling_prob is not None:
-    amplified = amplification.amplified_guarantee(
-        strategy, num_rounds, headline.noise_multiplier,
-        1 if sampling_groups is None else sampling_groups, sampling_prob, delta,
-        restart_rounds=restarts)
-  declared = None
-  if log is not None and participation is not None:
-    declared_n = _check_rounds(strategy, declared_rounds or num_rounds, restart_rounds)
-    declared = zcdp.guarantee(strategy, declared_n, participation, noise_multiplier, delta,
-                              restart_rounds=[r for r in restarts if r < declared_n])
-  worst = None
-  if observed is not None and observed_patterns:
-    worst = _worst_observed_pattern(strategy, log, zcdp.segment_lengths(num_rounds, restarts))
-  if worst is not None:
-    sens_sq, client = worst
-    rho = zcdp.rho_from_sensitivity(sens_sq, headline.noise_multiplier)
-    observed = dataclasses.replace(observed, tree_patterns={
-        'sensitivity_squared': sens_sq, 'rho': rho,
-        'epsilon': zcdp.epsilon_from_rho(rho, delta), 'worst_client': log.client_id(client)})
-  exact = strategy.segments_sensitivity_is_exact(zcdp.segment_lengths(num_rounds, restarts),
-                                                 schema)
-  if not exact:
-    warnings.append('the squared sensitivity is an upper bound (the guarantee is conservative).')
-  value_nm = None
-  if clipped_count_stddev is not None:
-    value_nm = plan_lib.inflated_noise_multiplier(headline.noise_multiplier,
-                                                           clipped_count_stddev)
-    if value_nm >= 2 * headline.noise_multiplier:
-      warnings.append(f'adaptive clipping inflates the value noise multiplier by '
-                      f'{value_nm / headline.noise_multiplier:.3g}x.')
-  if secure_aggregation is not None:
-    secure_aggregation = _check_secure_aggregation(secure_aggregation)
-    if secure_aggregation['wrap_rounds']:
-      warnings.append(f"the secure sum wrapped around its {secure_aggregation['bits']}-bit field "
-                      f"in rounds {secure_aggregation['wrap_rounds']}: those rounds' sums are not "
-                      'bounded by the clip, and the guarantee does not cover them.')
-  return PrivacyReport(
-      guarantee=headline, mechanism_config=_json_config(strategy.to_config()),
-      participation_source=source,
-      sensitivity_exact=exact, declared=declared, observed=observed,
-      clipped_count_stddev=None if clipped_count_stddev is None else float(clipped_count_stddev),
-      value_noise_multiplier=value_nm, calibration=calibration_info,
-      secure_aggregation=secure_aggregation, warnings=tuple(warnings),
-      equal_privacy=(equal_privacy_lib.equal_privacy(num_rounds, schema, rho=headline.rho,
-                                                     run_strategy=strategy)
-                     if equal_privacy else None),
-      strategy_file=file_record, amplified=amplified)
+    return plan.num_rounds, plan.participation, 'declared', None
+  declared_rounds = log.num_rounds if plan.num_rounds is None else plan.num_rounds
+  declared = plan.participation or participation_lib.ParticipationSchema()
+  violations = tuple(log.violations(declared, declared_rounds))
+  num_rounds = max(declared_rounds, log.num_rounds)
+  observed = ObservedParticipation(
+      path=log.path, num_rows=log.num_rows, num_clients=log.num_clients,
+      num_rounds=log.num_rounds, min_sep=log.min_sep, max_participations=log.max_participations,
+      histogram=log.participation_histogram(), violations=violations)
+  return num_rounds, log.realized_schema(num_rounds), 'observed', observed
 
 
-def _strategy_file_record(path: str, strategy: base.Strategy, num_rounds: int,
-                          participation: Optional[participation_lib.ParticipationSchema]) -> dict:
-  """{'path', 'sha256', 'setting', 'mismatches'} of the strategy file `strategy` came from."""
-  file_strategy, setting = files.load_strategy_and_setting(path)
-  if file_strategy.name != strategy.name:
-    raise ValueError(f'`strategy_file` {path!r} holds a {file_strategy.name} strategy, the report '
-                     f'is for {strategy.name}.')
-  return {'path': str(path), 'sha256': files.file_sha256(path), 'setting': setting,
-          'mismatches': list(files.setting_mismatches(setting, num_rounds, participation))}
+def _check_rounds(plan: plan_lib.RunPlan, num_rounds: int) -> None:
+  """Every segment of `num_rounds` rounds must fit the strategy (a banded strategy restarted past
+  its n rounds covers a longer run)."""
+  for length in plan.segment_lengths(num_rounds):
+    plan.strategy.check_num_rounds(length)
 
 
-def _worst_observed_pattern(strategy: base.Strategy, log: log_lib.ParticipationLog,
-                            segment_lengths: Sequence[int]):
+def _tree_patterns(plan: plan_lib.RunPlan, log: log_lib.ParticipationLog, num_rounds: int,
+                   headline: zcdp.Guarantee) -> Optional[dict]:
+  """The exact guarantee over the observed clients' actual patterns (strategies with a
+  per-pattern method: the trees), or None."""
+  worst = _worst_observed_pattern(plan, log, plan.segment_lengths(num_rounds))
+  if worst is None:
+    return None
+  sens_sq, client = worst
+  rho = zcdp.rho_from_sensitivity(sens_sq, headline.noise_multiplier)
+  return {'sensitivity_squared': sens_sq, 'rho': rho,
+          'epsilon': zcdp.epsilon_from_rho(rho, headline.delta), 'worst_client': log.client_id(client)}
+
+
+def _worst_observed_pattern(plan: plan_lib.RunPlan, log: log_lib.ParticipationLog,
+                            segment_lengths: Sequence[int]) -> Optional[Tuple[float, int]]:
   """(largest squared sensitivity, a client code with it) over the log's observed patterns, or
   None when the strategy has no per-pattern method. Reads the distinct patterns batch by batch
   (`ParticipationLog.iter_patterns`), so memory stays bounded by one batch."""
   worst = None
   for clients, pattern_index, rounds in log.iter_patterns():
-    found = strategy.clients_sensitivity_squared(pattern_index, rounds, segment_lengths)
+    found = plan.strategy.clients_sensitivity_squared(pattern_index, rounds, segment_lengths)
     if found is None:
       return None
     ids, sens = found
@@ -310,23 +188,115 @@ def _worst_observed_pattern(strategy: base.Strategy, log: log_lib.ParticipationL
   return worst
 
 
-def _check_secure_aggregation(secure_aggregation: dict) -> dict:
-  """Validates `build_report`'s `secure_aggregation` dict; returns a JSON-ready copy."""
-  if not isinstance(secure_aggregation, dict):
-    raise ValueError(f'`secure_aggregation` must be a dict, got {secure_aggregation!r}.')
-  missing = {'bits', 'rotation', 'beta', 'modclip_prob', 'segments', 'wrap_rounds'} - set(
-      secure_aggregation)
-  if missing:
-    raise ValueError(f'`secure_aggregation` lacks the keys {sorted(missing)}.')
+def _amplified(plan: plan_lib.RunPlan, headline: zcdp.Guarantee,
+               require: bool) -> Tuple[Optional[amplification.AmplifiedGuarantee], List[str]]:
+  """(the amplified guarantee under the plan's sampling or None, warnings). A strategy the theorem
+  does not cover gets a warning, or with `require` a ValueError."""
+  sampling = plan.sampling
+  if sampling is None:
+    return None, []
+  n, restarts = headline.num_rounds, headline.restart_rounds
+  try:
+    amplification.check_banded(plan.strategy, n, sampling.num_groups, restarts)
+  except ValueError as error:
+    if require:
+      raise
+    return None, [f"no amplified guarantee for the plan's {sampling.kind} sampling: {error}"]
+  return amplification.amplified_guarantee(
+      plan.strategy, n, headline.noise_multiplier, sampling.num_groups,
+      sampling.sampling_prob, headline.delta, restart_rounds=restarts), []
+
+
+def _noise_warnings(plan: plan_lib.RunPlan, headline: zcdp.Guarantee,
+                    exact: bool) -> Tuple[Optional[float], List[str]]:
+  """(adaptive clipping's value noise multiplier or None, warnings about the noise)."""
+  warnings = [] if exact else [
+      'the squared sensitivity is an upper bound (the guarantee is conservative).']
+  if plan.clipped_count_stddev is None:
+    return None, warnings
+  value_nm = plan_lib.inflated_noise_multiplier(headline.noise_multiplier,
+                                                plan.clipped_count_stddev)
+  if value_nm >= 2 * headline.noise_multiplier:
+    warnings.append(f'adaptive clipping inflates the value noise multiplier by '
+                    f'{value_nm / headline.noise_multiplier:.3g}x.')
+  return value_nm, warnings
+
+
+def build_report(plan: plan_lib.RunPlan, log: Optional[log_lib.ParticipationLog] = None, *,
+                 observed_patterns: bool = True, secure_segments: Optional[dict] = None,
+                 equal_privacy: bool = False,
+                 require_amplification: bool = False) -> PrivacyReport:
+  """Builds the privacy report of a run plan.
+
+  Args:
+    plan: the `RunPlan`, with a noise multiplier > 0 and, without a log, its rounds and declared
+      participation (the log gives them otherwise: its last round + 1, no declared schema).
+    log: a `ParticipationLog`; the headline then uses the realized participation.
+    observed_patterns: trees with a log: also the exact guarantee over the observed patterns.
+    secure_segments: with SecAgg, {'segments': one {'segment', 'clip', 'sensitivity_clip'} per
+      noise segment (the active clip and the post-rounding L2 bound the noise std was proportional
+      to), 'wrap_rounds': rounds whose secure sum wrapped around the field}. A wrap voids the norm
+      bound of that round's sum, so each one is a warning.
+    equal_privacy: also compare every mechanism at the headline's rho and participation (seconds
+      at n = 2000; see `equal_privacy.equal_privacy`).
+    require_amplification: with the plan's random sampling, a strategy that amplification does not
+      cover is a ValueError (a request for the amplified figure) instead of a warning.
+  """
+  _check_inputs(plan, log)
+  num_rounds, schema, source, observed = _headline_setting(plan, log)
+  _check_rounds(plan, num_rounds)
+  headline = zcdp.guarantee_for_plan(plan, num_rounds, schema)
+  warnings: List[str] = [] if observed is None else [
+      f'participation log violates the declared schema: {v}' for v in observed.violations]
+  if plan.strategy_source is not None and plan.strategy_source.mismatches:
+    warnings.append(f'the strategy file {plan.strategy_source.path} was optimized for another '
+                    f'setting ({"; ".join(plan.strategy_source.mismatches)}).')
+  amplified, amplified_warnings = _amplified(plan, headline, require_amplification)
+  declared = None
+  if log is not None and plan.participation is not None:
+    declared_rounds = plan.num_rounds or num_rounds
+    _check_rounds(plan, declared_rounds)
+    declared = zcdp.guarantee_for_plan(plan, declared_rounds)
+  if observed is not None and observed_patterns:
+    observed = dataclasses.replace(observed,
+                                   tree_patterns=_tree_patterns(plan, log, num_rounds, headline))
+  exact = plan.strategy.segments_sensitivity_is_exact(plan.segment_lengths(num_rounds), schema)
+  value_nm, noise_warnings = _noise_warnings(plan, headline, exact)
+  secure, secure_warnings = _secure_aggregation(plan, secure_segments)
+  return PrivacyReport(
+      plan=plan, guarantee=headline, mechanism_config=_json_config(plan.strategy.to_config()),
+      participation_source=source, sensitivity_exact=exact, declared=declared, observed=observed,
+      clipped_count_stddev=plan.clipped_count_stddev, value_noise_multiplier=value_nm,
+      calibration=plan.calibration, secure_aggregation=secure,
+      warnings=tuple(warnings + noise_warnings + secure_warnings + amplified_warnings),
+      equal_privacy=(equal_privacy_lib.equal_privacy(num_rounds, schema, rho=headline.rho,
+                                                     run_strategy=plan.strategy)
+                     if equal_privacy else None),
+      strategy_file=None if plan.strategy_source is None else plan.strategy_source.file_record(),
+      amplified=amplified)
+
+
+def _secure_aggregation(plan: plan_lib.RunPlan,
+                        secure_segments: Optional[dict]) -> Tuple[Optional[dict], List[str]]:
+  """The report's `secure_aggregation` (the plan's SecAgg settings with the run's segments and
+  wrapped rounds) and its warnings, or (None, []) without SecAgg."""
+  if plan.secure is None:
+    return None, []
+  if not isinstance(secure_segments, dict) or {'segments', 'wrap_rounds'} - set(secure_segments):
+    raise ValueError('`secure_segments` ({"segments": [...], "wrap_rounds": [...]}) is required '
+                     f'with SecAgg, got {secure_segments!r}.')
   segments = []
-  for segment in secure_aggregation['segments']:
+  for segment in secure_segments['segments']:
     clip = _validation.check_positive_float(segment['clip'], 'clip')
     bound = _validation.check_positive_float(segment['sensitivity_clip'], 'sensitivity_clip')
     if bound < clip:
       raise ValueError(f'`sensitivity_clip`={bound} is below the clip {clip}: a post-rounding '
                        'bound is never smaller than the clip.')
     segments.append({'segment': int(segment['segment']), 'clip': clip, 'sensitivity_clip': bound})
-  out = dict(secure_aggregation)
-  out['segments'] = segments
-  out['wrap_rounds'] = sorted(int(r) for r in secure_aggregation['wrap_rounds'])
-  return out
+  wrap_rounds = sorted(int(r) for r in secure_segments['wrap_rounds'])
+  secure = {**plan.secure.to_config(), 'segments': segments, 'wrap_rounds': wrap_rounds}
+  if not wrap_rounds:
+    return secure, []
+  return secure, [f"the secure sum wrapped around its {secure['bits']}-bit field in rounds "
+                  f"{wrap_rounds}: those rounds' sums are not bounded by the clip, and the "
+                  'guarantee does not cover them.']

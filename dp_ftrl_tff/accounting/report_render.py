@@ -25,7 +25,6 @@ import numpy as np
 from dp_ftrl_tff.accounting import amplification, zcdp
 from dp_ftrl_tff.accounting import equal_privacy as equal_privacy_lib
 from dp_ftrl_tff.accounting import report as report_lib
-from dp_ftrl_tff.mechanisms import base
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 
 #: Keys every `report.json` has (the CLI contract), in order.
@@ -118,12 +117,20 @@ def summary(report: report_lib.PrivacyReport) -> str:
 def to_markdown(report: report_lib.PrivacyReport) -> str:
   """The BLT paper's App. C checklist, filled in."""
   g = report.guarantee
-  exact = 'exact' if report.sensitivity_exact else 'an upper bound'
-  restarts = (', '.join(str(r) for r in g.restart_rounds) if g.restart_rounds else 'none')
   md = [f'# Privacy report: {g.mechanism}, {g.num_rounds} rounds', '']
   if report.warnings:
     md += ['> **WARNING**', '>'] + [f'> - {w}' for w in report.warnings] + ['']
-  md += [
+  md += _setting_markdown(report) + _mechanism_markdown(report) + _participation_markdown(report)
+  md += _accounting_markdown(report)
+  if report.equal_privacy is not None:
+    md += _equal_privacy_markdown(report)
+  return '\n'.join(md)
+
+
+def _setting_markdown(report: report_lib.PrivacyReport) -> List[str]:
+  """The formal statement and sections 1-2: the DP setting and the DP definition."""
+  g = report.guarantee
+  return [
       '**Formal statement.** The training run satisfies '
       f'**rho-zCDP with rho = {g.rho:.6g}** and **(epsilon, delta)-DP with epsilon = '
       f'{g.epsilon:.6g}, delta = {g.delta:g}**, at the device (client) level, under the '
@@ -140,14 +147,20 @@ def to_markdown(report: report_lib.PrivacyReport) -> str:
       '- **Unit of privacy:** one device/client (user-level for single-device users); a client '
       'may hold arbitrarily much data.',
       '- **Adjacency:** zero-out: the neighbouring run replaces all updates of one client by zero '
-      '(a form of add/remove).', '',
-      '## 3. Mechanism',
-      f'- Mechanism: `{g.mechanism}`, configuration `{json.dumps(report.mechanism_config)}`.',
-      f'- Rounds n = {g.num_rounds} (0-based rounds 0..{g.num_rounds - 1}); noise restarts at '
-      f'rounds: {restarts}.',
-      f'- Noise multiplier sigma = {g.noise_multiplier:.6g} (noise std sigma x clip norm on the '
-      f'sum of clipped updates, before correlation); effective noise multiplier sigma / sens = '
-      f'{g.effective_noise_multiplier:.6g}.']
+      '(a form of add/remove).', '']
+
+
+def _mechanism_markdown(report: report_lib.PrivacyReport) -> List[str]:
+  """Section 3: the mechanism, its noise, adaptive clipping, SecAgg, calibration, strategy file."""
+  g = report.guarantee
+  restarts = (', '.join(str(r) for r in g.restart_rounds) if g.restart_rounds else 'none')
+  md = ['## 3. Mechanism',
+        f'- Mechanism: `{g.mechanism}`, configuration `{json.dumps(report.mechanism_config)}`.',
+        f'- Rounds n = {g.num_rounds} (0-based rounds 0..{g.num_rounds - 1}); noise restarts at '
+        f'rounds: {restarts}.',
+        f'- Noise multiplier sigma = {g.noise_multiplier:.6g} (noise std sigma x clip norm on the '
+        f'sum of clipped updates, before correlation); effective noise multiplier sigma / sens = '
+        f'{g.effective_noise_multiplier:.6g}.']
   if report.value_noise_multiplier is not None:
     md.append(f'- Adaptive clipping (Gboard Thm. 1): clipped-count noise std '
               f'{report.clipped_count_stddev:g}; the model sum uses z_Delta = '
@@ -163,15 +176,27 @@ def to_markdown(report: report_lib.PrivacyReport) -> str:
   if report.calibration is not None:
     (key, value), = report.calibration.items()
     md.append(f'- sigma was calibrated to meet {key} = {value:g}.')
-  md += ['', '## 4. Participation',
-         f'- Source: **{report.participation_source}**'
-         + (' (realized in the participation log; Gboard-paper practice)'
-            if report.participation_source == 'observed' else ' (enforced by the client sampler)'),
-         f'- min_sep b = {report.min_sep}: two participations r1 < r2 of one client satisfy '
-         f'r2 - r1 >= b; min_separation (rounds strictly between, TF-Privacy / Gboard MinS) = '
-         f'{g.participation.tf_privacy_min_separation}.',
-         f'- max_participations k = {report.max_participations} (effective: min(k, ceil(n / b)))'
-         + ('; fixed-epoch schema.' if g.participation.fixed_epoch else '.')]
+  if report.strategy_file is not None:
+    f = report.strategy_file
+    md.append(f"- Strategy file `{f['path']}`, SHA-256 `{f['sha256']}`, optimized for "
+              f"{json.dumps(f['setting']) if f['setting'] else 'an unrecorded setting'}"
+              + (f" (differs from this run: {'; '.join(f['mismatches'])})."
+                 if f['mismatches'] else '.'))
+  return md + ['']
+
+
+def _participation_markdown(report: report_lib.PrivacyReport) -> List[str]:
+  """Section 4: the participation, declared or observed in the log."""
+  g = report.guarantee
+  md = ['## 4. Participation',
+        f'- Source: **{report.participation_source}**'
+        + (' (realized in the participation log; Gboard-paper practice)'
+           if report.participation_source == 'observed' else ' (enforced by the client sampler)'),
+        f'- min_sep b = {report.min_sep}: two participations r1 < r2 of one client satisfy '
+        f'r2 - r1 >= b; min_separation (rounds strictly between, TF-Privacy / Gboard MinS) = '
+        f'{g.participation.tf_privacy_min_separation}.',
+        f'- max_participations k = {report.max_participations} (effective: min(k, ceil(n / b)))'
+        + ('; fixed-epoch schema.' if g.participation.fixed_epoch else '.')]
   if report.observed is not None:
     o = report.observed
     md += [f'- Log `{o.path}`: {o.num_rows} rows, {o.num_clients} clients, rounds 0..'
@@ -192,29 +217,27 @@ def to_markdown(report: report_lib.PrivacyReport) -> str:
               f'{d.sensitivity_squared:.6g}, rho = {d.rho:.6g}, epsilon = {d.epsilon:.6g}'
               + (' (does NOT hold: the log violates it).'
                  if report.observed is not None and report.observed.violations else '.'))
-  md += ['', '## 5. Accounting',
-         f'- Squared sensitivity (clip norm 1) sens^2 = {g.sensitivity_squared:.10g}, {exact}: max '
-         'over admissible patterns of ||C u||^2, composed across restart segments.',
-         f'- rho-zCDP = sens^2 / (2 sigma^2) = {g.rho:.10g}.',
-         f'- (epsilon, delta): {_CONVERSION_TEXT[g.conversion]} (dp_accounting '
-         f'{_DP_ACCOUNTING_VERSION}) on one Gaussian mechanism with noise '
-         f'multiplier 1 / sqrt(2 rho): epsilon = {g.epsilon:.10g} at delta = {g.delta:g}.',
-         ('- No amplification by sampling is assumed.' if report.amplified is None else
-          '- The figures above assume no amplification by sampling; they hold whatever the '
-          f'sampling. With it: {_amplified_text(report.amplified)} (BandMF paper Thm. 4, '
-          'cyclic Poisson sampling: the groups are disjoint and fixed, round t samples group '
-          't mod b-hat, every member independently with probability q).'),
-         '- Transparency: computed with `python -m experiments.privacy_report` (dp_ftrl_tff).', '']
-  if report.strategy_file is not None:
-    f = report.strategy_file
-    md.insert(md.index('## 4. Participation') - 1,
-              f"- Strategy file `{f['path']}`, SHA-256 `{f['sha256']}`, optimized for "
-              f"{json.dumps(f['setting']) if f['setting'] else 'an unrecorded setting'}"
-              + (f" (differs from this run: {'; '.join(f['mismatches'])})."
-                 if f['mismatches'] else '.'))
-  if report.equal_privacy is not None:
-    md += _equal_privacy_markdown(report)
-  return '\n'.join(md)
+  return md + ['']
+
+
+def _accounting_markdown(report: report_lib.PrivacyReport) -> List[str]:
+  """Section 5: sensitivity, rho, the (epsilon, delta) conversion and amplification."""
+  g = report.guarantee
+  exact = 'exact' if report.sensitivity_exact else 'an upper bound'
+  return [
+      '## 5. Accounting',
+      f'- Squared sensitivity (clip norm 1) sens^2 = {g.sensitivity_squared:.10g}, {exact}: max '
+      'over admissible patterns of ||C u||^2, composed across restart segments.',
+      f'- rho-zCDP = sens^2 / (2 sigma^2) = {g.rho:.10g}.',
+      f'- (epsilon, delta): {_CONVERSION_TEXT[g.conversion]} (dp_accounting '
+      f'{_DP_ACCOUNTING_VERSION}) on one Gaussian mechanism with noise '
+      f'multiplier 1 / sqrt(2 rho): epsilon = {g.epsilon:.10g} at delta = {g.delta:g}.',
+      ('- No amplification by sampling is assumed.' if report.amplified is None else
+       '- The figures above assume no amplification by sampling; they hold whatever the '
+       f'sampling. With it: {_amplified_text(report.amplified)} (BandMF paper Thm. 4, '
+       'cyclic Poisson sampling: the groups are disjoint and fixed, round t samples group '
+       't mod b-hat, every member independently with probability q).'),
+      '- Transparency: computed with `python -m experiments.privacy_report` (dp_ftrl_tff).', '']
 
 
 def _row_label(row: equal_privacy_lib.EqualPrivacyRow) -> str:
@@ -273,17 +296,14 @@ def _guarantee_dict(g: zcdp.Guarantee) -> dict:
           'rho': g.rho, 'epsilon': g.epsilon, 'delta': g.delta}
 
 
-def _epsilon_curve(strategy, schema_for, xs, sigma, delta, restarts, rounds_for):
-  values = []
-  for x in xs:
-    n = rounds_for(x)
-    g = zcdp.guarantee(strategy, n, schema_for(x), sigma, delta,
-                       restart_rounds=[r for r in restarts if r < n], conversion='gaussian')
-    values.append(g.epsilon)
-  return values
+def _epsilon_curve(plan, schema_for, xs, rounds_for):
+  """Epsilon (exact Gaussian conversion) of `plan` at each x: rounds_for(x) rounds under
+  schema_for(x)."""
+  return [zcdp.guarantee_for_plan(plan, rounds_for(x), schema_for(x), conversion='gaussian').epsilon
+          for x in xs]
 
 
-def write_plots(report: report_lib.PrivacyReport, strategy: base.Strategy, output_dir: str,
+def write_plots(report: report_lib.PrivacyReport, output_dir: str,
                 num_points: int = 24) -> List[str]:
   """Writes `PLOT_FILES` into `output_dir`: epsilon over rounds and epsilon versus min_sep of this
   mechanism (exact Gaussian conversion), and `EQUAL_PRIVACY_PLOT` when the report has an
@@ -292,49 +312,61 @@ def write_plots(report: report_lib.PrivacyReport, strategy: base.Strategy, outpu
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 
-  g = report.guarantee
-  n, sigma, delta, restarts = g.num_rounds, g.noise_multiplier, g.delta, g.restart_rounds
-  schema = g.participation
   os.makedirs(output_dir, exist_ok=True)
-  paths = []
+  paths = [_write_rounds_plot(report, output_dir, num_points, plt),
+           _write_min_sep_plot(report, output_dir, num_points, plt)]
+  if report.equal_privacy is not None:
+    paths.append(_write_equal_privacy_plot(report, output_dir, plt))
+  return paths
 
+
+def _write_rounds_plot(report: report_lib.PrivacyReport, output_dir: str, num_points: int,
+                       plt) -> str:
+  """Epsilon over the rounds trained, at the headline's participation."""
+  g = report.guarantee
+  n, schema = g.num_rounds, g.participation
   rounds = np.unique(np.linspace(1, n, num_points).round().astype(int))
-  eps = _epsilon_curve(strategy, lambda t: schema, rounds, sigma, delta, restarts, lambda t: int(t))
+  eps = _epsilon_curve(report.plan, lambda t: schema, rounds, int)
   fig, ax = plt.subplots(figsize=(6, 4))
   ax.plot(rounds, eps, marker='o', ms=3)
   ax.set_xlabel('rounds trained')
-  ax.set_ylabel(f'epsilon (delta={delta:g})')
-  ax.set_title(f'{g.mechanism}, sigma={sigma:.4g}, min_sep={schema.min_sep}, '
+  ax.set_ylabel(f'epsilon (delta={g.delta:g})')
+  ax.set_title(f'{g.mechanism}, sigma={g.noise_multiplier:.4g}, min_sep={schema.min_sep}, '
                f'k={schema.effective_max_participations(n)}')
   ax.grid(alpha=0.3)
   fig.tight_layout()
-  paths.append(os.path.join(output_dir, PLOT_FILES[0]))
-  fig.savefig(paths[-1], dpi=100)
+  path = os.path.join(output_dir, PLOT_FILES[0])
+  fig.savefig(path, dpi=100)
   plt.close(fig)
+  return path
 
+
+def _write_min_sep_plot(report: report_lib.PrivacyReport, output_dir: str, num_points: int,
+                        plt) -> str:
+  """Epsilon of the whole run against min_sep, at the headline's max participations."""
+  g = report.guarantee
+  n, schema = g.num_rounds, g.participation
   k = schema.max_participations
   low = max(1, n // 64)
   seps = np.unique(np.geomspace(low, n, num_points).round().astype(int))
   fig, ax = plt.subplots(figsize=(6, 4))
-  eps = _epsilon_curve(
-      strategy, lambda b: participation_lib.ParticipationSchema(int(b), k), seps, sigma, delta,
-      restarts, lambda b: n)
+  eps = _epsilon_curve(report.plan,
+                       lambda b: participation_lib.ParticipationSchema(int(b), k), seps,
+                       lambda b: n)
   ax.plot(seps, eps, marker='o', ms=3, label=g.mechanism)
   ax.axvline(schema.min_sep, color='gray', ls='--', lw=1, label=f'min_sep={schema.min_sep}')
   ax.set_xscale('log')
   ax.set_yscale('log')
   ax.set_xlabel('min_sep b (rounds)')
-  ax.set_ylabel(f'epsilon (delta={delta:g})')
-  ax.set_title(f'n={n}, sigma={sigma:.4g}, max_participations={k or "ceil(n/b)"}')
+  ax.set_ylabel(f'epsilon (delta={g.delta:g})')
+  ax.set_title(f'n={n}, sigma={g.noise_multiplier:.4g}, max_participations={k or "ceil(n/b)"}')
   ax.grid(alpha=0.3, which='both')
   ax.legend(fontsize=8)
   fig.tight_layout()
-  paths.append(os.path.join(output_dir, PLOT_FILES[1]))
-  fig.savefig(paths[-1], dpi=100)
+  path = os.path.join(output_dir, PLOT_FILES[1])
+  fig.savefig(path, dpi=100)
   plt.close(fig)
-  if report.equal_privacy is not None:
-    paths.append(_write_equal_privacy_plot(report, output_dir, plt))
-  return paths
+  return path
 
 
 def _write_equal_privacy_plot(report: report_lib.PrivacyReport, output_dir: str, plt) -> str:
@@ -363,7 +395,7 @@ def _write_equal_privacy_plot(report: report_lib.PrivacyReport, output_dir: str,
   return path
 
 
-def write_report(report: report_lib.PrivacyReport, strategy: base.Strategy, output_dir: str,
+def write_report(report: report_lib.PrivacyReport, output_dir: str,
                  plots: bool = True) -> List[str]:
   """Writes report.json, report.md and (optionally) the plots; returns the paths written."""
   if not isinstance(output_dir, str) or not output_dir:
@@ -375,5 +407,5 @@ def write_report(report: report_lib.PrivacyReport, strategy: base.Strategy, outp
   with open(paths[1], 'w') as f:
     f.write(to_markdown(report))
   if plots:
-    paths.extend(write_plots(report, strategy, output_dir))
+    paths.extend(write_plots(report, output_dir))
   return paths

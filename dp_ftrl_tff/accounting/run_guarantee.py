@@ -29,7 +29,8 @@ epsilon is `zcdp.epsilon_from_rho(rho, delta)`: PLD with dp_accounting's default
 
 No amplification by sampling is assumed. A plan with random `sampling` (Poisson or cyclic Poisson
 cohorts) gets the same unamplified guarantee, which holds for every participation the sampler can
-produce; `_check_sampling` refuses a `min_sep` / `max_participations` the sampler does not enforce.
+produce; a `min_sep` / `max_participations` the sampler does not enforce is refused
+(`plan.check_sampled_participation`).
 Amplified accounting (`accounting.amplification`) belongs in `_dp_event`, the one place that turns
 the plan's noise into an event (and the epsilon computed from it); the validation, the restart
 schedule and the adaptive split stay as they are.
@@ -100,22 +101,6 @@ def _dp_event(guarantee: zcdp.Guarantee) -> dp_accounting.DpEvent:
   return zcdp.gaussian_event(guarantee.rho)
 
 
-def _check_sampling(plan: plan_lib.RunPlan, rounds: int,
-                    participation: participation_lib.ParticipationSchema) -> None:
-  """With random sampling, the schema must be one the sampler enforces (never an optimistic one)."""
-  if plan.sampling is None:
-    return
-  enforced = plan.sampling.num_groups if plan.sampling.kind == 'cyclic_poisson' else 1
-  if participation.min_sep > enforced:
-    raise ValueError(f'`min_sep`={participation.min_sep} exceeds the {enforced} rounds the '
-                     f'plan\'s {plan.sampling.kind} sampling keeps between participations.')
-  most = -(-rounds // enforced)
-  if participation.effective_max_participations(rounds) < most:
-    raise ValueError(f'`max_participations`={participation.max_participations} is not enforced by '
-                     f'the plan\'s {plan.sampling.kind} sampling (a client may join {most} of the '
-                     f'{rounds} rounds); pass None.')
-
-
 def plan_guarantee(plan: plan_lib.RunPlan, *, rounds: int, min_sep: int,
                    max_participations: Optional[int] = None, delta: float) -> RunGuarantee:
   """rho-zCDP, (epsilon, delta) and a composable DpEvent of `plan` run for `rounds` rounds.
@@ -145,7 +130,8 @@ def plan_guarantee(plan: plan_lib.RunPlan, *, rounds: int, min_sep: int,
                                                          'max_participations')))
   delta = _validation.check_float_in_range(delta, 'delta', 0.0, 1.0, low_inclusive=False,
                                            high_inclusive=False)
-  _check_sampling(plan, rounds, participation)
+  if plan.sampling is not None:
+    plan_lib.check_sampled_participation(plan.sampling, participation, rounds)
   if plan.noise_multiplier == 0:
     raise ValueError('`plan` has noise_multiplier 0: the run adds no noise and has no DP '
                      'guarantee.')
@@ -158,8 +144,7 @@ def plan_guarantee(plan: plan_lib.RunPlan, *, rounds: int, min_sep: int,
   guarantee = zcdp.guarantee(plan.strategy, rounds, participation, z, delta,
                              restart_rounds=restarts)
   sens_sq = guarantee.sensitivity_squared
-  exact = plan.strategy.segments_sensitivity_is_exact(zcdp.segment_lengths(rounds, restarts),
-                                                      participation)
+  exact = plan.strategy.segments_sensitivity_is_exact(plan.segment_lengths(rounds), participation)
   return RunGuarantee(
       guarantee=guarantee, dp_event=_dp_event(guarantee),
       rho_value=zcdp.rho_from_sensitivity(sens_sq, value_nm),

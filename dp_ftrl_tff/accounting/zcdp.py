@@ -38,8 +38,10 @@ import scipy.optimize
 import scipy.special
 
 from dp_ftrl_tff import _validation
+from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.mechanisms import base
 from dp_ftrl_tff.mechanisms import participation as participation_lib
+from dp_ftrl_tff.mechanisms.base import check_restart_rounds, segment_lengths  # noqa: F401
 
 CONVERSIONS = ('pld', 'gaussian', 'rdp')
 
@@ -130,6 +132,12 @@ def epsilon_from_rho(rho: float, delta: float = DEFAULT_DELTA, conversion: str =
   rho = _validation.check_nonnegative_float(rho, 'rho')
   delta = _check_delta(delta)
   _validation.check_one_of(conversion, 'conversion', CONVERSIONS)
+  return _epsilon(rho, delta, conversion, value_discretization_interval, orders)
+
+
+def _epsilon(rho: float, delta: float, conversion: str, value_discretization_interval: float = 1e-4,
+             orders: Optional[Sequence[float]] = None) -> float:
+  """`epsilon_from_rho` of checked arguments."""
   if rho == 0:
     return 0.0
   if conversion == 'gaussian':
@@ -138,30 +146,6 @@ def epsilon_from_rho(rho: float, delta: float = DEFAULT_DELTA, conversion: str =
                                value_discretization_interval=value_discretization_interval)
   accountant.compose(gaussian_event(rho), 1)
   return float(accountant.get_epsilon(delta))
-
-
-def check_restart_rounds(restart_rounds: Optional[Sequence[int]], num_rounds: int) -> tuple:
-  """Validates 0-based restart rounds (a restart at r starts a fresh segment AT round r).
-
-  Returns the sorted tuple of distinct rounds in (0, n); an empty tuple means no restart.
-  """
-  num_rounds = _validation.check_positive_int(num_rounds, 'num_rounds')
-  if restart_rounds is None:
-    return ()
-  rounds = []
-  for r in restart_rounds:
-    r = _validation.check_positive_int(r, 'restart_rounds')
-    if r >= num_rounds:
-      raise ValueError(f'`restart_rounds` must lie in (0, {num_rounds}), got {r}.')
-    rounds.append(r)
-  return tuple(sorted(set(rounds)))
-
-
-def segment_lengths(num_rounds: int, restart_rounds: Sequence[int]) -> tuple:
-  """Lengths of the segments [0, r_1), [r_1, r_2), ..., [r_last, n) for restarts r_1 < r_2 < ..."""
-  restarts = check_restart_rounds(restart_rounds, num_rounds)
-  bounds = (0,) + restarts + (num_rounds,)
-  return tuple(b - a for a, b in zip(bounds[:-1], bounds[1:], strict=True))
 
 
 def accounted_sensitivity_squared(strategy: base.Strategy, num_rounds: int,
@@ -179,9 +163,13 @@ def accounted_sensitivity_squared(strategy: base.Strategy, num_rounds: int,
   num_rounds = _validation.check_positive_int(num_rounds, 'num_rounds')
   if not isinstance(participation, participation_lib.ParticipationSchema):
     raise ValueError(f'`participation` must be a ParticipationSchema, got {participation!r}.')
-  lengths = segment_lengths(num_rounds, restart_rounds)
+  return _sensitivity_squared(strategy, segment_lengths(num_rounds, restart_rounds), participation)
+
+
+def _sensitivity_squared(strategy: base.Strategy, lengths: Sequence[int],
+                         participation: participation_lib.ParticipationSchema) -> float:
   if len(lengths) == 1:
-    return float(strategy.sensitivity_squared(num_rounds, participation))
+    return float(strategy.sensitivity_squared(lengths[0], participation))
   return float(strategy.segments_sensitivity_squared(lengths, participation))
 
 
@@ -237,13 +225,49 @@ def guarantee(strategy: base.Strategy, num_rounds: int,
   Returns:
     A `Guarantee`.
   """
+  if not isinstance(strategy, base.Strategy):
+    raise ValueError(f'`strategy` must be a mechanisms Strategy, got {strategy!r}.')
   sigma = _validation.check_positive_float(noise_multiplier, 'noise_multiplier')
   delta = _check_delta(delta)
   _validation.check_one_of(conversion, 'conversion', CONVERSIONS)
+  participation = participation_lib.check_participation(participation)
   restarts = check_restart_rounds(restart_rounds, num_rounds)
-  sens_sq = accounted_sensitivity_squared(strategy, num_rounds, participation, restarts)
-  rho = rho_from_sensitivity(sens_sq, sigma)
-  return Guarantee(mechanism=strategy.name, num_rounds=int(num_rounds), participation=participation,
+  return _guarantee(strategy, int(num_rounds), participation, sigma, delta, restarts, conversion)
+
+
+def guarantee_for_plan(plan: plan_lib.RunPlan, num_rounds: Optional[int] = None,
+                       participation: Optional[participation_lib.ParticipationSchema] = None, *,
+                       conversion: str = 'pld') -> Guarantee:
+  """The `Guarantee` of a run plan over `num_rounds` rounds (default: the plan's) under
+  `participation` (default: the plan's declared one), at the plan's accounted noise multiplier,
+  restarts and target delta (`DEFAULT_DELTA` when it has none). The plan was validated when it was
+  built, so only what it lacks is checked here.
+
+  Raises:
+    ValueError: the plan adds no noise (it has no DP guarantee), or lacks the rounds or the
+      participation and none is given.
+  """
+  if not isinstance(plan, plan_lib.RunPlan):
+    raise ValueError(f'`plan` must be a dp_ftrl_tff.plan.RunPlan, got {plan!r}.')
+  if plan.noise_multiplier == 0:
+    raise ValueError('`plan` has noise_multiplier 0: the run adds no noise and has no DP guarantee.')
+  num_rounds = plan.num_rounds if num_rounds is None else num_rounds
+  participation = plan.participation if participation is None else participation
+  if num_rounds is None or participation is None:
+    raise ValueError('`plan` lacks the run\'s `rounds` or `participation`; give them.')
+  delta = DEFAULT_DELTA if plan.target_delta is None else plan.target_delta
+  return _guarantee(plan.strategy, num_rounds, participation, plan.noise_multiplier, delta,
+                    tuple(plan.restart_rounds(num_rounds)), conversion)
+
+
+def _guarantee(strategy: base.Strategy, num_rounds: int,
+               participation: participation_lib.ParticipationSchema, sigma: float, delta: float,
+               restarts: tuple, conversion: str) -> Guarantee:
+  """`guarantee` of checked arguments (`restarts` sorted, distinct, in (0, n))."""
+  sens_sq = _sensitivity_squared(strategy, base.lengths_between(num_rounds, restarts),
+                                 participation)
+  rho = sens_sq / (2.0 * sigma**2)
+  return Guarantee(mechanism=strategy.name, num_rounds=num_rounds, participation=participation,
                    restart_rounds=restarts, sensitivity_squared=sens_sq, noise_multiplier=sigma,
-                   rho=rho, epsilon=epsilon_from_rho(rho, delta, conversion), delta=delta,
+                   rho=rho, epsilon=_epsilon(rho, delta, conversion), delta=delta,
                    conversion=conversion)

@@ -2,7 +2,8 @@
 Toeplitz helpers, Gaussian / tree / banded / BLT / BSR / BISR strategies, losses, optimizers and
 strategy files."""
 
-from dp_ftrl_tff.mechanisms.banded import BandedStrategy, optimize_banded
+from dp_ftrl_tff.mechanisms.banded import BandedStrategy
+from dp_ftrl_tff.mechanisms.banded_optimizer import optimize_banded
 from dp_ftrl_tff.mechanisms.base import (
     Losses,
     OptimizationResult,

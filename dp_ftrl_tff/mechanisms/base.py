@@ -115,6 +115,34 @@ def check_config(config, mechanisms: Sequence[str], required: Sequence[str] = ()
   return mechanism
 
 
+def check_restart_rounds(restart_rounds: Optional[Sequence[int]], num_rounds: int) -> tuple:
+  """Validates 0-based restart rounds (a restart at r starts a fresh segment AT round r).
+
+  Returns the sorted tuple of distinct rounds in (0, n); an empty tuple means no restart.
+  """
+  num_rounds = _validation.check_positive_int(num_rounds, 'num_rounds')
+  if restart_rounds is None:
+    return ()
+  rounds = []
+  for r in restart_rounds:
+    r = _validation.check_positive_int(r, 'restart_rounds')
+    if r >= num_rounds:
+      raise ValueError(f'`restart_rounds` must lie in (0, {num_rounds}), got {r}.')
+    rounds.append(r)
+  return tuple(sorted(set(rounds)))
+
+
+def segment_lengths(num_rounds: int, restart_rounds: Sequence[int]) -> tuple:
+  """Lengths of the segments [0, r_1), [r_1, r_2), ..., [r_last, n) for restarts r_1 < r_2 < ..."""
+  return lengths_between(int(num_rounds), check_restart_rounds(restart_rounds, num_rounds))
+
+
+def lengths_between(num_rounds: int, restarts: tuple) -> tuple:
+  """`segment_lengths` for restarts already checked (sorted, distinct, in (0, n))."""
+  bounds = (0,) + tuple(restarts) + (num_rounds,)
+  return tuple(b - a for a, b in zip(bounds[:-1], bounds[1:], strict=True))
+
+
 def errors_from_decoder(decoder_matrix: np.ndarray) -> tuple:
   """(MaxError, RmsError) of a decoder B: sqrt(max_i ||B_i||^2) and sqrt(mean_i ||B_i||^2)."""
   decoder_matrix = np.asarray(decoder_matrix, dtype=np.float64)

@@ -228,6 +228,9 @@ PRODUCTION_STRATEGIES: Dict[int, BLTStrategy] = {
         omega=(0.008657392263671862, 0.05890891298180163, 0.14548176930698697,
                0.2770117005326523)),
 }
+#: The App. A BLT for b = 400, the paper's suggested default: the registry's reference strategy, which
+#: a planned-run report uses when no BLT parameters are given.
+REFERENCE_STRATEGY = PRODUCTION_STRATEGIES[400]
 
 
 # ----------------------------------------------------------------------------------------------------

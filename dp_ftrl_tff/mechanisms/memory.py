@@ -1,31 +1,18 @@
 """Up-front memory checks: refuse a number of rounds whose float64 arrays cannot fit in memory.
 
-The estimates are lower bounds of what each mechanism's computation really materializes (measured
-with tracemalloc, float64 = 8 bytes):
-  * banded (BandMF): the n x n C and its products, about 4 n x n arrays (32 n^2 bytes) to evaluate,
-    load or optimize;
-  * tree_full (full-rank tree decoder): 3 n x n arrays (24 n^2 bytes) for its losses; its
-    sensitivity alone is O(n);
-  * blt: O(n) Toeplitz coefficient arrays (about 56 n bytes), never an n x n matrix;
-  * bsr, bisr: O(n) Toeplitz coefficients and their power-series inverse (about 79 n bytes; BSR's
-    sensitivity alone about 32 n);
-  * tree, tree_efficient: O(n) closed forms (about 33 n bytes);
-  * gaussian: closed forms, no array of length n.
-`check_fits` raises `MemoryLimitError` (a ValueError) naming the rounds and the memory needed when
-the estimate exceeds the memory available now (`MemAvailable` of /proc/meminfo; physical memory
-elsewhere). Imports no TensorFlow.
+The estimates are each mechanism's `registry.MemoryModel`: lower bounds of what its computation
+really materializes (measured with tracemalloc, float64 = 8 bytes), e.g. about 4 n x n arrays
+(32 n^2 bytes) for BandMF, O(n) Toeplitz coefficients (56 n bytes) for a BLT, nothing of length n for
+Gaussian noise. `check_fits` raises `MemoryLimitError` (a ValueError) naming the rounds and the
+memory needed when the estimate exceeds the memory available now (`MemAvailable` of /proc/meminfo;
+physical memory elsewhere). Imports no TensorFlow.
 """
 
 import os
-from typing import Optional
+from typing import Optional, Tuple
 
-#: mechanism -> (bytes per n^2, bytes per n) of its losses / optimization.
-_LOSSES_BYTES = {'banded': (32, 0), 'tree_full': (24, 33), 'blt': (0, 56), 'tree': (0, 33),
-                 'tree_efficient': (0, 33), 'gaussian': (0, 0), 'bsr': (0, 79), 'bisr': (0, 79)}
-#: mechanism -> (bytes per n^2, bytes per n) of its sensitivity alone (accounting).
-_SENSITIVITY_BYTES = {'banded': (32, 0), 'tree_full': (0, 33), 'blt': (0, 56), 'tree': (0, 33),
-                      'tree_efficient': (0, 33), 'gaussian': (0, 0), 'bsr': (0, 32),
-                      'bisr': (0, 79)}
+from dp_ftrl_tff import _validation
+from dp_ftrl_tff.mechanisms import registry
 
 
 class MemoryLimitError(ValueError):
@@ -47,16 +34,21 @@ def available_bytes() -> int:
     return 1 << 62
 
 
+def _coefficients(mechanism: str, losses: bool) -> Tuple[int, int]:
+  model = registry.get(mechanism).memory
+  return model.losses if losses else model.sensitivity
+
+
 def estimate_bytes(mechanism: str, num_rounds: int, losses: bool = True) -> int:
-  """Bytes the float64 arrays of `mechanism` over `num_rounds` rounds need at least (0 if unknown).
+  """Bytes the float64 arrays of `mechanism` over `num_rounds` rounds need at least.
 
   Args:
-    mechanism: a registry name.
-    num_rounds: n.
+    mechanism: a registry name (ValueError for any other).
+    num_rounds: n >= 1.
     losses: True for losses / optimization (the decoder's errors), False for the sensitivity only.
   """
-  quadratic, linear = (_LOSSES_BYTES if losses else _SENSITIVITY_BYTES).get(mechanism, (0, 0))
-  n = int(num_rounds)
+  quadratic, linear = _coefficients(mechanism, losses)
+  n = _validation.check_positive_int(num_rounds, 'num_rounds')
   return quadratic * n * n + linear * n
 
 
@@ -76,7 +68,7 @@ def check_fits(mechanism: str, num_rounds: int, losses: bool = True, flag: str =
   needed = estimate_bytes(mechanism, num_rounds, losses)
   available = available_bytes() if available is None else available
   if needed > available:
-    quadratic, linear = (_LOSSES_BYTES if losses else _SENSITIVITY_BYTES)[mechanism]
+    quadratic, linear = _coefficients(mechanism, losses)
     formula = f'{quadratic} n^2' if quadratic else f'{linear} n'
     raise MemoryLimitError(
         f'{flag}={num_rounds} is too large for {mechanism}: its float64 arrays need about '

@@ -20,7 +20,7 @@ import math
 import warnings
 from typing import Optional, Tuple
 
-from dp_ftrl_tff import _validation
+from dp_ftrl_tff import _deprecation, _validation
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +64,7 @@ class ParticipationSchema:
     """Deprecated name of `b_min_sep` (it takes b, not TF-Privacy's min_separation = b - 1)."""
     warnings.warn('ParticipationSchema.min_separation(b, k) is deprecated (it takes min_sep b, not '
                   "TF-Privacy's min_separation = b - 1); use ParticipationSchema.b_min_sep(b, k).",
-                  DeprecationWarning, stacklevel=2)
+                  _deprecation.DpFtrlDeprecationWarning, stacklevel=2)
     return cls.b_min_sep(min_sep, max_participations)
 
   @classmethod

@@ -1,61 +1,144 @@
-"""The mechanism registry: one entry per mechanism name, the only place that maps a name to code.
+"""The mechanism registry: one entry per mechanism name, the only place that maps a name to facts.
 
-Every layer that needs to go from a mechanism name to behaviour asks this module: strategy files and
-configs (`strategy_from_config`), the CLIs and drivers (`names`, `default_strategy`, `optimizer`), the
-accountant (through the `Strategy` methods) and the aggregators (`noise_class`, the TensorFlow
-streaming noise, imported only when asked for, so this module stays TensorFlow-free).
+An entry (`Mechanism`) holds everything that is particular to one mechanism: its strategy class and
+streaming noise class, its parameter-free default, its optimizer with the options it takes (name,
+type, default, help text), the options that give its parameters directly, its memory model, its
+strategy file format, its reference strategy for a planned run and its rows in the equal-privacy
+comparison. The flags of the binaries, the CLI help, the memory checks, the strategy resolver
+(`mechanisms.resolve`), the accountant and the aggregators all derive from the entry; an unknown
+name is an error everywhere. Classes and functions are named as 'module:attribute' and imported
+only when asked for, so this module imports no TensorFlow.
 
-Names: 'gaussian' (DP-SGD / DP-FedAvg, C = I), 'tree' (vanilla tree aggregation), 'tree_efficient'
-(Honaker's efficient tree), 'tree_full' (TreeAgg-Full, offline, accounting only), 'banded' (BandMF),
-'blt' (Buffered Linear Toeplitz), 'bsr' (banded square root) and 'bisr' (banded inverse square
-root), the closed forms whose registered 'optimizer' only builds them for a setting. See
-docs/papers.md for the papers behind each.
+Built-in names: 'gaussian' (DP-SGD / DP-FedAvg, C = I), 'tree' (vanilla tree aggregation),
+'tree_efficient' (Honaker's efficient tree), 'tree_full' (TreeAgg-Full, offline, accounting only),
+'banded' (BandMF), 'blt' (Buffered Linear Toeplitz), 'bsr' (banded square root) and 'bisr' (banded
+inverse square root), the closed forms whose registered optimizer only builds them for a setting.
+See docs/papers.md for the papers behind each. `register` adds a mechanism of one's own.
 """
 
+import contextlib
 import dataclasses
 import importlib
-from typing import Callable, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 from dp_ftrl_tff import _validation
 from dp_ftrl_tff.mechanisms import base
 
+OPTION_KINDS = ('int', 'floats', 'bool', 'choice')
+FILE_SUFFIXES = ('.json', '.npz')
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+  """An option of a mechanism's optimizer, or one of its parameters given directly.
+
+  The binaries define one flag per option name (`--<name>`), shared by every mechanism that has
+  an option of that name; the name is also the optimizer's keyword, or the key in the strategy's
+  config for a parameter.
+
+  Attributes:
+    name: the keyword / config key / flag name, e.g. 'num_bands'.
+    kind: 'int' (>= 1), 'floats' (a list of real numbers), 'bool' or 'choice' (one of `choices`).
+    help: what it sets, with its unit and default, for the flag's help text.
+    default: the value when the option is not given (None: the optimizer's own default).
+    choices: the accepted values of a 'choice' option.
+  """
+  name: str
+  kind: str
+  help: str
+  default: Any = None
+  choices: Tuple[str, ...] = ()
+
+  def __post_init__(self):
+    _validation.check_one_of(self.kind, 'kind', OPTION_KINDS)
+    if (self.kind == 'choice') != bool(self.choices):
+      raise ValueError(f'`choices` must be given exactly for kind=choice (option {self.name!r}).')
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryModel:
+  """Bytes the float64 arrays of a mechanism's computation over n rounds need at least:
+  quadratic * n^2 + linear * n (measured with tracemalloc; a lower bound).
+
+  Attributes:
+    losses: (bytes per n^2, bytes per n) to evaluate losses or optimize.
+    sensitivity: (bytes per n^2, bytes per n) of the sensitivity alone (accounting).
+  """
+  losses: Tuple[int, int] = (0, 0)
+  sensitivity: Tuple[int, int] = (0, 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+  """One row of the equal-privacy comparison (`accounting.equal_privacy`).
+
+  Attributes:
+    label: the row's name; `{option}` fields are filled from the strategy (e.g. '{num_bands}').
+    options: optimizer options of the row (options left out that the run's own strategy of this
+      mechanism has are taken from it, e.g. the run's number of bands).
+    source: how the row's source reads; '{source}' is how the strategy was obtained (e.g.
+      'optimized on the spot for max loss (0.1 s)').
+    max_rounds: the row is skipped above this many rounds, or None.
+    cost: why, e.g. 'its losses cost O(n^3)'.
+  """
+  label: str
+  options: Dict[str, Any] = dataclasses.field(default_factory=dict)
+  source: str = '{source}'
+  max_rounds: Optional[int] = None
+  cost: str = ''
+
 
 @dataclasses.dataclass(frozen=True)
 class Mechanism:
-  """A registered mechanism.
+  """A registered mechanism; see the module docstring.
 
   Attributes:
     name: the mechanism name used in configs, files, flags and reports.
+    summary: a few words for the `--mechanism` help, e.g. 'BandMF (banded matrix factorization)'.
     strategy_class: 'module:Class' of its `base.Strategy`.
     noise_class: 'module:Class' of its `dp_ftrl_tff.noise` streaming state, or None when the
       strategy cannot stream (TreeAgg-Full decodes offline).
     default_config: the config of the parameter-free strategy, or None when parameters are needed
-      (a strategy file or an optimizer).
+      (a strategy file, parameter options or the optimizer).
     optimizer: 'module:function' optimizing the strategy for a setting (or building a closed form
-      for it), or None. It is called with the keywords num_rounds, participation, the
-      `optimizer_options` values, and error when `default_error` is set.
-    optimizer_options: the optimizer's optional keyword arguments that the CLIs expose as flags of
-      the same names (None leaves the optimizer's default), e.g. the BLT's 'num_buffers'.
-    default_error: the loss the optimizer minimizes by default ('max' or 'rms'); None when it
-      minimizes nothing (closed forms).
-    parameter_options: option names that give the strategy's parameters directly (the BLT's
-      'theta' and 'omega', lists of floats; the closed forms' 'num_bands', an int), instead of a
-      strategy file.
-    file_suffix: the strategy file format `files.save_strategy` needs ('.json' or '.npz').
+      for it), or None. It is called with the keywords num_rounds, participation and the
+      `optimizer_options` values.
+    optimizer_options: the optimizer's options (`Option`), e.g. the BLT's 'num_buffers'.
+    parameter_options: options that give the strategy's parameters directly instead of a file (the
+      BLT's 'theta' and 'omega', the closed forms' 'num_bands', the trees' 'completion'); their
+      names are keys of the strategy's config.
+    file_suffix: the strategy file format `files.save_strategy` writes ('.json' or '.npz').
+    memory: the `MemoryModel` of its float64 arrays.
+    reference_strategy: 'module:attribute' of a published strategy a planned-run report uses when
+      no parameters are given (the BLT paper's production BLT), or None.
+    comparisons: its rows in the equal-privacy comparison.
   """
   name: str
+  summary: str
   strategy_class: str
   noise_class: Optional[str]
   default_config: Optional[dict] = None
   optimizer: Optional[str] = None
-  optimizer_options: Tuple[str, ...] = ()
-  default_error: Optional[str] = None
-  parameter_options: Tuple[str, ...] = ()
+  optimizer_options: Tuple[Option, ...] = ()
+  parameter_options: Tuple[Option, ...] = ()
   file_suffix: str = '.json'
+  memory: MemoryModel = MemoryModel()
+  reference_strategy: Optional[str] = None
+  comparisons: Tuple[Comparison, ...] = ()
+
+  def __post_init__(self):
+    if not isinstance(self.name, str) or not self.name.isidentifier():
+      raise ValueError(f'`name` must be an identifier, got {self.name!r}.')
+    _validation.check_one_of(self.file_suffix, 'file_suffix', FILE_SUFFIXES)
+    for option in self.optimizer_options + self.parameter_options:
+      if not isinstance(option, Option):
+        raise ValueError(f'Options of {self.name!r} must be Option objects, got {option!r}.')
+    if self.optimizer_options and self.optimizer is None:
+      raise ValueError(f'{self.name!r} has `optimizer_options` but no `optimizer`.')
 
   @property
   def needs_parameters(self) -> bool:
-    """True when the strategy comes from a file or an optimizer (no parameter-free default)."""
+    """True when the strategy comes from a file, parameter options or an optimizer."""
     return self.default_config is None
 
   @property
@@ -63,42 +146,142 @@ class Mechanism:
     """True when the strategy has a streaming noise state (usable in an aggregator)."""
     return self.noise_class is not None
 
+  @property
+  def options(self) -> Tuple[Option, ...]:
+    """Every option of the mechanism, each name once (parameter options first)."""
+    seen = {option.name: option for option in self.optimizer_options}
+    seen.update({option.name: option for option in self.parameter_options})
+    return tuple(seen.values())
 
-def _tree(name: str) -> Mechanism:
-  return Mechanism(name, 'dp_ftrl_tff.mechanisms.tree:TreeStrategy',
-                   None if name == 'tree_full' else 'dp_ftrl_tff.noise.tree:TreeNoise',
-                   default_config={'mechanism': name})
+  def option(self, name: str) -> Option:
+    """The option `name`; ValueError naming the options of this mechanism otherwise."""
+    for option in self.options:
+      if option.name == name:
+        return option
+    raise ValueError(f'`{name}` does not apply to mechanism={self.name} (its options: '
+                     f'{[o.name for o in self.options] or "none"}).')
 
 
-def _square_root(name: str, strategy_class: str, noise_class: str) -> Mechanism:
-  return Mechanism(name, f'dp_ftrl_tff.mechanisms.square_root:{strategy_class}', noise_class,
-                   optimizer=f'dp_ftrl_tff.mechanisms.square_root:{name}_for_setting',
-                   optimizer_options=('num_bands',), parameter_options=('num_bands',))
+def _completion_option() -> Option:
+  return Option('completion', 'bool', 'Trees: release the nodes of the tree padded to 2^ceil(log2 '
+                'n) leaves (tree completion).', default=False)
 
 
-_REGISTRY = {m.name: m for m in (
-    Mechanism('gaussian', 'dp_ftrl_tff.mechanisms.gaussian:GaussianStrategy',
-              'dp_ftrl_tff.noise.gaussian:GaussianNoise', default_config={'mechanism': 'gaussian'}),
-    _tree('tree'),
-    _tree('tree_efficient'),
-    _tree('tree_full'),
-    Mechanism('banded', 'dp_ftrl_tff.mechanisms.banded:BandedStrategy',
-              'dp_ftrl_tff.noise.banded:BandedNoise',
-              optimizer='dp_ftrl_tff.mechanisms.banded:optimize_banded',
-              optimizer_options=('num_bands',), default_error='rms', file_suffix='.npz'),
-    Mechanism('blt', 'dp_ftrl_tff.mechanisms.blt:BLTStrategy', 'dp_ftrl_tff.noise.blt:BLTNoise',
-              optimizer='dp_ftrl_tff.mechanisms.blt:optimize_blt',
-              optimizer_options=('num_buffers',), default_error='max',
-              parameter_options=('theta', 'omega')),
-    _square_root('bsr', 'BandedSquareRootStrategy', 'dp_ftrl_tff.noise.banded:BandedNoise'),
-    _square_root('bisr', 'BandedInverseSquareRootStrategy',
-                 'dp_ftrl_tff.noise.moving_average:MovingAverageNoise'),
-)}
+def _tree(name: str, summary: str) -> Mechanism:
+  full = name == 'tree_full'
+  return Mechanism(
+      name, summary, 'dp_ftrl_tff.mechanisms.tree:TreeStrategy',
+      None if full else 'dp_ftrl_tff.noise.tree:TreeNoise', default_config={'mechanism': name},
+      parameter_options=(_completion_option(),),
+      memory=MemoryModel(losses=(24, 33) if full else (0, 33), sensitivity=(0, 33)),
+      # The full tree's losses cost O(n^3): about 3 s at n = 2000, 20 s at n = 4000.
+      comparisons=(Comparison(name, max_rounds=2100 if full else None,
+                              cost='its losses cost O(n^3)'),))
+
+
+def _bands_option(what: str) -> Option:
+  return Option('num_bands', 'int', f'{what}: bands b-hat (default min(min_sep, rounds)).')
+
+
+def _error_option(default: str) -> Option:
+  return Option('error', 'choice', f'Loss the optimizer minimizes (default {default}).',
+                default=default, choices=('max', 'rms'))
+
+
+def _square_root(name: str, summary: str, strategy_class: str, noise_class: str,
+                 memory: MemoryModel) -> Mechanism:
+  bands = _bands_option(name)
+  return Mechanism(name, summary, f'dp_ftrl_tff.mechanisms.square_root:{strategy_class}',
+                   noise_class, optimizer=f'dp_ftrl_tff.mechanisms.square_root:optimize_{name}',
+                   optimizer_options=(bands,), parameter_options=(bands,), memory=memory)
+
+
+_BUILT_IN = (
+    Mechanism('gaussian', 'DP-SGD / DP-FedAvg: independent noise (C = I)',
+              'dp_ftrl_tff.mechanisms.gaussian:GaussianStrategy',
+              'dp_ftrl_tff.noise.gaussian:GaussianNoise', default_config={'mechanism': 'gaussian'},
+              comparisons=(Comparison('gaussian'),)),
+    _tree('tree', 'vanilla tree aggregation'),
+    _tree('tree_efficient', "Honaker's efficient tree aggregation"),
+    _tree('tree_full', 'TreeAgg-Full (offline decoder; accounting only)'),
+    Mechanism(
+        'banded', 'BandMF (banded matrix factorization)',
+        'dp_ftrl_tff.mechanisms.banded:BandedStrategy', 'dp_ftrl_tff.noise.banded:BandedNoise',
+        optimizer='dp_ftrl_tff.mechanisms.banded_optimizer:optimize_banded',
+        optimizer_options=(
+            _bands_option('BandMF'), _error_option('rms'),
+            Option('toeplitz', 'bool', 'BandMF: optimize a banded Toeplitz C (fast; the general '
+                   'optimizer takes minutes at 2000 rounds).', default=False)),
+        file_suffix='.npz', memory=MemoryModel(losses=(32, 0), sensitivity=(32, 0)),
+        comparisons=(Comparison('banded ({num_bands} bands)', {'toeplitz': True},
+                                source='banded Toeplitz C {source}; the general BandMF optimizer '
+                                'is not run (minutes at n = 2000)'),)),
+    Mechanism(
+        'blt', 'Buffered Linear Toeplitz', 'dp_ftrl_tff.mechanisms.blt:BLTStrategy',
+        'dp_ftrl_tff.noise.blt:BLTNoise', optimizer='dp_ftrl_tff.mechanisms.blt:optimize_blt',
+        optimizer_options=(
+            Option('num_buffers', 'int', 'BLT: buffers d (default: the optimizer tries 1 to 8 and '
+                   'keeps the fewest within 0.05% of the best loss).'),
+            _error_option('max')),
+        parameter_options=(
+            Option('theta', 'floats', 'BLT: buffer decays theta (comma-separated; with --omega).'),
+            Option('omega', 'floats', 'BLT: output scales omega (comma-separated; with --theta).')),
+        memory=MemoryModel(losses=(0, 56), sensitivity=(0, 56)),
+        reference_strategy='dp_ftrl_tff.mechanisms.blt:REFERENCE_STRATEGY',
+        comparisons=tuple(Comparison(f'blt ({d} buffer{"s" if d > 1 else ""})', {'num_buffers': d})
+                          for d in range(1, 5))),
+    _square_root('bsr', 'banded square root (closed form)', 'BandedSquareRootStrategy',
+                 'dp_ftrl_tff.noise.banded:BandedNoise',
+                 MemoryModel(losses=(0, 79), sensitivity=(0, 32))),
+    _square_root('bisr', 'banded inverse square root (closed form)',
+                 'BandedInverseSquareRootStrategy',
+                 'dp_ftrl_tff.noise.moving_average:MovingAverageNoise',
+                 MemoryModel(losses=(0, 79), sensitivity=(0, 79))),
+)
+_REGISTRY: Dict[str, Mechanism] = {m.name: m for m in _BUILT_IN}
+
+
+def register(mechanism: Mechanism) -> None:
+  """Adds `mechanism` to the registry; ValueError if its name is taken or an option it shares
+  with another mechanism has another kind (each option name is one flag)."""
+  if not isinstance(mechanism, Mechanism):
+    raise ValueError(f'`mechanism` must be a registry.Mechanism, got {mechanism!r}.')
+  if mechanism.name in _REGISTRY:
+    raise ValueError(f'`mechanism` {mechanism.name!r} is already registered.')
+  kinds = {o.name: o.kind for m in _REGISTRY.values() for o in m.options}
+  for option in mechanism.options:
+    if kinds.get(option.name, option.kind) != option.kind:
+      raise ValueError(f'Option `{option.name}` of {mechanism.name!r} is a {option.kind}, but '
+                       f'another mechanism has it as a {kinds[option.name]}.')
+  _REGISTRY[mechanism.name] = mechanism
+
+
+def unregister(name: str) -> None:
+  """Removes a mechanism added with `register` (the built-in ones stay)."""
+  if name in {m.name for m in _BUILT_IN}:
+    raise ValueError(f'`name` {name!r} is built in and cannot be removed.')
+  get(name)
+  del _REGISTRY[name]
+
+
+@contextlib.contextmanager
+def registered(mechanism: Mechanism) -> Iterator[Mechanism]:
+  """`register(mechanism)` for the duration of a `with` block."""
+  register(mechanism)
+  try:
+    yield mechanism
+  finally:
+    unregister(mechanism.name)
 
 
 def names(streaming_only: bool = False) -> Tuple[str, ...]:
   """The registered mechanism names (only those with a streaming noise state if asked)."""
   return tuple(name for name, m in _REGISTRY.items() if m.streams or not streaming_only)
+
+
+def entries() -> Tuple[Mechanism, ...]:
+  """Every registered `Mechanism`, in registration order."""
+  return tuple(_REGISTRY.values())
 
 
 def get(name: str) -> Mechanism:
@@ -107,14 +290,15 @@ def get(name: str) -> Mechanism:
   return _REGISTRY[name]
 
 
-def _load(path: str):
+def load(path: str) -> Any:
+  """The attribute a 'module:attribute' path of an entry names (imported on first use)."""
   module_name, attribute = path.split(':')
   return getattr(importlib.import_module(module_name), attribute)
 
 
 def strategy_class(name: str) -> type:
   """The `Strategy` subclass of mechanism `name`."""
-  return _load(get(name).strategy_class)
+  return load(get(name).strategy_class)
 
 
 def strategy_from_config(config: dict) -> base.Strategy:
@@ -143,7 +327,7 @@ def optimizer(name: str) -> Callable[..., base.OptimizationResult]:
   mechanism = get(name)
   if mechanism.optimizer is None:
     raise ValueError(f'`mechanism`={name!r} has no optimizer; optimizable: {list(optimizable())}.')
-  return _load(mechanism.optimizer)
+  return load(mechanism.optimizer)
 
 
 def optimizable() -> Tuple[str, ...]:
@@ -157,4 +341,15 @@ def noise_class(name: str) -> type:
   if not mechanism.streams:
     raise ValueError(f'`mechanism`={name!r} has no streaming noise (it decodes offline); streaming '
                      f'mechanisms: {list(names(streaming_only=True))}.')
-  return _load(mechanism.noise_class)
+  return load(mechanism.noise_class)
+
+
+def option_table() -> Dict[str, Tuple[Option, Tuple[str, ...]]]:
+  """{option name: (its first `Option`, the mechanisms that have it)} over every mechanism: one flag
+  per name."""
+  table: Dict[str, Tuple[Option, Tuple[str, ...]]] = {}
+  for mechanism in _REGISTRY.values():
+    for option in mechanism.options:
+      first, owners = table.get(option.name, (option, ()))
+      table[option.name] = (first, owners + (mechanism.name,))
+  return table

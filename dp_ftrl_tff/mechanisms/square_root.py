@@ -32,7 +32,7 @@ from typing import ClassVar, Optional
 
 import numpy as np
 
-from dp_ftrl_tff import _validation
+from dp_ftrl_tff import _deprecation, _validation
 from dp_ftrl_tff.mechanisms import banded, base, toeplitz
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 
@@ -104,6 +104,11 @@ class BandedSquareRootStrategy(_BandedSquareRootBase):
     rows, lags = np.indices((num_rounds, coefs.size))
     return np.where(rows >= lags, coefs[lags], 0.0)
 
+  def streaming_band_rows(self) -> np.ndarray:
+    """The band rows a stream looks up (round t reads row min(t, b-hat - 1)): the first b-hat rows,
+    as every later row equals row b-hat - 1 (`banded.BandedStrategy.streaming_band_rows`)."""
+    return self.band_rows(self.num_bands)
+
 
 @dataclasses.dataclass(frozen=True)
 class BandedInverseSquareRootStrategy(_BandedSquareRootBase):
@@ -148,9 +153,10 @@ def _for_setting(strategy_class, num_rounds: int,
                'sensitivity_exact': strategy.sensitivity_is_exact(num_rounds, participation)})
 
 
-def bsr_for_setting(num_rounds: int, participation: participation_lib.ParticipationSchema,
+def optimize_bsr(num_rounds: int, participation: participation_lib.ParticipationSchema,
                     num_bands: Optional[int] = None) -> base.OptimizationResult:
-  """The BSR strategy for a setting, with its losses (the registry's builder; nothing is optimized).
+  """The BSR strategy for a setting, with its losses: the registry's optimizer for 'bsr', a closed
+  form (nothing is minimized; named like the other optimizers).
 
   Args:
     num_rounds: n the losses are reported for (the strategy streams for any n).
@@ -164,7 +170,11 @@ def bsr_for_setting(num_rounds: int, participation: participation_lib.Participat
   return _for_setting(BandedSquareRootStrategy, num_rounds, participation, num_bands)
 
 
-def bisr_for_setting(num_rounds: int, participation: participation_lib.ParticipationSchema,
+def optimize_bisr(num_rounds: int, participation: participation_lib.ParticipationSchema,
                      num_bands: Optional[int] = None) -> base.OptimizationResult:
-  """The BISR strategy for a setting, with its losses; as `bsr_for_setting`."""
+  """The BISR strategy for a setting, with its losses; as `optimize_bsr`."""
   return _for_setting(BandedInverseSquareRootStrategy, num_rounds, participation, num_bands)
+
+
+bsr_for_setting = _deprecation.renamed_function('bsr_for_setting', optimize_bsr)
+bisr_for_setting = _deprecation.renamed_function('bisr_for_setting', optimize_bisr)

@@ -4,11 +4,10 @@ For a lower-triangular C with b-hat bands the noise of round t (within a segment
     noise_t = (stddev * z_t - sum_{j=1}^{b-hat - 1} C[t, t - j] noise_{t - j}) / C[t, t],
 so only the last b-hat - 1 outputs persist, newest first (a shift register: row j - 1 holds
 noise_{t - j}).
-The band rows of C (`BandedStrategy.band_rows`, shape [n, b-hat], without the trailing rows that
-repeat the last one) are constants of the TF graph, gathered by the round within the segment. A
-banded Toeplitz C that streams for any n (BSR, `square_root.BandedSquareRootStrategy`) keeps only
-its first b-hat band rows: from round b-hat - 1 on every row is the same, so the lookup clamps the
-round there and no segment limit applies.
+The band rows of C (the strategy's `streaming_band_rows`, shape [m, b-hat]: `BandedStrategy` drops
+the trailing rows that repeat the last one, a banded Toeplitz C that streams for any n (BSR) keeps
+its first b-hat rows) are constants of the TF graph, gathered by the round within the segment,
+clamped at the last row; a strategy without `max_rounds` has no segment limit.
 
 Row numbering: row r of z is round r (0-based) counted over the whole run, so for a run without
 restarts the first n rounds equal stddev * `BandedStrategy.noise_matrix(n)` @ Z with Z[r] =
@@ -26,12 +25,10 @@ leaf's dtype (float32 for model updates). Memory: (b-hat - 1) copies of the mode
 
 from typing import Any, NamedTuple, Optional, Tuple
 
-import numpy as np
 import tensorflow as tf
 
 from dp_ftrl_tff import _validation
 from dp_ftrl_tff.mechanisms import banded as banded_mechanisms
-from dp_ftrl_tff.mechanisms import square_root
 from dp_ftrl_tff.noise import base
 
 _BEYOND_MAX_ROUNDS = ('error', 'restart')
@@ -55,14 +52,6 @@ class BandedNoiseState(NamedTuple):
   buffers: Any
 
 
-def _distinct_leading_rows(band_rows: np.ndarray) -> np.ndarray:
-  """`band_rows` up to the first of the trailing rows that all equal the last one (a Toeplitz band
-  from some round on: one row), for the lookup that clamps the round. The table is a constant of
-  the TF graph, which TFF sends to its worker with every round (docs/benchmarks/aggregators.md)."""
-  differs = np.flatnonzero(np.any(band_rows != band_rows[-1], axis=1))
-  return band_rows[:differs[-1] + 2] if differs.size else band_rows[:1]
-
-
 class BandedNoise(base.StreamingNoise):
   """Streaming noise of a `BandedStrategy` (BandMF Alg. 9) or a `BandedSquareRootStrategy` (BSR);
   b-hat - 1 buffers per model tensor."""
@@ -73,13 +62,10 @@ class BandedNoise(base.StreamingNoise):
       beyond_max_rounds: 'error' (default) to fail past `strategy.max_rounds` rounds of a segment, or
         'restart' to begin a fresh segment there (no effect for BSR, which has no last round).
     """
-    if isinstance(strategy, banded_mechanisms.BandedStrategy):
-      self._band_rows = _distinct_leading_rows(strategy.band_rows)
-    elif isinstance(strategy, square_root.BandedSquareRootStrategy):
-      self._band_rows = strategy.band_rows(strategy.num_bands)  # rows >= b-hat - 1 all equal
-    else:
-      raise ValueError(f'`strategy` must be a BandedStrategy or BandedSquareRootStrategy, got '
-                       f'{strategy!r}.')
+    if not callable(getattr(strategy, 'streaming_band_rows', None)):
+      raise ValueError(f'`strategy` must be a banded strategy (BandedStrategy, '
+                       f'BandedSquareRootStrategy: with `streaming_band_rows`), got {strategy!r}.')
+    self._band_rows = strategy.streaming_band_rows()
     self._strategy = strategy
     self._beyond_max_rounds = _validation.check_one_of(beyond_max_rounds, 'beyond_max_rounds',
                                                        _BEYOND_MAX_ROUNDS)

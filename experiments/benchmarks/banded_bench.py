@@ -29,7 +29,7 @@ import time
 
 from absl import app, flags
 
-from dp_ftrl_tff.mechanisms import banded
+from dp_ftrl_tff.mechanisms import banded, banded_optimizer
 from dp_ftrl_tff.mechanisms.participation import ParticipationSchema
 from experiments import flag_parsing
 
@@ -127,7 +127,7 @@ def main(argv):
   try:
     participation = ParticipationSchema.b_min_sep(_MIN_SEP.value, _MAX_PARTICIPATIONS.value)
     for n in sizes:
-      banded.optimize_banded(n, min(_NUM_BANDS.value, n), participation, max_iterations=1,
+      banded_optimizer.optimize_banded(n, min(_NUM_BANDS.value, n), participation, max_iterations=1,
                              toeplitz=True)
   except ValueError as e:  # bad --num_rounds / --num_bands / --min_sep / --max_participations
     flag_parsing.exit_with_error(e, FLAGS)

@@ -15,7 +15,7 @@ import time
 
 from absl import app, flags
 
-from dp_ftrl_tff.mechanisms import banded, blt, tree
+from dp_ftrl_tff.mechanisms import banded_optimizer, blt, tree
 from dp_ftrl_tff.mechanisms.participation import ParticipationSchema
 from experiments import flag_parsing
 
@@ -45,7 +45,7 @@ def main(argv):
                f'd={result.strategy.num_buffers} MaxLoss {result.losses.max_loss:.4f}'))
 
   if not _SKIP_BANDED.value:
-    seconds, result = _timed(lambda: banded.optimize_banded(2052, 342, table3, error='rms'))
+    seconds, result = _timed(lambda: banded_optimizer.optimize_banded(2052, 342, table3, error='rms'))
     rows.append(('BandMF optimize n=2052 bands=342', seconds, 120.0,
                  f'MaxLoss {result.losses.max_loss:.4f} RmsLoss {result.losses.rms_loss:.4f} '
                  '(paper 10.21 / 8.60)'))

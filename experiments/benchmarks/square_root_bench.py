@@ -13,7 +13,7 @@ import time
 
 from absl import app, flags
 
-from dp_ftrl_tff.mechanisms import banded, blt, square_root
+from dp_ftrl_tff.mechanisms import banded_optimizer, blt, square_root
 from dp_ftrl_tff.mechanisms.participation import ParticipationSchema
 from experiments import flag_parsing
 
@@ -57,7 +57,7 @@ def main(argv):
   anchor = rows[-1]
   if not _SKIP_BANDED.value:
     num_bands = min(bands[0], n)
-    seconds, result = _timed(lambda: banded.optimize_banded(n, num_bands, schema, error='rms'))
+    seconds, result = _timed(lambda: banded_optimizer.optimize_banded(n, num_bands, schema, error='rms'))
     rows.append((f'BandMF optimized bands={num_bands} (rms)', seconds, result.losses,
                  result.strategy.sensitivity_is_exact(n, schema)))
     anchor = rows[-1]

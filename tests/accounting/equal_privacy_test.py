@@ -1,12 +1,13 @@
 """Tests of the equal-privacy comparison: noise multipliers at a common rho, losses at that noise."""
 
+import dataclasses
 import math
 
 import numpy as np
 import pytest
 
 from dp_ftrl_tff.accounting import calibration, equal_privacy, zcdp
-from dp_ftrl_tff.mechanisms import banded, blt, registry, tree
+from dp_ftrl_tff.mechanisms import banded_optimizer, blt, registry, tree
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from tests.mechanisms import patterns
 
@@ -82,7 +83,7 @@ def test_rows_and_bands_follow_the_run():
                     'tree_efficient (this run)']
   assert [row.run_mechanism for row in table.rows] == [False] * 9 + [True]
   # A banded run sets the bands compared; its own strategy is a row too.
-  run = banded.optimize_banded(n, 2, schema, toeplitz=True).strategy
+  run = banded_optimizer.optimize_banded(n, 2, schema, toeplitz=True).strategy
   rows = _by_label(equal_privacy.equal_privacy(n, schema, rho=1.0, run_strategy=run))
   assert rows['banded (2 bands)'].source.startswith('banded Toeplitz C optimized on the spot')
   assert rows['banded (this run)'].run_mechanism
@@ -91,7 +92,10 @@ def test_rows_and_bands_follow_the_run():
 
 
 def test_tree_full_is_skipped_past_its_cost_limit(monkeypatch):
-  monkeypatch.setattr(equal_privacy, 'TREE_FULL_MAX_ROUNDS', 8)
+  entry = registry.get('tree_full')
+  comparison = dataclasses.replace(entry.comparisons[0], max_rounds=8)
+  monkeypatch.setitem(registry._REGISTRY, 'tree_full',  # pylint: disable=protected-access
+                      dataclasses.replace(entry, comparisons=(comparison,)))
   table = equal_privacy.equal_privacy(10, P(3), rho=1.0)
   assert 'tree_full' not in _by_label(table)
   assert len(table.skipped) == 1 and table.skipped[0].startswith('tree_full:')

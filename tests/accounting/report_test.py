@@ -8,15 +8,28 @@ import pytest
 
 from dp_ftrl_tff import plan
 from dp_ftrl_tff.accounting import participation_log as log_lib
-from dp_ftrl_tff.accounting import report, report_render, zcdp
+from dp_ftrl_tff.accounting import calibration, report, report_render, zcdp
 from dp_ftrl_tff.mechanisms import banded, gaussian, tree
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 
 Schema = participation_lib.ParticipationSchema
 
 
+def _report(strategy, num_rounds, participation, noise_multiplier=None, *, delta=None,
+            restart_rounds=None, clipped_count_stddev=None, target_rho=None, **kwargs):
+  """`report.build_report` of the accounting plan of these settings."""
+  run_plan = plan.RunPlan.for_accounting(
+      strategy, 0.0 if noise_multiplier is None else noise_multiplier,
+      clipped_count_stddev=clipped_count_stddev,
+      restarts=None if restart_rounds is None else plan.RestartSchedule.at(restart_rounds),
+      num_rounds=num_rounds, participation=participation, target_delta=delta)
+  if target_rho is not None:
+    run_plan = calibration.calibrate_plan(run_plan, target_rho=target_rho)
+  return report.build_report(run_plan, **kwargs)
+
+
 def test_declared_report_keys_and_values():
-  result = report.build_report(gaussian.GaussianStrategy(), 100, Schema(30, 2), noise_multiplier=2.0,
+  result = _report(gaussian.GaussianStrategy(), 100, Schema(30, 2), noise_multiplier=2.0,
                                delta=1e-6)
   out = json.loads(report_render.to_json(result))
   assert list(out)[:len(report_render.REQUIRED_KEYS)] == list(report_render.REQUIRED_KEYS)
@@ -29,13 +42,13 @@ def test_declared_report_keys_and_values():
 
 
 def test_effective_k_is_reported():
-  result = report.build_report(gaussian.GaussianStrategy(), 100, Schema(30), noise_multiplier=1.0)
+  result = _report(gaussian.GaussianStrategy(), 100, Schema(30), noise_multiplier=1.0)
   assert report_render.to_dict(result)['max_participations'] == 4  # ceil(100 / 30)
 
 
 def test_log_that_violates_the_schema_is_reported_with_the_realized_guarantee():
   log = log_lib.ParticipationLog.from_arrays(['a', 'b', 'a', 'a', 'c'], [0, 1, 4, 8, 9])
-  result = report.build_report(gaussian.GaussianStrategy(), 10, Schema(5, 2), noise_multiplier=1.0,
+  result = _report(gaussian.GaussianStrategy(), 10, Schema(5, 2), noise_multiplier=1.0,
                                log=log)
   out = report_render.to_dict(result)
   assert out['participation_source'] == 'observed'
@@ -50,7 +63,7 @@ def test_log_that_violates_the_schema_is_reported_with_the_realized_guarantee():
 
 def test_compliant_log_has_no_warning():
   log = log_lib.ParticipationLog.from_arrays(['a', 'b', 'a'], [0, 1, 6])
-  result = report.build_report(gaussian.GaussianStrategy(), 10, Schema(5, 2), noise_multiplier=1.0,
+  result = _report(gaussian.GaussianStrategy(), 10, Schema(5, 2), noise_multiplier=1.0,
                                log=log)
   assert result.warnings == () and result.observed.violations == ()
 
@@ -64,7 +77,7 @@ def test_tree_observed_patterns_match_dense_matrix():
   ids, rounds = ids[keep], rounds[keep]
   log = log_lib.ParticipationLog.from_arrays(ids, rounds)
   strategy = tree.TreeStrategy('vanilla')
-  result = report.build_report(strategy, n, None, noise_multiplier=6.0, log=log,
+  result = _report(strategy, n, None, noise_multiplier=6.0, log=log,
                                restart_rounds=[9])
   # Independent: dense block-diagonal C of two trees (9 and 14 rounds), ||C u||^2 per client.
   dense = np.zeros((0, n))
@@ -84,14 +97,14 @@ def test_tree_observed_patterns_match_dense_matrix():
 
 
 def test_calibration_through_the_report():
-  result = report.build_report(tree.TreeStrategy(), 2000, Schema(314, 6), target_rho=0.5)
+  result = _report(tree.TreeStrategy(), 2000, Schema(314, 6), target_rho=0.5)
   assert result.guarantee.rho == pytest.approx(0.5, rel=1e-12)
   assert result.guarantee.noise_multiplier == pytest.approx(np.sqrt(79 / 1.0), rel=1e-12)
   assert result.calibration == {'target_rho': 0.5}
 
 
 def test_adaptive_clipping_value_noise_multiplier():
-  result = report.build_report(tree.TreeStrategy(), 1900, Schema(527, 3), noise_multiplier=7.0,
+  result = _report(tree.TreeStrategy(), 1900, Schema(527, 3), noise_multiplier=7.0,
                                clipped_count_stddev=325.0, restart_rounds=[128, 1152])
   assert result.value_noise_multiplier == pytest.approx(7.000405952470763, rel=1e-14)
   assert result.value_noise_multiplier == plan.inflated_noise_multiplier(7.0, 325.0)
@@ -99,7 +112,7 @@ def test_adaptive_clipping_value_noise_multiplier():
 
 
 def test_markdown_has_the_app_c_checklist():
-  text = report_render.to_markdown(report.build_report(gaussian.GaussianStrategy(), 10, Schema(2, 2),
+  text = report_render.to_markdown(_report(gaussian.GaussianStrategy(), 10, Schema(2, 2),
                                                       noise_multiplier=1.0))
   for heading in ('DP setting', 'Data accesses covered', 'Final mechanism output',
                   'Unit of privacy', 'Adjacency', 'Accounting', 'Participation', 'min_separation',
@@ -109,8 +122,8 @@ def test_markdown_has_the_app_c_checklist():
 
 def test_write_report_files(tmp_path):
   strategy = tree.TreeStrategy('efficient')
-  result = report.build_report(strategy, 64, Schema(8, 4), noise_multiplier=3.0)
-  paths = report_render.write_report(result, strategy, str(tmp_path), plots=True)
+  result = _report(strategy, 64, Schema(8, 4), noise_multiplier=3.0)
+  paths = report_render.write_report(result, str(tmp_path), plots=True)
   assert sorted(p.split('/')[-1] for p in paths) == sorted(
       ['report.json', 'report.md', *report_render.PLOT_FILES])
   for name in report_render.PLOT_FILES:
@@ -118,25 +131,29 @@ def test_write_report_files(tmp_path):
   assert json.loads((tmp_path / 'report.json').read_text())['rho'] == result.guarantee.rho
 
 
-@pytest.mark.parametrize('kwargs, match', [
-    (dict(noise_multiplier=1.0, target_rho=1.0), 'Exactly one'),
-    (dict(), 'Exactly one'),
-    (dict(noise_multiplier=1.0, participation=None), 'participation'),
-    (dict(noise_multiplier=-1.0), 'noise_multiplier'),
-    (dict(noise_multiplier=1.0, clipped_count_stddev=0.4), 'noise_multiplier'),
+def _gaussian_plan(noise_multiplier, participation=Schema(2, 2), **kwargs):
+  return plan.RunPlan.for_accounting(gaussian.GaussianStrategy(), noise_multiplier, num_rounds=10,
+                                     participation=participation, **kwargs)
+
+
+@pytest.mark.parametrize('make, match', [
+    (lambda: calibration.calibrate_plan(_gaussian_plan(1.0), target_epsilon=1.0, target_rho=1.0),
+     'Exactly one'),
+    (lambda: calibration.calibrate_plan(_gaussian_plan(0.0)), 'Exactly one'),
+    (lambda: report.build_report(_gaussian_plan(1.0, participation=None)), 'participation'),
+    (lambda: _gaussian_plan(-1.0), 'noise_multiplier'),
+    (lambda: _gaussian_plan(1.0, clipped_count_stddev=0.4), 'noise_multiplier'),
 ])
-def test_build_report_rejects_bad_input(kwargs, match):
-  args = dict(participation=Schema(2, 2))
-  args.update(kwargs)
+def test_build_report_rejects_bad_input(make, match):
   with pytest.raises(ValueError, match=match):
-    report.build_report(gaussian.GaussianStrategy(), 10, **args)
+    make()
 
 
 def test_banded_with_more_bands_than_min_sep_is_flagged_as_upper_bound():
   c = np.tril(np.ones((12, 12))) - np.tril(np.ones((12, 12)), -4)  # 4 bands
   strategy = banded.BandedStrategy(c)
-  loose = report.build_report(strategy, 12, Schema(2, 3), noise_multiplier=2.0)
-  tight = report.build_report(strategy, 12, Schema(4, 3), noise_multiplier=2.0)
+  loose = _report(strategy, 12, Schema(2, 3), noise_multiplier=2.0)
+  tight = _report(strategy, 12, Schema(4, 3), noise_multiplier=2.0)
   assert not loose.sensitivity_exact and any('upper bound' in w for w in loose.warnings)
   assert tight.sensitivity_exact and tight.warnings == ()
   # Alg. 5 with bands <= min_sep: 3 disjoint column groups of squared norm 4 (first columns).
@@ -144,26 +161,27 @@ def test_banded_with_more_bands_than_min_sep_is_flagged_as_upper_bound():
 
 
 def test_secure_aggregation_segments_and_wraps_are_reported():
-  secure = {'bits': 16, 'rotation': 'dft', 'beta': 0.0, 'modclip_prob': 1e-4,
-            'segments': [{'segment': 0, 'clip': 1.0, 'sensitivity_clip': 1.002},
+  secure_settings = plan.SecureAggregation(bits=16, rotation='dft', beta=0.0, modclip_prob=1e-4)
+  secure = {'segments': [{'segment': 0, 'clip': 1.0, 'sensitivity_clip': 1.002},
                          {'segment': 1, 'clip': 10.0, 'sensitivity_clip': 10.02}],
             'wrap_rounds': []}
-  plain = report.build_report(gaussian.GaussianStrategy(), 100, Schema(30, 2), noise_multiplier=2.0)
-  clean = report.build_report(gaussian.GaussianStrategy(), 100, Schema(30, 2), noise_multiplier=2.0,
-                              secure_aggregation=secure)
+
+  def secure_report(segments):
+    run_plan = plan.RunPlan.for_accounting(gaussian.GaussianStrategy(), 2.0, secure=secure_settings,
+                                           num_rounds=100, participation=Schema(30, 2))
+    return report.build_report(run_plan, secure_segments=segments)
+
+  plain = _report(gaussian.GaussianStrategy(), 100, Schema(30, 2), noise_multiplier=2.0)
+  clean = secure_report(secure)
   # The noise is proportional to the post-rounding bound: the guarantee is the plain one.
   assert clean.guarantee.epsilon == plain.guarantee.epsilon and clean.warnings == ()
   assert json.loads(report_render.to_json(clean))['secure_aggregation']['segments'][1]['clip'] == 10.0
   assert '1.002 x the clip' in report_render.to_markdown(clean)
-  wrapped = report.build_report(gaussian.GaussianStrategy(), 100, Schema(30, 2),
-                                noise_multiplier=2.0,
-                                secure_aggregation=dict(secure, wrap_rounds=[7, 3]))
+  wrapped = secure_report(dict(secure, wrap_rounds=[7, 3]))
   assert any('rounds [3, 7]' in w for w in wrapped.warnings)
   assert 'WARNING' in report_render.summary(wrapped)
   bad = dict(secure, segments=[{'segment': 0, 'clip': 1.0, 'sensitivity_clip': 0.5}])
   with pytest.raises(ValueError, match='sensitivity_clip'):
-    report.build_report(gaussian.GaussianStrategy(), 100, Schema(30, 2), noise_multiplier=2.0,
-                        secure_aggregation=bad)
-  with pytest.raises(ValueError, match='secure_aggregation'):
-    report.build_report(gaussian.GaussianStrategy(), 100, Schema(30, 2), noise_multiplier=2.0,
-                        secure_aggregation={'bits': 16})
+    secure_report(bad)
+  with pytest.raises(ValueError, match='secure_segments'):
+    secure_report({'bits': 16})

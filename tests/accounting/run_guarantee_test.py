@@ -16,7 +16,7 @@ import scipy.linalg
 from dp_ftrl_tff import accounting
 from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.accounting import run_guarantee, zcdp
-from dp_ftrl_tff.mechanisms import banded, blt, gaussian, tree
+from dp_ftrl_tff.mechanisms import banded_optimizer, blt, gaussian, tree
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from tests.mechanisms import patterns
 
@@ -31,7 +31,7 @@ SIGMA = 8.0
 
 
 def _banded():
-  return banded.optimize_banded(N, MIN_SEP, participation_lib.ParticipationSchema(MIN_SEP, K),
+  return banded_optimizer.optimize_banded(N, MIN_SEP, participation_lib.ParticipationSchema(MIN_SEP, K),
                                 toeplitz=True).strategy
 
 

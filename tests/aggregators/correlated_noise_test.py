@@ -162,7 +162,8 @@ def adaptive_process():
   """Tree + adaptive clipping, no noise (deterministic estimate), restarts at rounds 2, 5, 8."""
   factory = CorrelatedNoiseFactory.tree(
       0.0, 4, None, noise_seed=1, restarts=RestartSchedule(warmup=2, period=3),
-      adaptive_clip=AdaptiveClipping(initial_clip=1.0, target_quantile=0.5, learning_rate=0.2))
+      adaptive_clip=AdaptiveClipping(initial_clip=1.0, target_unclipped_quantile=0.5,
+                                     clip_learning_rate=0.2))
   return factory.create(tff.TensorType(np.float32, [1]))
 
 
@@ -190,8 +191,8 @@ def test_adaptive_noise_multiplier_is_inflated():
   factory = CorrelatedNoiseFactory.blt(1.0, 20, None, strategy=BLT, adaptive_clip=True)
   expected = plan.inflated_noise_multiplier(1.0, 1.0)
   assert factory.value_noise_multiplier == pytest.approx(expected)
-  assert factory.accounting_config()['restarts'] == {'warmup': 128, 'period': 1024}
-  assert factory.accounting_config()['initial_clip'] == 0.1
+  assert factory.plan.to_config()['restarts'] == {'warmup': 128, 'period': 1024}
+  assert factory.plan.to_config()['clip_norm'] == 0.1
 
 
 def test_checkpoint_round_trip_and_resume_bit_for_bit(tmp_path):

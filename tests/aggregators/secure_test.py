@@ -59,8 +59,8 @@ def _run(process, clients, rounds):
 def _adaptive_factory(config):
   # Noise 0 (deterministic estimate), the clip adopted every round, a fast learning rate: the clip
   # moves by up to exp(0.5 * 0.5) = 1.28x a round.
-  adaptive = AdaptiveClipping(initial_clip=1.0, target_quantile=0.5, learning_rate=0.5,
-                              restarts=RestartSchedule(warmup=1, period=1))
+  adaptive = AdaptiveClipping(initial_clip=1.0, target_unclipped_quantile=0.5,
+                              clip_learning_rate=0.5, restarts=RestartSchedule(warmup=1, period=1))
   return CorrelatedNoiseFactory.gaussian(0.0, NUM_CLIENTS, None, adaptive_clip=adaptive,
                                          secure=config)
 

@@ -7,7 +7,7 @@ import pytest
 import scipy.linalg
 import scipy.optimize
 
-from dp_ftrl_tff.mechanisms import banded, base, sensitivity
+from dp_ftrl_tff.mechanisms import banded, banded_optimizer, base, sensitivity
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from dp_ftrl_tff.mechanisms.participation import ParticipationSchema
 from tests.mechanisms import patterns as patterns_lib
@@ -72,19 +72,19 @@ def test_rejects_bad_arguments():
   with pytest.raises(ValueError, match='band_rows'):
     banded.BandedStrategy.from_band_rows(np.ones((3, 2)))  # R[0, 1] would lie above the diagonal
   with pytest.raises(ValueError, match='num_bands'):
-    banded.optimize_banded(4, 5, ParticipationSchema.single())
+    banded_optimizer.optimize_banded(4, 5, ParticipationSchema.single())
   with pytest.raises(ValueError, match='error'):
-    banded.optimize_banded(4, 2, ParticipationSchema.single(), error='mean')
+    banded_optimizer.optimize_banded(4, 2, ParticipationSchema.single(), error='mean')
   with pytest.raises(ValueError, match='workload'):
-    banded.optimize_banded(4, 2, ParticipationSchema.single(), workload=np.ones((4, 4)))
+    banded_optimizer.optimize_banded(4, 2, ParticipationSchema.single(), workload=np.ones((4, 4)))
   with pytest.raises(ValueError, match='Toeplitz'):
-    banded.optimize_banded(4, 2, ParticipationSchema.single(), toeplitz=True,
+    banded_optimizer.optimize_banded(4, 2, ParticipationSchema.single(), toeplitz=True,
                            workload=np.diag([1.0, 2.0, 3.0, 4.0]))
   with pytest.raises(ValueError, match='initial'):
-    banded.optimize_banded(4, 2, ParticipationSchema.single(), initial=strategy)
+    banded_optimizer.optimize_banded(4, 2, ParticipationSchema.single(), initial=strategy)
   two_bands = banded.BandedStrategy(_random_banded(4, 2))
   with pytest.raises(ValueError, match='initial'):
-    banded.optimize_banded(4, 2, ParticipationSchema.single(), toeplitz=True, initial=two_bands)
+    banded_optimizer.optimize_banded(4, 2, ParticipationSchema.single(), toeplitz=True, initial=two_bands)
 
 
 def test_from_toeplitz_matches_scipy_toeplitz():
@@ -230,7 +230,7 @@ def _brute_force_x_optimum(n, bands, workload):
 @pytest.mark.parametrize('n, bands', [(8, 3), (9, 1), (7, 7)])
 def test_general_optimizer_matches_brute_force(n, bands):
   participation = ParticipationSchema.b_min_sep(max(bands, 2), 2)
-  result = banded.optimize_banded(n, bands, participation, max_iterations=500, tolerance=1e-14)
+  result = banded_optimizer.optimize_banded(n, bands, participation, max_iterations=500, tolerance=1e-14)
   c = result.strategy.strategy_matrix(n)
   np.testing.assert_allclose(np.linalg.norm(c, axis=0), 1.0, rtol=1e-12)
   _, rms = _dense_errors(c)
@@ -242,7 +242,7 @@ def test_general_optimizer_matches_brute_force(n, bands):
 def test_general_optimizer_with_momentum_workload_matches_brute_force():
   n, bands = 8, 3
   a = base.momentum_workload(n, 0.9, np.linspace(1.0, 0.25, n))
-  result = banded.optimize_banded(n, bands, ParticipationSchema.b_min_sep(3, 2), workload=a,
+  result = banded_optimizer.optimize_banded(n, bands, ParticipationSchema.b_min_sep(3, 2), workload=a,
                                   max_iterations=500, tolerance=1e-14)
   got = np.mean(np.sum((a @ result.strategy.noise_matrix(n))**2, axis=1))
   assert result.details['workload_error']**2 == pytest.approx(got, rel=1e-10)
@@ -254,7 +254,7 @@ def test_toeplitz_optimizer_matches_brute_force(error, momentum):
   n, bands = 10, 3
   participation = ParticipationSchema.b_min_sep(3, 2)
   workload = base.prefix_sum_workload(n) if momentum is None else base.momentum_workload(n, momentum)
-  result = banded.optimize_banded(n, bands, participation, toeplitz=True, error=error,
+  result = banded_optimizer.optimize_banded(n, bands, participation, toeplitz=True, error=error,
                                   workload=None if momentum is None else workload,
                                   max_iterations=500, tolerance=1e-14)
   c = result.strategy.strategy_matrix(n)
@@ -277,7 +277,7 @@ def test_warm_start_from_initial_does_not_increase_loss():
   n, bands = 20, 4
   participation = ParticipationSchema.b_min_sep(4, 5)
   start = banded.BandedStrategy(_random_banded(n, bands, seed=9, normalize=True))
-  result = banded.optimize_banded(n, bands, participation, initial=start, max_iterations=5)
+  result = banded_optimizer.optimize_banded(n, bands, participation, initial=start, max_iterations=5)
   assert 'toeplitz_stage' not in result.details
   assert result.losses.rms_loss < start.losses(n, participation).rms_loss
 
@@ -285,8 +285,8 @@ def test_warm_start_from_initial_does_not_increase_loss():
 def test_max_error_objective_lowers_max_error():
   n, bands = 24, 4
   participation = ParticipationSchema.b_min_sep(4, 3)
-  rms = banded.optimize_banded(n, bands, participation, error='rms', max_iterations=300)
-  mx = banded.optimize_banded(n, bands, participation, error='max', max_iterations=300)
+  rms = banded_optimizer.optimize_banded(n, bands, participation, error='rms', max_iterations=300)
+  mx = banded_optimizer.optimize_banded(n, bands, participation, error='max', max_iterations=300)
   assert mx.losses.max_loss < rms.losses.max_loss * (1 - 1e-3)
   assert mx.losses.rms_loss > rms.losses.rms_loss
   assert mx.losses.sensitivity_squared == pytest.approx(3.0)
@@ -296,7 +296,7 @@ def test_gradient_of_banded_objective_matches_finite_differences():
   # The optimizer's analytic gradient (private) against central differences of its value.
   n, bands = 11, 4
   for error, workload in [('rms', None), ('max', base.momentum_workload(n, 0.5))]:
-    objective = banded._BandedObjective(n, bands, banded._Workload(n, workload), error)
+    objective = banded_optimizer._BandedObjective(n, bands, banded_optimizer._Workload(n, workload), error)
     params = objective.params_from_matrix(_random_banded(n, bands, seed=5))
     _, grad = objective.value_and_grad(params)
     step = 1e-6
@@ -314,7 +314,7 @@ def test_multi_block_gradient_matches_directional_differences(n, bands, error, m
   # along random directions with h = 1e-6: truncation O(h^2) and rounding O(eps |f| / h) both stay
   # near 1e-8 of the derivative here (|f| <= 1e4), well below the 1e-5 asked.
   workload = None if momentum is None else base.momentum_workload(n, momentum)
-  objective = banded._BandedObjective(n, bands, banded._Workload(n, workload), error)
+  objective = banded_optimizer._BandedObjective(n, bands, banded_optimizer._Workload(n, workload), error)
   params = objective.params_from_matrix(_random_banded(n, bands, seed=3))
   value, grad = objective.value_and_grad(params)
   a = base.prefix_sum_workload(n) if workload is None else workload
@@ -335,12 +335,12 @@ def test_objective_with_a_workload_whose_inverse_is_dense():
   n, bands = 12, 3
   rng = np.random.default_rng(2)
   workload = np.tril(rng.uniform(0.5, 1.0, size=(n, n)))
-  objective = banded._BandedObjective(n, bands, banded._Workload(n, workload), 'rms')
+  objective = banded_optimizer._BandedObjective(n, bands, banded_optimizer._Workload(n, workload), 'rms')
   params = objective.params_from_matrix(_random_banded(n, bands, seed=4))
   rows = np.sum((workload @ np.linalg.inv(objective.matrix(params)))**2, axis=1)
   assert objective.value_and_grad(params)[0] == pytest.approx(np.mean(rows), rel=1e-10)
   with pytest.raises(ValueError, match='workload'):
-    banded.optimize_banded(n, bands, ParticipationSchema.b_min_sep(3, 2),
+    banded_optimizer.optimize_banded(n, bands, ParticipationSchema.b_min_sep(3, 2),
                            workload=np.tril(np.ones((n, n)), -1))
 
 
@@ -350,7 +350,7 @@ def test_stackoverflow_bandmf_table2_and_blt_table3():
   # "MF (342) T"; BLT paper Table 3 row "BandMF (band=342)", whose first loss column is MaxLoss).
   n, k, b = 2052, 6, 342
   participation = ParticipationSchema.b_min_sep(b, k)
-  result = banded.optimize_banded(n, b, participation)
+  result = banded_optimizer.optimize_banded(n, b, participation)
   losses = result.losses
   assert losses.sensitivity_squared == pytest.approx(k, rel=1e-12)
   assert losses.max_loss <= 10.21 * 1.005
@@ -370,7 +370,7 @@ def test_stackoverflow_bandmf_table2_and_blt_table3():
 def test_block_views_are_the_dense_blocks_and_gradients_land_on_the_band(n, bands, block):
   d = _random_banded(n, bands, seed=n + bands)
   d_rows = banded.band_rows_from_matrix(d)
-  layout = banded._BlockLayout(n, bands, block)
+  layout = banded.BlockLayout(n, bands, block)
   padded = layout.pack(d_rows)
   covered = 0
   for start, end, left, coupling, diagonal in layout.split(padded):
@@ -408,7 +408,7 @@ def _dense_objective(objective, params, workload):
   if objective.error == 'rms':
     value, w = np.mean(r), np.full(n, 1.0 / n)
   else:
-    power = banded._MAX_ERROR_POWER
+    power = banded_optimizer._MAX_ERROR_POWER
     peak = np.max(r)
     value = peak * np.mean((r / peak)**power)**(1.0 / power)
     w = (r / value)**(power - 1) / n
@@ -428,10 +428,10 @@ def test_objective_and_gradient_match_dense_closed_form(monkeypatch, n, bands, e
   # row sums below 1) cond(C) <~ 10, and cond(A) <~ n / (1 - momentum) (n for prefix sums), so either
   # side's relative error is at most about n cond(A) cond(C) eps: <= 2e-11 for prefix sums and
   # <= 6e-11 with momentum here (n <= 90). 1e-8 leaves a margin of more than 100.
-  monkeypatch.setattr(banded, '_ROW_BLOCK', block)
+  monkeypatch.setattr(banded, 'ROW_BLOCK', block)
   workload = None if momentum is None else base.momentum_workload(n, momentum)
   a = base.prefix_sum_workload(n) if workload is None else workload
-  objective = banded._BandedObjective(n, bands, banded._Workload(n, workload), error)
+  objective = banded_optimizer._BandedObjective(n, bands, banded_optimizer._Workload(n, workload), error)
   params = objective.params_from_matrix(_random_banded(n, bands, seed=n))
   params *= np.random.default_rng(n).uniform(0.5, 2.0, size=params.size)  # columns of any norm
   value, grad = objective.value_and_grad(params)
@@ -441,10 +441,10 @@ def test_objective_and_gradient_match_dense_closed_form(monkeypatch, n, bands, e
 
 
 def test_level_sizes_keep_the_shape():
-  assert banded._level_sizes(2052, 342) == [(129, 22), (257, 43), (513, 86), (1026, 171),
+  assert banded_optimizer._level_sizes(2052, 342) == [(129, 22), (257, 43), (513, 86), (1026, 171),
                                             (2052, 342)]
-  assert banded._level_sizes(512, 342)[0] == (32, 22)
-  assert banded._level_sizes(100, 39) == [(100, 39)]
+  assert banded_optimizer._level_sizes(512, 342)[0] == (32, 22)
+  assert banded_optimizer._level_sizes(100, 39) == [(100, 39)]
 
 
 def test_interpolation_reproduces_bilinear_ratios_to_the_square_root():
@@ -465,7 +465,7 @@ def test_interpolation_reproduces_bilinear_ratios_to_the_square_root():
   def ratio_fine(j, lag):
     return 1.0 + 0.3 * (j / (n - 1)) * (lag / (q - 1)) + 0.2 * j / (n - 1)
 
-  got = banded._interpolate_band_rows(columns_of(nc, qc, ratio_coarse), n, q)
+  got = banded_optimizer._interpolate_band_rows(columns_of(nc, qc, ratio_coarse), n, q)
   expected = columns_of(n, q, ratio_fine)
   c_got, c_expected = banded.matrix_from_band_rows(got), banded.matrix_from_band_rows(expected)
   np.testing.assert_allclose(np.linalg.norm(c_got, axis=0), 1.0, rtol=1e-14)
@@ -477,7 +477,7 @@ def test_interpolation_reproduces_bilinear_ratios_to_the_square_root():
   def ones(j, lag):
     return np.ones(np.broadcast(j, lag).shape)
 
-  bsr = banded._interpolate_band_rows(columns_of(nc, qc, ones), n, q)
+  bsr = banded_optimizer._interpolate_band_rows(columns_of(nc, qc, ones), n, q)
   c_bsr = banded.matrix_from_band_rows(columns_of(n, q, ones))
   np.testing.assert_allclose(banded.matrix_from_band_rows(bsr),
                              c_bsr / np.linalg.norm(c_bsr, axis=0), rtol=1e-13, atol=1e-15)
@@ -489,10 +489,10 @@ def test_coarse_to_fine_optimizer_matches_single_level_optimum():
   # about 1e-9 relative, so 1e-6 is safe.
   n, bands = 120, 40
   participation = ParticipationSchema.b_min_sep(bands, 3)
-  multi = banded.optimize_banded(n, bands, participation, tolerance=1e-12, max_iterations=3000)
+  multi = banded_optimizer.optimize_banded(n, bands, participation, tolerance=1e-12, max_iterations=3000)
   assert [level['num_rounds'] for level in multi.details['levels']] == [60, 120]
   start = banded.BandedStrategy.from_toeplitz(banded.fhu_coefficients(bands), n)
-  single = banded.optimize_banded(n, bands, participation, initial=start, tolerance=1e-12,
+  single = banded_optimizer.optimize_banded(n, bands, participation, initial=start, tolerance=1e-12,
                                   max_iterations=3000)
   assert len(single.details['levels']) == 1
   assert multi.losses.rms_loss == pytest.approx(single.losses.rms_loss, rel=1e-6)
@@ -507,7 +507,7 @@ def test_coarse_to_fine_optimizer_matches_single_level_optimum():
 
 def test_time_limit_in_a_coarse_stage_still_returns_the_full_size():
   n, bands = 120, 40
-  result = banded.optimize_banded(n, bands, ParticipationSchema.b_min_sep(bands, 3),
+  result = banded_optimizer.optimize_banded(n, bands, ParticipationSchema.b_min_sep(bands, 3),
                                   max_seconds=1e-9)
   assert result.details['banded_stage']['message'] == 'time limit reached'
   assert result.strategy.max_rounds == n and result.strategy.num_bands == bands
@@ -525,13 +525,13 @@ def test_band_sensitivity_matches_dense(min_sep, k, bands):
   c = _random_banded(n, bands, seed=bands + min_sep)
   for rounds in (n, 11):
     expected = sensitivity.dense_squared(c[:rounds, :rounds], participation)
-    got = banded._band_sensitivity_squared(banded.band_rows_from_matrix(c[:rounds, :rounds]),
+    got = banded.band_sensitivity_squared(banded.band_rows_from_matrix(c[:rounds, :rounds]),
                                            participation)
     if bands <= min_sep or participation.is_single_participation(rounds):
       assert got == pytest.approx(expected, rel=1e-13)
     else:
       assert got is None
-  assert banded._band_sensitivity_squared(banded.band_rows_from_matrix(c),
+  assert banded.band_sensitivity_squared(banded.band_rows_from_matrix(c),
                                           ParticipationSchema.fixed_epoch_order(2, 11)) is None
 
 
@@ -543,6 +543,6 @@ def test_minimize_window_rule_stops_on_average_progress():
   def fun(x):
     return float(np.sum(d * (x - 1.0)**2)) + 1.0, 2.0 * d * (x - 1.0)
 
-  x, info = banded._minimize(fun, np.zeros(40), 500, None, 1e-10, memory=5, window=5)
+  x, info = banded_optimizer._minimize(fun, np.zeros(40), 500, None, 1e-10, memory=5, window=5)
   assert 'OVER 5 ITERATIONS' in info['message'] and 5 < info['iterations'] < 500
   assert info['objective'] == pytest.approx(1.0, abs=1e-6)

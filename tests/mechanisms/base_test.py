@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import dp_ftrl_tff.mechanisms as mechanisms
-from dp_ftrl_tff.mechanisms import banded, base, blt, files, gaussian, tree
+from dp_ftrl_tff.mechanisms import banded, banded_optimizer, base, blt, files, gaussian, tree
 
 
 def _momentum_by_impulses(n, momentum, learning_rates):
@@ -87,7 +87,7 @@ def test_package_exports_the_strategies():
   assert mechanisms.TreeStrategy is tree.TreeStrategy
   assert mechanisms.BandedStrategy is banded.BandedStrategy
   assert mechanisms.BLTStrategy is blt.BLTStrategy
-  assert mechanisms.optimize_banded is banded.optimize_banded
+  assert mechanisms.optimize_banded is banded_optimizer.optimize_banded
   assert mechanisms.optimize_blt is blt.optimize_blt
   assert mechanisms.load_strategy is files.load_strategy
   assert mechanisms.save_strategy is files.save_strategy

@@ -17,7 +17,7 @@ from dp_ftrl_tff.mechanisms import base, blt
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from tests.mechanisms import patterns as patterns_lib
 
-MinSep = participation_lib.ParticipationSchema.min_separation
+MinSep = participation_lib.ParticipationSchema.b_min_sep
 APP_A = blt.PRODUCTION_STRATEGIES
 # Table 3 setting (StackOverflow): n = 2052 rounds, min-sep b = 342, k = 6 participations.
 TABLE3_N, TABLE3 = 2052, MinSep(342, 6)

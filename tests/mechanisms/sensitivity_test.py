@@ -57,7 +57,7 @@ def _schema(draw_b, draw_k, fixed):
 
 schemas = st.builds(_schema, st.integers(1, 4), st.one_of(st.none(), st.integers(1, 4)),
                     st.booleans())
-min_sep_schemas = st.builds(P.min_separation, st.integers(1, 4),
+min_sep_schemas = st.builds(P.b_min_sep, st.integers(1, 4),
                             st.one_of(st.none(), st.integers(1, 4)))
 
 

@@ -13,7 +13,7 @@ from tests.mechanisms import patterns as patterns_lib
 
 BSR = square_root.BandedSquareRootStrategy
 BISR = square_root.BandedInverseSquareRootStrategy
-MinSep = participation_lib.ParticipationSchema.min_separation
+MinSep = participation_lib.ParticipationSchema.b_min_sep
 
 
 def _binomial_sqrt_coefs(n):

@@ -8,7 +8,7 @@ import scipy.linalg
 import tensorflow as tf
 
 from dp_ftrl_tff.mechanisms import banded as banded_mechanisms
-from dp_ftrl_tff.mechanisms import square_root
+from dp_ftrl_tff.mechanisms import banded_optimizer, square_root
 from dp_ftrl_tff.mechanisms.participation import ParticipationSchema
 from dp_ftrl_tff.noise import banded, base
 from tests.noise import stream_testing
@@ -56,7 +56,7 @@ def test_float32_stream_matches_within_1e5_and_scales_with_stddev():
 
 def test_optimized_strategy_stream():
   n = 30
-  result = banded_mechanisms.optimize_banded(
+  result = banded_optimizer.optimize_banded(
       n, 6, ParticipationSchema.b_min_sep(6, 5))
   specs = collections.OrderedDict(w=tf.TensorSpec([7], tf.float64))
   seed = base.initial_seed(5)

@@ -1,0 +1,244 @@
+"""The one strategy resolver: a mechanism name and what the user gave -> a strategy and its source.
+
+`resolve_strategy` is called by every entry point that needs a strategy (the mechanisms CLI, the
+privacy report, the drivers through the run plan, the equal-privacy table, the factory's
+classmethods), so each applies the same checks:
+  * the name is a registered mechanism (`registry.get`);
+  * a strategy file (or a `Strategy` object) holds a strategy of that mechanism; a file's recorded
+    setting (rounds, min_sep, max participations) must match the run's, else
+    `StrategySettingMismatchError`, or with `allow_setting_mismatch` a mismatch the caller reports
+    as a warning; its path and SHA-256 are recorded;
+  * parameter options (`registry.Mechanism.parameter_options`: the BLT's theta and omega, the
+    closed forms' num_bands, the trees' completion) and optimizer options apply to the mechanism and
+    come complete;
+  * without a file or parameters: the parameter-free default, else the optimizer for the run's
+    setting (`fallback='optimize'`), the registry's reference strategy (`fallback='reference'`), or a
+    ValueError naming what is missing.
+The result's `StrategySource` says where the strategy came from; the run plan records it, and every
+report of the run shows it. Rounds are 0-based, `min_sep` = b (TF-Privacy's min_separation + 1).
+"""
+
+import dataclasses
+import os
+import time
+from typing import Any, Dict, Optional, Tuple
+
+from dp_ftrl_tff import _validation
+from dp_ftrl_tff.mechanisms import base, files, registry
+from dp_ftrl_tff.mechanisms import participation as participation_lib
+
+#: Where a strategy came from: a registry default, parameter options, a strategy file, the
+#: optimizer, the registry's reference strategy, or an object the caller built.
+SOURCE_KINDS = ('default', 'parameters', 'file', 'optimized', 'reference', 'object')
+FALLBACKS = ('optimize', 'reference', 'error')
+
+
+class StrategySettingMismatchError(ValueError):
+  """A strategy file was optimized for another setting than the run's (`resolve_strategy`)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class StrategySource:
+  """Where a run's strategy came from (recorded in the run plan and shown in its reports).
+
+  Attributes:
+    kind: one of `SOURCE_KINDS`.
+    path: the strategy file ('file'), else None.
+    sha256: the file's SHA-256 hex digest ('file'), else None.
+    setting: what the file or the optimizer made the strategy for: `files` setting keys
+      (num_rounds, min_sep, max_participations, fixed_epoch, error, losses), or None.
+    mismatches: how a file's setting differs from the run's (allowed with a warning).
+    seconds: the optimizer's wall time ('optimized'), else None.
+  """
+  kind: str
+  path: Optional[str] = None
+  sha256: Optional[str] = None
+  setting: Optional[dict] = None
+  mismatches: Tuple[str, ...] = ()
+  seconds: Optional[float] = None
+
+  def __post_init__(self):
+    _validation.check_one_of(self.kind, 'kind', SOURCE_KINDS)
+    object.__setattr__(self, 'mismatches', tuple(str(m) for m in self.mismatches))
+
+  def describe(self) -> str:
+    """One line, e.g. 'file /tmp/blt.json (sha256 ab12...)' or 'optimized for n=20, ... in 1.2 s'."""
+    if self.kind == 'file':
+      text = f'file {self.path} (sha256 {self.sha256[:12]}...)'
+      return text + (f', optimized for another setting: {"; ".join(self.mismatches)}'
+                     if self.mismatches else '')
+    if self.kind == 'optimized':
+      setting = self.setting or {}
+      return (f"optimized for n={setting.get('num_rounds')}, min_sep={setting.get('min_sep')}, "
+              f"max_participations={setting.get('max_participations')} in {self.seconds:.1f} s")
+    return {'default': 'parameter-free', 'parameters': 'given parameters',
+            'reference': "the registry's reference strategy", 'object': 'given strategy'}[self.kind]
+
+  def file_record(self) -> Optional[dict]:
+    """{'path', 'sha256', 'setting', 'mismatches'} of a strategy file (a report's
+    `strategy_file`), or None when the strategy did not come from a file."""
+    if self.kind != 'file':
+      return None
+    return {'path': self.path, 'sha256': self.sha256, 'setting': self.setting,
+            'mismatches': list(self.mismatches)}
+
+  def to_config(self) -> dict:
+    return {**dataclasses.asdict(self), 'mismatches': list(self.mismatches)}
+
+  @classmethod
+  def from_config(cls, config: dict) -> 'StrategySource':
+    if not isinstance(config, dict):
+      raise ValueError(f'`strategy_source` must be a dict, got {config!r}.')
+    unknown = sorted(set(config) - {f.name for f in dataclasses.fields(cls)})
+    if unknown:
+      raise ValueError(f'`strategy_source` has unknown keys {unknown}.')
+    return cls(**config)
+
+
+@dataclasses.dataclass(frozen=True)
+class ResolvedStrategy:
+  """What `resolve_strategy` returns: the `strategy`, its `source`, and the optimizer's
+  `OptimizationResult` when the strategy was optimized (else None)."""
+  strategy: base.Strategy
+  source: StrategySource
+  optimization: Optional[base.OptimizationResult] = None
+
+
+def _given(options: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+  """The options that were given (None values are 'not given'), each applying to some mechanism."""
+  if options is not None and not isinstance(options, dict):
+    raise ValueError(f'`options` must be a dict, got {options!r}.')
+  return {name: value for name, value in (options or {}).items() if value is not None}
+
+
+def _from_file(entry, path, num_rounds, participation, allow_setting_mismatch) -> ResolvedStrategy:
+  path = os.fspath(path)
+  if not os.path.isfile(path):
+    raise ValueError(f'`mechanism_file`: no file at {path!r}.')
+  strategy, setting = files.load_strategy_and_setting(path)
+  if entry is not None and strategy.name != entry.name:
+    raise ValueError(f'`mechanism_file` {path!r} holds a {strategy.name!r} strategy, but '
+                     f'`mechanism`={entry.name}.')
+  mismatches = ()
+  if num_rounds is not None:
+    mismatches = files.setting_mismatches(setting, num_rounds, participation)
+  if mismatches and not allow_setting_mismatch:
+    raise StrategySettingMismatchError(
+        f'`mechanism_file` {path} was optimized for another setting ({"; ".join(mismatches)}); '
+        'regenerate it for this run or pass `allow_strategy_setting_mismatch`.')
+  return ResolvedStrategy(strategy, StrategySource('file', path=path,
+                                                   sha256=files.file_sha256(path),
+                                                   setting=setting, mismatches=mismatches))
+
+
+def _from_parameters(entry: registry.Mechanism, parameters: Dict[str, Any]) -> ResolvedStrategy:
+  """The strategy from its parameter options (the parameter-free default with none)."""
+  required = [o.name for o in entry.parameter_options if o.default is None]
+  missing = [name for name in required if name not in parameters]
+  if missing and (parameters or entry.needs_parameters):
+    raise ValueError(f'`{"` and `".join(required)}` must be given together for '
+                     f'mechanism={entry.name} (missing `{missing[0]}`).')
+  config = dict(entry.default_config or {'mechanism': entry.name})
+  config.update({name: list(value) if isinstance(value, tuple) else value
+                 for name, value in parameters.items()})
+  try:
+    strategy = registry.strategy_from_config(config)
+  except ValueError as error:
+    raise ValueError(f'`{"`/`".join(sorted(parameters))}`: {error}') from None
+  return ResolvedStrategy(strategy, StrategySource('parameters' if parameters else 'default'))
+
+
+def _optimized(entry: registry.Mechanism, options: Dict[str, Any], num_rounds,
+               participation) -> ResolvedStrategy:
+  if num_rounds is None or participation is None:
+    raise ValueError(f'mechanism={entry.name} needs its parameters, a `mechanism_file`, or the '
+                     "run's `rounds` and `min_sep` to optimize for.")
+  kwargs = {option.name: options.get(option.name, option.default)
+            for option in entry.optimizer_options}
+  start = time.monotonic()
+  result = registry.optimizer(entry.name)(num_rounds=num_rounds, participation=participation,
+                                          **kwargs)
+  source = StrategySource('optimized', setting=files.setting_from_result(result),
+                          seconds=time.monotonic() - start)
+  return ResolvedStrategy(result.strategy, source, result)
+
+
+def _without_file(entry: registry.Mechanism, given: Dict[str, Any], num_rounds, participation,
+                  fallback: str) -> ResolvedStrategy:
+  """The strategy from the options given: the optimizer when they are all its options (and
+  optimizing is the fallback), else the parameters, else the fallback."""
+  for name in given:
+    entry.option(name)  # ValueError: the option does not apply to this mechanism
+  optimizer_names = {o.name for o in entry.optimizer_options}
+  parameter_names = {o.name for o in entry.parameter_options}
+  if (fallback == 'optimize' and entry.needs_parameters and entry.optimizer is not None
+      and set(given) <= optimizer_names):
+    return _optimized(entry, given, num_rounds, participation)
+  parameters = {name: value for name, value in given.items() if name in parameter_names}
+  others = sorted(set(given) - parameter_names)
+  if others:
+    raise ValueError(f'`{others[0]}` does not apply with the parameters of mechanism={entry.name}'
+                     + (f' (`{"`, `".join(sorted(parameters))}`).' if parameters else '.'))
+  if parameters or not entry.needs_parameters:
+    return _from_parameters(entry, parameters)
+  if fallback == 'reference' and entry.reference_strategy is not None:
+    return ResolvedStrategy(registry.load(entry.reference_strategy), StrategySource('reference'))
+  if fallback != 'optimize' or entry.optimizer is None:
+    needed = [o.name for o in entry.parameter_options]
+    raise ValueError(f'mechanism={entry.name} needs `mechanism_file`'
+                     + (f' or `{"` and `".join(needed)}`.' if needed else '.'))
+  return _optimized(entry, {}, num_rounds, participation)
+
+
+def resolve_strategy(mechanism: Optional[str] = None, *, strategy=None,
+                     options: Optional[Dict[str, Any]] = None,
+                     num_rounds: Optional[int] = None,
+                     participation: Optional[participation_lib.ParticipationSchema] = None,
+                     allow_setting_mismatch: bool = False,
+                     fallback: str = 'optimize') -> ResolvedStrategy:
+  """The strategy of `mechanism` from a file, an object, its parameters or its optimizer.
+
+  Args:
+    mechanism: a registry name; may be None with `strategy` (then the file's or object's own).
+    strategy: a path to a strategy file (`files.save_strategy`) or a `Strategy`; excludes
+      `options`.
+    options: {option name: value} of the mechanism's options (`registry.Mechanism.options`:
+      parameter and optimizer options alike); None values count as not given. All of them optimizer
+      options with `fallback='optimize'`: the optimizer's; else parameters.
+    num_rounds: the run's n (to optimize for, and to check a file's setting against), or None.
+    participation: the run's declared `ParticipationSchema`, or None (a file's setting is then
+      compared on the rounds only).
+    allow_setting_mismatch: accept a file optimized for another setting; the mismatches are in the
+      source (and every report shows them).
+    fallback: what a mechanism without a parameter-free default gets when no file and no
+      parameters are given: 'optimize' (for the setting), 'reference' (the registry's reference
+      strategy) or 'error'.
+
+  Returns:
+    A `ResolvedStrategy`.
+
+  Raises:
+    ValueError: naming the bad argument (an unknown mechanism, an option that does not apply,
+      incomplete parameters, a file of another mechanism, nothing to build the strategy from).
+    StrategySettingMismatchError: a file made for another setting, unless allowed.
+  """
+  _validation.check_one_of(fallback, 'fallback', FALLBACKS)
+  entry = None if mechanism is None else registry.get(mechanism)
+  given = _given(options)
+  if num_rounds is not None:
+    num_rounds = _validation.check_positive_int(num_rounds, 'rounds')
+  if participation is not None:
+    participation = participation_lib.check_participation(participation)
+  if strategy is None:
+    if entry is None:
+      raise ValueError('`mechanism` (or `mechanism_file`) is required.')
+    return _without_file(entry, given, num_rounds, participation, fallback)
+  if given:
+    raise ValueError(f'`mechanism_file` excludes `{sorted(given)[0]}`.')
+  if isinstance(strategy, base.Strategy):
+    if entry is not None and strategy.name != entry.name:
+      raise ValueError(f'`strategy` must be a {entry.name} strategy, got {strategy!r}.')
+    return ResolvedStrategy(strategy, StrategySource('object'))
+  if not isinstance(strategy, (str, os.PathLike)):
+    raise ValueError(f'`strategy` must be a Strategy or a file path, got {strategy!r}.')
+  return _from_file(entry, strategy, num_rounds, participation, allow_setting_mismatch)
