@@ -1,6 +1,6 @@
 """`make demo`: BLT-DP-FTRL on a synthetic federated EMNIST population with min-sep client sampling.
 
-Runs the EMNIST driver's training loop (`experiments.training_loop.run`) for 20 rounds: 1000
+Runs the EMNIST driver's training loop (`experiments.run.training_loop.run`) for 20 rounds: 1000
 synthetic clients, 50 per round, min_sep b = 10 (a client waits 10 rounds before it may return), at
 most 2 participations, a BLT strategy optimized at start for (n=20, b=10, k=2), noise multiplier 1,
 clip 1, a softmax-regression model so it finishes in a few minutes on 2 cores. Everything is seeded
@@ -20,8 +20,9 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')  # before TensorFlow is impor
 
 from absl import app, flags  # noqa: E402
 
-from experiments import driver, flag_parsing, run_config, training_loop  # noqa: E402
+from experiments.cli import flag_parsing  # noqa: E402
 from experiments.emnist import run_emnist  # noqa: E402
+from experiments.run import driver, run_config, training_loop  # noqa: E402
 
 FLAGS = flags.FlagValues()
 flags.DEFINE_string('demo_dir', os.path.join(tempfile.gettempdir(), 'dp_ftrl_tff_demo'),

@@ -6,7 +6,7 @@ Reads the `summary.json` of every run directory directly under ROOT (a sweep's r
   * `runs.csv` and `runs.md`: one row per finished run: the swept hyperparameters (the settings
     that differ between the runs), rounds, epsilon and delta (the privacy report's headline:
     observed participation, no amplification), the accounted noise multiplier, the final metrics
-    and the training wall time (`experiments.run_table`);
+    and the training wall time (`experiments.sweeps.run_table`);
   * `accuracy_vs_epsilon.png`: `--metric` (default `eval_<the task's accuracy metric>`) against
     epsilon, one line per combination of the swept settings other than the noise's.
 Unfinished run directories (no `summary.json` yet) are listed on stderr and left out. Errors are one
@@ -19,7 +19,9 @@ import sys
 
 from absl import app, flags
 
-from experiments import flag_parsing, run_dir, run_table
+from experiments.cli import flag_parsing
+from experiments.run import run_dir
+from experiments.sweeps import run_table
 
 FLAGS = flags.FlagValues()
 flags.DEFINE_string('output_dir', None, 'Where to write runs.csv, runs.md and '

@@ -2,7 +2,7 @@
 driver flags]`.
 
 Runs one driver (`experiments/emnist/run_emnist.py` or `experiments/stackoverflow/
-run_stackoverflow.py`) per point of a grid of flag values (`experiments.sweep_grid`: `--grid` text or
+run_stackoverflow.py`) per point of a grid of flag values (`experiments.sweeps.sweep_grid`: `--grid` text or
 a `--grid_file` JSON), `--parallel` points at a time, each as a subprocess writing its own run
 directory `ROOT/<point name>` (e.g. `ROOT/noise_multiplier=0.5,mechanism=blt`). The flags after `--`
 go to every point (the grid's values come after them and win); `--root_output_dir` and
@@ -11,7 +11,7 @@ go to every point (the grid's values come after them and win); `--root_output_di
 Every point is checked before anything runs, with the driver's own flags and settings checks: a bad
 flag name or value is one line on stderr and exit status 2. Then each point is:
   * skipped if its directory holds a finished run of exactly those settings (`summary.json`, the
-    completion marker of `experiments.run_summary`, for the same `--rounds`);
+    completion marker of `experiments.run.run_summary`, for the same `--rounds`);
   * failed at once (without running) if its directory holds a run with other settings
     (`run_config.check_hparams`);
   * otherwise run: a fresh start, or the resume of an interrupted run from its last checkpoint (the
@@ -43,7 +43,9 @@ from typing import Dict, List, Optional, Sequence
 
 from absl import app, flags
 
-from experiments import flag_parsing, run_summary, stop_signals, sweep_grid
+from experiments.cli import flag_parsing
+from experiments.run import run_summary, stop_signals
+from experiments.sweeps import sweep_grid
 
 #: --driver -> the driver's module.
 DRIVERS = {'emnist': 'experiments.emnist.run_emnist',

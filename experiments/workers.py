@@ -35,7 +35,7 @@ from absl import app, flags
 
 from dp_ftrl_tff import _atomic
 from dp_ftrl_tff.learning import remote_execution
-from experiments import flag_parsing, tff_workers
+from experiments.cli import flag_parsing, tff_workers
 
 COMMANDS = ('start', 'status', 'stop')
 

@@ -4,7 +4,7 @@ import os
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
-from experiments import tff_workers  # noqa: E402
+from experiments.cli import tff_workers  # noqa: E402
 
 
 def pytest_sessionfinish(session, exitstatus):

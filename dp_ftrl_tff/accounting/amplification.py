@@ -185,25 +185,37 @@ def _segment_matrices(strategy: base.Strategy, num_rounds: int,
           for length in zcdp.segment_lengths(num_rounds, restart_rounds)]
 
 
+def num_bands(strategy: base.Strategy, num_rounds: int,
+              restart_rounds: Optional[Sequence[int]] = None) -> Optional[int]:
+  """The bands of C over the run's restart segments (the most of any segment: the non-zero
+  diagonals, the main one included), or None when some segment's C is not square and lower
+  triangular (a tree's C has a row per node). The amplification theorem (BandMF Thm. 4) needs at
+  most as many bands as sampling groups."""
+  most = 1
+  for c in _segment_matrices(strategy, num_rounds, restart_rounds):
+    if c.ndim != 2 or c.shape[0] != c.shape[1]:
+      return None
+    rows, cols = np.nonzero(c)
+    lags = rows - cols
+    if lags.size and lags.min() < 0:
+      return None
+    most = max(most, int(lags.max()) + 1 if lags.size else 1)
+  return most
+
+
 def check_banded(strategy: base.Strategy, num_rounds: int, num_groups: int,
                  restart_rounds: Optional[Sequence[int]] = None) -> None:
   """Raises ValueError unless C (each restart segment's) is square, lower triangular and has at
   most `num_groups` bands, as the amplification theorem (BandMF Thm. 4) requires."""
   num_groups = _validation.check_positive_int(num_groups, 'num_groups')
-  for c in _segment_matrices(strategy, num_rounds, restart_rounds):
-    if c.ndim != 2 or c.shape[0] != c.shape[1]:
-      raise ValueError(f'`strategy` ({strategy.name}) has a {c.shape[0]} x {c.shape[1]} strategy '
-                       'matrix: amplification by cyclic sampling needs a square banded C.')
-    rows, cols = np.nonzero(c)
-    lags = rows - cols
-    if lags.size and lags.min() < 0:
-      raise ValueError(f'`strategy` ({strategy.name}) is not lower triangular: amplification by '
-                       'cyclic sampling needs a causal banded C.')
-    bands = int(lags.max()) + 1 if lags.size else 1
-    if bands > num_groups:
-      raise ValueError(f'`strategy` ({strategy.name}) has {bands} bands but `num_groups`='
-                       f'{num_groups}: amplification by cyclic sampling (BandMF Thm. 4) needs a '
-                       'strategy with at most as many bands as sampling groups.')
+  bands = num_bands(strategy, num_rounds, restart_rounds)
+  if bands is None:
+    raise ValueError(f'`strategy` ({strategy.name}) has no square lower-triangular strategy '
+                     'matrix: amplification by cyclic sampling needs a square banded C.')
+  if bands > num_groups:
+    raise ValueError(f'`strategy` ({strategy.name}) has {bands} bands but `num_groups`='
+                     f'{num_groups}: amplification by cyclic sampling (BandMF Thm. 4) needs a '
+                     'strategy with at most as many bands as sampling groups.')
 
 
 def largest_column_norm(strategy: base.Strategy, num_rounds: int,

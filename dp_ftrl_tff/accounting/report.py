@@ -133,7 +133,7 @@ def _check_inputs(plan: plan_lib.RunPlan, log: Optional[log_lib.ParticipationLog
     raise ValueError('The participation log has no rows.')
 
 
-def _headline_setting(plan: plan_lib.RunPlan, log: Optional[log_lib.ParticipationLog]) -> tuple:
+def headline_setting(plan: plan_lib.RunPlan, log: Optional[log_lib.ParticipationLog]) -> tuple:
   """(n, the headline schema, 'declared' or 'observed', `ObservedParticipation` or None).
 
   With a log, n covers the plan's rounds and the logged ones, and the schema is the realized one.
@@ -243,7 +243,7 @@ def build_report(plan: plan_lib.RunPlan, log: Optional[log_lib.ParticipationLog]
       cover is a ValueError (a request for the amplified figure) instead of a warning.
   """
   _check_inputs(plan, log)
-  num_rounds, schema, source, observed = _headline_setting(plan, log)
+  num_rounds, schema, source, observed = headline_setting(plan, log)
   _check_rounds(plan, num_rounds)
   headline = zcdp.guarantee_for_plan(plan, num_rounds, schema)
   warnings: List[str] = [] if observed is None else [

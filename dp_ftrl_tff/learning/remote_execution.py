@@ -199,7 +199,7 @@ def set_remote_execution_context(addresses: Union[str, Sequence[str]], *,
 
   Call it once, before the first TFF computation runs (TFF's import-time local context must not
   have run anything: replacing it later can hang on its worker's exit, see
-  experiments/secure_context.py). Use it with a user's own TFF loop as with the drivers'
+  experiments/run/secure_context.py). Use it with a user's own TFF loop as with the drivers'
   `--workers`:
 
       set_remote_execution_context('10.0.0.2:8000,10.0.0.3:8000')

@@ -8,7 +8,7 @@ docs/papers.md#blt).
 
 from typing import Optional
 
-from dp_ftrl_tff.mechanisms import base, files, registry
+from dp_ftrl_tff.mechanisms import base, files, registry, resolve
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 
 
@@ -24,34 +24,34 @@ def _setting_dict(mechanism: str, num_rounds: int,
 
 
 def optimize(mechanism: str, num_rounds: int,
-             participation: participation_lib.ParticipationSchema, *, error: Optional[str] = None,
+             participation: participation_lib.ParticipationSchema, *,
              output: Optional[str] = None, **options) -> dict:
-  """Optimizes a strategy of an optimizable mechanism; returns the printed record.
+  """Optimizes a strategy of an optimizable mechanism (`resolve.resolve_strategy`); returns the
+  printed record.
 
   Args:
     mechanism: a name in `registry.optimizable()`.
     num_rounds, participation: the setting.
-    error: 'max' or 'rms' (None: the mechanism's default); must be None for the closed forms
-      (mechanisms without a `default_error`), which minimize nothing.
     output: save the strategy (and its setting) there.
     **options: the mechanism's optimizer options (`registry.Mechanism.optimizer_options`, e.g.
-      num_buffers= for blt, num_bands= for banded); None values are left to the optimizer.
+      num_buffers= and error= for blt, num_bands= for banded); None values are left to the
+      optimizer.
 
   Returns:
     mechanism, rounds, min_sep, max_participations, the strategy's `describe()` entries, max_loss,
     rms_loss, sensitivity_squared, seconds.
   """
   entry = registry.get(mechanism)
-  optimizer = registry.optimizer(mechanism)
-  unknown = sorted(set(options) - set(entry.optimizer_options))
-  if unknown:
-    raise ValueError(f'`{unknown[0]}` does not apply to optimizing {mechanism}.')
-  kwargs = {name: options.get(name) for name in entry.optimizer_options}
-  if entry.default_error is not None:
-    kwargs['error'] = error or entry.default_error
-  elif error is not None:
-    raise ValueError(f'`error` does not apply to {mechanism}: its strategy is a closed form.')
-  result = optimizer(num_rounds=num_rounds, participation=participation, **kwargs)
+  if entry.optimizer is None:
+    raise ValueError(f'`mechanism`={mechanism} has no optimizer; optimizable: '
+                     f'{list(registry.optimizable())}.')
+  optimizer_options = {option.name for option in entry.optimizer_options}
+  for name in options:
+    if name not in optimizer_options:
+      entry.option(name)  # names the mechanism's options when it has none of that name
+      raise ValueError(f'`{name}` does not apply to optimizing {mechanism}.')
+  result = resolve.resolve_strategy(mechanism, options=options, num_rounds=num_rounds,
+                                    participation=participation).optimization
   record = _setting_dict(mechanism, num_rounds, participation)
   record.update(result.strategy.describe())
   record.update(_losses_dict(result.losses), seconds=result.seconds)

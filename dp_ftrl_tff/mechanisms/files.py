@@ -20,6 +20,7 @@ parameters through each class's `from_config` (shapes, NaN, decays outside (0, 1
 is a ValueError naming the field. The strategy class comes from `registry` by mechanism name.
 """
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -181,7 +182,10 @@ def _read_document(path) -> dict:
 
 def load_strategy_and_setting(path) -> Tuple[base.Strategy, Optional[dict]]:
   """(strategy, setting or None) from a file written by `save_strategy`."""
-  document = _read_document(path)
+  return _from_document(_read_document(path))
+
+
+def _from_document(document: dict) -> Tuple[base.Strategy, Optional[dict]]:
   version = document.get('format_version', FORMAT_VERSION)
   if version != FORMAT_VERSION:
     raise ValueError(f'`format_version` must be {FORMAT_VERSION}, got {version!r}.')
@@ -233,9 +237,11 @@ def setting_mismatches(setting: Optional[dict], num_rounds: int,
   num_rounds = _validation.check_positive_int(num_rounds, 'num_rounds')
   if participation is not None:
     participation = participation_lib.check_participation(participation)
-  if setting is None:
-    return ()
-  setting = _check_setting(setting)
+  return () if setting is None else _mismatches(_check_setting(setting), num_rounds, participation)
+
+
+def _mismatches(setting: dict, num_rounds: int, participation) -> Tuple[str, ...]:
+  """`setting_mismatches` of a checked setting and run."""
   out = []
   run = {'num_rounds': num_rounds}
   if participation is not None:
@@ -252,3 +258,40 @@ def setting_mismatches(setting: Optional[dict], num_rounds: int,
     if k != run_k:
       out.append(f'max_participations: optimized for {k}, the run has {run_k}')
   return tuple(out)
+
+
+@dataclasses.dataclass(frozen=True)
+class StrategyFile:
+  """A strategy file read for a run (`read_strategy_file`).
+
+  Attributes:
+    strategy: the `Strategy` it holds.
+    setting: the setting it was made for (`load_strategy_and_setting`), or None.
+    sha256: the file's SHA-256 hex digest.
+    mismatches: how `setting` differs from the run's (`setting_mismatches`); empty without a run.
+  """
+  strategy: base.Strategy
+  setting: Optional[dict]
+  sha256: str
+  mismatches: Tuple[str, ...] = ()
+
+
+def read_strategy_file(path, num_rounds: Optional[int] = None,
+                       participation: Optional[participation_lib.ParticipationSchema] = None
+                       ) -> StrategyFile:
+  """The strategy file at `path`, its digest and how its setting differs from a run of
+  `num_rounds` (n; None: not compared) under `participation` (None: rounds only).
+
+  Raises:
+    ValueError: bad `num_rounds` / `participation`, or a file that cannot be read as a strategy.
+  """
+  if num_rounds is not None:
+    num_rounds = _validation.check_positive_int(num_rounds, 'num_rounds')
+  if participation is not None:
+    participation = participation_lib.check_participation(participation)
+  document = _read_document(path)
+  sha256 = file_sha256(path)
+  strategy, setting = _from_document(document)
+  mismatches = (() if num_rounds is None or setting is None
+                else _mismatches(setting, num_rounds, participation))
+  return StrategyFile(strategy, setting, sha256, mismatches)

@@ -161,6 +161,63 @@ class Mechanism:
     raise ValueError(f'`{name}` does not apply to mechanism={self.name} (its options: '
                      f'{[o.name for o in self.options] or "none"}).')
 
+  def build_strategy(self, options: Dict[str, Any], num_rounds: Optional[int],
+                     participation, fallback: str
+                     ) -> Tuple[base.Strategy, str, Optional[base.OptimizationResult]]:
+    """(strategy, source kind, optimizer result or None) from the options given (no file).
+
+    All of them optimizer options (and `fallback` 'optimize'): the optimizer's strategy for the
+    setting; else the parameter options (the parameter-free default with none); else the
+    `fallback`: 'optimize', 'reference' (`reference_strategy`) or 'error'. `num_rounds` and
+    `participation` are the checked setting (or None); `mechanisms.resolve` is the caller.
+    """
+    for name in options:
+      self.option(name)  # ValueError: the option does not apply to this mechanism
+    optimizer_names = {o.name for o in self.optimizer_options}
+    parameter_names = {o.name for o in self.parameter_options}
+    if fallback == 'optimize' and self.needs_parameters and self.optimizer is not None:
+      if set(options) <= optimizer_names:
+        return self._optimized(options, num_rounds, participation)
+    parameters = {name: value for name, value in options.items() if name in parameter_names}
+    others = sorted(set(options) - parameter_names)
+    if others:
+      raise ValueError(f'`{others[0]}` does not apply with the parameters of mechanism={self.name}'
+                       + (f' (`{"`, `".join(sorted(parameters))}`).' if parameters else '.'))
+    if parameters or not self.needs_parameters:
+      return self._from_parameters(parameters), 'parameters' if parameters else 'default', None
+    if fallback == 'reference' and self.reference_strategy is not None:
+      return import_path(self.reference_strategy), 'reference', None
+    if fallback != 'optimize' or self.optimizer is None:
+      needed = [o.name for o in self.parameter_options]
+      raise ValueError(f'mechanism={self.name} needs `mechanism_file`'
+                       + (f' or `{"` and `".join(needed)}`.' if needed else '.'))
+    return self._optimized({}, num_rounds, participation)
+
+  def _optimized(self, options, num_rounds, participation):
+    if num_rounds is None or participation is None:
+      raise ValueError(f'mechanism={self.name} needs its parameters, a `mechanism_file`, or the '
+                       "run's `rounds` and `min_sep` to optimize for.")
+    kwargs = {option.name: options.get(option.name, option.default)
+              for option in self.optimizer_options}
+    result = import_path(self.optimizer)(num_rounds=num_rounds, participation=participation,
+                                         **kwargs)
+    return result.strategy, 'optimized', result
+
+  def _from_parameters(self, parameters: Dict[str, Any]) -> base.Strategy:
+    """The strategy from its parameter options (the parameter-free default with none)."""
+    required = [o.name for o in self.parameter_options if o.default is None]
+    missing = [name for name in required if name not in parameters]
+    if missing and (parameters or self.needs_parameters):
+      raise ValueError(f'`{"` and `".join(required)}` must be given together for '
+                       f'mechanism={self.name} (missing `{missing[0]}`).')
+    config = dict(self.default_config or {'mechanism': self.name})
+    config.update({name: list(value) if isinstance(value, tuple) else value
+                   for name, value in parameters.items()})
+    try:
+      return strategy_from_config(config)
+    except ValueError as error:
+      raise ValueError(f'`{"`/`".join(sorted(parameters))}`: {error}') from None
+
 
 def _completion_option() -> Option:
   return Option('completion', 'bool', 'Trees: release the nodes of the tree padded to 2^ceil(log2 '
@@ -290,7 +347,7 @@ def get(name: str) -> Mechanism:
   return _REGISTRY[name]
 
 
-def load(path: str) -> Any:
+def import_path(path: str) -> Any:
   """The attribute a 'module:attribute' path of an entry names (imported on first use)."""
   module_name, attribute = path.split(':')
   return getattr(importlib.import_module(module_name), attribute)
@@ -298,7 +355,7 @@ def load(path: str) -> Any:
 
 def strategy_class(name: str) -> type:
   """The `Strategy` subclass of mechanism `name`."""
-  return load(get(name).strategy_class)
+  return import_path(get(name).strategy_class)
 
 
 def strategy_from_config(config: dict) -> base.Strategy:
@@ -327,7 +384,7 @@ def optimizer(name: str) -> Callable[..., base.OptimizationResult]:
   mechanism = get(name)
   if mechanism.optimizer is None:
     raise ValueError(f'`mechanism`={name!r} has no optimizer; optimizable: {list(optimizable())}.')
-  return load(mechanism.optimizer)
+  return import_path(mechanism.optimizer)
 
 
 def optimizable() -> Tuple[str, ...]:
@@ -341,7 +398,7 @@ def noise_class(name: str) -> type:
   if not mechanism.streams:
     raise ValueError(f'`mechanism`={name!r} has no streaming noise (it decodes offline); streaming '
                      f'mechanisms: {list(names(streaming_only=True))}.')
-  return load(mechanism.noise_class)
+  return import_path(mechanism.noise_class)
 
 
 def option_table() -> Dict[str, Tuple[Option, Tuple[str, ...]]]:

@@ -37,6 +37,11 @@ class StrategySettingMismatchError(ValueError):
   """A strategy file was optimized for another setting than the run's (`resolve_strategy`)."""
 
 
+class StrategyFileError(Exception):
+  """A strategy file exists but cannot be read as one (corrupt, truncated, invalid parameters):
+  a failure of the input, not of the arguments (the binaries exit 1 on it, not 2)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class StrategySource:
   """Where a run's strategy came from (recorded in the run plan and shown in its reports).
@@ -115,79 +120,33 @@ def _from_file(entry, path, num_rounds, participation, allow_setting_mismatch) -
   path = os.fspath(path)
   if not os.path.isfile(path):
     raise ValueError(f'`mechanism_file`: no file at {path!r}.')
-  strategy, setting = files.load_strategy_and_setting(path)
-  if entry is not None and strategy.name != entry.name:
-    raise ValueError(f'`mechanism_file` {path!r} holds a {strategy.name!r} strategy, but '
-                     f'`mechanism`={entry.name}.')
-  mismatches = ()
-  if num_rounds is not None:
-    mismatches = files.setting_mismatches(setting, num_rounds, participation)
-  if mismatches and not allow_setting_mismatch:
-    raise StrategySettingMismatchError(
-        f'`mechanism_file` {path} was optimized for another setting ({"; ".join(mismatches)}); '
-        'regenerate it for this run or pass `allow_strategy_setting_mismatch`.')
-  return ResolvedStrategy(strategy, StrategySource('file', path=path,
-                                                   sha256=files.file_sha256(path),
-                                                   setting=setting, mismatches=mismatches))
-
-
-def _from_parameters(entry: registry.Mechanism, parameters: Dict[str, Any]) -> ResolvedStrategy:
-  """The strategy from its parameter options (the parameter-free default with none)."""
-  required = [o.name for o in entry.parameter_options if o.default is None]
-  missing = [name for name in required if name not in parameters]
-  if missing and (parameters or entry.needs_parameters):
-    raise ValueError(f'`{"` and `".join(required)}` must be given together for '
-                     f'mechanism={entry.name} (missing `{missing[0]}`).')
-  config = dict(entry.default_config or {'mechanism': entry.name})
-  config.update({name: list(value) if isinstance(value, tuple) else value
-                 for name, value in parameters.items()})
   try:
-    strategy = registry.strategy_from_config(config)
-  except ValueError as error:
-    raise ValueError(f'`{"`/`".join(sorted(parameters))}`: {error}') from None
-  return ResolvedStrategy(strategy, StrategySource('parameters' if parameters else 'default'))
-
-
-def _optimized(entry: registry.Mechanism, options: Dict[str, Any], num_rounds,
-               participation) -> ResolvedStrategy:
-  if num_rounds is None or participation is None:
-    raise ValueError(f'mechanism={entry.name} needs its parameters, a `mechanism_file`, or the '
-                     "run's `rounds` and `min_sep` to optimize for.")
-  kwargs = {option.name: options.get(option.name, option.default)
-            for option in entry.optimizer_options}
-  start = time.monotonic()
-  result = registry.optimizer(entry.name)(num_rounds=num_rounds, participation=participation,
-                                          **kwargs)
-  source = StrategySource('optimized', setting=files.setting_from_result(result),
-                          seconds=time.monotonic() - start)
-  return ResolvedStrategy(result.strategy, source, result)
+    stored = files.read_strategy_file(path, num_rounds, participation)
+  except (ValueError, OSError) as error:
+    raise StrategyFileError(f'`mechanism_file` {path} is corrupt or not a strategy file ({error}); '
+                            'rewrite it with `python -m dp_ftrl_tff.mechanisms optimize '
+                            '--output=...`.') from error
+  if entry is not None and stored.strategy.name != entry.name:
+    raise ValueError(f'`mechanism_file` {path!r} holds a {stored.strategy.name!r} strategy, but '
+                     f'`mechanism`={entry.name}.')
+  if stored.mismatches and not allow_setting_mismatch:
+    raise StrategySettingMismatchError(
+        f'`mechanism_file` {path} was optimized for another setting '
+        f'({"; ".join(stored.mismatches)}); regenerate it for this run or pass '
+        '`allow_strategy_setting_mismatch`.')
+  return ResolvedStrategy(stored.strategy, StrategySource(
+      'file', path=path, sha256=stored.sha256, setting=stored.setting,
+      mismatches=stored.mismatches))
 
 
 def _without_file(entry: registry.Mechanism, given: Dict[str, Any], num_rounds, participation,
                   fallback: str) -> ResolvedStrategy:
-  """The strategy from the options given: the optimizer when they are all its options (and
-  optimizing is the fallback), else the parameters, else the fallback."""
-  for name in given:
-    entry.option(name)  # ValueError: the option does not apply to this mechanism
-  optimizer_names = {o.name for o in entry.optimizer_options}
-  parameter_names = {o.name for o in entry.parameter_options}
-  if (fallback == 'optimize' and entry.needs_parameters and entry.optimizer is not None
-      and set(given) <= optimizer_names):
-    return _optimized(entry, given, num_rounds, participation)
-  parameters = {name: value for name, value in given.items() if name in parameter_names}
-  others = sorted(set(given) - parameter_names)
-  if others:
-    raise ValueError(f'`{others[0]}` does not apply with the parameters of mechanism={entry.name}'
-                     + (f' (`{"`, `".join(sorted(parameters))}`).' if parameters else '.'))
-  if parameters or not entry.needs_parameters:
-    return _from_parameters(entry, parameters)
-  if fallback == 'reference' and entry.reference_strategy is not None:
-    return ResolvedStrategy(registry.load(entry.reference_strategy), StrategySource('reference'))
-  if fallback != 'optimize' or entry.optimizer is None:
-    needed = [o.name for o in entry.parameter_options]
-    raise ValueError(f'mechanism={entry.name} needs `mechanism_file`'
-                     + (f' or `{"` and `".join(needed)}`.' if needed else '.'))
-  return _optimized(entry, {}, num_rounds, participation)
+  start = time.monotonic()
+  strategy, kind, result = entry.build_strategy(given, num_rounds, participation, fallback)
+  if result is None:
+    return ResolvedStrategy(strategy, StrategySource(kind))
+  return ResolvedStrategy(strategy, StrategySource(
+      kind, setting=files.setting_from_result(result), seconds=time.monotonic() - start), result)
 
 
 def resolve_strategy(mechanism: Optional[str] = None, *, strategy=None,
@@ -219,16 +178,18 @@ def resolve_strategy(mechanism: Optional[str] = None, *, strategy=None,
 
   Raises:
     ValueError: naming the bad argument (an unknown mechanism, an option that does not apply,
-      incomplete parameters, a file of another mechanism, nothing to build the strategy from).
+      incomplete parameters, a missing file, a file of another mechanism, nothing to build the
+      strategy from).
     StrategySettingMismatchError: a file made for another setting, unless allowed.
+    StrategyFileError: a file that exists but cannot be read as a strategy.
   """
-  _validation.check_one_of(fallback, 'fallback', FALLBACKS)
-  entry = None if mechanism is None else registry.get(mechanism)
   given = _given(options)
+  _validation.check_one_of(fallback, 'fallback', FALLBACKS)
   if num_rounds is not None:
     num_rounds = _validation.check_positive_int(num_rounds, 'rounds')
   if participation is not None:
     participation = participation_lib.check_participation(participation)
+  entry = None if mechanism is None else registry.get(mechanism)
   if strategy is None:
     if entry is None:
       raise ValueError('`mechanism` (or `mechanism_file`) is required.')

@@ -26,7 +26,7 @@ from absl import app, flags
 
 from dp_ftrl_tff.accounting import participation_log, report, report_render, zcdp
 from dp_ftrl_tff.mechanisms import blt, participation, tree
-from experiments import flag_parsing
+from experiments.cli import flag_parsing
 
 FLAGS = flags.FlagValues()
 _NUM_CLIENTS = flags.DEFINE_integer('num_clients', 10**6, 'Population size.', flag_values=FLAGS)

@@ -38,7 +38,7 @@ import time
 
 from absl import app, flags
 
-from experiments import flag_parsing
+from experiments.cli import flag_parsing
 
 FLAGS = flags.FlagValues()
 _DIM = flags.DEFINE_integer('dim', 4_000_000, 'Parameters in the model update.', lower_bound=1, flag_values=FLAGS)

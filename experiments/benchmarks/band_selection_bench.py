@@ -22,7 +22,7 @@ import time
 from absl import app, flags
 
 from dp_ftrl_tff.accounting import amplification, band_selection
-from experiments import flag_parsing
+from experiments.cli import flag_parsing
 
 FLAGS = flags.FlagValues()
 _EPSILONS = flags.DEFINE_list('epsilons', ['1', '2', '4', '8', '16'], 'Target epsilons.',

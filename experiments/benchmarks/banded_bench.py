@@ -31,7 +31,7 @@ from absl import app, flags
 
 from dp_ftrl_tff.mechanisms import banded, banded_optimizer
 from dp_ftrl_tff.mechanisms.participation import ParticipationSchema
-from experiments import flag_parsing
+from experiments.cli import flag_parsing
 
 FLAGS = flags.FlagValues()
 _NUM_ROUNDS = flags.DEFINE_list('num_rounds', ['512', '2052', '8192'], 'Values of n.', flag_values=FLAGS)

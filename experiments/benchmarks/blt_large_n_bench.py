@@ -19,7 +19,7 @@ from absl import app, flags
 
 from dp_ftrl_tff.mechanisms import blt
 from dp_ftrl_tff.mechanisms.participation import ParticipationSchema
-from experiments import flag_parsing
+from experiments.cli import flag_parsing
 
 FLAGS = flags.FlagValues()
 _NUM_ROUNDS = flags.DEFINE_list('num_rounds', ['2000', '100000', '1000000'],

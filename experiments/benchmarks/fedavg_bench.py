@@ -39,8 +39,8 @@ import time
 
 from absl import app, flags
 
-from experiments import flag_parsing
 from experiments.benchmarks import aggregator_bench
+from experiments.cli import flag_parsing
 
 FLAGS = flags.FlagValues()
 _CONFIG_NAMES = ('tff_gaussian', 'ours_gaussian', 'ours_blt', 'ours_banded', 'tff_tree', 'ours_tree')

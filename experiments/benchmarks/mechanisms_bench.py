@@ -17,7 +17,7 @@ from absl import app, flags
 
 from dp_ftrl_tff.mechanisms import banded_optimizer, blt, tree
 from dp_ftrl_tff.mechanisms.participation import ParticipationSchema
-from experiments import flag_parsing
+from experiments.cli import flag_parsing
 
 FLAGS = flags.FlagValues()
 _SKIP_BANDED = flags.DEFINE_bool('skip_banded', False, 'Skip the (longest) BandMF case.', flag_values=FLAGS)

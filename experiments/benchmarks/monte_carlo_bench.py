@@ -29,7 +29,7 @@ from absl import app, flags
 
 from dp_ftrl_tff.accounting import monte_carlo
 from dp_ftrl_tff.mechanisms import banded
-from experiments import flag_parsing
+from experiments.cli import flag_parsing
 
 FLAGS = flags.FlagValues()
 _ROUNDS = flags.DEFINE_integer('rounds', 2000, 'Rounds n.', flag_values=FLAGS)

@@ -29,7 +29,7 @@ import time
 
 from absl import app, flags
 
-from experiments import flag_parsing
+from experiments.cli import flag_parsing
 
 FLAGS = flags.FlagValues()
 _PARAMS = flags.DEFINE_integer('params', 100_000, 'P: float32 parameters of the model update.',

@@ -26,8 +26,8 @@ import time
 
 from absl import app, flags
 
-from experiments import flag_parsing
 from experiments.benchmarks import accounting_bench
+from experiments.cli import flag_parsing
 
 FLAGS = flags.FlagValues()
 _NUM_CLIENTS = flags.DEFINE_integer('num_clients', 10**6, 'Population size.', flag_values=FLAGS)

@@ -1,7 +1,7 @@
 r"""Per-round wall time of the SecAgg chain: ours vs TFF's DistributedDpSumFactory.
 
 All variants run in ONE process, in TFF's test execution context (selected once at start with
-`experiments.secure_context.use_secure_context`, as the drivers do: the only context that runs
+`experiments.run.secure_context.use_secure_context`, as the drivers do: the only context that runs
 secure sums), on the same client values; their rounds are interleaved (the order rotates every
 round) so that a change of machine load hits them alike. Per variant: one warm-up round, then
 `--rounds` timed rounds; the table gives the median and the min-max of the timed rounds.
@@ -31,7 +31,7 @@ from unittest import mock
 
 from absl import app, flags
 
-from experiments import flag_parsing
+from experiments.cli import flag_parsing
 
 FLAGS = flags.FlagValues()
 

@@ -18,7 +18,7 @@ from absl import app, flags
 
 from dp_ftrl_tff.mechanisms import blt, sensitivity, toeplitz
 from dp_ftrl_tff.mechanisms.participation import ParticipationSchema
-from experiments import flag_parsing
+from experiments.cli import flag_parsing
 
 FLAGS = flags.FlagValues()
 _NUM_ROUNDS = flags.DEFINE_integer('num_rounds', 2052, 'n.', flag_values=FLAGS)

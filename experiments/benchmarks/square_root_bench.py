@@ -15,7 +15,7 @@ from absl import app, flags
 
 from dp_ftrl_tff.mechanisms import banded_optimizer, blt, square_root
 from dp_ftrl_tff.mechanisms.participation import ParticipationSchema
-from experiments import flag_parsing
+from experiments.cli import flag_parsing
 
 FLAGS = flags.FlagValues()
 _ROUNDS = flags.DEFINE_integer('num_rounds', 2052, 'Rounds n.', lower_bound=1, flag_values=FLAGS)

@@ -16,7 +16,7 @@ from absl import app, flags
 
 from dp_ftrl_tff.mechanisms import tree
 from dp_ftrl_tff.mechanisms.participation import ParticipationSchema
-from experiments import flag_parsing
+from experiments.cli import flag_parsing
 
 FLAGS = flags.FlagValues()
 _NUM_ROUNDS = flags.DEFINE_integer('num_rounds', 2000, 'n.', flag_values=FLAGS)

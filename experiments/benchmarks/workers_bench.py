@@ -63,8 +63,8 @@ import time
 
 from absl import app, flags
 
-from experiments import flag_parsing
 from experiments import workers as workers_launcher
+from experiments.cli import flag_parsing
 
 FLAGS = flags.FlagValues()
 _PARAMS = flags.DEFINE_list('params', ['1e4', '1e6'], 'Model sizes (weights, approximate: the '

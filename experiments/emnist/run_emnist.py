@@ -2,7 +2,7 @@
 
 Trains the FedAvg CNN (or a tiny model for tests) on federated EMNIST (synthetic population, TFF's
 loader, or an offline cache / SQLite file) with DP-FTRL and min-sep client sampling; see
-`experiments/training_loop.py` for what a run writes and `docs/training.md` for usage.
+`experiments/run/training_loop.py` for what a run writes and `docs/training.md` for usage.
 """
 
 import os
@@ -13,9 +13,9 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 
 from absl import flags  # noqa: E402
 
-from experiments import driver, driver_flags, run_config  # noqa: E402
 from experiments.emnist import data as emnist_data  # noqa: E402
 from experiments.emnist import models as emnist_models  # noqa: E402
+from experiments.run import driver, driver_flags, run_config  # noqa: E402
 
 FLAGS = flags.FlagValues()
 driver_flags.define_common_flags(FLAGS)

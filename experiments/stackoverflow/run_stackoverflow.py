@@ -4,7 +4,7 @@
 Model (BandMF / BLT papers, after Reddi et al. 2021): vocabulary 10000, embedding 96, one LSTM layer
 of 670 units, sequences of 20 tokens, accuracy with and without OOV / EOS. Data: a synthetic
 population, TFF's loader, or an offline cache directory / SQLite file in TFF's format. See
-`experiments/training_loop.py` for what a run writes and `docs/training.md` for usage.
+`experiments/run/training_loop.py` for what a run writes and `docs/training.md` for usage.
 """
 
 import os
@@ -15,7 +15,7 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 
 from absl import flags  # noqa: E402
 
-from experiments import driver, driver_flags, run_config  # noqa: E402
+from experiments.run import driver, driver_flags, run_config  # noqa: E402
 from experiments.stackoverflow import data as so_data  # noqa: E402
 from experiments.stackoverflow import models as so_models  # noqa: E402
 

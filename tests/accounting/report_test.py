@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from dp_ftrl_tff import plan
-from dp_ftrl_tff.accounting import participation_log as log_lib
 from dp_ftrl_tff.accounting import calibration, report, report_render, zcdp
+from dp_ftrl_tff.accounting import participation_log as log_lib
 from dp_ftrl_tff.mechanisms import banded, gaussian, tree
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 

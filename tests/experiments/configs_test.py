@@ -13,8 +13,8 @@ import pytest
 
 from dp_ftrl_tff.accounting import zcdp
 from dp_ftrl_tff.learning import client_sampler
-from experiments import driver_flags, run_config, training_loop
 from experiments.emnist import run_emnist
+from experiments.run import driver_flags, run_setup, training_loop
 from experiments.stackoverflow import run_stackoverflow
 
 CONFIG_DIR = os.path.join(os.path.dirname(__file__), '..', '..', 'configs')
@@ -78,7 +78,7 @@ def test_synthetic_flagfile_states_its_epsilon(path, tmp_path):
   # The strategy the driver would use (optimized at start), accounted for the declared schedule.
   config = _parse(path, f'--root_output_dir={tmp_path}')
   assert config.target_delta == delta
-  plan = run_config.build_plan(config, run_config.resolve_strategy(config))
+  plan = run_setup.build_plan(config, run_setup.run_strategy(config)[0])
   guarantee = zcdp.guarantee(plan.strategy, config.rounds, config.participation,
                              plan.noise_multiplier, delta,
                              restart_rounds=plan.restart_rounds(config.rounds))

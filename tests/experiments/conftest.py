@@ -4,7 +4,7 @@ import csv
 
 import pytest
 
-from experiments import run_config
+from experiments.run import run_config
 
 
 def tiny_config(root, **overrides) -> run_config.RunConfig:

@@ -13,12 +13,13 @@ import sys
 import numpy as np
 import pytest
 
-from experiments import run_config, training_loop
+from dp_ftrl_tff.mechanisms import registry
 from experiments.emnist import run_emnist
+from experiments.run import training_loop
 from experiments.stackoverflow import run_stackoverflow
 from tests.experiments import conftest
 
-MECHANISMS = run_config.MECHANISMS
+MECHANISMS = registry.names(streaming_only=True)
 EMNIST_TASK = {'model': 'tiny', 'only_digits': True}
 SO_TASK = {'vocab_size': 50, 'embedding_size': 8, 'lstm_size': 8, 'sequence_length': 6,
            'max_elements_per_client': 8, 'word_counts': None}

@@ -12,8 +12,8 @@ from absl import flags
 
 from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.learning import poisson_sampler
-from experiments import driver_flags, run_config, training_loop
 from experiments.emnist import run_emnist
+from experiments.run import driver_flags, run_config, run_setup, training_loop
 from tests.experiments import cli_testing, conftest
 
 EMNIST_TASK = {'model': 'tiny', 'only_digits': True}
@@ -136,11 +136,11 @@ def test_amplification_warning_only_for_strategies_sampling_cannot_amplify():
   from dp_ftrl_tff.mechanisms import banded, registry
   cyclic = plan_lib.Sampling('cyclic_poisson', 0.1, 3, 30)
   two_bands = banded.BandedStrategy.from_band_rows(np.array([[1.0, 0.0]] + [[1.0, 0.3]] * 9))
-  assert run_config.amplification_warning(registry.default_strategy('gaussian'), cyclic) is None
-  assert run_config.amplification_warning(two_bands, cyclic) is None
-  assert 'not banded' in run_config.amplification_warning(
+  assert run_setup.amplification_warning(registry.default_strategy('gaussian'), cyclic) is None
+  assert run_setup.amplification_warning(two_bands, cyclic) is None
+  assert 'not banded' in run_setup.amplification_warning(
       registry.default_strategy('tree'), cyclic)
-  assert 'bands exceed' in run_config.amplification_warning(
+  assert 'bands exceed' in run_setup.amplification_warning(
       two_bands, plan_lib.Sampling('poisson', 0.1, 1, 30))
 
 

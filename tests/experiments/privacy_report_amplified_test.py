@@ -37,12 +37,17 @@ def _direct_epsilon(sigma, q, count, delta):
   return accountant.get_epsilon(delta)
 
 
+def _report(strategy, schema, sampling=None, **kwargs):
+  run_plan = plan_lib.RunPlan.for_accounting(strategy, 3.0, sampling=sampling, num_rounds=24,
+                                             participation=schema, target_delta=1e-6)
+  return report.build_report(run_plan, **kwargs)
+
+
 def test_build_report_adds_the_amplified_guarantee_next_to_the_headline():
   strategy = _banded()
   schema = participation.ParticipationSchema(min_sep=4)
-  plain = report.build_report(strategy, 24, schema, noise_multiplier=3.0, delta=1e-6)
-  sampled = report.build_report(strategy, 24, schema, noise_multiplier=3.0, delta=1e-6,
-                                sampling_prob=0.2, sampling_groups=4)
+  plain = _report(strategy, schema)
+  sampled = _report(strategy, schema, plan_lib.Sampling('cyclic_poisson', 0.2, 4))
   assert plain.amplified is None
   assert sampled.guarantee == plain.guarantee  # the headline holds whatever the sampling
   kappa = np.linalg.norm(strategy.strategy_matrix(24), axis=0).max()
@@ -57,12 +62,12 @@ def test_build_report_adds_the_amplified_guarantee_next_to_the_headline():
 
 
 def test_build_report_refuses_more_bands_than_groups_and_groups_without_probability():
-  schema = participation.ParticipationSchema(min_sep=4)
+  schema = participation.ParticipationSchema(min_sep=2)
   with pytest.raises(ValueError, match='3 bands but `num_groups`=2'):
-    report.build_report(_banded(), 24, schema, noise_multiplier=3.0, sampling_prob=0.2,
-                        sampling_groups=2)
-  with pytest.raises(ValueError, match='sampling_groups'):
-    report.build_report(_banded(), 24, schema, noise_multiplier=3.0, sampling_groups=2)
+    _report(_banded(), schema, plan_lib.Sampling('cyclic_poisson', 0.2, 2),
+            require_amplification=True)
+  with pytest.raises(ValueError, match='sampling_prob'):
+    plan_lib.Sampling('cyclic_poisson', None, 2)
 
 
 def test_flags(tmp_path):
@@ -102,7 +107,11 @@ def test_plan_whose_strategy_the_theorem_does_not_cover_keeps_the_unamplified_re
   run_plan = plan_lib.RunPlan.build(_banded(), 3.0, None, 1.0, sampling=sampling)
   path = str(tmp_path / 'plan.json')
   plan_lib.save_plan(run_plan, path)
-  proc = _run(f'--plan={path}', '--rounds=24', '--min_sep=4', '--json')
+  # Poisson sampling enforces no separation: the declared schema is min_sep 1 (a declared min_sep 4
+  # is refused, as the headline would understate epsilon).
+  refused = _run(f'--plan={path}', '--rounds=24', '--min_sep=4', '--json')
+  assert refused.returncode == 2 and 'min_sep' in refused.stderr
+  proc = _run(f'--plan={path}', '--rounds=24', '--min_sep=1', '--json')
   assert proc.returncode == 0, proc.stderr
   out = json.loads(proc.stdout)
   assert out['amplified'] is None

@@ -23,7 +23,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from experiments import run_config, run_dir, tff_workers
+from experiments.cli import tff_workers
+from experiments.run import run_config, run_dir, run_setup
 from tests.experiments import conftest
 
 ROUNDS = 6
@@ -285,14 +286,14 @@ def test_torn_last_lines(tmp_path):
 def test_corrupt_run_files_name_the_path(tmp_path):
   config = conftest.tiny_config(tmp_path, mechanism='tree')
   os.makedirs(config.output_dir)
-  strategy, setting, unsaved = run_config.load_or_build_strategy(config)
+  resolved, unsaved = run_setup.run_strategy(config)
   assert unsaved
-  saved = run_config.save_run_strategy(config, strategy, setting)
+  saved = run_setup.save_run_strategy(config, resolved)
   assert os.listdir(config.output_dir) == [os.path.basename(saved)]  # no temp file left
-  assert run_config.load_or_build_strategy(config)[2] is False
+  assert run_setup.run_strategy(config)[1] is False
   for name, check in (('hparams.json', run_config.check_hparams),
-                      ('plan.json', run_config.check_plan_file),
-                      (os.path.basename(saved), run_config.load_or_build_strategy)):
+                      ('plan.json', run_setup.check_plan_file),
+                      (os.path.basename(saved), run_setup.run_strategy)):
     path = os.path.join(config.output_dir, name)
     keep = read_bytes(path) if os.path.exists(path) else None
     with open(path, 'w') as f:

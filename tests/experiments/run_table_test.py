@@ -1,5 +1,5 @@
-"""Tests of the completion marker (experiments/run_summary.py) and the runs table and plot
-(experiments/run_table.py, experiments/summarize.py) on hand-written run directories."""
+"""Tests of the completion marker (experiments/run/run_summary.py) and the runs table and plot
+(experiments/sweeps/run_table.py, experiments/summarize.py) on hand-written run directories."""
 
 import csv
 import os
@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from experiments import run_dir, run_summary, run_table
+from experiments.run import run_dir, run_summary
+from experiments.sweeps import run_table
 
 
 def _make_run(root, name, *, noise_multiplier, epsilon, mechanism='blt', rounds=3, accuracy=0.5):

@@ -16,7 +16,7 @@ import textwrap
 import pytest
 
 from dp_ftrl_tff.aggregators import SecureAggregation
-from experiments import flag_parsing
+from experiments.cli import flag_parsing
 from experiments.emnist import models as emnist_models
 
 TINY_RUN = ('--model=tiny', '--clients_per_round=3', '--synthetic_num_clients=30',
@@ -85,7 +85,7 @@ def _assert_one_line_error(returncode, stderr, *fragments):
 
 def test_fixed_clip_run_writes_secagg_metrics(tmp_path):
   returncode, stderr = _run_emnist(
-      tmp_path, *TINY_RUN, '--aggregator=blt', f'--mechanism_file={_blt_file(tmp_path)}',
+      tmp_path, *TINY_RUN, '--mechanism=blt', f'--mechanism_file={_blt_file(tmp_path)}',
       '--rounds=2', '--eval_every=2', *NO_WRAP)
   assert returncode == 0, stderr[-3000:]
   rows = _rows(tmp_path)
@@ -105,7 +105,7 @@ def test_fixed_clip_run_writes_secagg_metrics(tmp_path):
 def test_adaptive_clipping_with_beta_scale_follows_the_clip(tmp_path):
   beta = math.exp(-0.5)
   returncode, stderr = _run_emnist(
-      tmp_path, *TINY_RUN, '--aggregator=blt', f'--mechanism_file={_blt_file(tmp_path)}',
+      tmp_path, *TINY_RUN, '--mechanism=blt', f'--mechanism_file={_blt_file(tmp_path)}',
       '--rounds=3', '--eval_every=3', '--adaptive_clipping', '--restart_period=1',
       '--noise_multiplier=0.5', '--clipped_count_stddev=1', f'--secure_beta={beta!r}', *NO_WRAP)
   assert returncode == 0, stderr[-3000:]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from experiments import training_loop
+from experiments.run import training_loop
 from experiments.stackoverflow import data as so_data
 from experiments.stackoverflow import run_stackoverflow
 from tests.experiments import conftest

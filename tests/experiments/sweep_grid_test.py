@@ -1,10 +1,10 @@
-"""Tests of the sweep's grid spellings and point names (experiments/sweep_grid.py)."""
+"""Tests of the sweep's grid spellings and point names (experiments/sweeps/sweep_grid.py)."""
 
 import json
 
 import pytest
 
-from experiments import sweep_grid
+from experiments.sweeps import sweep_grid
 
 
 def test_grid_text_is_the_cartesian_product_in_order():

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from experiments import run_summary
+from experiments.run import run_summary
 
 TINY = ['--model=tiny', '--rounds=2', '--clients_per_round=3', '--client_batch_size=8',
         '--synthetic_num_clients=30', '--synthetic_examples_per_client=8', '--min_sep=2',

@@ -19,8 +19,9 @@ import numpy as np
 import pytest
 
 from dp_ftrl_tff.learning import remote_execution
-from experiments import run_config, tff_workers
 from experiments import workers as workers_launcher
+from experiments.cli import tff_workers
+from experiments.run import run_config, run_setup
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
@@ -141,8 +142,8 @@ def aggregation_processes() -> dict:
   processes = {}
   for name, adaptive in cases:
     # The strategy a driver would build for a 3-round run (optimized where the mechanism needs it).
-    strategy, _, _ = run_config.load_or_build_strategy(run_config.RunConfig(
-        root_output_dir=os.devnull, mechanism=name, rounds=3))
+    strategy = run_setup.run_strategy(run_config.RunConfig(
+        root_output_dir=os.devnull, mechanism=name, rounds=3))[0].strategy
     plan = plan_lib.RunPlan.build(strategy, 0.5, 7, 1.0, adaptive_clip=adaptive or None)
     processes[f'{name}{"+adaptive" if adaptive else ""}'] = aggregators.CorrelatedNoiseFactory(
         plan, noise_seed=11).create(tff.TensorType(np.float32, [5]))

@@ -6,8 +6,8 @@ import dp_accounting
 import numpy as np
 import pytest
 
-from dp_ftrl_tff.mechanisms import __main__ as cli
 from dp_ftrl_tff.mechanisms import banded, files
+from experiments import mechanisms_cli as cli
 
 
 def _main(capsys, *args):
@@ -30,8 +30,8 @@ def _direct_epsilon(sigma, q, count, delta):
 
 
 def test_amplified_epsilon_from_dataset_and_batch_size(capsys):
-  out = _json(capsys, 'amplified', '--rounds=100', '--num_bands=8', '--dataset_size=10000',
-              '--batch_size=100', '--noise_multiplier=1.5', '--delta=1e-6')
+  out = _json(capsys, 'amplified', '--rounds=100', '--sampling_groups=8', '--dataset_size=10000',
+              '--batch_size=100', '--noise_multiplier=1.5', '--target_delta=1e-6')
   assert out['sampling_prob'] == 100 / (10000 // 8)
   assert out['compositions'] == 13
   assert out['largest_column_norm'] == 1.0
@@ -46,8 +46,8 @@ def test_amplified_calibration_with_a_strategy_file(capsys, tmp_path):
                                             rng.uniform(0.2, 1.0, (30, 30)), 0.0))
   path = str(tmp_path / 'c.npz')
   files.save_strategy(strategy, path)
-  out = _json(capsys, 'amplified', '--rounds=30', '--num_bands=3', '--sampling_prob=0.1',
-              '--target_epsilon=2', '--delta=1e-6', f'--mechanism_file={path}')
+  out = _json(capsys, 'amplified', '--rounds=30', '--sampling_groups=3', '--sampling_prob=0.1',
+              '--target_epsilon=2', '--target_delta=1e-6', f'--mechanism_file={path}')
   kappa = np.linalg.norm(strategy.strategy_matrix(30), axis=0).max()
   assert out['largest_column_norm'] == pytest.approx(kappa, rel=1e-12)
   assert out['effective_noise_multiplier'] == pytest.approx(out['noise_multiplier'] / kappa)
@@ -57,32 +57,32 @@ def test_amplified_calibration_with_a_strategy_file(capsys, tmp_path):
 def test_select_bands_saves_the_chosen_strategy(capsys, tmp_path):
   path = str(tmp_path / 'best.npz')
   out = _json(capsys, 'select_bands', '--rounds=24', '--dataset_size=600', '--batch_size=100',
-              '--target_epsilon=8', '--delta=1e-6', f'--output={path}')
+              '--target_epsilon=8', '--target_delta=1e-6', f'--output={path}')
   assert 1 <= out['num_bands'] <= 6
   best = min(out['candidates'], key=lambda c: c['rmse'])
   assert best['num_bands'] == out['num_bands'] and best['rmse'] == out['rmse']
   saved = files.load_strategy(path)
   assert saved.name == 'banded' and saved.num_bands <= out['num_bands']
   status, text, _ = _main(capsys, 'select_bands', '--rounds=24', '--dataset_size=600',
-                          '--batch_size=100', '--target_epsilon=8', '--delta=1e-6')
+                          '--batch_size=100', '--target_epsilon=8', '--target_delta=1e-6')
   assert status == 0 and 'candidates (rmse = noise_multiplier * loss):' in text
 
 
 @pytest.mark.parametrize('args, message', [
     (['amplified', '--rounds=10', '--sampling_prob=0.1', '--noise_multiplier=1'],
-     '--num_bands is required'),
-    (['amplified', '--rounds=10', '--num_bands=2', '--sampling_prob=0.1', '--dataset_size=100',
+     '--sampling_groups is required'),
+    (['amplified', '--rounds=10', '--sampling_groups=2', '--sampling_prob=0.1', '--dataset_size=100',
       '--noise_multiplier=1'], '--dataset_size does not apply'),
-    (['amplified', '--rounds=10', '--num_bands=2', '--sampling_prob=0.1'],
+    (['amplified', '--rounds=10', '--sampling_groups=2', '--sampling_prob=0.1'],
      'exactly one of --noise_multiplier, --target_epsilon'),
-    (['amplified', '--rounds=10', '--num_bands=2', '--sampling_prob=1.5', '--noise_multiplier=1'],
+    (['amplified', '--rounds=10', '--sampling_groups=2', '--sampling_prob=1.5', '--noise_multiplier=1'],
      '--sampling_prob must lie in (0, 1]'),
-    (['amplified', '--rounds=10', '--num_bands=20', '--dataset_size=100', '--batch_size=10',
+    (['amplified', '--rounds=10', '--sampling_groups=20', '--dataset_size=100', '--batch_size=10',
       '--noise_multiplier=1'], 'use at most floor(dataset_size / batch_size) = 10 groups'),
-    (['amplified', '--rounds=16', '--num_bands=2', '--sampling_prob=0.1', '--noise_multiplier=1',
+    (['amplified', '--rounds=16', '--sampling_groups=2', '--sampling_prob=0.1', '--noise_multiplier=1',
       '--mechanism=tree'], 'square banded C'),
-    (['amplified', '--rounds=16', '--num_bands=2', '--sampling_prob=0.1', '--noise_multiplier=1',
-      '--delta=0'], '--delta must lie in (0, 1)'),
+    (['amplified', '--rounds=16', '--sampling_groups=2', '--sampling_prob=0.1', '--noise_multiplier=1',
+      '--target_delta=0'], '--target_delta must lie in (0, 1)'),
     (['select_bands', '--rounds=16', '--dataset_size=100', '--batch_size=10', '--target_epsilon=1',
       '--output=x.json'], 'must end with .npz'),
     (['select_bands', '--rounds=16', '--dataset_size=100', '--batch_size=10'],

@@ -7,8 +7,8 @@ import sys
 import numpy as np
 import pytest
 
-from dp_ftrl_tff.mechanisms import __main__ as cli
 from dp_ftrl_tff.mechanisms import participation as participation_lib
+from experiments import mechanisms_cli as cli
 from tests.mechanisms import patterns as patterns_lib
 
 P = participation_lib.ParticipationSchema

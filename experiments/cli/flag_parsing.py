@@ -1,7 +1,12 @@
-"""Flag parsing for the binaries: `--help` lists every flag, errors are one line on stderr.
+"""Flag parsing for the binaries: `--help` lists every flag, errors are one line naming the flag.
 
 Every binary of `experiments/` owns a `flags.FlagValues()` (so that all binary modules import in one
-process) and passes `flags_parser(flag_values, __doc__)` to `absl.app.run`. Imports no TensorFlow.
+process) and passes `flags_parser(flag_values, __doc__)` to `absl.app.run`, which also applies the
+deprecated flag names (`flag_aliases`). The library names its parameters in backticks in every
+error (`rounds`, `bits`, ...); `error_line` writes each one the binary has as a flag as `--name`,
+through `FLAG_NAMES` where the flag is named otherwise (SecAgg's settings carry a `secure_` prefix,
+the sampling groups are `--sampling_groups`, ...), so an error names the flag the user typed.
+Imports no TensorFlow.
 """
 
 import logging as std_logging
@@ -12,21 +17,53 @@ from typing import Callable, List, NoReturn
 
 from absl import flags
 
-from experiments import tff_workers
+from experiments.cli import flag_aliases, tff_workers
 
 #: Exit status of a driver stopped by bad input (flags, settings, execution context).
 ERROR_EXIT_CODE = 2
 #: Exit status of a driver stopped by a runtime error: a run directory in use by another run, a
-#: corrupt run file (`experiments.run_dir.RunDirError`).
+#: corrupt run file (`experiments.run.run_dir.RunDirError`).
 RUNTIME_ERROR_EXIT_CODE = 1
 _BACKTICKED = re.compile(r'`([A-Za-z_][A-Za-z0-9_]*)`')
+
+#: The library's name of a setting -> the flag that sets it, where the two differ.
+FLAG_NAMES = {
+    'num_rounds': 'rounds',
+    'delta': 'target_delta',
+    'participation': 'min_sep',
+    'beyond_max_rounds': 'banded_beyond_max_rounds',
+    'bits': 'secure_bits',
+    'rotation': 'secure_rotation',
+    'beta': 'secure_beta',
+    'modclip_prob': 'secure_modclip_prob',
+    'secure': 'secure_aggregation',
+    'adaptive_clip': 'adaptive_clipping',
+    'initial_clip': 'clip_norm',
+    'num_groups': 'sampling_groups',
+    'kind': 'sampler',
+    'warmup': 'restart_warmup',
+    'period': 'restart_period',
+    'allow_setting_mismatch': 'allow_strategy_setting_mismatch',
+}
+
+
+def flag_words(text: str, flag_names=None) -> str:
+  """`text` with each backticked library name of `FLAG_NAMES` written as its flag's name (in
+  backticks), where `flag_names` (None: all) has that flag."""
+  def rename(match):
+    flag = FLAG_NAMES.get(match.group(1))
+    if flag is None or (flag_names is not None and flag not in flag_names):
+      return match.group(0)
+    return f'`{flag}`'
+  return _BACKTICKED.sub(rename, str(text))
 
 
 def error_line(error, flag_values: flags.FlagValues) -> str:
   """`error` as one line, with every backticked setting that is a flag written as `--name`."""
   def as_flag(match):
     return f'--{match.group(1)}' if match.group(1) in flag_values else match.group(0)
-  return ' '.join(_BACKTICKED.sub(as_flag, str(error)).split())
+  text = flag_words(str(error), flag_values)
+  return ' '.join(_BACKTICKED.sub(as_flag, text).split())
 
 
 def exit_with_error(error, flag_values: flags.FlagValues,
@@ -36,7 +73,7 @@ def exit_with_error(error, flag_values: flags.FlagValues,
 
   Exits with `os._exit` after flushing: no interpreter teardown, in which TFF's local executor
   destructors print "Exception ignored ... Traceback" lines or wait forever for a worker that
-  ignores SIGINT (see experiments/secure_context.py). Nothing has been trained at this point.
+  ignores SIGINT (see experiments/run/secure_context.py). Nothing has been trained at this point.
   """
   program = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else 'driver'
   exit_now(exit_code, f'{program}: error: {error_line(error, flag_values)}\n')
@@ -65,6 +102,7 @@ def flags_parser(flag_values: flags.FlagValues, usage: str) -> Callable[[List[st
       # The binary's flags first; what remains (absl's own, e.g. --verbosity) goes to absl's global
       # FLAGS, which `app.run` requires parsed.
       remaining = flag_values(argv, known_only=True)
+      flag_aliases.apply_aliases(flag_values)
       return flags.FLAGS(remaining)
     except flags.Error as error:
       exit_with_error(error, flag_values)

@@ -7,12 +7,12 @@ calls `run_main(flag_values, build_task, task_settings)` under `if __name__ == '
 training with `<program>: error: <one line>` on stderr and exit status 2; `--help` lists every flag
 with its default. A run directory in use by another run (its PID named) or holding a corrupt run file
 is one such line with exit status 1. SIGINT / SIGTERM stop the run after the current round and its
-checkpoint, with one logged line and exit status 130 / 143 (`experiments.stop_signals`). Every exit
+checkpoint, with one logged line and exit status 130 / 143 (`experiments.run.stop_signals`). Every exit
 ends the driver's TFF worker_binary children. A `--rounds` whose arrays cannot fit in memory
 (`dp_ftrl_tff.mechanisms.memory`) exits 2; any other failure (I/O: an unwritable --root_output_dir,
 a full disk; a corrupt --mechanism_file; memory; a bug) is one line with exit status 1. `--debug`
 prints the traceback before the line. The console (stdout: header, rounds, evals, summary) is
-`experiments.console`.
+`experiments.run.console`.
 """
 
 import logging as std_logging
@@ -22,22 +22,15 @@ from typing import Any, Callable, Dict
 from absl import app, flags, logging
 
 from dp_ftrl_tff.learning import remote_execution
-from dp_ftrl_tff.mechanisms import memory
-from experiments import (
-  driver_flags,
-  flag_parsing,
-  run_config,
-  run_dir,
-  stop_signals,
-  tff_workers,
-  training_loop,
-)
+from dp_ftrl_tff.mechanisms import memory, resolve
+from experiments.cli import flag_parsing, tff_workers
+from experiments.run import driver_flags, run_config, run_dir, stop_signals, training_loop
 
 
 def set_up_logging() -> None:
   """Quiet console: absl WARNING and above on stderr unless the user gave absl's --verbosity
   (`--verbosity=0` brings the INFO logs back), without TF's Python chatter. Results and progress go
-  to stdout (`experiments.console`)."""
+  to stdout (`experiments.run.console`)."""
   if not flags.FLAGS['verbosity'].present:
     logging.set_verbosity(logging.WARNING)
   std_logging.getLogger('tensorflow').setLevel(std_logging.ERROR)
@@ -100,7 +93,7 @@ def run_main(flag_values: flags.FlagValues,
       training_loop.run(task, config)
     except training_loop.SetupError as error:
       _fail(error, flag_values)
-    except run_dir.RunDirError as error:
+    except (run_dir.RunDirError, resolve.StrategyFileError) as error:
       _fail(error, flag_values, flag_parsing.RUNTIME_ERROR_EXIT_CODE)
     except Exception as error:  # I/O (unwritable directory, full disk), memory, bugs: exit 1
       _fail(_runtime_message(error), flag_values, flag_parsing.RUNTIME_ERROR_EXIT_CODE)

@@ -1,12 +1,14 @@
 """The drivers' console: results and progress on stdout, notices on stderr, absl logs on request.
 
 stdout of a driver run:
-  * a header: data, mechanism, noise multiplier, clip, clients per round, rounds, min_sep and the
-    planned epsilon at --target_delta for the declared participation (`planned_guarantee`);
+  * a header from the run's plan: data, mechanism, noise multiplier, clip, clients per round,
+    rounds, min_sep and the planned epsilon at --target_delta for the declared participation
+    (`planned_guarantee`);
   * one line per round (`training_loop.round_log_line`): loss, accuracy, round time, ETA;
   * an eval line every --eval_every rounds (`eval_line`) with the epsilon spent so far, from the
-    participation observed in the log up to that round (`spent_guarantee`, `zcdp.guarantee` on the
-    log's realized schema: one sensitivity and a closed-form conversion, no report);
+    participation observed in the log up to that round (`spent_guarantee`,
+    `zcdp.guarantee_for_plan` on the log's realized schema: one sensitivity and a closed-form
+    conversion, no report);
   * a final summary: the privacy report's summary and the run directory's files (`summary`).
 stderr: notices (resume, SecAgg wrap summary; `notice`), warnings, and the one-line errors. absl INFO
 logs (mechanism, segments, ...) come back with `--verbosity=0` (absl's flag; the default here is
@@ -36,53 +38,52 @@ def out(text: str) -> None:
   print(text, flush=True)
 
 
-def planned_guarantee(config, plan: plan_lib.RunPlan) -> Optional[zcdp.Guarantee]:
-  """The guarantee of the whole planned run for the declared participation (None without noise)."""
+def planned_guarantee(plan: plan_lib.RunPlan) -> Optional[zcdp.Guarantee]:
+  """The guarantee of the whole planned run for its declared participation (None without noise)."""
   if plan.noise_multiplier == 0:
     return None
-  return zcdp.guarantee(plan.strategy, config.rounds, config.participation, plan.noise_multiplier,
-                        config.target_delta, restart_rounds=plan.restart_rounds(config.rounds),
-                        conversion=CONVERSION)
+  return zcdp.guarantee_for_plan(plan, conversion=CONVERSION)
 
 
-def spent_guarantee(config, plan: plan_lib.RunPlan, rounds_done: int) -> Optional[zcdp.Guarantee]:
+def spent_guarantee(plan: plan_lib.RunPlan, log_path: str,
+                    rounds_done: int) -> Optional[zcdp.Guarantee]:
   """The guarantee of the first `rounds_done` rounds for the participation observed in the run's
-  log so far (None without noise or without rows)."""
+  log at `log_path` so far (None without noise or without rows)."""
   if plan.noise_multiplier == 0 or rounds_done < 1:
     return None
-  log = participation_log.read_participation_log(os.path.join(config.output_dir,
-                                                              'participation.csv'))
+  log = participation_log.read_participation_log(log_path)
   if not log.num_rows:
     return None
-  return zcdp.guarantee(plan.strategy, rounds_done, log.realized_schema(rounds_done),
-                        plan.noise_multiplier, config.target_delta,
-                        restart_rounds=plan.restart_rounds(rounds_done), conversion=CONVERSION)
+  return zcdp.guarantee_for_plan(plan, rounds_done, log.realized_schema(rounds_done),
+                                 conversion=CONVERSION)
 
 
-def header(config, plan: plan_lib.RunPlan, num_clients: int) -> str:
-  """The run's header (a few lines): what determines the model and its privacy guarantee."""
+def header(plan: plan_lib.RunPlan, data: str, output_dir: str) -> str:
+  """The run's header (a few lines): what determines the model and its privacy guarantee; `data`
+  describes the training data (e.g. 'synthetic: 1000 training clients')."""
   sigma = f'{plan.noise_multiplier:.6g}'
-  if config.target_epsilon is not None:
-    sigma += f' (calibrated to epsilon={config.target_epsilon:g} at delta={config.target_delta:g})'
+  if plan.calibration is not None:
+    (target, value), = plan.calibration.items()
+    sigma += f' (calibrated to {target[len("target_"):]}={value:g} at delta={plan.target_delta:g})'
   if plan.value_noise_multiplier != plan.noise_multiplier:
     sigma += f', value noise multiplier {plan.value_noise_multiplier:.6g}'
-  clip = f'{config.clip_norm:g}' + (' (initial, adaptive)' if config.adaptive_clipping else '')
-  k = config.max_participations
-  guarantee = planned_guarantee(config, plan)
+  clip = f'{plan.clip_norm:g}' + (' (initial, adaptive)' if plan.adaptive_clip else '')
+  k = plan.participation.max_participations
+  guarantee = planned_guarantee(plan)
   planned = ('none (noise multiplier 0)' if guarantee is None else
              f'epsilon {guarantee.epsilon:.4g} at delta {guarantee.delta:g} (rho-zCDP '
              f'{guarantee.rho:.4g}, declared participation, no amplification)')
-  restarts = plan.restart_rounds(config.rounds)
+  restarts = plan.restart_rounds()
   lines = [
-      f'data        {config.data}: {num_clients} training clients',
-      f'mechanism   {plan.strategy.name}'
+      f'data        {data}',
+      f'mechanism   {plan.mechanism}'
       + (f', restarts at rounds {_short_list(restarts)}' if restarts else ''),
       f'noise       noise multiplier {sigma}, clip {clip}'
-      + (f', SecAgg {config.secure_bits} bits' if config.secure_aggregation else ''),
-      f'schedule    {_cohorts(plan)}, {config.rounds} rounds, '
-      f'min_sep {config.min_sep}, max_participations {"none" if k is None else k}',
+      + (f', SecAgg {plan.secure.bits} bits' if plan.secure else ''),
+      f'schedule    {_cohorts(plan)}, {plan.num_rounds} rounds, '
+      f'min_sep {plan.participation.min_sep}, max_participations {"none" if k is None else k}',
       f'planned     {planned}',
-      f'output      {config.output_dir}',
+      f'output      {output_dir}',
   ]
   return '\n'.join(lines)
 

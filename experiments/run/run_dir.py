@@ -19,6 +19,10 @@ A driver run owns `<root_output_dir>/<experiment_name>/` through `RunDirectory`:
     of `tff.program.FileProgramStateManager`, `metrics.csv_temp<k>` of its CSV release manager,
     `*.tmp` of ours) are removed at start (`remove_stale_temps`).
 
+The names of the run's files are here too (`PLAN_FILE`, `HPARAMS_FILE`, `PARTICIPATION_FILE`,
+`METRICS_FILE`, `REPORT_DIR`), with `read_secure_segments`, what a report of a SecAgg run reads of
+`metrics.csv` (the drivers at the end of a run and `experiments.privacy_report --plan` alike).
+
 `RunDirError` (not a ValueError) is what a run cannot recover from by itself: a locked directory or
 a corrupt run file; it names the path and what to do. Linux only for the worker parts (/proc).
 """
@@ -39,10 +43,17 @@ from typing import Callable, Optional, Sequence
 from absl import logging
 
 from dp_ftrl_tff import _atomic
-from experiments import tff_workers
+from experiments.cli import tff_workers
 
 LOCK_FILE = 'run.lock'
 WORKERS_FILE = 'workers.json'
+PLAN_FILE = 'plan.json'
+HPARAMS_FILE = 'hparams.json'
+PARTICIPATION_FILE = 'participation.csv'
+METRICS_FILE = 'metrics.csv'
+REPORT_DIR = 'privacy_report'
+#: The per-round metric holding the aggregator's `modular_wrap` measurement (SecAgg runs).
+MODULAR_WRAP_METRIC = 'aggregator/modular_wrap'
 
 # Temp names of tff.program's file writers (`<path>_temp<random>`) and of ours (`<name>.<x>.tmp`,
 # `<name>.tmp`).
@@ -299,3 +310,27 @@ def _alive(pid: int, start) -> bool:
   """Whether process `pid` exists and (if `start` is known) is the one that started at `start`."""
   now = tff_workers.start_time(pid)
   return now is not None and (start is None or now == start)
+
+
+def read_secure_segments(metrics_csv: str) -> dict:
+  """What a SecAgg run's report needs of its `metrics.csv`: {'segments': each noise segment's clip
+  and post-rounding sensitivity clip (first round of the segment), 'wrap_rounds': the rounds whose
+  secure sum wrapped around the field}.
+
+  Raises:
+    OSError: the file cannot be read.
+    ValueError: it lacks the aggregator's columns.
+  """
+  segments, wrap_rounds = {}, []
+  with open(metrics_csv, newline='') as f:
+    for row in csv.DictReader(f):
+      try:
+        segment = int(float(row['aggregator/segment']))
+        segments.setdefault(segment, {'segment': segment, 'clip': float(row['aggregator/clip']),
+                                      'sensitivity_clip': float(row['aggregator/sensitivity_clip'])})
+        if float(row.get(MODULAR_WRAP_METRIC) or 0) > 0:
+          wrap_rounds.append(int(row['round']))
+      except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f'{metrics_csv} is not the metrics of a SecAgg run (row {row!r}: {e}).'
+                         ) from e
+  return {'segments': [segments[s] for s in sorted(segments)], 'wrap_rounds': wrap_rounds}

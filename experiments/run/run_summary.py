@@ -29,7 +29,7 @@ import os
 from typing import Any, Dict, Optional
 
 from dp_ftrl_tff import _atomic
-from experiments import run_dir
+from experiments.run import run_dir
 
 SUMMARY_FILE = 'summary.json'
 FORMAT = 1

@@ -51,10 +51,10 @@ def flat_hparams(hparams: Dict[str, Any], accounted_noise_multiplier: Optional[f
 
 def write_hparams_summary(output_dir: str, summary: Dict[str, Any]) -> str:
   """Writes the HParams session and the `final/*` scalars of a run from its `summary` document
-  (`experiments.run_summary`) into `<output_dir>/tensorboard/`; returns that directory."""
+  (`experiments.run.run_summary`) into `<output_dir>/tensorboard/`; returns that directory."""
   for key in ('hparams', 'final_metrics', 'rounds', 'noise_multiplier'):
     if key not in summary:
-      raise ValueError(f'`summary` lacks {key!r} (expected an experiments.run_summary document).')
+      raise ValueError(f'`summary` lacks {key!r} (expected an experiments.run.run_summary document).')
   logdir = os.path.join(os.fspath(output_dir), TENSORBOARD_DIR)
   finals = {name: value for name, value in summary['final_metrics'].items() if value is not None}
   if summary.get('epsilon') is not None:

@@ -1,0 +1,346 @@
+"""A driver run's settings (`RunConfig`, what `hparams.json` holds), its `Task`, and `hparams.json`.
+
+`RunConfig` is the flag-level record of a run: every field is the flag of the same name
+(`experiments.run.driver_flags`), the mechanism's options included (`mechanism_options`, one flag
+per registry option). It validates by building the settings objects of the plan
+(`dp_ftrl_tff.settings`: SecAgg, adaptive clipping, restarts, the participation schema), so each
+setting has one check, and names the flag in its errors. A resumed run must match the settings in
+`hparams.json` (`check_hparams`) but `RESUMABLE_CHANGES`. The plan itself (strategy, calibration)
+is `experiments.run.run_setup`'s.
+
+Conventions: rounds are 0-based; `min_sep` = b (r2 - r1 >= b; TF-Privacy's min_separation = b - 1);
+the noise multiplier is relative to the clip norm and the mean divides by the fixed
+`clients_per_round`.
+"""
+
+import dataclasses
+import json
+import os
+from typing import Any, Callable, Dict, Optional, Tuple
+
+import tensorflow as tf
+
+from dp_ftrl_tff import _atomic, _validation
+from dp_ftrl_tff import plan as plan_lib
+from dp_ftrl_tff.accounting import zcdp
+from dp_ftrl_tff.learning import remote_execution
+from dp_ftrl_tff.mechanisms import participation as participation_lib
+from dp_ftrl_tff.mechanisms import registry
+from experiments.cli import flag_parsing, plan_flags
+from experiments.run import run_dir
+
+SECURE_ROTATIONS = ('dft', 'hd', 'none')
+
+# Settings a resumed run may change (they do not change what was trained).
+RESUMABLE_CHANGES = ('rounds', 'checkpoint_every', 'eval_every', 'eval_max_examples',
+                     'target_delta', 'banded_beyond_max_rounds', 'workers',
+                     'allow_strategy_setting_mismatch')
+#: Client samplers: min-sep (exactly `clients_per_round`, `learning.client_sampler`) or the random
+#: cohorts of `plan.Sampling` (`learning.poisson_sampler`).
+SAMPLERS = ('min_sep',) + plan_lib.SAMPLING_KINDS
+#: `clients_per_round` of the min-sep sampler when not given.
+DEFAULT_CLIENTS_PER_ROUND = 10
+# hparams.json keys of earlier releases -> today's names; mechanism options that were settings of
+# their own.
+_RENAMED_HPARAMS = {'aggregator': 'mechanism'}
+_OPTIONS_OF_EARLIER_RELEASES = ('num_bands', 'num_buffers')
+
+_HPARAMS_REMEDY = ('restore it (it holds the settings of the run in this directory), or start a new '
+                   'run with another --experiment_name.')
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+  """Every setting of a run (what `hparams.json` holds). See the flags of the same names;
+  `mechanism_options` holds the mechanism's option flags that were given ({'num_bands': 3})."""
+  root_output_dir: str
+  experiment_name: str = 'run'
+  rounds: int = 20
+  clients_per_round: Optional[int] = None  # DEFAULT_CLIENTS_PER_ROUND (min-sep); None with Poisson
+  client_learning_rate: float = 0.1
+  client_batch_size: int = 16
+  client_epochs: int = 1
+  server_learning_rate: float = 1.0
+  server_momentum: float = 0.9
+  mechanism: str = 'blt'
+  mechanism_file: Optional[str] = None
+  mechanism_options: Dict[str, Any] = dataclasses.field(default_factory=dict)
+  allow_strategy_setting_mismatch: bool = False
+  banded_beyond_max_rounds: str = 'error'
+  noise_multiplier: Optional[float] = 1.0  # None with target_epsilon (calibrated at start)
+  target_epsilon: Optional[float] = None
+  clip_norm: float = 1.0
+  adaptive_clipping: bool = False
+  target_unclipped_quantile: float = 0.5
+  clip_learning_rate: float = 0.2
+  clipped_count_stddev: Optional[float] = None
+  restart_rounds: Optional[Tuple[int, ...]] = None
+  restart_warmup: Optional[int] = None
+  restart_period: Optional[int] = None
+  min_sep: int = 1
+  max_participations: Optional[int] = None
+  sampler: str = 'min_sep'
+  sampling_prob: Optional[float] = None
+  sampling_groups: Optional[int] = None  # cyclic_poisson b-hat (default: the num_bands option)
+  secure_aggregation: bool = False
+  secure_bits: int = 20
+  secure_rotation: str = 'dft'
+  secure_beta: float = 0.0
+  secure_modclip_prob: float = 1e-4
+  data: str = 'synthetic'
+  synthetic_num_clients: int = 1000
+  synthetic_examples_per_client: int = 20
+  seed: int = 0
+  noise_seed: Optional[int] = None
+  checkpoint_every: int = 10
+  eval_every: int = 10
+  eval_max_examples: int = 10000
+  target_delta: float = zcdp.DEFAULT_DELTA
+  workers: Optional[str] = None  # 'host:port,...' of TFF workers, None: run locally
+  task: Dict[str, Any] = dataclasses.field(default_factory=dict)  # driver-specific settings
+
+  def __post_init__(self):
+    try:
+      self._check()
+    except ValueError as error:
+      raise ValueError(flag_parsing.flag_words(str(error), _FIELDS)) from error
+
+  def _check(self) -> None:
+    """Validates every setting (errors in the library's words; `__post_init__` renames them)."""
+    if not isinstance(self.root_output_dir, str) or not self.root_output_dir:
+      raise ValueError('`root_output_dir` must be given (--root_output_dir).')
+    self._resolve_sampler_settings()
+    for name in ('rounds', 'client_batch_size', 'client_epochs', 'checkpoint_every', 'eval_every',
+                 'eval_max_examples', 'synthetic_num_clients', 'synthetic_examples_per_client'):
+      _validation.check_positive_int(getattr(self, name), name)
+    self._check_mechanism()
+    _validation.check_positive_float(self.client_learning_rate, 'client_learning_rate')
+    _validation.check_positive_float(self.server_learning_rate, 'server_learning_rate')
+    _validation.check_float_in_range(self.server_momentum, 'server_momentum', 0.0, 1.0,
+                                     high_inclusive=False)
+    if self.target_epsilon is None:
+      _validation.check_nonnegative_float(self.noise_multiplier, 'noise_multiplier')
+    else:
+      _validation.check_positive_float(self.target_epsilon, 'target_epsilon')
+      if self.noise_multiplier is not None:
+        raise ValueError('`target_epsilon` excludes `noise_multiplier` (the noise multiplier is '
+                         'calibrated to the target): give only one of them.')
+    _validation.check_positive_float(self.clip_norm, 'clip_norm')
+    _validation.check_float_in_range(self.target_delta, 'target_delta', 0.0, 1.0,
+                                     low_inclusive=False, high_inclusive=False)
+    self._check_plan_settings()
+    if self.workers is not None:
+      object.__setattr__(self, 'workers', ','.join(remote_execution.parse_worker_addresses(
+          self.workers, 'workers')))
+      if self.secure_aggregation:
+        raise ValueError(remote_execution.SECURE_SUM_ERROR)
+
+  def _check_mechanism(self) -> None:
+    """A streaming mechanism of the registry, options of its own, an existing strategy file."""
+    entry = registry.get(self.mechanism)
+    if not entry.streams:
+      raise ValueError(f'`mechanism`={self.mechanism} has no streaming noise (it decodes '
+                       f'offline); streaming mechanisms: {list(registry.names(True))}.')
+    if not isinstance(self.mechanism_options, dict):
+      raise ValueError(f'`mechanism_options` must be a dict, got {self.mechanism_options!r}.')
+    for name in self.mechanism_options:
+      entry.option(name)
+    if self.mechanism_file is not None and not os.path.isfile(self.mechanism_file):
+      raise ValueError(f'`mechanism_file`: no file at {self.mechanism_file!r}.')
+
+  def _check_plan_settings(self) -> None:
+    """The plan's settings objects validate the SecAgg, adaptive-clipping, restart and
+    participation settings (even when their feature is off: a bad value is an error)."""
+    _validation.check_one_of(self.secure_rotation, 'secure_rotation', SECURE_ROTATIONS)
+    secure = self._secure_settings()
+    self._adaptive_settings()
+    self.restart_schedule()
+    _validation.check_one_of(self.banded_beyond_max_rounds, 'banded_beyond_max_rounds',
+                             plan_lib.BEYOND_MAX_ROUNDS)
+    participation_lib.ParticipationSchema.b_min_sep(self.min_sep, self.max_participations)
+    if self.secure_aggregation:
+      secure.unit_scale_factor(self.clients_per_round, 2)
+
+  def _resolve_sampler_settings(self) -> None:
+    """Checks the sampler settings and fills their defaults (stored as resolved in hparams.json).
+
+    min_sep: `clients_per_round` defaults to `DEFAULT_CLIENTS_PER_ROUND`; no `sampling_*` settings.
+    poisson / cyclic_poisson: `sampling_prob` is required, and `clients_per_round` must not be given:
+    the mean divides by the expected cohort size q * population / b-hat (`plan.Sampling`). The
+    sampler cannot cap participations (no `max_participations`) and SecAgg is not offered (its field
+    is sized for a fixed cohort). Poisson enforces no separation (`min_sep` 1); cyclic Poisson
+    enforces b = b-hat, so `min_sep` is set to `sampling_groups` (given as 1 or as b-hat), which
+    defaults to the `num_bands` option.
+    """
+    _validation.check_one_of(self.sampler, 'sampler', SAMPLERS)
+    if self.sampler == 'min_sep':
+      for name in ('sampling_prob', 'sampling_groups'):
+        if getattr(self, name) is not None:
+          raise ValueError(f'`{name}` applies only to `sampler`=poisson or cyclic_poisson.')
+      if self.clients_per_round is None:
+        object.__setattr__(self, 'clients_per_round', DEFAULT_CLIENTS_PER_ROUND)
+      _validation.check_positive_int(self.clients_per_round, 'clients_per_round')
+      return
+    self._check_random_sampler()
+    groups = self.sampling_groups
+    if self.sampler == 'poisson':
+      if groups not in (None, 1):
+        raise ValueError(f'`sampling_groups`={groups} needs `sampler`=cyclic_poisson (poisson '
+                         'draws from the whole population).')
+      groups = 1
+    elif groups is None:
+      groups = self.mechanism_options.get('num_bands') if isinstance(
+          self.mechanism_options, dict) else None
+      if groups is None:
+        raise ValueError('`sampler`=cyclic_poisson needs `sampling_groups` (b-hat; the '
+                         '`num_bands` option gives the default).')
+    groups = _validation.check_positive_int(groups, 'sampling_groups')
+    if self.min_sep not in (1, groups):
+      raise ValueError(
+          f'`min_sep`={self.min_sep} does not match `sampler`={self.sampler}: '
+          + ('poisson enforces no separation (min_sep 1).' if self.sampler == 'poisson' else
+             f'cyclic Poisson with `sampling_groups`={groups} enforces min_sep {groups}.'))
+    object.__setattr__(self, 'sampling_groups', groups)
+    object.__setattr__(self, 'min_sep', groups)
+
+  def _check_random_sampler(self) -> None:
+    """What a Poisson sampler needs and cannot do."""
+    if self.sampling_prob is None:
+      raise ValueError(f'`sampler`={self.sampler} needs `sampling_prob` (q in (0, 1]).')
+    _validation.check_float_in_range(self.sampling_prob, 'sampling_prob', 0.0, 1.0,
+                                     low_inclusive=False)
+    if self.clients_per_round is not None:
+      raise ValueError(f'`clients_per_round` conflicts with `sampler`={self.sampler}: the mean '
+                       'divides by the expected cohort size sampling_prob * population / '
+                       'sampling_groups; drop `clients_per_round`.')
+    if self.max_participations is not None:
+      raise ValueError(f'`max_participations` cannot be enforced by `sampler`={self.sampler} '
+                       '(independent coins); drop it (cyclic Poisson caps it at ceil(rounds / '
+                       'sampling_groups) by itself).')
+    if self.secure_aggregation:
+      raise ValueError(f'`secure_aggregation` is not supported with `sampler`={self.sampler}: the '
+                       'SecAgg field is sized for a fixed number of clients per round.')
+
+  def sampling(self, population: int) -> Optional[plan_lib.Sampling]:
+    """The `plan.Sampling` of a Poisson sampler over `population` clients, or None (min-sep)."""
+    if self.sampler == 'min_sep':
+      return None
+    return plan_lib.Sampling(kind=self.sampler, sampling_prob=self.sampling_prob,
+                             num_groups=self.sampling_groups, population=population)
+
+  def _secure_settings(self) -> plan_lib.SecureAggregation:
+    rotation = None if self.secure_rotation == 'none' else self.secure_rotation
+    return plan_lib.SecureAggregation(bits=self.secure_bits, rotation=rotation,
+                                      beta=self.secure_beta, modclip_prob=self.secure_modclip_prob)
+
+  def secure_config(self) -> Optional[plan_lib.SecureAggregation]:
+    """The `SecureAggregation` of the run, or None without `secure_aggregation`."""
+    return self._secure_settings() if self.secure_aggregation else None
+
+  @property
+  def output_dir(self) -> str:
+    return os.path.join(self.root_output_dir, self.experiment_name)
+
+  @property
+  def participation(self) -> participation_lib.ParticipationSchema:
+    return participation_lib.ParticipationSchema.b_min_sep(self.min_sep, self.max_participations)
+
+  def restart_schedule(self) -> Optional[plan_lib.RestartSchedule]:
+    """The `RestartSchedule` of `restart_rounds`, or of `restart_warmup` (default: the period) and
+    `restart_period`; None without restarts."""
+    return plan_flags.restarts(self.restart_rounds, self.restart_warmup, self.restart_period)
+
+  def _adaptive_settings(self) -> plan_lib.AdaptiveClipping:
+    return plan_lib.AdaptiveClipping(
+        target_unclipped_quantile=self.target_unclipped_quantile,
+        clip_learning_rate=self.clip_learning_rate, clipped_count_stddev=self.clipped_count_stddev)
+
+  def adaptive_clip(self) -> Optional[plan_lib.AdaptiveClipping]:
+    """The `AdaptiveClipping` settings, or None for a fixed clip."""
+    return self._adaptive_settings() if self.adaptive_clipping else None
+
+
+_FIELDS = frozenset(f.name for f in dataclasses.fields(RunConfig))
+
+
+@dataclasses.dataclass
+class Task:
+  """What a driver supplies: data, models and preprocessing.
+
+  Attributes:
+    train_data: the federated training population (`tff.simulation.datasets.ClientData`).
+    model_fn: no-argument TFF model constructor for training.
+    keras_model_fn: no-argument constructor of the same model as a compiled Keras model (evaluation).
+    client_preprocess_fn: maps a client's raw dataset to its training batches.
+    eval_dataset: centralized test batches (already preprocessed, elements `OrderedDict(x=, y=)`).
+    accuracy_metric: name of the training metric printed as "accuracy" in the log line.
+  """
+  train_data: Any
+  model_fn: Callable[[], Any]
+  keras_model_fn: Callable[[], tf.keras.Model]
+  client_preprocess_fn: Callable[[tf.data.Dataset], tf.data.Dataset]
+  eval_dataset: tf.data.Dataset
+  accuracy_metric: str = 'accuracy'
+
+
+# ------------------------------------------------------------------------------------------------
+# hparams.json
+
+
+def check_hparams(config: RunConfig) -> None:
+  """A resumed run must match the settings in `hparams.json` but `RESUMABLE_CHANGES` (reads only).
+
+  Raises:
+    ValueError: the directory holds a run with other settings.
+    run_dir.CorruptRunFileError: `hparams.json` is not valid JSON.
+  """
+  path = os.path.join(config.output_dir, run_dir.HPARAMS_FILE)
+  current = _hparams_document(config)
+  if not os.path.exists(path):
+    return
+  saved = run_dir.read_json(path, _HPARAMS_REMEDY)
+  if not isinstance(saved, dict):
+    raise run_dir.corrupt_file_error(path, 'not a JSON object', _HPARAMS_REMEDY)
+  saved = _migrate(saved)
+  # A setting added after the run started (absent from its file) had its default value.
+  saved = {**{k: v for k, v in _DEFAULT_HPARAMS.items() if k not in saved}, **saved}
+  changed = sorted(k for k in set(saved) | set(current)
+                   if k not in RESUMABLE_CHANGES and saved.get(k) != current.get(k))
+  if changed:
+    details = ', '.join(f'{k}: {saved.get(k)!r} -> {current.get(k)!r}' for k in changed)
+    raise ValueError(f'{config.output_dir} holds a run with other settings ({details}); use '
+                     'another --experiment_name or the same settings to resume.')
+
+
+def _migrate(saved: dict) -> dict:
+  """An `hparams.json` document of an earlier release in today's names."""
+  saved = {_RENAMED_HPARAMS.get(key, key): value for key, value in saved.items()}
+  options = dict(saved.get('mechanism_options') or {})
+  for name in _OPTIONS_OF_EARLIER_RELEASES:
+    if name in saved:
+      value = saved.pop(name)
+      if value is not None:
+        options[name] = value
+  return {**saved, 'mechanism_options': options}
+
+
+def write_hparams(config: RunConfig) -> str:
+  """Writes `hparams.json` atomically (after `check_hparams`); returns its path."""
+  path = os.path.join(config.output_dir, run_dir.HPARAMS_FILE)
+  os.makedirs(config.output_dir, exist_ok=True)
+  _atomic.write_text(path, json.dumps(_hparams_document(config), indent=2, sort_keys=True))
+  return path
+
+
+def _hparams_document(config: RunConfig) -> dict:
+  return json.loads(json.dumps(dataclasses.asdict(config)))
+
+
+#: The hparams of a run with every default (`root_output_dir` is not compared on resume).
+_DEFAULT_HPARAMS = _hparams_document(RunConfig(root_output_dir='.'))
+
+
+def check_and_write_hparams(config: RunConfig) -> None:
+  """`check_hparams`, then `write_hparams`."""
+  check_hparams(config)
+  write_hparams(config)

@@ -1,0 +1,164 @@
+"""A driver run's plan: its strategy (resolved, or the one a resumed run saved), the `RunPlan`, and
+the run files that record them.
+
+`run_strategy(config)` returns the strategy of a run: on resume the one saved in the run directory
+(`mechanism.json` / `.npz`) with the source the run's `plan.json` recorded; otherwise
+`mechanisms.resolve.resolve_strategy` from `--mechanism`, `--mechanism_file` or the mechanism's
+options (optimized for the run's setting where the mechanism needs it), with the same checks as every
+other entry point (a strategy file made for another setting is refused unless
+`--allow_strategy_setting_mismatch`). `build_plan(config, resolved, population)` makes the
+`RunPlan` (calibrated to `--target_epsilon` if given), which holds the run's setting, so the report,
+the console and `experiments.privacy_report --plan` read everything from it. `write_run_files`
+writes `hparams.json`, the strategy and `plan.json`. Nothing here trains.
+"""
+
+import os
+from typing import Optional, Tuple
+
+from absl import logging
+
+from dp_ftrl_tff import plan as plan_lib
+from dp_ftrl_tff.accounting import amplification, calibration
+from dp_ftrl_tff.mechanisms import base, files, registry, resolve
+from experiments.run import run_config, run_dir
+
+_MECHANISM_BASENAME = 'mechanism'
+_SAVED_STRATEGY_REMEDY = ('restore it (the run\'s noise was drawn with this strategy), or start a '
+                          'new run with another --experiment_name.')
+_PLAN_REMEDY = ('delete it: the run rewrites it from hparams.json and the mechanism file (both '
+                'checked); or start a new run with another --experiment_name.')
+
+
+def saved_strategy_path(output_dir: str) -> Optional[str]:
+  """The strategy file a run saved in `output_dir`, or None."""
+  for suffix in registry.FILE_SUFFIXES:
+    path = os.path.join(output_dir, _MECHANISM_BASENAME + suffix)
+    if os.path.exists(path):
+      return path
+  return None
+
+
+def _saved_plan_source(output_dir: str) -> Optional[resolve.StrategySource]:
+  """The strategy source the run's `plan.json` recorded (None in plans of earlier releases).
+
+  Raises:
+    run_dir.CorruptRunFileError: `plan.json` is not a JSON object.
+  """
+  path = os.path.join(output_dir, run_dir.PLAN_FILE)
+  if not os.path.exists(path):
+    return None
+  document = run_dir.read_json(path, _PLAN_REMEDY)
+  if not isinstance(document, dict):
+    raise run_dir.corrupt_file_error(path, 'not a JSON object', _PLAN_REMEDY)
+  source = document.get('strategy_source')
+  return None if source is None else resolve.StrategySource.from_config(source)
+
+
+def run_strategy(config: run_config.RunConfig) -> Tuple[resolve.ResolvedStrategy, bool]:
+  """(the run's strategy and its source, whether it still has to be saved in the run directory),
+  writing nothing.
+
+  Raises:
+    ValueError: a strategy of another kind than `mechanism`, a file for another setting, ...
+    resolve.StrategyFileError: the user's `mechanism_file` cannot be read.
+    run_dir.CorruptRunFileError: the run directory's mechanism file or plan cannot be read.
+  """
+  saved = saved_strategy_path(config.output_dir)
+  source = _saved_plan_source(config.output_dir)
+  if saved is None:
+    resolved = resolve.resolve_strategy(
+        config.mechanism, strategy=config.mechanism_file, options=config.mechanism_options,
+        num_rounds=config.rounds, participation=config.participation,
+        allow_setting_mismatch=config.allow_strategy_setting_mismatch)
+    logging.info('Mechanism (%s): %s', resolved.source.describe(), resolved.strategy)
+    return resolved, True
+  try:
+    strategy = files.load_strategy(saved)
+  except (ValueError, OSError) as error:
+    raise run_dir.corrupt_file_error(saved, error, _SAVED_STRATEGY_REMEDY) from error
+  if strategy.name != config.mechanism:
+    raise ValueError(f'`mechanism_file` {saved!r} holds a {strategy.name!r} strategy, but '
+                     f'`mechanism`={config.mechanism}.')
+  logging.info('Mechanism (run directory): %s', strategy)
+  return resolve.ResolvedStrategy(strategy, source or resolve.StrategySource(
+      'file', path=saved, sha256=files.file_sha256(saved))), False
+
+
+def save_run_strategy(config: run_config.RunConfig, resolved: resolve.ResolvedStrategy) -> str:
+  """Writes the strategy (and the setting it was made for) atomically to the run directory's
+  `mechanism.json` / `.npz`, which a resumed run reuses; returns the path."""
+  os.makedirs(config.output_dir, exist_ok=True)
+  path = os.path.join(config.output_dir,
+                      _MECHANISM_BASENAME + registry.get(resolved.strategy.name).file_suffix)
+  files.save_strategy(resolved.strategy, path, setting=resolved.source.setting)
+  return path
+
+
+def build_plan(config: run_config.RunConfig, resolved: resolve.ResolvedStrategy,
+               population: Optional[int] = None) -> plan_lib.RunPlan:
+  """The run's `RunPlan`, calibrated to `target_epsilon` when given. A Poisson `sampler` needs the
+  `population` (number of training clients): the plan's `sampling`, whose expected cohort size is
+  the plan's `clients_per_round`.
+
+  Raises:
+    plan.StrategyTooShortError: the strategy covers fewer rounds (on resume: with the remedies of
+      a run directory).
+  """
+  sampling = None
+  if config.sampler != 'min_sep':
+    if population is None:
+      raise ValueError(f'`population` is required with `sampler`={config.sampler}.')
+    sampling = config.sampling(population)
+  try:
+    plan = plan_lib.RunPlan.build(
+        resolved.strategy, config.noise_multiplier or 0.0, config.clients_per_round,
+        config.clip_norm, adaptive_clip=config.adaptive_clip(), secure=config.secure_config(),
+        restarts=config.restart_schedule(), beyond_max_rounds=config.banded_beyond_max_rounds,
+        sampling=sampling, num_rounds=config.rounds, participation=config.participation,
+        target_delta=config.target_delta, strategy_source=resolved.source)
+  except plan_lib.StrategyTooShortError as error:
+    saved = saved_strategy_path(config.output_dir)
+    if saved is None:
+      raise
+    raise error.with_context(f' in {saved}', 'a new `experiment_name`') from None
+  if config.target_epsilon is not None:
+    plan = calibration.calibrate_plan(plan, target_epsilon=config.target_epsilon)
+    logging.info('Noise multiplier %.6g calibrated to epsilon=%g at delta=%g.',
+                 plan.noise_multiplier, config.target_epsilon, config.target_delta)
+  if sampling is not None and amplification_warning(plan.strategy, sampling, config.rounds):
+    logging.warning('%s', amplification_warning(plan.strategy, sampling, config.rounds))
+  return plan
+
+
+def amplification_warning(strategy: base.Strategy, sampling: plan_lib.Sampling,
+                          num_rounds: Optional[int] = None) -> Optional[str]:
+  """Why the random sampling cannot amplify the strategy's privacy, or None when it can.
+
+  Amplification by (cyclic) Poisson sampling covers strategies whose C has at most b-hat bands
+  (BandMF paper Sec. 7, docs/papers.md; `amplification.num_bands`): then the rounds of one group
+  share no noise with the other groups. Any other strategy is accounted without amplification
+  (with the min-sep schema the sampler enforces). Over `num_rounds` rounds (default: the strategy's
+  own, else b-hat + 1, enough to see a band past b-hat).
+  """
+  num_rounds = num_rounds or strategy.max_rounds or sampling.num_groups + 1
+  bands = amplification.num_bands(strategy, num_rounds)
+  if bands is not None and bands <= sampling.num_groups:
+    return None
+  detail = ('it is not banded' if bands is None or 1 < bands == num_rounds else
+            f'its {bands} bands exceed the {sampling.num_groups} sampling groups')
+  return (f'{sampling.kind} sampling cannot amplify the privacy of the {strategy.name} strategy '
+          f'({detail}): the run trains, and its privacy is accounted without amplification.')
+
+
+def check_plan_file(config: run_config.RunConfig) -> None:
+  """Raises `run_dir.CorruptRunFileError` if the run directory's `plan.json` is not valid JSON."""
+  _saved_plan_source(config.output_dir)
+
+
+def write_run_files(config: run_config.RunConfig, resolved: resolve.ResolvedStrategy,
+                    plan: plan_lib.RunPlan, strategy_unsaved: bool) -> None:
+  """Writes `hparams.json`, the strategy (first start only) and `plan.json`, each atomically."""
+  run_config.write_hparams(config)
+  if strategy_unsaved:
+    save_run_strategy(config, resolved)
+  plan_lib.save_plan(plan, os.path.join(config.output_dir, run_dir.PLAN_FILE))

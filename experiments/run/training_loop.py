@@ -1,0 +1,332 @@
+"""The resumable training loop of the simulation drivers: setup, rounds, metrics, the privacy report.
+
+`run(task, config)` trains (or resumes) a run described by a `run_config.RunConfig`. A run writes
+into `<root_output_dir>/<experiment_name>/`:
+  * `hparams.json`: the run's settings (a resumed run must match them, except
+    `run_config.RESUMABLE_CHANGES`);
+  * `plan.json`: the `dp_ftrl_tff.plan.RunPlan` (mechanism and where it came from, noise multiplier
+    and its split, clip, restarts, SecAgg, sampling, rounds, declared participation, target delta):
+    everything that determines the privacy guarantee (`experiments.run.run_setup`);
+  * `mechanism.json` / `mechanism.npz`: the strategy used (loaded, optimized at start, or built);
+  * `checkpoints/program_state_<r>`: `tff.program.FileProgramStateManager` states after r rounds
+    (learning state incl. aggregator noise state, and the client sampler's state);
+  * `participation.csv`: the participation log `client_id,round` (0-based rounds);
+  * `metrics.csv` and `tensorboard/`: per-round metrics through `tff.program` release managers;
+  * `privacy_report/`: report.json, report.md and plots, its summary printed at the end
+    (`experiments.run.run_report`);
+  * `summary.json`: the completion marker, written last (`experiments.run.run_summary`: final
+    metrics, epsilon, per-round times, hparams), with the TensorBoard HParams session and `final/*`
+    scalars in `tensorboard/` (`experiments.run.hparams_summary`).
+Rerunning with the same output directory resumes from the latest checkpoint. The directory's safety
+(`run.lock` held by one run at a time, atomic files, torn log lines dropped, `workers.json` with the
+run's worker_binary PIDs) is `experiments.run.run_dir`'s; SIGINT / SIGTERM stop after the current
+round and its checkpoint (`experiments.run.stop_signals`). The plan is the one road: the factory,
+the console and the report all read it.
+"""
+
+import asyncio
+import contextlib
+import dataclasses
+import datetime
+import os
+import time
+from typing import Any, Dict, List
+
+import numpy as np
+import tensorflow_federated as tff
+from absl import logging
+
+from dp_ftrl_tff import aggregators
+from dp_ftrl_tff import plan as plan_lib
+from dp_ftrl_tff.accounting import participation_log
+from dp_ftrl_tff.learning import client_sampler as sampler_lib
+from dp_ftrl_tff.learning import dp_ftrl, poisson_sampler, remote_execution
+from dp_ftrl_tff.mechanisms import resolve
+from experiments.cli import flag_parsing
+from experiments.run import (
+  console,
+  remote_workers,
+  run_config,
+  run_dir,
+  run_report,
+  run_setup,
+  run_summary,
+  secure_context,
+  stop_signals,
+)
+from experiments.run.run_config import RunConfig, Task
+
+
+def _format_duration(seconds: float) -> str:
+  return str(datetime.timedelta(seconds=int(round(seconds))))
+
+
+def round_log_line(round_num: int, num_rounds: int, loss: float, accuracy: float,
+                   round_seconds: float, eta_seconds: float) -> str:
+  """One progress line: 1-based round counter, loss, accuracy, round time and ETA."""
+  return (f'round {round_num + 1:>{len(str(num_rounds))}}/{num_rounds}  loss {loss:.4f}  '
+          f'accuracy {accuracy:.4f}  round {round_seconds:.2f} s  ETA {_format_duration(eta_seconds)}')
+
+
+def evaluate(task: Task, process, state, max_examples: int) -> Dict[str, float]:
+  """Centralized evaluation of the current global model on (up to `max_examples` of) the test set."""
+  model = task.keras_model_fn()
+  process.get_model_weights(state).assign_weights_to(model)
+  dataset = (task.eval_dataset.unbatch().take(max_examples).batch(256)
+             .map(lambda batch: (batch['x'], batch['y'])))
+  return {f'eval_{k}': float(v) for k, v in model.evaluate(dataset, verbose=0,
+                                                             return_dict=True).items()}
+
+
+#: The per-round metric holding the aggregator's `modular_wrap` measurement (SecAgg runs).
+MODULAR_WRAP_METRIC = run_dir.MODULAR_WRAP_METRIC
+
+
+def modular_wrap_warning(round_num: int, config: RunConfig) -> str:
+  """The warning logged for a round whose secure sum wrapped around the 2^bits field."""
+  return (f'Round {round_num}: the secure sum wrapped around the 2^{config.secure_bits} field '
+          '(modular_wrap=1): this round\'s aggregate is corrupted, and the privacy guarantee '
+          f'assumes no wrap. Increase --secure_bits (now {config.secure_bits}) or lower '
+          f'--secure_modclip_prob (now {config.secure_modclip_prob:g}); see docs/aggregators.md, '
+          '"Choosing bits, beta and modclip_prob".')
+
+
+def _round_metrics(output) -> Dict[str, float]:
+  """Flat scalar metrics of one round: `train_<metric>` and `aggregator/<measurement>`."""
+  train = output.metrics['client_work']['train']
+  values = {f'train_{k}': float(np.asarray(v)) for k, v in train.items()}
+  for name, value in tff.program.structure_utils.flatten_with_name(output.metrics['aggregator']):
+    value = np.asarray(value)
+    if value.shape == () and np.issubdtype(value.dtype, np.number):
+      values[f'aggregator/{name}'] = float(value)
+  return values
+
+
+class SetupError(ValueError):
+  """A run cannot start (bad settings, impossible schedule, mismatched run directory or mechanism,
+  an execution context without secure sums); raised before any training. The drivers print it as
+  one line on stderr. Its message names the settings as `RunConfig` (and the flags) does."""
+
+
+@contextlib.contextmanager
+def _setup_errors():
+  """Turns the ValueErrors (and SecAgg context errors) of a run's setup into `SetupError`."""
+  try:
+    yield
+  except SetupError:
+    raise
+  except (ValueError, secure_context.SecureContextError) as error:
+    raise SetupError(flag_parsing.flag_words(str(error))) from error
+
+
+@dataclasses.dataclass
+class _Setup:
+  """What a run starts from: its plan, the strategy behind it, the process, the population."""
+  plan: plan_lib.RunPlan
+  resolved: resolve.ResolvedStrategy
+  strategy_unsaved: bool
+  process: Any
+  client_ids: List[str]
+
+
+def _set_up(task: Task, config: RunConfig, directory: run_dir.RunDirectory) -> _Setup:
+  """Checks everything and builds the plan and the process, writing nothing (see `run`)."""
+  with _setup_errors():
+    client_ids = list(task.train_data.client_ids)
+    if config.sampler == 'min_sep':
+      sampler_lib.check_schedule(len(client_ids), config.clients_per_round, config.min_sep,
+                                 config.max_participations, config.rounds)
+    if config.secure_aggregation:
+      # Chosen before anything is written or built (see experiments/run/secure_context.py).
+      secure_context.use_secure_context()
+    elif config.workers is not None:
+      # Before any computation runs, as the SecAgg context (see experiments/run/secure_context.py).
+      remote_execution.set_remote_execution_context(config.workers)
+    # The lock first, then every check (reading only); nothing is written before they pass.
+    directory.acquire()
+    directory.end_stale_workers()
+    run_config.check_hparams(config)
+    resolved, strategy_unsaved = run_setup.run_strategy(config)
+    plan = run_setup.build_plan(config, resolved, len(client_ids))
+    process = dp_ftrl.build_dp_ftrl_process(
+        task.model_fn, tff.learning.optimizers.build_sgdm(config.client_learning_rate),
+        aggregator=aggregators.CorrelatedNoiseFactory(plan, noise_seed=config.noise_seed),
+        server_learning_rate=config.server_learning_rate, server_momentum=config.server_momentum)
+  return _Setup(plan, resolved, strategy_unsaved, process, client_ids)
+
+
+def run(task: Task, config: RunConfig) -> Dict[str, Any]:
+  """Trains (or resumes) a run; returns the final metrics and the privacy report.
+
+  With `secure_aggregation`, the process runs in TFF's test execution context, the only local one
+  that runs secure sums (`experiments.run.secure_context.use_secure_context`: it replaces TFF's
+  default context, even after computations ran in it, and rejects a context the caller set or
+  installed unless it runs secure sums). A round whose secure sum wrapped around the 2^bits field
+  (measurement `modular_wrap`) is logged as a warning; the result lists those rounds.
+
+  Raises:
+    SetupError (a ValueError): on bad settings, an impossible schedule, an unknown or mismatched
+      mechanism, a run directory holding a run with other settings, or an execution context that
+      cannot run secure sums; before any training.
+    run_dir.RunDirError: the run directory is in use by another run (its PID in the message) or
+      holds a corrupt run file (hparams.json, plan.json, the mechanism file); before any training.
+    resolve.StrategyFileError: the `mechanism_file` cannot be read; before any training.
+    stop_signals.Interrupted: on SIGINT or SIGTERM; during training only after the current round
+      and its checkpoint (see experiments/run/stop_signals.py). A rerun resumes bit-identically.
+  """
+  with _setup_errors():
+    if not isinstance(config, RunConfig):
+      raise ValueError(f'`config` must be a RunConfig, got {type(config).__name__}.')
+  directory = run_dir.RunDirectory(config.output_dir)
+  with stop_signals.StopSignals() as stop:
+    try:
+      return _run(task, config, directory, stop)
+    finally:
+      directory.release(remove_if_created=True)
+
+
+def _run(task: Task, config: RunConfig, directory: run_dir.RunDirectory,
+         stop: stop_signals.StopSignals) -> Dict[str, Any]:
+  """`run` with the run directory (not yet locked) and the stop signals installed."""
+  setup = _set_up(task, config, directory)
+  directory.remove_stale_temps()
+  run_setup.write_run_files(config, setup.resolved, setup.plan, setup.strategy_unsaved)
+  console.out(console.header(setup.plan, f'{config.data}: {len(setup.client_ids)} training clients',
+                             config.output_dir))
+  training = _Training(task, config, setup, directory)
+  start_round = training.restore()
+  training.train(start_round, stop)
+  report = run_report.finish(config, setup.plan, task.accuracy_metric,
+                             trained=start_round < config.rounds)
+  return {'metrics': training.metrics, 'state': training.state, 'process': setup.process,
+          'privacy_report': report, 'modular_wrap_rounds': training.wrap_rounds}
+
+
+def _sampler(config: RunConfig, plan: plan_lib.RunPlan, client_ids):
+  """The run's client sampler: min-sep (exactly `clients_per_round` clients) or, with the plan's
+  `sampling`, Poisson / cyclic Poisson cohorts of random size. Either is seeded by `config.seed` and
+  checkpointed through `state` / `load_state`. A round whose random cohort is empty still runs with
+  no client: the aggregator adds the round's noise to a zero sum (the guarantee of Poisson sampling
+  assumes every round is released with its noise), and its train metrics are NaN."""
+  if plan.sampling is not None:
+    return poisson_sampler.PoissonSampler(client_ids, plan.sampling, seed=config.seed)
+  return sampler_lib.ClientSampler(client_ids, config.clients_per_round, min_sep=config.min_sep,
+                                   max_participations=config.max_participations, seed=config.seed)
+
+
+class _Training:
+  """The rounds of a run: its sampler, checkpoints, participation log and metric releases."""
+
+  def __init__(self, task: Task, config: RunConfig, setup: _Setup,
+               directory: run_dir.RunDirectory):
+    self.task, self.config, self.setup, self.directory = task, config, setup, directory
+    self.sampler = _sampler(config, setup.plan, setup.client_ids)
+    self.initial_state = setup.process.initialize()
+    directory.record_workers()
+    self.state_manager = tff.program.FileProgramStateManager(
+        os.path.join(config.output_dir, 'checkpoints'), keep_total=3)
+    self.state, self.metrics, self.wrap_rounds = self.initial_state, {}, []
+    self.workers = remote_workers.RemoteWorkers(config.workers)
+
+  def _path(self, name: str) -> str:
+    return os.path.join(self.config.output_dir, name)
+
+  def checkpoint(self, done: int) -> None:
+    asyncio.run(self.state_manager.save({'learning': self.state,
+                                         'sampler': self.sampler.state.to_dict()}, done))
+
+  def restore(self) -> int:
+    """Loads the latest checkpoint (or saves round 0's) and trims the logs to it; returns the
+    first round to train."""
+    structure = {'learning': self.initial_state, 'sampler': self.sampler.state.to_dict()}
+    loaded, start_round = asyncio.run(self.state_manager.load_latest(structure))
+    if loaded is None:
+      start_round = 0
+      self.checkpoint(0)
+    else:
+      self.state = loaded['learning']
+      self.sampler.load_state(type(self.sampler.state).from_dict(loaded['sampler']))
+      console.notice(f'Resuming {self.config.output_dir} after round {start_round - 1}.')
+    if start_round < self.config.rounds:  # more rounds to train: not complete until they are
+      run_summary.remove_summary(self.config.output_dir)
+    # A run killed while appending leaves a torn last line: dropped (with a warning) before reading.
+    run_dir.drop_torn_last_line(self._path(run_dir.PARTICIPATION_FILE), 'round')
+    run_dir.drop_torn_last_line(self._path(run_dir.METRICS_FILE), 'round')
+    self.log = participation_log.ParticipationLogWriter(self._path(run_dir.PARTICIPATION_FILE))
+    self.log.truncate(start_round)
+    return start_round
+
+  def train(self, start_round: int, stop: stop_signals.StopSignals) -> None:
+    """Trains rounds `start_round` .. n-1, checkpointing on schedule and on a stop signal."""
+    config, plan = self.config, self.setup.plan
+    releases = (tff.program.CSVFileReleaseManager(self._path(run_dir.METRICS_FILE),
+                                                  key_fieldname='round'),
+                tff.program.TensorBoardReleaseManager(self._path('tensorboard')))
+    # DP-FTRLM (`restart_dp_tree`) resets the server momentum where a new correlated segment starts.
+    restarts = set(plan.restart_rounds() if plan.strategy.correlated else ())
+    started = time.time()
+    stop.training = True  # a first SIGINT / SIGTERM now stops after the current round
+    for round_num in range(start_round, config.rounds):
+      round_start = time.time()
+      if round_num in restarts:
+        self.state = dp_ftrl.restart_state(self.state, self.initial_state)
+        logging.info('Round %d starts a new mechanism segment (momentum reset).', round_num)
+      self._round(round_num)
+      done = round_num + 1
+      self.metrics['round_seconds'] = time.time() - round_start
+      for release in releases:
+        asyncio.run(release.release(self.metrics, key=round_num))
+      scheduled = done % config.checkpoint_every == 0 or done == config.rounds
+      if scheduled:
+        self.checkpoint(done)
+      self._print_round(round_num, (time.time() - started) / (done - start_round))
+      self.directory.record_workers()
+      if stop.requested:
+        if not scheduled:
+          self.checkpoint(done)
+        raise stop_signals.Interrupted(stop.signum, stop_signals.stopped_message(
+            stop.signum, done, config.rounds))
+    stop.training = False
+    self._wrap_summary(start_round)
+
+  def _round(self, round_num: int) -> None:
+    """One round: sample, log, train, and the round's metrics (with the evaluation when due)."""
+    cohort = self.sampler.sample(round_num)
+    self.log.append_round(round_num, cohort)
+    datasets = [self.task.client_preprocess_fn(self.task.train_data.create_tf_dataset_for_client(c))
+                for c in cohort]
+    output = self.workers.run(f'round {round_num}', self.setup.process.next, self.state, datasets)
+    self.state = output.state
+    self.metrics = _round_metrics(output)
+    self.metrics['cohort_size'] = len(cohort)
+    if not cohort:  # TFF reports 0 for the metrics of no client: there is no training loss
+      self.metrics.update({name: float('nan') for name in self.metrics
+                           if name.startswith('train_') and not name.startswith('train_num_')})
+    if self.metrics.get(MODULAR_WRAP_METRIC, 0.0) > 0:
+      self.wrap_rounds.append(round_num)
+      logging.warning('%s', modular_wrap_warning(round_num, self.config))
+    done = round_num + 1
+    if done % self.config.eval_every == 0 or done == self.config.rounds:
+      self.metrics.update(self.workers.run(
+          f'the evaluation after round {round_num}', evaluate, self.task, self.setup.process,
+          self.state, self.config.eval_max_examples))
+
+  def _print_round(self, round_num: int, mean_seconds: float) -> None:
+    config, metrics = self.config, self.metrics
+    done = round_num + 1
+    console.out(round_log_line(round_num, config.rounds, metrics['train_loss'],
+                               metrics.get(f'train_{self.task.accuracy_metric}', float('nan')),
+                               metrics['round_seconds'], mean_seconds * (config.rounds - done)))
+    if any(name.startswith('eval_') for name in metrics):
+      spent = console.spent_guarantee(self.setup.plan, self._path(run_dir.PARTICIPATION_FILE),
+                                      done)
+      console.out(console.eval_line(done, config.rounds, metrics, spent))
+
+  def _wrap_summary(self, start_round: int) -> None:
+    config = self.config
+    if not config.secure_aggregation or start_round >= config.rounds:
+      return
+    (logging.warning if self.wrap_rounds else console.notice)(
+        f'SecAgg: modular wraps (secure sum outside the 2^{config.secure_bits} field) in '
+        f'{len(self.wrap_rounds)} of the {config.rounds - start_round} rounds {start_round}-'
+        f'{config.rounds - 1}' + (f': rounds {self.wrap_rounds}.' if self.wrap_rounds else '.'))

@@ -1,0 +1,51 @@
+"""The report a driver writes at the end of a run equals the one `experiments.privacy_report` writes
+from the run's `plan.json` and `participation.csv` (apart from wall times)."""
+
+import json
+import re
+
+import pytest
+
+from experiments import privacy_report
+from experiments.emnist import run_emnist
+from experiments.run import run_dir, training_loop
+from tests.experiments import conftest
+
+EMNIST_TASK = {'model': 'tiny', 'only_digits': True}
+
+
+def _standalone_report(run_directory, out) -> dict:
+  privacy_report.FLAGS.unparse_flags()
+  try:
+    privacy_report.FLAGS([
+        'privacy_report', f'--plan={run_directory}/{run_dir.PLAN_FILE}',
+        f'--participation_log={run_directory}/{run_dir.PARTICIPATION_FILE}',
+        f'--metrics={run_directory}/{run_dir.METRICS_FILE}', f'--output_dir={out}', '--json'])
+    assert privacy_report.main(['privacy_report']) == 0
+  finally:
+    privacy_report.FLAGS.unparse_flags()
+  return json.loads((out / 'report.json').read_text())
+
+
+def _without_wall_times(report: dict) -> dict:
+  """The report with the optimizers' wall times (in the equal-privacy rows' sources, e.g.
+  '(0.28 s)') masked: the only figures that differ between two reports of one run (a report holds
+  no output path or timestamp)."""
+  return json.loads(re.sub(r'\(\d+(\.\d+)?(e-?\d+)? s\)', '(wall time)', json.dumps(report)))
+
+
+@pytest.mark.parametrize('overrides', [
+    dict(mechanism='blt', min_sep=2),
+    dict(mechanism='gaussian', sampler='poisson', clients_per_round=None, sampling_prob=0.1,
+         min_sep=1, rounds=3),
+    dict(mechanism='banded', mechanism_options={'num_bands': 2}, sampler='cyclic_poisson',
+         sampling_groups=2, clients_per_round=None, sampling_prob=0.2, min_sep=2, rounds=4),
+], ids=['min_sep', 'poisson', 'cyclic_poisson'])
+def test_driver_report_equals_standalone_report(tmp_path, overrides):
+  config = conftest.tiny_config(tmp_path / 'runs', task=EMNIST_TASK, **overrides)
+  training_loop.run(run_emnist.build_task(config), config)
+  driver = json.loads((tmp_path / 'runs' / 'run' / run_dir.REPORT_DIR / 'report.json').read_text())
+  standalone = _standalone_report(config.output_dir, tmp_path / 'standalone')
+  assert _without_wall_times(standalone) == _without_wall_times(driver)
+  if config.sampler != 'min_sep':
+    assert driver['amplified'] is not None
