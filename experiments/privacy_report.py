@@ -187,6 +187,8 @@ def _secure_segments(fv, run_plan: plan_lib.RunPlan):
 
 def build_from_flags(fv) -> report.PrivacyReport:
   """The report of the parsed `fv`; raises ValueError (a usage error) or `InputFileError`."""
+  if fv.metrics is not None and not os.path.isfile(fv.metrics):
+    raise ValueError(f'`metrics`: no file at {fv.metrics!r}.')
   log = _read_log(fv)
   if log is None and (fv.plan is None and (fv.rounds is None or fv.min_sep is None)):
     raise ValueError(f'`{"rounds" if fv.rounds is None else "min_sep"}` is required (or '

@@ -6,6 +6,7 @@ has, with the new flag's type and a help text that points to the new name; after
 its new flag, with a `DpFtrlDeprecationWarning` and an absl warning, and refuses both at once.
 """
 
+import re
 import warnings
 
 from absl import flags, logging
@@ -50,5 +51,13 @@ def apply_aliases(flag_values: flags.FlagValues) -> None:
     message = f'--{old} is deprecated and will be removed; use --{new}.'
     warnings.warn(message, _deprecation.DpFtrlDeprecationWarning, stacklevel=2)
     logging.warning('%s', message)
-    flag_values[new].value = flag_values[old].value
+    setattr(flag_values, new, flag_values[old].value)  # runs the new flag's validators
     flag_values[new].present = flag_values[old].present
+
+
+def typed_names(text: str, flag_values: flags.FlagValues) -> str:
+  """`text` with each `--new` flag written as the deprecated `--old` the user typed instead."""
+  for old, new in ALIASES.items():
+    if old in flag_values and flag_values[old].present:
+      text = re.sub(rf'--{new}\b', f'--{old}', text)
+  return text

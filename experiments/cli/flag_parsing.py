@@ -30,6 +30,7 @@ _BACKTICKED = re.compile(r'`([A-Za-z_][A-Za-z0-9_]*)`')
 FLAG_NAMES = {
     'num_rounds': 'rounds',
     'delta': 'target_delta',
+    'max_elements': 'max_elements_per_client',
     'participation': 'min_sep',
     'beyond_max_rounds': 'banded_beyond_max_rounds',
     'bits': 'secure_bits',
@@ -63,7 +64,7 @@ def error_line(error, flag_values: flags.FlagValues) -> str:
   def as_flag(match):
     return f'--{match.group(1)}' if match.group(1) in flag_values else match.group(0)
   text = flag_words(str(error), flag_values)
-  return ' '.join(_BACKTICKED.sub(as_flag, text).split())
+  return flag_aliases.typed_names(' '.join(_BACKTICKED.sub(as_flag, text).split()), flag_values)
 
 
 def exit_with_error(error, flag_values: flags.FlagValues,

@@ -114,6 +114,8 @@ def define_setting_flags(fv: flags.FlagValues, *, rounds: Optional[int] = None,
                       '--min_sep rounds; needs --max_participations).', flag_values=fv)
   flags.DEFINE_float('target_delta', zcdp.DEFAULT_DELTA,
                      'delta of the reported (epsilon, delta), in (0, 1).', flag_values=fv)
+  flags.register_validator('target_delta', lambda value: 0.0 < value < 1.0,
+                           '--target_delta must lie in (0, 1).', flag_values=fv)
 
 
 def participation(fv: flags.FlagValues) -> Optional[participation_lib.ParticipationSchema]:
@@ -162,10 +164,10 @@ def define_restart_flags(fv: flags.FlagValues) -> None:
                     flag_values=fv)
   flags.DEFINE_integer('restart_warmup', None,
                        'First restart round (0-based; default: --restart_period); needs '
-                       '--restart_period.', flag_values=fv)
+                       '--restart_period.', lower_bound=0, flag_values=fv)
   flags.DEFINE_integer('restart_period', None,
                        'Rounds between restarts (e.g. an epoch): restarts at rounds warmup + i * '
-                       'period.', flag_values=fv)
+                       'period.', lower_bound=1, flag_values=fv)
 
 
 def restart_rounds(values) -> Optional[tuple]:

@@ -56,6 +56,43 @@ def _runtime_message(error: BaseException) -> str:
   return f'{type(error).__name__}: {error} (rerun with --debug for the traceback)'
 
 
+class Failure(Exception):
+  """A driver's failure as its one line: `error` (the message) and the `exit_code`
+  (`flag_parsing.ERROR_EXIT_CODE` for bad input, `RUNTIME_ERROR_EXIT_CODE` otherwise)."""
+
+  def __init__(self, error, exit_code: int):
+    super().__init__(str(error))
+    self.error, self.exit_code = error, exit_code
+
+
+def run_from_flags(flag_values: flags.FlagValues,
+                   build_task: Callable[[run_config.RunConfig], run_config.Task],
+                   task_settings: Callable[[flags.FlagValues], Dict[str, Any]]) -> Dict[str, Any]:
+  """Builds the `RunConfig` and the task from parsed `flag_values` and trains (`run_main`'s
+  arguments); returns `training_loop.run`'s result.
+
+  Raises:
+    Failure: bad input (exit 2) or a runtime failure (exit 1), as the driver reports it.
+    stop_signals.Interrupted: on SIGINT / SIGTERM.
+  """
+  try:
+    config = driver_flags.config_from_flags(flag_values, task_settings(flag_values))
+    memory.check_fits(config.mechanism, config.rounds)
+    task = build_task(config)
+  except (ValueError, flags.Error) as error:
+    raise Failure(error, flag_parsing.ERROR_EXIT_CODE) from error
+  except Exception as error:  # I/O while loading data, ...: one line, exit 1
+    raise Failure(_runtime_message(error), flag_parsing.RUNTIME_ERROR_EXIT_CODE) from error
+  try:
+    return training_loop.run(task, config)
+  except training_loop.SetupError as error:
+    raise Failure(error, flag_parsing.ERROR_EXIT_CODE) from error
+  except (run_dir.RunDirError, resolve.StrategyFileError) as error:
+    raise Failure(error, flag_parsing.RUNTIME_ERROR_EXIT_CODE) from error
+  except Exception as error:  # I/O (unwritable directory, full disk), memory, bugs: exit 1
+    raise Failure(_runtime_message(error), flag_parsing.RUNTIME_ERROR_EXIT_CODE) from error
+
+
 def run_main(flag_values: flags.FlagValues,
              build_task: Callable[[run_config.RunConfig], run_config.Task],
              task_settings: Callable[[flags.FlagValues], Dict[str, Any]], usage: str) -> None:
@@ -82,20 +119,8 @@ def run_main(flag_values: flags.FlagValues,
       flag_parsing.exit_with_error(f'unexpected arguments {argv[1:]}', flag_values)
     set_up_logging()
     try:
-      config = driver_flags.config_from_flags(flag_values, task_settings(flag_values))
-      memory.check_fits(config.mechanism, config.rounds)
-      task = build_task(config)
-    except (ValueError, flags.Error) as error:
-      _fail(error, flag_values)
-    except Exception as error:  # I/O while loading data, ...: one line, exit 1
-      _fail(_runtime_message(error), flag_values, flag_parsing.RUNTIME_ERROR_EXIT_CODE)
-    try:
-      training_loop.run(task, config)
-    except training_loop.SetupError as error:
-      _fail(error, flag_values)
-    except (run_dir.RunDirError, resolve.StrategyFileError) as error:
-      _fail(error, flag_values, flag_parsing.RUNTIME_ERROR_EXIT_CODE)
-    except Exception as error:  # I/O (unwritable directory, full disk), memory, bugs: exit 1
-      _fail(_runtime_message(error), flag_values, flag_parsing.RUNTIME_ERROR_EXIT_CODE)
+      run_from_flags(flag_values, build_task, task_settings)
+    except Failure as failure:
+      _fail(failure.error, flag_values, failure.exit_code)
 
   app.run(main, flags_parser=flag_parsing.flags_parser(flag_values, usage))

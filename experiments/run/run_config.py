@@ -109,6 +109,11 @@ class RunConfig:
     """Validates every setting (errors in the library's words; `__post_init__` renames them)."""
     if not isinstance(self.root_output_dir, str) or not self.root_output_dir:
       raise ValueError('`root_output_dir` must be given (--root_output_dir).')
+    name = self.experiment_name
+    if (not isinstance(name, str) or not name or os.path.isabs(name)
+        or '..' in name.replace('\\', '/').split('/')):
+      raise ValueError('`experiment_name` must name a directory inside `root_output_dir` (no '
+                       f'absolute path, no ".."), got {name!r}.')
     self._resolve_sampler_settings()
     for name in ('rounds', 'client_batch_size', 'client_epochs', 'checkpoint_every', 'eval_every',
                  'eval_max_examples', 'synthetic_num_clients', 'synthetic_examples_per_client'):

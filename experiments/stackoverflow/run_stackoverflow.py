@@ -67,6 +67,8 @@ def build_task(config: run_config.RunConfig) -> run_config.Task:
 
 def task_settings(fv: flags.FlagValues) -> dict:
   """The driver's own settings (`RunConfig.task`) from its parsed flags."""
+  if fv.word_counts is not None and not os.path.isfile(fv.word_counts):
+    raise ValueError(f'`word_counts`: no file at {fv.word_counts!r}.')
   return {name: fv[name].value for name in TASK_FLAGS}
 
 
