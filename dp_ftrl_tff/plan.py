@@ -145,16 +145,18 @@ class RunPlan:
       strategy_source: where the strategy came from (`resolve.resolve_strategy`), or None.
       calibration: {'target_epsilon': e} or {'target_rho': r}, or None.
     """
-    if not isinstance(strategy, base.Strategy) or not registry.get(strategy.name).streams:
-      _check_strategy(strategy)
+    if not _check_strategy(strategy).streams:
       raise ValueError(f'`strategy` {strategy.name!r} has no streaming noise; streaming '
                        f'mechanisms: {list(registry.names(streaming_only=True))}.')
     if clip_norm is None and adaptive_clip in (None, False):
       raise ValueError('`clip_norm` is required without `adaptive_clip`.')
-    m = _clients_per_round(clients_per_round, sampling)
-    if m is None:
-      _validation.check_positive_float(clients_per_round, 'clients_per_round')
-    return cls._make(strategy, noise_multiplier, m, clip_norm, adaptive_clip, secure,
+    if clients_per_round is None:  # the sampling's expected cohort size
+      clients_per_round = (None if _check_sampling(sampling) is None
+                           else sampling.expected_clients_per_round)
+      if clients_per_round is None:
+        raise ValueError('`clients_per_round` must be given: a positive number, or None with a '
+                         '`sampling` of known population (its expected cohort size).')
+    return cls._make(strategy, noise_multiplier, clients_per_round, clip_norm, adaptive_clip, secure,
                      zeroing_norm, restarts, beyond_max_rounds, sampling, num_rounds,
                      participation, target_delta, strategy_source, calibration)
 
@@ -185,13 +187,20 @@ class RunPlan:
   def _make(cls, strategy, noise_multiplier, m, clip_norm, adaptive_clip, secure, zeroing_norm,
             restarts, beyond_max_rounds, sampling, num_rounds, participation, target_delta,
             strategy_source, calibration) -> 'RunPlan':
-    """The plan of checked `strategy` and clients per round `m` (see `build`)."""
+    """The plan of checked `strategy` and clients per round `m` (given, or None: the sampling's
+    expected cohort size, or an accounting-only plan without one; see `build`)."""
     sigma = _validation.check_nonnegative_float(noise_multiplier, 'noise_multiplier')
+    if m is not None:
+      m = _validation.check_positive_float(m, 'clients_per_round')
+    if clip_norm is not None:
+      clip_norm = _validation.check_positive_float(clip_norm, 'clip_norm')
     if zeroing_norm is not None:
       zeroing_norm = _validation.check_positive_float(zeroing_norm, 'zeroing_norm')
+    _validation.check_one_of(beyond_max_rounds, 'beyond_max_rounds', BEYOND_MAX_ROUNDS)
     if restarts is not None and not isinstance(restarts, RestartSchedule):
       raise ValueError(f'`restarts` must be a RestartSchedule or None, got {restarts!r}.')
-    _validation.check_one_of(beyond_max_rounds, 'beyond_max_rounds', BEYOND_MAX_ROUNDS)
+    _check_clients_per_round(m, _check_sampling(sampling))
+    secure = _secure(secure)
     adaptive_clip, clip, count_stddev, value_sigma = _clipping(adaptive_clip, clip_norm, sigma, m)
     if m is None:  # a plan for accounting only (`for_accounting`): no clip at all
       clip = None
@@ -200,7 +209,7 @@ class RunPlan:
       restarts = restarts or adaptive_clip.restarts or default
     plan = cls(strategy=strategy, noise_multiplier=sigma, clients_per_round=m, clip_norm=clip,
                adaptive_clip=adaptive_clip, clipped_count_stddev=count_stddev,
-               value_noise_multiplier=value_sigma, restarts=restarts, secure=_secure(secure),
+               value_noise_multiplier=value_sigma, restarts=restarts, secure=secure,
                zeroing_norm=zeroing_norm, beyond_max_rounds=beyond_max_rounds, sampling=sampling,
                num_rounds=num_rounds, participation=participation,
                target_delta=target_delta, strategy_source=strategy_source,
@@ -243,7 +252,8 @@ class RunPlan:
     """The noise segments' lengths over `num_rounds` rounds (default: the plan's rounds)."""
     if num_rounds is None:
       num_rounds = self.num_rounds
-    return base.lengths_between(num_rounds, tuple(self.restart_rounds(num_rounds)))
+    restart_rounds = tuple(self.restart_rounds(num_rounds))
+    return base.lengths_between(num_rounds, restart_rounds)
 
   def with_noise_multiplier(self, noise_multiplier: float,
                             calibration: Optional[dict] = None) -> 'RunPlan':
@@ -339,31 +349,33 @@ class RunPlan:
     return '\n'.join(lines)
 
 
-def _check_strategy(strategy) -> base.Strategy:
+def _check_strategy(strategy) -> registry.Mechanism:
+  """The registry entry of a `Strategy` (ValueError for anything else or an unknown name)."""
   if not isinstance(strategy, base.Strategy):
     raise ValueError(f'`strategy` must be a dp_ftrl_tff.mechanisms Strategy, got {strategy!r}.')
-  registry.get(strategy.name)
-  return strategy
+  return registry.entry(strategy.name)
 
 
-def _clients_per_round(clients_per_round, sampling) -> Optional[float]:
-  """m: given, or the sampling's expected cohort size (None without a population)."""
+def _check_sampling(sampling) -> Optional[Sampling]:
   if sampling is not None and not isinstance(sampling, Sampling):
     raise ValueError(f'`sampling` must be a Sampling or None, got {sampling!r}.')
-  expected = None if sampling is None else sampling.expected_clients_per_round
-  if clients_per_round is None:
-    return expected
-  m = _validation.check_positive_float(clients_per_round, 'clients_per_round')
-  if sampling is not None and not (expected is not None and math.isclose(m, expected,
-                                                                          rel_tol=1e-12)):
+  return sampling
+
+
+def _check_clients_per_round(m: Optional[float], sampling: Optional[Sampling]) -> None:
+  """A checked m given with a `sampling` must be its expected cohort size."""
+  if m is None or sampling is None:
+    return
+  expected = sampling.expected_clients_per_round
+  if not (expected is not None and math.isclose(m, expected, rel_tol=1e-12)):
     raise ValueError(f'`clients_per_round`={m!r} conflicts with `sampling`: the mean divides by '
                      f'the expected cohort size {expected!r} (q * population / num_groups); '
                      'pass None.')
-  return m
 
 
 def _clipping(adaptive_clip, clip_norm, sigma: float, m: Optional[float]) -> tuple:
-  """(adaptive settings or None, clip, clipped-count std or None, value noise multiplier)."""
+  """(adaptive settings or None, clip, clipped-count std or None, value noise multiplier) of the
+  checked `clip_norm`, `sigma` and `m`."""
   if adaptive_clip is True:
     adaptive_clip = AdaptiveClipping()
   elif adaptive_clip is False:
@@ -371,8 +383,6 @@ def _clipping(adaptive_clip, clip_norm, sigma: float, m: Optional[float]) -> tup
   if adaptive_clip is not None and not isinstance(adaptive_clip, AdaptiveClipping):
     raise ValueError(f'`adaptive_clip` must be None, a bool or an AdaptiveClipping, got '
                      f'{adaptive_clip!r}.')
-  if clip_norm is not None:
-    clip_norm = _validation.check_positive_float(clip_norm, 'clip_norm')
   if adaptive_clip is None:
     return None, clip_norm, None, sigma
   if clip_norm is not None and adaptive_clip.initial_clip not in (None, clip_norm):

@@ -80,7 +80,7 @@ def _run_optimize(fv) -> dict:
   if fv.mechanism not in registry.optimizable():
     raise UsageError(f'--mechanism must be one of {list(registry.optimizable())} for optimize, got '
                      f'{fv.mechanism!r}.')
-  entry = registry.get(fv.mechanism)
+  entry = registry.entry(fv.mechanism)
   options = plan_flags.mechanism_options(fv)
   if options.get('num_bands') is not None and options['num_bands'] > fv.rounds:
     raise UsageError(f'--num_bands={options["num_bands"]} must not exceed --rounds={fv.rounds}.')

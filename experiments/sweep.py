@@ -105,7 +105,7 @@ def _driver_checker(driver: str):
   import importlib
 
   module = importlib.import_module(DRIVERS[driver])
-  from experiments import driver_flags, run_config
+  from experiments.run import driver_flags, run_config
 
   def check(args: Sequence[str]):
     values = copy.deepcopy(module.FLAGS)

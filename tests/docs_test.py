@@ -168,7 +168,7 @@ try:
     print(f"--- {block['where']} took {time.perf_counter() - start:.1f} s", flush=True)
 finally:
   if 'tensorflow_federated' in sys.modules:
-    from experiments import tff_workers
+    from experiments.cli import tff_workers
     tff_workers.end_child_workers()
 sys.stdout.flush()
 sys.stderr.flush()

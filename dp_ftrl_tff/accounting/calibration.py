@@ -142,16 +142,9 @@ def calibrate_plan(plan: plan_lib.RunPlan, *, target_epsilon: Optional[float] = 
     participation: the `ParticipationSchema` to calibrate for, or None.
     num_rounds: n, or None.
   """
-  if not isinstance(plan, plan_lib.RunPlan):
-    raise ValueError(f'`plan` must be a dp_ftrl_tff.plan.RunPlan, got {plan!r}.')
   if (target_epsilon is None) == (target_rho is None):
     raise ValueError('Exactly one of `target_epsilon`, `target_rho` must be given.')
-  num_rounds = plan.num_rounds if num_rounds is None else num_rounds
-  participation = plan.participation if participation is None else participation
-  if num_rounds is None or participation is None:
-    raise ValueError('`plan` lacks the run\'s `rounds` or `participation` to calibrate for.')
-  sens_sq = zcdp.accounted_sensitivity_squared(plan.strategy, num_rounds, participation,
-                                               plan.restart_rounds(num_rounds))
+  sens_sq = zcdp.plan_sensitivity_squared(plan, num_rounds, participation)
   if target_rho is not None:
     return plan.with_noise_multiplier(noise_multiplier_for_rho(target_rho, sens_sq),
                                       {'target_rho': float(target_rho)})

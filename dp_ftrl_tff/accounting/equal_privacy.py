@@ -103,7 +103,7 @@ def _row(label: str, strategy: base.Strategy, num_rounds: int, participation, rh
 
 def _is_default(strategy: base.Strategy) -> bool:
   """True when `strategy` is its registry entry's parameter-free default."""
-  entry = registry.get(strategy.name)
+  entry = registry.entry(strategy.name)
   return (not entry.needs_parameters
           and strategy.to_config() == registry.default_strategy(strategy.name).to_config())
 

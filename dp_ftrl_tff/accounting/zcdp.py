@@ -236,7 +236,7 @@ def guarantee(strategy: base.Strategy, num_rounds: int,
 
 
 def guarantee_for_plan(plan: plan_lib.RunPlan, num_rounds: Optional[int] = None,
-                       participation: Optional[participation_lib.ParticipationSchema] = None, *,
+                       participation: Optional[participation_lib.ParticipationSchema] = None,
                        conversion: str = 'pld') -> Guarantee:
   """The `Guarantee` of a run plan over `num_rounds` rounds (default: the plan's) under
   `participation` (default: the plan's declared one), at the plan's accounted noise multiplier,
@@ -247,17 +247,34 @@ def guarantee_for_plan(plan: plan_lib.RunPlan, num_rounds: Optional[int] = None,
     ValueError: the plan adds no noise (it has no DP guarantee), or lacks the rounds or the
       participation and none is given.
   """
-  if not isinstance(plan, plan_lib.RunPlan):
-    raise ValueError(f'`plan` must be a dp_ftrl_tff.plan.RunPlan, got {plan!r}.')
+  num_rounds, participation = _plan_setting(plan, num_rounds, participation)
   if plan.noise_multiplier == 0:
     raise ValueError('`plan` has noise_multiplier 0: the run adds no noise and has no DP guarantee.')
+  delta = DEFAULT_DELTA if plan.target_delta is None else plan.target_delta
+  return _guarantee(plan.strategy, num_rounds, participation, plan.noise_multiplier, delta,
+                    tuple(plan.restart_rounds(num_rounds)), conversion)
+
+
+def plan_sensitivity_squared(plan: plan_lib.RunPlan, num_rounds: Optional[int] = None,
+                             participation: Optional[participation_lib.ParticipationSchema] = None
+                             ) -> float:
+  """`accounted_sensitivity_squared` of the plan's strategy and restarts over `num_rounds`
+  (default: the plan's rounds) under `participation` (default: the plan's declared one)."""
+  num_rounds, participation = _plan_setting(plan, num_rounds, participation)
+  lengths = plan.segment_lengths(num_rounds)
+  return _sensitivity_squared(plan.strategy, lengths, participation)
+
+
+def _plan_setting(plan, num_rounds, participation) -> tuple:
+  """(n, participation) of a plan: the arguments given, else the plan's own, checked."""
+  if not isinstance(plan, plan_lib.RunPlan):
+    raise ValueError(f'`plan` must be a dp_ftrl_tff.plan.RunPlan, got {plan!r}.')
   num_rounds = plan.num_rounds if num_rounds is None else num_rounds
   participation = plan.participation if participation is None else participation
   if num_rounds is None or participation is None:
     raise ValueError('`plan` lacks the run\'s `rounds` or `participation`; give them.')
-  delta = DEFAULT_DELTA if plan.target_delta is None else plan.target_delta
-  return _guarantee(plan.strategy, num_rounds, participation, plan.noise_multiplier, delta,
-                    tuple(plan.restart_rounds(num_rounds)), conversion)
+  return (_validation.check_positive_int(num_rounds, 'num_rounds'),
+          participation_lib.check_participation(participation))
 
 
 def _guarantee(strategy: base.Strategy, num_rounds: int,

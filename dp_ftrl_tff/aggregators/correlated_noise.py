@@ -67,7 +67,7 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
     if plan.accounting_only:
       raise ValueError('`plan` has no `clients_per_round` or `clip_norm` (a plan for accounting '
                        'only): an aggregator needs both.')
-    if not registry.get(plan.mechanism).streams:
+    if not registry.entry(plan.mechanism).streams:
       raise ValueError(f'`strategy` {plan.mechanism!r} has no streaming noise; streaming mechanisms: '
                        f'{list(registry.names(streaming_only=True))}.')
     self._plan = plan

@@ -57,22 +57,24 @@ def build_dp_ftrl_process(
   if not isinstance(aggregator, tff.aggregators.UnweightedAggregationFactory):
     raise ValueError('`aggregator` must be a `tff.aggregators.UnweightedAggregationFactory`, got '
                      f'{type(aggregator).__name__}.')
+  # build_unweighted_fed_avg is build_weighted_fed_avg with UNIFORM weights and the weights dropped;
+  # keeping them lets `zeroed_count` of a CorrelatedNoiseFactory include the updates TFF's client
+  # work zeroed.
+  counting = isinstance(aggregator, aggregators.CorrelatedNoiseFactory)
+  model_aggregator = count_non_finite_updates(aggregator) if counting else aggregator
   server_learning_rate = _validation.check_positive_float(server_learning_rate,
                                                           'server_learning_rate')
   server_momentum = _validation.check_float_in_range(server_momentum, 'server_momentum', 0.0, 1.0,
                                                      high_inclusive=False)
   server_optimizer = tff.learning.optimizers.build_sgdm(learning_rate=server_learning_rate,
                                                         momentum=server_momentum or None)
-  if isinstance(aggregator, aggregators.CorrelatedNoiseFactory):
-    # build_unweighted_fed_avg is build_weighted_fed_avg with UNIFORM weights and the weights dropped;
-    # keeping them lets `zeroed_count` include the updates TFF's client work zeroed.
+  if counting:
     return tff.learning.algorithms.build_weighted_fed_avg(
         model_fn, client_optimizer_fn, server_optimizer_fn=server_optimizer,
-        client_weighting=tff.learning.ClientWeighting.UNIFORM,
-        model_aggregator=count_non_finite_updates(aggregator))
+        client_weighting=tff.learning.ClientWeighting.UNIFORM, model_aggregator=model_aggregator)
   return tff.learning.algorithms.build_unweighted_fed_avg(
       model_fn, client_optimizer_fn, server_optimizer_fn=server_optimizer,
-      model_aggregator=aggregator)
+      model_aggregator=model_aggregator)
 
 
 class _NonFiniteCountingFactory(tff.aggregators.WeightedAggregationFactory):

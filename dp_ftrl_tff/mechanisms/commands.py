@@ -41,7 +41,7 @@ def optimize(mechanism: str, num_rounds: int,
     mechanism, rounds, min_sep, max_participations, the strategy's `describe()` entries, max_loss,
     rms_loss, sensitivity_squared, seconds.
   """
-  entry = registry.get(mechanism)
+  entry = registry.entry(mechanism)
   if entry.optimizer is None:
     raise ValueError(f'`mechanism`={mechanism} has no optimizer; optimizable: '
                      f'{list(registry.optimizable())}.')

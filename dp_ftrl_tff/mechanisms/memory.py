@@ -35,7 +35,7 @@ def available_bytes() -> int:
 
 
 def _coefficients(mechanism: str, losses: bool) -> Tuple[int, int]:
-  model = registry.get(mechanism).memory
+  model = registry.entry(mechanism).memory
   return model.losses if losses else model.sensitivity
 
 

@@ -21,7 +21,7 @@ import dataclasses
 import importlib
 from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
-from dp_ftrl_tff import _validation
+from dp_ftrl_tff import _deprecation, _validation
 from dp_ftrl_tff.mechanisms import base
 
 OPTION_KINDS = ('int', 'floats', 'bool', 'choice')
@@ -317,7 +317,7 @@ def unregister(name: str) -> None:
   """Removes a mechanism added with `register` (the built-in ones stay)."""
   if name in {m.name for m in _BUILT_IN}:
     raise ValueError(f'`name` {name!r} is built in and cannot be removed.')
-  get(name)
+  entry(name)
   del _REGISTRY[name]
 
 
@@ -341,9 +341,10 @@ def entries() -> Tuple[Mechanism, ...]:
   return tuple(_REGISTRY.values())
 
 
-def get(name: str) -> Mechanism:
+def entry(name: str) -> Mechanism:
   """The registry entry of `name`; ValueError naming the accepted names otherwise."""
-  _validation.check_one_of(name, 'mechanism', tuple(_REGISTRY))
+  if not isinstance(name, str) or name not in _REGISTRY:
+    raise ValueError(f'`mechanism` must be one of {sorted(_REGISTRY)}, got {name!r}.')
   return _REGISTRY[name]
 
 
@@ -355,7 +356,7 @@ def import_path(path: str) -> Any:
 
 def strategy_class(name: str) -> type:
   """The `Strategy` subclass of mechanism `name`."""
-  return import_path(get(name).strategy_class)
+  return import_path(entry(name).strategy_class)
 
 
 def strategy_from_config(config: dict) -> base.Strategy:
@@ -372,7 +373,7 @@ def strategy_from_config(config: dict) -> base.Strategy:
 
 def default_strategy(name: str) -> base.Strategy:
   """The parameter-free strategy of `name` ('gaussian' and the trees); ValueError for the others."""
-  mechanism = get(name)
+  mechanism = entry(name)
   if mechanism.needs_parameters:
     raise ValueError(f'`mechanism`={name!r} needs parameters: a strategy file or an optimizer.')
   return strategy_from_config(dict(mechanism.default_config))
@@ -381,7 +382,7 @@ def default_strategy(name: str) -> base.Strategy:
 def optimizer(name: str) -> Callable[..., base.OptimizationResult]:
   """The optimizer of `name` ('banded': `optimize_banded`, 'blt': `optimize_blt`; 'bsr' and
   'bisr': their closed forms for a setting)."""
-  mechanism = get(name)
+  mechanism = entry(name)
   if mechanism.optimizer is None:
     raise ValueError(f'`mechanism`={name!r} has no optimizer; optimizable: {list(optimizable())}.')
   return import_path(mechanism.optimizer)
@@ -394,7 +395,7 @@ def optimizable() -> Tuple[str, ...]:
 
 def noise_class(name: str) -> type:
   """The `dp_ftrl_tff.noise` StreamingNoise class of `name` (imports TensorFlow)."""
-  mechanism = get(name)
+  mechanism = entry(name)
   if not mechanism.streams:
     raise ValueError(f'`mechanism`={name!r} has no streaming noise (it decodes offline); streaming '
                      f'mechanisms: {list(names(streaming_only=True))}.')
@@ -410,3 +411,6 @@ def option_table() -> Dict[str, Tuple[Option, Tuple[str, ...]]]:
       first, owners = table.get(option.name, (option, ()))
       table[option.name] = (first, owners + (mechanism.name,))
   return table
+
+
+get = _deprecation.renamed_function('get', entry)

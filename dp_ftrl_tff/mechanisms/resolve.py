@@ -139,16 +139,6 @@ def _from_file(entry, path, num_rounds, participation, allow_setting_mismatch) -
       mismatches=stored.mismatches))
 
 
-def _without_file(entry: registry.Mechanism, given: Dict[str, Any], num_rounds, participation,
-                  fallback: str) -> ResolvedStrategy:
-  start = time.monotonic()
-  strategy, kind, result = entry.build_strategy(given, num_rounds, participation, fallback)
-  if result is None:
-    return ResolvedStrategy(strategy, StrategySource(kind))
-  return ResolvedStrategy(strategy, StrategySource(
-      kind, setting=files.setting_from_result(result), seconds=time.monotonic() - start), result)
-
-
 def resolve_strategy(mechanism: Optional[str] = None, *, strategy=None,
                      options: Optional[Dict[str, Any]] = None,
                      num_rounds: Optional[int] = None,
@@ -183,17 +173,20 @@ def resolve_strategy(mechanism: Optional[str] = None, *, strategy=None,
     StrategySettingMismatchError: a file made for another setting, unless allowed.
     StrategyFileError: a file that exists but cannot be read as a strategy.
   """
+  # `num_rounds` and `participation` are checked where they are used: by the strategy file's
+  # setting check (`files.read_strategy_file`) and by the optimizer.
   given = _given(options)
   _validation.check_one_of(fallback, 'fallback', FALLBACKS)
-  if num_rounds is not None:
-    num_rounds = _validation.check_positive_int(num_rounds, 'rounds')
-  if participation is not None:
-    participation = participation_lib.check_participation(participation)
-  entry = None if mechanism is None else registry.get(mechanism)
+  entry = None if mechanism is None else registry.entry(mechanism)
   if strategy is None:
     if entry is None:
       raise ValueError('`mechanism` (or `mechanism_file`) is required.')
-    return _without_file(entry, given, num_rounds, participation, fallback)
+    start = time.monotonic()
+    built, kind, result = entry.build_strategy(given, num_rounds, participation, fallback)
+    if result is None:
+      return ResolvedStrategy(built, StrategySource(kind))
+    return ResolvedStrategy(built, StrategySource(
+        kind, setting=files.setting_from_result(result), seconds=time.monotonic() - start), result)
   if given:
     raise ValueError(f'`mechanism_file` excludes `{sorted(given)[0]}`.')
   if isinstance(strategy, base.Strategy):

@@ -157,7 +157,7 @@ def _measure(names, dim, clients, rounds) -> list:
   import numpy as np
   import tensorflow_federated as tff
 
-  from experiments import tff_workers
+  from experiments.cli import tff_workers
   tff_workers.register_at_exit()
   rng = np.random.default_rng(0)
   values = [rng.normal(scale=0.01, size=dim).astype(np.float32) for _ in range(clients)]
@@ -182,7 +182,7 @@ def time_rounds(runs: list, rounds: int, round_data) -> list:
   wall seconds, CPU seconds per round (this process + its TFF workers, read around each call), and
   peak memory (this process + its worker's high-water marks, MiB) only when there is one run.
   """
-  from experiments import tff_workers
+  from experiments.cli import tff_workers
   workers = tff_workers.child_worker_pids(os.getpid())
 
   def cpu_now():

@@ -117,7 +117,7 @@ def _measure(names: list) -> list:
   """Times the configurations `names` in this process (round-robin over them when several)."""
   import tensorflow_federated as tff
 
-  from experiments import tff_workers
+  from experiments.cli import tff_workers
   from experiments.emnist import data as emnist_data
   from experiments.emnist import models as emnist_models
   tff_workers.register_at_exit()

@@ -140,7 +140,7 @@ def measure(mechanism: str, params: int, rounds: int, num_bands: int, num_buffer
 
 def main(argv):
   del argv
-  from experiments import tff_workers
+  from experiments.cli import tff_workers
   tff_workers.register_at_exit()
   params, rounds = _PARAMS.value, _ROUNDS.value
   bands, buffers = _NUM_BANDS.value, _NUM_BUFFERS.value

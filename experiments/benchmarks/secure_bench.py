@@ -198,7 +198,8 @@ def _run_dim(dim, clients, variants, rounds):
 
 def main(argv):
   del argv
-  from experiments import secure_context, tff_workers
+  from experiments.cli import tff_workers
+  from experiments.run import secure_context
   tff_workers.register_at_exit()
   secure_context.use_secure_context()
 

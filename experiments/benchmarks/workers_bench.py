@@ -258,7 +258,7 @@ def _fed_avg(hidden: int, clients_per_round: int):
 
 def _run_child(spec: dict) -> None:
   """Measures every (model size, clients) setting for one worker count; prints RESULT lines."""
-  from experiments import tff_workers
+  from experiments.cli import tff_workers
   tff_workers.register_at_exit()
   count = spec['workers']
   clock = None

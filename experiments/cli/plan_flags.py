@@ -38,7 +38,7 @@ def _mechanism_help(streaming_only: bool) -> str:
 
 def _option_help(option: registry.Option, owners) -> str:
   defaults = ('' if option.kind == 'bool' or len(owners) == 1 else
-              ' Defaults: ' + ', '.join(f'{name}: {registry.get(name).option(option.name).default}'
+              ' Defaults: ' + ', '.join(f'{name}: {registry.entry(name).option(option.name).default}'
                                         for name in owners) + '.')
   return f'{option.help} Applies to: {", ".join(owners)}.{defaults}'
 
@@ -64,7 +64,7 @@ def define_mechanism_flags(fv: flags.FlagValues, *, default: Optional[str] = Non
   names = lambda: registry.names(streaming_only=streaming_only)  # noqa: E731  (read when parsed)
   flags.register_validator(
       'mechanism', lambda value: value is None or value in names(),
-      message=f'--mechanism must be one of the registered mechanisms: {", ".join(names())}.',
+      message=f'--mechanism must be one of the registered mechanisms <{"|".join(names())}>.',
       flag_values=fv)
   flags.DEFINE_string('mechanism_file', None,
                       'Strategy file (from `python -m dp_ftrl_tff.mechanisms optimize --output=`): '

@@ -142,7 +142,7 @@ class RunConfig:
 
   def _check_mechanism(self) -> None:
     """A streaming mechanism of the registry, options of its own, an existing strategy file."""
-    entry = registry.get(self.mechanism)
+    entry = registry.entry(self.mechanism)
     if not entry.streams:
       raise ValueError(f'`mechanism`={self.mechanism} has no streaming noise (it decodes '
                        f'offline); streaming mechanisms: {list(registry.names(True))}.')
@@ -238,9 +238,13 @@ class RunConfig:
     return plan_lib.SecureAggregation(bits=self.secure_bits, rotation=rotation,
                                       beta=self.secure_beta, modclip_prob=self.secure_modclip_prob)
 
-  def secure_config(self) -> Optional[plan_lib.SecureAggregation]:
-    """The `SecureAggregation` of the run, or None without `secure_aggregation`."""
-    return self._secure_settings() if self.secure_aggregation else None
+  def plan_settings(self, population: int) -> Dict[str, Any]:
+    """The plan's settings objects (`RunPlan.build` keywords): `adaptive_clip` (None for a fixed
+    clip), `secure` (None without SecAgg), `restarts` (None without) and `sampling` over
+    `population` clients (None with the min-sep sampler)."""
+    return {'adaptive_clip': self._adaptive_settings() if self.adaptive_clipping else None,
+            'secure': self._secure_settings() if self.secure_aggregation else None,
+            'restarts': self.restart_schedule(), 'sampling': self.sampling(population)}
 
   @property
   def output_dir(self) -> str:
@@ -259,10 +263,6 @@ class RunConfig:
     return plan_lib.AdaptiveClipping(
         target_unclipped_quantile=self.target_unclipped_quantile,
         clip_learning_rate=self.clip_learning_rate, clipped_count_stddev=self.clipped_count_stddev)
-
-  def adaptive_clip(self) -> Optional[plan_lib.AdaptiveClipping]:
-    """The `AdaptiveClipping` settings, or None for a fixed clip."""
-    return self._adaptive_settings() if self.adaptive_clipping else None
 
 
 _FIELDS = frozenset(f.name for f in dataclasses.fields(RunConfig))

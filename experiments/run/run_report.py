@@ -24,28 +24,22 @@ def finish(config: RunConfig, plan: plan_lib.RunPlan, accuracy_metric: str,
   completion marker, and prints the summary; returns the report (None without noise)."""
   report = privacy_report(config, plan)
   if trained or not run_summary.is_complete(config.output_dir):
-    write_completion(config, plan, report, accuracy_metric)
+    # The completion marker: the TensorBoard HParams session and final scalars, then
+    # `summary.json`, written last and atomically (its presence means the run finished).
+    guarantee = None if report is None else report.guarantee
+    summary = run_summary.build_summary(
+        config.output_dir, rounds=config.rounds,
+        hparams=run_dir.read_json(os.path.join(config.output_dir, run_dir.HPARAMS_FILE),
+                                  'rerun the same command: it rewrites hparams.json.'),
+        accuracy_metric=accuracy_metric, noise_multiplier=plan.noise_multiplier,
+        epsilon=None if guarantee is None else guarantee.epsilon,
+        delta=None if guarantee is None else guarantee.delta,
+        rho=None if guarantee is None else guarantee.rho)
+    hparams_summary.write_hparams_summary(config.output_dir, summary)
+    run_summary.write_summary(config.output_dir, summary)
   console.out(console.summary(config.output_dir,
                               None if report is None else report_render.summary(report)))
   return report
-
-
-def write_completion(config: RunConfig, plan: plan_lib.RunPlan,
-                     report: Optional[report_lib.PrivacyReport], accuracy_metric: str) -> None:
-  """Marks the run complete: its TensorBoard HParams session and final scalars
-  (`experiments.run.hparams_summary`), then `summary.json` (`experiments.run.run_summary`, written
-  last and atomically: its presence means the run finished)."""
-  guarantee = None if report is None else report.guarantee
-  summary = run_summary.build_summary(
-      config.output_dir, rounds=config.rounds,
-      hparams=run_dir.read_json(os.path.join(config.output_dir, run_dir.HPARAMS_FILE),
-                                'rerun the same command: it rewrites hparams.json.'),
-      accuracy_metric=accuracy_metric, noise_multiplier=plan.noise_multiplier,
-      epsilon=None if guarantee is None else guarantee.epsilon,
-      delta=None if guarantee is None else guarantee.delta,
-      rho=None if guarantee is None else guarantee.rho)
-  hparams_summary.write_hparams_summary(config.output_dir, summary)
-  run_summary.write_summary(config.output_dir, summary)
 
 
 def privacy_report(config: RunConfig, plan: plan_lib.RunPlan) -> Optional[report_lib.PrivacyReport]:

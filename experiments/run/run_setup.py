@@ -89,7 +89,7 @@ def save_run_strategy(config: run_config.RunConfig, resolved: resolve.ResolvedSt
   `mechanism.json` / `.npz`, which a resumed run reuses; returns the path."""
   os.makedirs(config.output_dir, exist_ok=True)
   path = os.path.join(config.output_dir,
-                      _MECHANISM_BASENAME + registry.get(resolved.strategy.name).file_suffix)
+                      _MECHANISM_BASENAME + registry.entry(resolved.strategy.name).file_suffix)
   files.save_strategy(resolved.strategy, path, setting=resolved.source.setting)
   return path
 
@@ -104,20 +104,17 @@ def build_plan(config: run_config.RunConfig, resolved: resolve.ResolvedStrategy,
     plan.StrategyTooShortError: the strategy covers fewer rounds (on resume: with the remedies of
       a run directory).
   """
-  sampling = None
-  if config.sampler != 'min_sep':
-    if population is None:
-      raise ValueError(f'`population` is required with `sampler`={config.sampler}.')
-    sampling = config.sampling(population)
+  if config.sampler != 'min_sep' and population is None:
+    raise ValueError(f'`population` is required with `sampler`={config.sampler}.')
+  saved = saved_strategy_path(config.output_dir)
   try:
     plan = plan_lib.RunPlan.build(
         resolved.strategy, config.noise_multiplier or 0.0, config.clients_per_round,
-        config.clip_norm, adaptive_clip=config.adaptive_clip(), secure=config.secure_config(),
-        restarts=config.restart_schedule(), beyond_max_rounds=config.banded_beyond_max_rounds,
-        sampling=sampling, num_rounds=config.rounds, participation=config.participation,
-        target_delta=config.target_delta, strategy_source=resolved.source)
+        config.clip_norm, **config.plan_settings(population),
+        beyond_max_rounds=config.banded_beyond_max_rounds, num_rounds=config.rounds,
+        participation=config.participation, target_delta=config.target_delta,
+        strategy_source=resolved.source)
   except plan_lib.StrategyTooShortError as error:
-    saved = saved_strategy_path(config.output_dir)
     if saved is None:
       raise
     raise error.with_context(f' in {saved}', 'a new `experiment_name`') from None
@@ -125,8 +122,10 @@ def build_plan(config: run_config.RunConfig, resolved: resolve.ResolvedStrategy,
     plan = calibration.calibrate_plan(plan, target_epsilon=config.target_epsilon)
     logging.info('Noise multiplier %.6g calibrated to epsilon=%g at delta=%g.',
                  plan.noise_multiplier, config.target_epsilon, config.target_delta)
-  if sampling is not None and amplification_warning(plan.strategy, sampling, config.rounds):
-    logging.warning('%s', amplification_warning(plan.strategy, sampling, config.rounds))
+  warning = None if plan.sampling is None else amplification_warning(plan.strategy, plan.sampling,
+                                                                       config.rounds)
+  if warning is not None:
+    logging.warning('%s', warning)
   return plan
 
 

@@ -92,7 +92,7 @@ def test_rows_and_bands_follow_the_run():
 
 
 def test_tree_full_is_skipped_past_its_cost_limit(monkeypatch):
-  entry = registry.get('tree_full')
+  entry = registry.entry('tree_full')
   comparison = dataclasses.replace(entry.comparisons[0], max_rounds=8)
   monkeypatch.setitem(registry._REGISTRY, 'tree_full',  # pylint: disable=protected-access
                       dataclasses.replace(entry, comparisons=(comparison,)))

@@ -138,7 +138,7 @@ def test_modular_wraps_are_logged_and_written(tmp_path):
 _LAUNCHER = textwrap.dedent('''
     """A launcher that installs its own TFF context (which cannot run secure sums)."""
     import tensorflow_federated as tff
-    from experiments import driver
+    from experiments.run import driver
     from experiments.emnist import run_emnist
 
     context = tff.backends.native.create_sync_local_cpp_execution_context()
@@ -165,7 +165,7 @@ def test_context_without_secure_sums_fails_with_one_line(tmp_path):
 _SWITCH_AFTER_COMPUTATIONS = textwrap.dedent('''
     import numpy as np
     import tensorflow_federated as tff
-    from experiments import secure_context
+    from experiments.run import secure_context
 
     @tff.tensorflow.computation(np.int32)
     def increment(x):

@@ -38,7 +38,7 @@ def test_config_and_file_round_trip(name, tmp_path):
   assert strategy.name == name
   assert isinstance(strategy, registry.strategy_class(name))
   _assert_same(registry.strategy_from_config(strategy.to_config()), strategy)
-  path = tmp_path / f'strategy{registry.get(name).file_suffix}'
+  path = tmp_path / f'strategy{registry.entry(name).file_suffix}'
   files.save_strategy(strategy, path)
   _assert_same(files.load_strategy(path), strategy)
   # The accountant's view is the strategy's own: sensitivity under a schema.
@@ -48,7 +48,7 @@ def test_config_and_file_round_trip(name, tmp_path):
 
 @pytest.mark.parametrize('name', sorted(STRATEGIES))
 def test_default_strategy_only_for_parameter_free(name):
-  if registry.get(name).needs_parameters:
+  if registry.entry(name).needs_parameters:
     with pytest.raises(ValueError, match='parameters'):
       registry.default_strategy(name)
     assert callable(registry.optimizer(name))
@@ -60,7 +60,7 @@ def test_default_strategy_only_for_parameter_free(name):
 
 @pytest.mark.parametrize('name', sorted(STRATEGIES))
 def test_noise_class_streams_the_strategy(name):
-  if not registry.get(name).streams:
+  if not registry.entry(name).streams:
     with pytest.raises(ValueError, match='streaming'):
       registry.noise_class(name)
     return
@@ -72,7 +72,7 @@ def test_noise_class_streams_the_strategy(name):
 
 def test_bad_names_and_configs_are_named():
   with pytest.raises(ValueError, match='mechanism'):
-    registry.get('bandmf')
+    registry.entry('bandmf')
   with pytest.raises(ValueError, match='config'):
     registry.strategy_from_config('blt')
   with pytest.raises(ValueError, match='mechanism'):
@@ -99,3 +99,9 @@ def test_segments_sensitivity_against_dense_block_diagonal(name):
     assert accounted == pytest.approx(dense, rel=1e-12)
   assert name not in ('gaussian', 'tree', 'tree_efficient', 'tree_full') or (
       strategy.segments_sensitivity_is_exact(lengths, schema))
+
+
+def test_get_is_the_deprecated_name_of_entry():
+  from dp_ftrl_tff import _deprecation  # pylint: disable=g-import-not-at-top
+  with pytest.warns(_deprecation.DpFtrlDeprecationWarning, match='use `entry`'):
+    assert registry.get('blt') is registry.entry('blt')
