@@ -21,14 +21,18 @@ b (r2 - r1 >= b; TF-Privacy's min_separation = b - 1).
 import dataclasses
 import hashlib
 import json
-import math
 from typing import Optional
 
 import numpy as np
 
-from dp_ftrl_tff import _atomic, _validation
+from dp_ftrl_tff import _atomic, _validation, plan_checks
 from dp_ftrl_tff.mechanisms import base, registry, resolve
 from dp_ftrl_tff.mechanisms import participation as participation_lib
+from dp_ftrl_tff.plan_checks import (  # noqa: F401  (re-exported)
+  CALIBRATION_TARGETS,
+  StrategyTooShortError,
+  check_sampled_participation,
+)
 from dp_ftrl_tff.settings import (  # noqa: F401  (the plan's parts, re-exported)
   DEFAULT_INITIAL_CLIP,
   EVERY_ROUND,
@@ -44,25 +48,6 @@ from dp_ftrl_tff.settings import (  # noqa: F401  (the plan's parts, re-exported
 )
 
 BEYOND_MAX_ROUNDS = ('error', 'restart')
-CALIBRATION_TARGETS = ('target_epsilon', 'target_rho')
-
-
-class StrategyTooShortError(ValueError):
-  """A segment of the run is longer than the strategy's `max_rounds` (a banded strategy built for
-  fewer rounds), and `beyond_max_rounds` is not 'restart'. `with_context` rewords the origin of
-  the strategy and the remedy for a caller that knows them better (a resumed run)."""
-
-  def __init__(self, mechanism: str, max_rounds: int, num_rounds: int, origin: str = '',
-               remedy: Optional[str] = None):
-    self.mechanism, self.max_rounds, self.num_rounds = mechanism, max_rounds, num_rounds
-    remedy = remedy or f'a strategy for at least {num_rounds} rounds'
-    super().__init__(f'the {mechanism} strategy{origin} covers {max_rounds} rounds; `rounds`='
-                     f'{num_rounds} needs `beyond_max_rounds`=restart (a new noise segment every '
-                     f'{max_rounds} rounds) or {remedy}.')
-
-  def with_context(self, origin: str, remedy: str) -> 'StrategyTooShortError':
-    """The same error with `origin` (e.g. ' in RUN/mechanism.npz') and `remedy`."""
-    return StrategyTooShortError(self.mechanism, self.max_rounds, self.num_rounds, origin, remedy)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,13 +130,13 @@ class RunPlan:
       strategy_source: where the strategy came from (`resolve.resolve_strategy`), or None.
       calibration: {'target_epsilon': e} or {'target_rho': r}, or None.
     """
-    if not _check_strategy(strategy).streams:
+    if not plan_checks.check_strategy(strategy).streams:
       raise ValueError(f'`strategy` {strategy.name!r} has no streaming noise; streaming '
                        f'mechanisms: {list(registry.names(streaming_only=True))}.')
     if clip_norm is None and adaptive_clip in (None, False):
       raise ValueError('`clip_norm` is required without `adaptive_clip`.')
     if clients_per_round is None:  # the sampling's expected cohort size
-      clients_per_round = (None if _check_sampling(sampling) is None
+      clients_per_round = (None if plan_checks.check_sampling(sampling) is None
                            else sampling.expected_clients_per_round)
       if clients_per_round is None:
         raise ValueError('`clients_per_round` must be given: a positive number, or None with a '
@@ -173,7 +158,7 @@ class RunPlan:
     """A plan for accounting only (a planned run's report): no clients per round, no clip, any
     registered strategy (TreeAgg-Full too). Adaptive clipping is its `clipped_count_stddev`;
     `restarts` are exactly those given. The other arguments are `build`'s."""
-    _check_strategy(strategy)
+    plan_checks.check_strategy(strategy)
     adaptive = (None if clipped_count_stddev is None else
                 AdaptiveClipping(clipped_count_stddev=clipped_count_stddev))
     if adaptive is not None and restarts is None:
@@ -199,8 +184,8 @@ class RunPlan:
     _validation.check_one_of(beyond_max_rounds, 'beyond_max_rounds', BEYOND_MAX_ROUNDS)
     if restarts is not None and not isinstance(restarts, RestartSchedule):
       raise ValueError(f'`restarts` must be a RestartSchedule or None, got {restarts!r}.')
-    _check_clients_per_round(m, _check_sampling(sampling))
-    secure = _secure(secure)
+    plan_checks.check_clients_per_round(m, plan_checks.check_sampling(sampling))
+    secure = plan_checks.check_secure(secure)
     adaptive_clip, clip, count_stddev, value_sigma = _clipping(adaptive_clip, clip_norm, sigma, m)
     if m is None:  # a plan for accounting only (`for_accounting`): no clip at all
       clip = None
@@ -214,7 +199,7 @@ class RunPlan:
                num_rounds=num_rounds, participation=participation,
                target_delta=target_delta, strategy_source=strategy_source,
                calibration=calibration)
-    _check_setting(plan)
+    plan_checks.check_setting(plan)
     return plan
 
   @property
@@ -349,30 +334,6 @@ class RunPlan:
     return '\n'.join(lines)
 
 
-def _check_strategy(strategy) -> registry.Mechanism:
-  """The registry entry of a `Strategy` (ValueError for anything else or an unknown name)."""
-  if not isinstance(strategy, base.Strategy):
-    raise ValueError(f'`strategy` must be a dp_ftrl_tff.mechanisms Strategy, got {strategy!r}.')
-  return registry.entry(strategy.name)
-
-
-def _check_sampling(sampling) -> Optional[Sampling]:
-  if sampling is not None and not isinstance(sampling, Sampling):
-    raise ValueError(f'`sampling` must be a Sampling or None, got {sampling!r}.')
-  return sampling
-
-
-def _check_clients_per_round(m: Optional[float], sampling: Optional[Sampling]) -> None:
-  """A checked m given with a `sampling` must be its expected cohort size."""
-  if m is None or sampling is None:
-    return
-  expected = sampling.expected_clients_per_round
-  if not (expected is not None and math.isclose(m, expected, rel_tol=1e-12)):
-    raise ValueError(f'`clients_per_round`={m!r} conflicts with `sampling`: the mean divides by '
-                     f'the expected cohort size {expected!r} (q * population / num_groups); '
-                     'pass None.')
-
-
 def _clipping(adaptive_clip, clip_norm, sigma: float, m: Optional[float]) -> tuple:
   """(adaptive settings or None, clip, clipped-count std or None, value noise multiplier) of the
   checked `clip_norm`, `sigma` and `m`."""
@@ -399,63 +360,6 @@ def _clipping(adaptive_clip, clip_norm, sigma: float, m: Optional[float]) -> tup
     count_stddev = m / 20.0
   count_stddev = float(count_stddev)
   return adaptive_clip, clip_norm, count_stddev, inflated_noise_multiplier(sigma, count_stddev)
-
-
-def _secure(secure) -> Optional[SecureAggregation]:
-  if isinstance(secure, bool) or not (secure is None or isinstance(
-      secure, (int, np.integer, SecureAggregation))):
-    raise ValueError(f'`secure` must be None, an int number of bits or a SecureAggregation, got '
-                     f'{secure!r}.')
-  if isinstance(secure, (int, np.integer)):
-    return SecureAggregation(bits=int(secure))
-  return secure
-
-
-def _check_setting(plan: RunPlan) -> None:
-  """The run's setting: rounds that the strategy covers, restarts inside the run, a declared
-  participation the sampling enforces, a delta in (0, 1), a known calibration target."""
-  if plan.participation is not None:
-    participation_lib.check_participation(plan.participation)
-  if plan.target_delta is not None:
-    _validation.check_float_in_range(plan.target_delta, 'target_delta', 0.0, 1.0,
-                                     low_inclusive=False, high_inclusive=False)
-  if plan.strategy_source is not None and not isinstance(plan.strategy_source,
-                                                         resolve.StrategySource):
-    raise ValueError(f'`strategy_source` must be a StrategySource, got {plan.strategy_source!r}.')
-  if plan.calibration is not None and (not isinstance(plan.calibration, dict) or set(
-      plan.calibration) - set(CALIBRATION_TARGETS) or len(plan.calibration) != 1):
-    raise ValueError(f'`calibration` must be {{target: value}} with a target in '
-                     f'{CALIBRATION_TARGETS}, got {plan.calibration!r}.')
-  if plan.num_rounds is None:
-    return
-  n = _validation.check_positive_int(plan.num_rounds, 'rounds')
-  if plan.restarts is not None and plan.restarts.rounds is not None:
-    base.check_restart_rounds(plan.restarts.rounds, n)
-  max_rounds = plan.strategy.max_rounds
-  if max_rounds is not None and plan.beyond_max_rounds != 'restart':
-    longest = max(plan.segment_lengths(n))
-    if longest > max_rounds:
-      path = None if plan.strategy_source is None else plan.strategy_source.path
-      raise StrategyTooShortError(plan.mechanism, max_rounds, longest,
-                                  origin='' if path is None else f' in {path}')
-  if plan.sampling is not None and plan.participation is not None:
-    check_sampled_participation(plan.sampling, plan.participation, n)
-
-
-def check_sampled_participation(sampling: Sampling,
-                                participation: participation_lib.ParticipationSchema,
-                                num_rounds: int) -> None:
-  """Raises ValueError unless `participation` is one that `sampling` enforces over `num_rounds`
-  rounds: with random sampling a declared schema must never be an optimistic one."""
-  enforced = sampling.enforced_min_sep
-  if participation.min_sep > enforced:
-    raise ValueError(f'`min_sep`={participation.min_sep} exceeds the {enforced} rounds the '
-                     f'plan\'s {sampling.kind} sampling keeps between participations.')
-  most = -(-num_rounds // enforced)
-  if participation.effective_max_participations(num_rounds) < most:
-    raise ValueError(f'`max_participations`={participation.max_participations} is not enforced by '
-                     f'the plan\'s {sampling.kind} sampling (a client may join {most} of the '
-                     f'{num_rounds} rounds); pass None.')
 
 
 def _strategy_config(strategy: base.Strategy, fingerprint_arrays: bool) -> dict:

@@ -1,4 +1,4 @@
-"""The participation log: who took part in which round. Its format, writer and reader.
+"""The participation log: who took part in which round. Its format, writer and parsed form.
 
 Format: a CSV file with the header `client_id,round` and one row per (client, 0-based round)
 participation. Client ids are arbitrary strings (quoted CSV fields are supported on a slower read
@@ -17,33 +17,25 @@ post-processing"):
     twice;
   * `max_participations`: the most participations of one client.
 
-Reading streams the file in fixed-size chunks of whole lines, each parsed by vectorized numpy over
-the raw bytes (no per-row Python work) on a worker thread while the previous chunk is added.
-Memory is bounded by the clients and rounds, not the rows: the log is kept as one bit per (client,
-round) (order-free, so out-of-order rows are fine and a repeated row is caught exactly) plus a few
-int64 per client (participations, smallest gap, gcd of the gaps). Client ids get codes through a
-64-bit hash of their bytes; every hash match is checked byte for byte, and a collision restarts the
-read with another seed, so the grouping is exact.
+Reading streams the file in fixed-size chunks of whole lines (`participation_csv`). Memory is
+bounded by the clients and rounds, not the rows: the log is kept as one bit per (client, round)
+(order-free, so out-of-order rows are fine and a repeated row is caught exactly) plus a few int64 per
+client (participations, smallest gap, gcd of the gaps); client ids are grouped exactly through a
+checked 64-bit hash (`participation_bits`).
 """
 
-import concurrent.futures
 import csv
 import dataclasses
-import io
 import os
-from typing import Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from dp_ftrl_tff import _validation
-from dp_ftrl_tff.mechanisms import memory
+from dp_ftrl_tff.accounting import participation_bits, participation_csv
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 
-HEADER = ('client_id', 'round')
-
-_FNV_OFFSET = np.uint64(0xCBF29CE484222325)  # hash seed 0's initial state
-_MIX_1 = np.uint64(0xBF58476D1CE4E5B9)  # splitmix64 finalizer constants
-_MIX_2 = np.uint64(0x94D049BB133111EB)
+HEADER = participation_csv.HEADER
 
 
 class ParticipationLogWriter:
@@ -96,27 +88,6 @@ class ParticipationLogWriter:
 #: is a few times this, plus the per-client state). Smaller chunks sort faster (cache): 4 MB was
 #: the fastest of 2-32 MB on a 5M-row log.
 DEFAULT_CHUNK_BYTES = 4 << 20
-_BLOCK_CLIENTS = 1 << 16  # clients per block of the participation bit matrix
-_SCAN_CLIENTS = 1 << 14  # clients expanded to (client, round) rows at once
-_QUOTED_BATCH = 1 << 18  # rows of the csv-module path converted to arrays at once
-_HASH_SEEDS = 3  # a hash collision between two distinct ids restarts the read with the next seed
-
-
-class _HashCollision(Exception):
-  """Two distinct client ids have the same 64-bit hash under the current seed."""
-
-
-class _RowError(ValueError):
-  """A malformed row of a chunk: its 0-based index in the chunk and the rest of the message."""
-
-  def __init__(self, row: int, text: str):
-    super().__init__(f'row {row + 1} of a chunk{text}')
-    self.row = row
-    self.text = text
-
-
-class _QuotedLog(Exception):
-  """The body holds a double quote: the csv-module path must read it (as the whole file)."""
 
 
 @dataclasses.dataclass(frozen=True, eq=False)  # arrays: compare fields explicitly
@@ -162,14 +133,14 @@ class ParticipationLog:
       raise ValueError('`client_ids` and `rounds` must be 1-D arrays of the same length.')
     if rounds.size and not np.issubdtype(rounds.dtype, np.integer):
       raise ValueError(f'`rounds` must be integers, got dtype {rounds.dtype}.')
-    for seed in range(_HASH_SEEDS):
-      builder = _LogBuilder(path, seed)
+    for seed in range(participation_bits.HASH_SEEDS):
+      builder = participation_bits.LogBuilder(path, seed)
       try:
         builder.add_text_ids(client_ids.astype(str).tolist(), rounds.astype(np.int64))
-        return builder.finish()
-      except _HashCollision:
+        return cls(**builder.finish()._asdict(), path=path)
+      except participation_bits.HashCollision:
         continue
-    raise _collision_error(path or 'log')
+    raise participation_bits.collision_error(path or 'log')
 
   def client_id(self, code: int) -> str:
     """The id string of client code `code`."""
@@ -264,424 +235,16 @@ class ParticipationLog:
       round. Every client's pattern is in some batch.
     """
     for block_index, block in enumerate(self.bits):
-      base = block_index * _BLOCK_CLIENTS
-      used = np.ascontiguousarray(block[:max(0, min(_BLOCK_CLIENTS, self.num_clients - base))])
+      base = block_index * participation_bits.BLOCK_CLIENTS
+      used = np.ascontiguousarray(block[:max(0, min(participation_bits.BLOCK_CLIENTS, self.num_clients - base))])
       if not used.shape[0]:
         continue
       _, first = np.unique(used.view(f'V{used.shape[1]}').reshape(-1), return_index=True)
       first = np.sort(first)
-      for start in range(0, first.size, _SCAN_CLIENTS):
-        chosen = first[start:start + _SCAN_CLIENTS]
-        pattern_index, rounds = _bit_rows(used[chosen])
+      for start in range(0, first.size, participation_bits.SCAN_CLIENTS):
+        chosen = first[start:start + participation_bits.SCAN_CLIENTS]
+        pattern_index, rounds = participation_bits.bit_rows(used[chosen])
         yield base + chosen, pattern_index, rounds
-
-
-def _bit_rows(rows: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-  """(row index, round) of every set bit of a (clients, bytes) block, sorted by row then round.
-
-  Expands only the non-zero bytes (a client's row is mostly zeros), by table lookups.
-  """
-  row_index, byte_index = np.nonzero(rows)
-  values = rows[row_index, byte_index]
-  counts = _POPCOUNT[values]
-  owner = np.repeat(np.arange(values.size), counts)
-  rank = np.arange(owner.size) - np.repeat(np.cumsum(counts, dtype=np.int64) - counts, counts)
-  return row_index[owner], byte_index[owner] * 8 + _BIT_POSITIONS[values[owner], rank]
-
-
-def _collision_error(where: str) -> ValueError:
-  return ValueError(f'{where}: two distinct client ids share a 64-bit hash under each of '
-                    f'{_HASH_SEEDS} seeds; the log cannot be grouped exactly.')
-
-
-class _BitMatrix:
-  """The growing (client, round) bit matrix of `ParticipationLog.bits`; rejects repeated bits."""
-
-  def __init__(self):
-    self.blocks: List[np.ndarray] = []
-    self.row_bytes = 0
-    self.repeats = 0  # rows whose (client, round) bit was already set
-    self.first_repeat: Optional[Tuple[int, int]] = None  # (client code, round) of one of them
-
-  def _grow(self, num_clients: int, num_rounds: int, where: str) -> None:
-    row_bytes = max(self.row_bytes, -(-num_rounds // 64) * 8)
-    if row_bytes > self.row_bytes:
-      row_bytes = max(row_bytes, self.row_bytes + self.row_bytes // 4 // 8 * 8)  # amortized growth
-    full, rest = divmod(num_clients, _BLOCK_CLIENTS)
-    last = 0 if not rest else min(_BLOCK_CLIENTS, 1 << (rest - 1).bit_length())
-    needed = (full * _BLOCK_CLIENTS + last) * row_bytes
-    held = sum(block.nbytes for block in self.blocks)
-    if needed > held + memory.available_bytes():
-      raise memory.MemoryLimitError(
-          f'{where}: one bit per (client, round) for {num_clients} clients x {num_rounds} rounds '
-          f'needs {memory.format_bytes(needed)}, more than the memory available.')
-    sizes = [_BLOCK_CLIENTS] * full + ([last] if last else [])
-    for i, size in enumerate(sizes):
-      if i < len(self.blocks) and self.blocks[i].shape == (size, row_bytes):
-        continue
-      grown = np.zeros((size, row_bytes), np.uint8)
-      if i < len(self.blocks):
-        old = self.blocks[i]
-        grown[:old.shape[0], :old.shape[1]] = old
-        self.blocks[i] = grown
-      else:
-        self.blocks.append(grown)
-    self.row_bytes = row_bytes
-
-  def add(self, codes: np.ndarray, rounds: np.ndarray, num_clients: int, where: str) -> None:
-    """Sets the bits (codes[i], rounds[i]) (non-negative rounds), counting the repeated ones."""
-    if not codes.size:
-      return
-    self._grow(num_clients, int(rounds.max()) + 1, where)
-    row_bits = self.row_bytes * 8
-    keys = np.sort(codes * row_bits + rounds)
-    repeated = keys[1:] == keys[:-1]
-    if np.any(repeated):
-      self._note_repeat(int(keys[1:][repeated][0]), int(np.count_nonzero(repeated)), row_bits)
-      keys = keys[np.concatenate([[True], ~repeated])]
-    block_of = keys // (_BLOCK_CLIENTS * row_bits)
-    bounds = np.searchsorted(block_of, np.arange(len(self.blocks) + 1))
-    for b in np.unique(block_of):
-      local = keys[bounds[b]:bounds[b + 1]] - b * (_BLOCK_CLIENTS * row_bits)
-      byte_index = local >> 3  # = client row * row_bytes + round // 8, since row_bits % 8 == 0
-      bit = np.left_shift(1, local & 7).astype(np.uint8)
-      starts = np.flatnonzero(np.concatenate([[True], byte_index[1:] != byte_index[:-1]]))
-      values = np.bitwise_or.reduceat(bit, starts)
-      flat = self.blocks[b].reshape(-1)
-      positions = byte_index[starts]
-      old = flat[positions]
-      clash = old & values
-      if np.any(clash):
-        at = int(np.flatnonzero(clash)[0])
-        value = int(clash[at])
-        local_key = int(positions[at]) * 8 + (value & -value).bit_length() - 1
-        self._note_repeat(b * _BLOCK_CLIENTS * row_bits + local_key,
-                          int(_POPCOUNT[clash].sum(dtype=np.int64)), row_bits)
-      flat[positions] = old | values
-
-  def _note_repeat(self, key: int, count: int, row_bits: int) -> None:
-    if self.first_repeat is None:
-      self.first_repeat = divmod(key, row_bits)
-    self.repeats += count
-
-
-_POPCOUNT = np.array([bin(i).count('1') for i in range(256)], np.uint8)
-#: _LOW_BYTES[i]: the mask of the i low bytes of a uint64 (i = 0 .. 8).
-_LOW_BYTES = np.array([(1 << (8 * i)) - 1 for i in range(9)], np.uint64)
-#: _BIT_POSITIONS[v, k]: the position of the k-th set bit of byte v, least significant first.
-_BIT_POSITIONS = np.array([[j for j in range(8) if v >> j & 1] + [0] * (8 - bin(v).count('1'))
-                           for v in range(256)], np.int64)
-
-
-def _hash_ids(words: np.ndarray, lengths: np.ndarray, seed: int) -> np.ndarray:
-  """64-bit hash of each id from its packed words (see `_pack_ids`) and its length.
-
-  Per word: xor into the state, then the splitmix64 finalizer (a bijection of 64-bit values).
-  Only the words within each id's length are mixed, so an id's hash does not depend on the width
-  of the batch it comes in. Collisions are possible; `_LogBuilder` detects them exactly.
-  """
-  hashes = np.full(lengths.size, _FNV_OFFSET + np.uint64(seed), np.uint64)
-  for k, word in enumerate(np.concatenate([words, lengths.astype(np.uint64)[None, :]])):
-    inside = lengths > 8 * k if k < words.shape[0] else True
-    mixed = hashes ^ word
-    mixed ^= mixed >> np.uint64(30)
-    mixed *= _MIX_1
-    mixed ^= mixed >> np.uint64(27)
-    mixed *= _MIX_2
-    mixed ^= mixed >> np.uint64(31)
-    hashes = np.where(inside, mixed, hashes)
-  return hashes
-
-
-def _pack_ids(byte_column, lengths: np.ndarray) -> np.ndarray:
-  """The ids as little-endian uint64 words (num_words x rows; byte j in word j // 8, 0 past each
-  length); `byte_column(j)` returns byte j of every id (0 where it is shorter)."""
-  width = max(int(lengths.max()), 1)
-  words = np.zeros((-(-width // 8), lengths.size), np.uint64)
-  for j in range(width):
-    words[j // 8] |= byte_column(j).astype(np.uint64) << np.uint64(8 * (j % 8))
-  return words
-
-
-class _Rows(NamedTuple):
-  """A batch of rows with its distinct ids found (`_prepare_rows`), ready for `_LogBuilder.add_rows`.
-
-  hashes: sorted distinct 64-bit id hashes; names, lengths: the id bytes and byte length of each;
-  inverse: for every row, the index of its id in `hashes`; rounds: int64 round of every row.
-  """
-  hashes: np.ndarray
-  names: np.ndarray
-  lengths: np.ndarray
-  inverse: np.ndarray
-  rounds: np.ndarray
-
-
-def _prepare_rows(words: np.ndarray, lengths: np.ndarray, rounds: np.ndarray, seed: int) -> _Rows:
-  """Groups a batch's rows by id (ids packed by `_pack_ids`, their byte lengths, int64 rounds).
-
-  Needs no state of the log, so `_read_unquoted` runs it for the next chunk while the previous one
-  is added. Raises `_HashCollision` when two distinct ids of the batch share a hash.
-  """
-  if not rounds.size:
-    return _Rows(np.zeros(0, np.uint64), np.zeros(0, 'S8'), np.zeros(0, np.int64),
-                 np.zeros(0, np.int64), rounds)
-  hashes = _hash_ids(words, lengths, seed)
-  order = np.argsort(hashes)  # np.unique's return_index would use a (slower) stable sort
-  sorted_hashes = hashes[order]
-  new_group = np.concatenate([[True], sorted_hashes[1:] != sorted_hashes[:-1]])
-  unique, first = sorted_hashes[new_group], order[new_group]  # first: any row of each hash
-  inverse = np.empty(hashes.size, np.int64)
-  inverse[order] = np.cumsum(new_group) - 1
-  representative = first[inverse]
-  if not (np.array_equal(lengths[representative], lengths) and
-          all(np.array_equal(word[representative], word) for word in words)):
-    raise _HashCollision()
-  # Little-endian words hold byte j at offset j; ids never contain NUL bytes (text CSV), so the
-  # `S` view strips exactly the padding.
-  names = np.ascontiguousarray(words[:, first].T.astype('<u8')).view(
-      f'S{8 * words.shape[0]}').reshape(-1)
-  return _Rows(unique, names, lengths[first].astype(np.int64), inverse, rounds)
-
-
-class _LogBuilder:
-  """Turns rows (id bytes, round) into a `ParticipationLog`, one batch of rows at a time.
-
-  Ids get codes in order of first appearance, through a sorted table of their 64-bit hashes; every
-  hash match (within a batch and against the table) is checked byte for byte, and a mismatch raises
-  `_HashCollision` (the caller reads again with another seed), so the grouping is exact.
-  """
-
-  def __init__(self, path: str, seed: int):
-    self.where = path or 'log'
-    self.seed = seed
-    self._hashes = np.zeros(0, np.uint64)  # sorted
-    self._hash_codes = np.zeros(0, np.int64)
-    self._names = np.zeros(0, 'S1')
-    self._lengths = np.zeros(0, np.int64)
-    self._bits = _BitMatrix()
-    self._min_round = 0
-    self._path = path
-
-  def add_rows(self, rows: '_Rows') -> None:
-    """Adds a batch of rows prepared by `_prepare_rows` (with this builder's seed)."""
-    if not rows.rounds.size:
-      return
-    codes = self._codes(rows.hashes, rows.names, rows.lengths)[rows.inverse]
-    self._min_round = min(self._min_round, int(rows.rounds.min()))
-    keep = rows.rounds >= 0
-    self._bits.add(codes[keep], rows.rounds[keep], self._names.size, self.where)
-
-  def add_text_ids(self, ids: Sequence[str], rounds: np.ndarray) -> None:
-    """Adds rows whose ids are str (the csv-module path and `from_arrays`)."""
-    encoded = [i.encode('utf-8') for i in ids]
-    lengths = np.fromiter(map(len, encoded), np.int64, len(encoded))
-    width = max(int(lengths.max()) if lengths.size else 0, 1)
-    matrix = np.array(encoded, dtype=f'S{width}').view(np.uint8).reshape(len(encoded), width)
-    self.add_rows(_prepare_rows(_pack_ids(lambda j: matrix[:, j], lengths), lengths, rounds,
-                                self.seed))
-
-  def _codes(self, hashes: np.ndarray, names: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Code of each distinct id of a batch (sorted distinct `hashes`), new ids appended."""
-    position = np.minimum(np.searchsorted(self._hashes, hashes), max(self._hashes.size - 1, 0))
-    found = (self._hashes[position] == hashes) if self._hashes.size else np.zeros(hashes.size, bool)
-    codes = np.empty(hashes.size, np.int64)
-    codes[found] = self._hash_codes[position[found]]
-    known = codes[found]
-    if not (np.array_equal(self._lengths[known], lengths[found]) and
-            np.array_equal(self._names[known], names[found])):
-      raise _HashCollision()
-    new = np.flatnonzero(~found)
-    codes[new] = np.arange(self._names.size, self._names.size + new.size)
-    if new.size:
-      self._names = np.concatenate([self._names, names[new]])
-      self._lengths = np.concatenate([self._lengths, lengths[new]])
-      all_hashes = np.concatenate([self._hashes, hashes[new]])
-      order = np.argsort(all_hashes, kind='stable')
-      self._hashes = all_hashes[order]
-      self._hash_codes = np.concatenate([self._hash_codes, codes[new]])[order]
-    return codes
-
-  def finish(self) -> ParticipationLog:
-    """The log; raises ValueError on negative rounds, then on a (client, round) logged twice."""
-    if self._min_round < 0:
-      raise ValueError(f'{self.where}: rounds must be non-negative, found {self._min_round}.')
-    bits = self._bits
-    if bits.repeats:
-      code, round_num = bits.first_repeat
-      raise ValueError(f'{self.where}: client {self._names[code].decode("utf-8")!r} is logged '
-                       f'twice in round {round_num} ({bits.repeats} duplicate rows).')
-    num_clients = self._names.size
-    participations = np.zeros(num_clients, np.int64)
-    min_gaps = np.zeros(num_clients, np.int64)
-    gap_gcds = np.zeros(num_clients, np.int64)
-    round_counts = np.zeros(bits.row_bytes * 8, np.int64)
-    for block_index, block in enumerate(bits.blocks):
-      for start in range(0, block.shape[0], _SCAN_CLIENTS):
-        base = block_index * _BLOCK_CLIENTS + start
-        if base >= num_clients:
-          break
-        rows, rounds = _bit_rows(block[start:start + min(_SCAN_CLIENTS, num_clients - base)])
-        participations[base:base + _SCAN_CLIENTS] = np.bincount(
-            rows, minlength=min(_SCAN_CLIENTS, num_clients - base))
-        round_counts += np.bincount(rounds, minlength=round_counts.size)
-        same = rows[1:] == rows[:-1]
-        gaps, owners = np.diff(rounds)[same], rows[1:][same]
-        if gaps.size:
-          starts = np.flatnonzero(np.concatenate([[True], owners[1:] != owners[:-1]]))
-          min_gaps[base + owners[starts]] = np.minimum.reduceat(gaps, starts)
-          gap_gcds[base + owners[starts]] = np.gcd.reduceat(gaps, starts)
-    used = np.flatnonzero(round_counts)
-    round_counts = round_counts[:used[-1] + 1 if used.size else 0]
-    return ParticipationLog(client_ids=self._names, participations=participations,
-                            min_gaps=min_gaps, gap_gcds=gap_gcds, round_counts=round_counts,
-                            bits=tuple(bits.blocks), path=self._path)
-
-
-def _check_header(line: bytes, path: str) -> None:
-  header = line.rstrip(b'\n').rstrip(b'\r').decode('utf-8', 'replace').replace('\ufeff', '')
-  if tuple(h.strip() for h in header.split(',')) != HEADER:
-    raise ValueError(f'{path}: header must be `client_id,round`, got {header!r}.')
-
-
-def _column_bytes(padded: np.ndarray, starts: np.ndarray, lengths: np.ndarray, j: int) -> np.ndarray:
-  """Byte j of each field (0 where the field is shorter); `padded` has slack bytes at its end."""
-  return padded[starts + j] * (lengths > j).astype(np.uint8)
-
-
-def _parse_rounds(arr, starts, lengths, path) -> np.ndarray:
-  if lengths.min() < 1 or lengths.max() > 18:
-    raise ValueError(f'{path}: every row needs a round of 1 to 18 digits after the comma.')
-  values = np.zeros(starts.size, np.int64)
-  for j in range(int(lengths.max())):
-    valid = lengths > j
-    digit = _column_bytes(arr, starts, lengths, j).astype(np.int64) - 48
-    if np.any(valid & ((digit < 0) | (digit > 9))):
-      row = int(np.flatnonzero(valid & ((digit < 0) | (digit > 9)))[0])
-      raise _RowError(row, ': the round is not a non-negative integer.')
-    values = np.where(valid, values * 10 + digit, values)
-  return values
-
-
-def _parse_chunk(chunk: bytes, seed: int, path: str) -> _Rows:
-  """The rows of `chunk` (whole lines of an unquoted body), grouped by `_prepare_rows`.
-
-  Raises `_RowError` (row numbers relative to the chunk) or ValueError on a malformed row.
-  """
-  if not chunk.endswith(b'\n'):
-    chunk += b'\n'  # a last line without its line end
-  arr = np.frombuffer(chunk, np.uint8)
-  line_ends = np.flatnonzero(arr == 10)
-  line_starts = np.concatenate([[0], line_ends[:-1] + 1]).astype(np.int64)
-  content_ends = line_ends - ((line_ends > line_starts) & (arr[np.maximum(line_ends - 1, 0)] == 13))
-  keep = content_ends > line_starts  # blank lines are ignored
-  line_starts, content_ends = line_starts[keep], content_ends[keep]
-  if not line_starts.size:
-    return _prepare_rows(np.zeros((0, 0), np.uint64), np.zeros(0, np.int64),
-                         np.zeros(0, np.int64), seed)
-  commas = np.flatnonzero(arr == 44)
-  one_comma = commas.size == line_starts.size and bool(
-      np.all((commas > line_starts) & (commas < content_ends)))
-  if not one_comma:
-    line_of_comma = np.searchsorted(line_starts, commas, side='right') - 1
-    per_line = np.bincount(line_of_comma, minlength=line_starts.size)
-    at_start = np.zeros(line_starts.size, bool)
-    at_start[line_of_comma[commas == line_starts[line_of_comma]]] = True
-    row = int(np.flatnonzero((per_line != 1) | at_start)[0])
-    raise _RowError(row, ' is not `client_id,round` (one comma, non-empty id).')
-  slack = int((content_ends - line_starts).max()) + 8  # fixed-width gathers stay in bounds
-  padded = np.concatenate([arr, np.zeros(slack, np.uint8)])
-  rounds = _parse_rounds(padded, commas + 1, content_ends - commas - 1, path)
-  lengths = commas - line_starts
-  # 8 id bytes per gather: a uint64 view starting at every byte offset (unaligned loads).
-  at_offset = np.ndarray(shape=(padded.size - 7,), dtype='<u8', buffer=padded, strides=(1,))
-  words = np.empty((-(-int(lengths.max()) // 8), lengths.size), np.uint64)
-  for k, word in enumerate(words):
-    word[:] = at_offset[line_starts + 8 * k] & _LOW_BYTES[np.clip(lengths - 8 * k, 0, 8)]
-  return _prepare_rows(words, lengths, rounds, seed)
-
-
-def _line_chunks(f, chunk_bytes: int) -> Iterator[bytes]:
-  """Whole lines of `f`, about `chunk_bytes` at a time (the last one may lack its line end)."""
-  while True:
-    chunk = f.read(chunk_bytes)
-    if not chunk:
-      return
-    if not chunk.endswith(b'\n'):
-      chunk += f.readline()
-    yield chunk
-
-
-def _rest_has_quote(f, chunk_bytes: int) -> bool:
-  return any(b'"' in chunk for chunk in iter(lambda: f.read(chunk_bytes), b''))
-
-
-def _read_unquoted(path: str, chunk_bytes: int, seed: int) -> ParticipationLog:
-  """The vectorized path: raises `_QuotedLog` as soon as the body shows a double quote.
-
-  Two stages overlap: a worker thread parses and groups chunk i + 1 (`_parse_chunk`) while this
-  thread adds chunk i to the log (`_LogBuilder.add_rows`). numpy releases the GIL in the sorts and
-  array operations of both, so they share two cores; at most two chunks' arrays are alive.
-  """
-  builder = _LogBuilder(path, seed)
-  with open(path, 'rb') as f, concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-    _check_header(f.readline(), path)
-    rows = 0
-    pending = None  # the previous chunk, being parsed
-    for chunk in _line_chunks(f, chunk_bytes):
-      if b'"' in chunk:
-        raise _QuotedLog()
-      parsing = pool.submit(_parse_chunk, chunk, seed, path)
-      if pending is not None:
-        rows = _add_parsed(builder, pending, rows, f, chunk_bytes)
-      pending = parsing
-    if pending is not None:
-      _add_parsed(builder, pending, rows, f, chunk_bytes)
-  return builder.finish()
-
-
-def _add_parsed(builder: _LogBuilder, parsing: concurrent.futures.Future, rows: int, f,
-                chunk_bytes: int) -> int:
-  """Adds a parsed chunk to `builder`; returns `rows` (the rows before it) plus its rows.
-
-  A malformed row raises ValueError naming the row, unless the rest of the file `f` has a double
-  quote: then the log is quoted CSV (`_QuotedLog`), parsed and judged by the csv module.
-  """
-  try:
-    prepared = parsing.result()
-  except ValueError as error:
-    if _rest_has_quote(f, chunk_bytes):
-      raise _QuotedLog() from None
-    if isinstance(error, _RowError):
-      raise ValueError(f'{builder.where}: row {rows + error.row + 1}{error.text}') from None
-    raise
-  builder.add_rows(prepared)
-  return rows + int(prepared.rounds.size)
-
-
-def _read_quoted(path: str, seed: int) -> ParticipationLog:
-  """The csv-module path (quoted fields, possibly with commas or line ends inside)."""
-  builder = _LogBuilder(path, seed)
-  with open(path, 'rb') as raw:
-    raw.readline()  # the header, checked by `_read_unquoted`
-    reader = csv.reader(io.TextIOWrapper(raw, encoding='utf-8', newline=''))
-    ids, rounds = [], []
-    for line_num, row in enumerate(reader, start=2):
-      if not row:
-        continue
-      if len(row) != 2:
-        raise ValueError(f'{path}:{line_num}: expected 2 fields `client_id,round`, got {row!r}.')
-      try:
-        rounds.append(int(row[1]))
-      except ValueError:
-        raise ValueError(f'{path}:{line_num}: round {row[1]!r} is not an integer.') from None
-      if not -2**63 <= rounds[-1] < 2**63:
-        raise ValueError(f'{path}:{line_num}: round {row[1]!r} is out of range.')
-      ids.append(row[0])
-      if len(ids) == _QUOTED_BATCH:
-        builder.add_text_ids(ids, np.array(rounds, np.int64))
-        ids, rounds = [], []
-    builder.add_text_ids(ids, np.array(rounds, np.int64))
-  return builder.finish()
 
 
 def read_participation_log(path: str, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> ParticipationLog:
@@ -707,12 +270,4 @@ def read_participation_log(path: str, chunk_bytes: int = DEFAULT_CHUNK_BYTES) ->
   path = os.fspath(path)
   if not os.path.isfile(path):
     raise ValueError(f'`participation_log` file not found: {path}.')
-  for seed in range(_HASH_SEEDS):
-    try:
-      try:
-        return _read_unquoted(path, chunk_bytes, seed)
-      except _QuotedLog:
-        return _read_quoted(path, seed)
-    except _HashCollision:
-      continue
-  raise _collision_error(path)
+  return ParticipationLog(**participation_csv.read_arrays(path, chunk_bytes)._asdict(), path=path)

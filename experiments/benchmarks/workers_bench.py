@@ -52,7 +52,6 @@ one timed round) takes about 5 minutes on 2 busy cores. The run of docs/benchmar
 import json
 import math
 import os
-import resource
 import shutil
 import signal
 import statistics
@@ -64,6 +63,7 @@ import time
 from absl import app, flags
 
 from experiments import workers as workers_launcher
+from experiments.benchmarks import workers_bench_child
 from experiments.cli import flag_parsing
 
 FLAGS = flags.FlagValues()
@@ -97,23 +97,6 @@ _REPORT_FROM = flags.DEFINE_string('report_from', None, 'Measure nothing: print 
 _CHILD = flags.DEFINE_string('child', None, 'Internal: one child\'s settings as JSON.',
                              flag_values=FLAGS)
 
-INPUT_DIM = 64
-CLASSES = 10
-NOISE_MULTIPLIER = 1.0
-CLIP = 1.0
-
-
-def hidden_width(params: float) -> int:
-  """The H >= 1 whose 64 -> H -> H -> 10 dense model has the weight count closest to `params`."""
-  root = (-(INPUT_DIM + CLASSES + 2) + math.sqrt((INPUT_DIM + CLASSES + 2)**2 + 4 * (params - 10)))
-  candidates = {max(1, math.floor(root / 2)), max(1, math.ceil(root / 2))}
-  return min(candidates, key=lambda h: abs(weight_count(h) - params))
-
-
-def weight_count(hidden: int) -> int:
-  return (INPUT_DIM + 1) * hidden + (hidden + 1) * hidden + (hidden + 1) * CLASSES
-
-
 def _parse_lists():
   """(params, clients, workers, machines) from the flags; ValueError (one line) when malformed."""
   def numbers(flag, convert, minimum):
@@ -143,160 +126,6 @@ def _parse_lists():
   if max(params) > 1e8:
     raise ValueError('`params` must be at most 1e8.')
   return params, sorted(clients), workers, machines
-
-
-# ----------------------------------------------------------------------------------------------
-# Child: one worker count, every (model size, clients) setting.
-
-
-def _cpu_seconds(pids) -> float:
-  """utime + stime of the processes `pids` (seconds; a process that is gone counts 0)."""
-  ticks = os.sysconf('SC_CLK_TCK')
-  total = 0
-  for pid in pids:
-    try:
-      with open(f'/proc/{pid}/stat', 'rb') as f:
-        fields = f.read().decode(errors='replace').rsplit(')', 1)[1].split()
-      total += int(fields[11]) + int(fields[12])
-    except (OSError, IndexError, ValueError):
-      continue
-  return total / ticks
-
-
-def _peak_mib(pids) -> float:
-  """The sum of the processes' peak resident memory so far (VmHWM), in MiB."""
-  total = 0
-  for pid in pids:
-    try:
-      with open(f'/proc/{pid}/status') as f:
-        total += next((int(line.split()[1]) for line in f if line.startswith('VmHWM:')), 0)
-    except (OSError, ValueError):
-      continue
-  return total / 1024
-
-
-class _PhaseClock:
-  """Times the mergeable context's calls (up to merge, merge, after merge) on the driver."""
-
-  def __init__(self):
-    from tensorflow_federated.python.core.impl.execution_contexts import (
-      mergeable_comp_execution_context as mergeable,
-    )
-    self.events = []
-    for name, kind in (('_invoke_up_to_merge_and_return_context', 'up'),
-                       ('_merge_results', 'merge'), ('_compute_after_merged', 'after')):
-      setattr(mergeable, name, self._timed(getattr(mergeable, name), kind))
-
-  def _timed(self, function, kind):
-    async def timed(*args, **kwargs):
-      start = time.perf_counter()
-      try:
-        return await function(*args, **kwargs)
-      finally:
-        self.events.append((kind, start, time.perf_counter()))
-    return timed
-
-  def phases(self) -> dict:
-    """The phases of the calls since the last `phases()` (seconds; empty if none ran)."""
-    events, self.events = self.events, []
-    ups = [e for e in events if e[0] == 'up']
-    afters = [e for e in events if e[0] == 'after']
-    if not ups or not afters:
-      return {}
-    last_up = max(e[2] for e in ups)
-    return {'up': last_up - min(e[1] for e in ups),
-            'merge': sum(e[2] - e[1] for e in events if e[0] == 'merge'),
-            'merges': sum(e[0] == 'merge' for e in events),
-            'tail': max(0.0, min(e[1] for e in afters) - last_up),
-            'after': sum(e[2] - e[1] for e in afters)}
-
-
-def _client_data(count: int, examples: int):
-  import collections
-
-  import numpy as np
-  import tensorflow as tf
-  rng = np.random.default_rng(0)
-  data = []
-  for _ in range(count):
-    x = rng.normal(size=(examples, INPUT_DIM)).astype(np.float32)
-    y = rng.integers(0, CLASSES, size=(examples, 1)).astype(np.int32)
-    data.append(tf.data.Dataset.from_tensor_slices(collections.OrderedDict(x=x, y=y)).batch(examples))
-  return data
-
-
-def _fed_avg(hidden: int, clients_per_round: int):
-  import collections
-
-  import tensorflow as tf
-  import tensorflow_federated as tff
-
-  from dp_ftrl_tff.aggregators import CorrelatedNoiseFactory
-  from dp_ftrl_tff.mechanisms import blt as blt_mechanisms
-
-  spec = collections.OrderedDict(x=tf.TensorSpec([None, INPUT_DIM], tf.float32),
-                                 y=tf.TensorSpec([None, 1], tf.int32))
-
-  def model_fn():
-    keras_model = tf.keras.Sequential([
-        tf.keras.layers.InputLayer(input_shape=(INPUT_DIM,)),
-        tf.keras.layers.Dense(hidden, activation='relu'),
-        tf.keras.layers.Dense(hidden, activation='relu'),
-        tf.keras.layers.Dense(CLASSES)])
-    return tff.learning.models.from_keras_model(
-        keras_model, input_spec=spec,
-        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-
-  strategy = blt_mechanisms.BLTStrategy(theta=(0.99, 0.8), omega=(0.25, 0.2))
-  aggregator = CorrelatedNoiseFactory.blt(NOISE_MULTIPLIER, clients_per_round, CLIP,
-                                          strategy=strategy, noise_seed=1)
-  return tff.learning.algorithms.build_unweighted_fed_avg(
-      model_fn, client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.01),
-      server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0, momentum=0.9),
-      model_aggregator=aggregator)
-
-
-def _run_child(spec: dict) -> None:
-  """Measures every (model size, clients) setting for one worker count; prints RESULT lines."""
-  from experiments.cli import tff_workers
-  tff_workers.register_at_exit()
-  count = spec['workers']
-  clock = None
-  if count:
-    from dp_ftrl_tff.learning import remote_execution
-    remote_execution.set_remote_execution_context(spec['addresses'][:count])
-    clock = _PhaseClock()
-  worker_pids = spec['worker_pids'][:count]
-  data = _client_data(max(spec['clients']), spec['examples'])
-  for params in spec['params']:
-    hidden = hidden_width(params)
-    start = time.perf_counter()
-    process = _fed_avg(hidden, max(spec['clients']))
-    state = process.initialize()
-    build_seconds = time.perf_counter() - start
-    if not count:  # the local context's worker exists once a computation ran
-      worker_pids = tff_workers.child_worker_pids(os.getpid())
-    for clients in spec['clients']:
-      if clients * params > spec['max_client_params']:
-        continue
-      rounds = []
-      # One warm-up round per model (it compiles); later client counts reuse the compiled form.
-      warmup = clients == min(c for c in spec['clients'] if c * params <= spec['max_client_params'])
-      for _ in range(spec['rounds'] + warmup):
-        wall, cpu, workers_cpu = time.perf_counter(), time.process_time(), _cpu_seconds(worker_pids)
-        output = process.next(state, data[:clients])
-        state = output.state
-        rounds.append({'wall': time.perf_counter() - wall, 'cpu': time.process_time() - cpu,
-                       'workers_cpu': _cpu_seconds(worker_pids) - workers_cpu,
-                       **(clock.phases() if clock else {})})
-      result = {'workers': count, 'params': params, 'weights': weight_count(hidden),
-                'clients': clients, 'build_seconds': build_seconds,
-                # Peaks so far in this child (settings run by growing size).
-                'workers_peak_mib': _peak_mib(worker_pids),
-                'driver_peak_mib': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                'warmup_seconds': rounds[0]['wall'] if warmup else None,
-                'rounds': rounds[1:] if warmup else rounds}
-      print('RESULT ' + json.dumps(result), flush=True)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -502,7 +331,7 @@ def _print_report(summary, params, clients, workers, machines) -> None:
 def main(argv):
   del argv
   if _CHILD.value:
-    _run_child(json.loads(_CHILD.value))
+    workers_bench_child.run_child(json.loads(_CHILD.value))
     return
   try:
     params, clients, workers, machines = _parse_lists()

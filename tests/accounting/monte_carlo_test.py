@@ -19,7 +19,7 @@ import pytest
 import scipy.optimize
 import scipy.special
 
-from dp_ftrl_tff.accounting import monte_carlo
+from dp_ftrl_tff.accounting import monte_carlo, monte_carlo_schemes
 from dp_ftrl_tff.mechanisms import banded, gaussian, tree
 
 
@@ -172,7 +172,7 @@ def test_small_n_matches_exact_integration(c, sampling, kwargs, patterns, probab
 def test_each_direction_matches_exact_integration():
   # remove: y ~ mixture, loss L; add: y ~ N(0, sigma^2 I), loss -L. Checked one by one.
   q, sigma, delta = 0.4, 1.0, 1e-2
-  scheme = monte_carlo._MinSepPoisson(2, 1, q)
+  scheme = monte_carlo_schemes.MinSepPoisson(2, 1, q)
   patterns, probabilities = [(0, 0), (1, 0), (0, 1), (1, 1)], [0.36, 0.24, 0.24, 0.16]
   for direction, remove, sign in (('remove', True, 1.0), ('add', False, -1.0)):
     reference = _exact_epsilon(_C2, sigma, patterns, probabilities, delta, (direction,))
@@ -202,11 +202,11 @@ def test_cyclic_poisson_enumeration_takes_the_worst_offset():
 
 
 @pytest.mark.parametrize('scheme', [
-    monte_carlo._MinSepPoisson(7, 2, 0.3),
-    monte_carlo._MinSepPoisson(6, 3, 1.0),
-    monte_carlo._CyclicPoisson(7, 3, 1, 0.6),
-    monte_carlo._CyclicPoisson(7, 3, 0, 0.2),
-    monte_carlo._BallsInBins(6, 2),
+    monte_carlo_schemes.MinSepPoisson(7, 2, 0.3),
+    monte_carlo_schemes.MinSepPoisson(6, 3, 1.0),
+    monte_carlo_schemes.CyclicPoisson(7, 3, 1, 0.6),
+    monte_carlo_schemes.CyclicPoisson(7, 3, 0, 0.2),
+    monte_carlo_schemes.BallsInBins(6, 2),
 ], ids=['min_sep_q03', 'min_sep_q1', 'cyclic_offset1', 'cyclic_offset0', 'balls_in_bins'])
 def test_schemes_enumeration_sampling_and_additive_expectation(scheme):
   rng = np.random.default_rng(6)
@@ -236,11 +236,11 @@ def test_schemes_enumeration_sampling_and_additive_expectation(scheme):
 
 def _admissible(scheme, rounds):
   """Whether the sorted round set `rounds` is a pattern of positive probability (by definition)."""
-  if isinstance(scheme, monte_carlo._MinSepPoisson):  # with q = 1 a user joins whenever eligible
+  if isinstance(scheme, monte_carlo_schemes.MinSepPoisson):  # with q = 1 a user joins whenever eligible
     if scheme.q == 1:
       return np.array_equal(rounds, np.arange(0, scheme.num_rounds, scheme.min_sep))
     return bool(np.all(np.diff(rounds) >= scheme.min_sep))
-  if isinstance(scheme, monte_carlo._CyclicPoisson):
+  if isinstance(scheme, monte_carlo_schemes.CyclicPoisson):
     if scheme.q == 1:
       return set(rounds) == set(scheme.rounds)
     return set(rounds) <= set(scheme.rounds)
@@ -251,7 +251,7 @@ def _admissible(scheme, rounds):
 def test_markov_losses_equal_enumeration_losses():
   # Same seed, same y: the Markov recursion and the sum over the 13 patterns agree sample by sample.
   c = banded.BandedStrategy.from_toeplitz([1.0, 0.7], 8).strategy_matrix(8)
-  scheme = monte_carlo._MinSepPoisson(8, 2, 0.35)
+  scheme = monte_carlo_schemes.MinSepPoisson(8, 2, 0.35)
   for remove in (True, False):
     markov = monte_carlo._mixture_losses(c, 0.8, scheme, 'markov', np.random.default_rng(7), 300,
                                          remove)

@@ -7,7 +7,7 @@ import csv
 import numpy as np
 import pytest
 
-from dp_ftrl_tff.accounting import participation_log
+from dp_ftrl_tff.accounting import participation_bits, participation_log
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 
 Schema = participation_lib.ParticipationSchema
@@ -255,16 +255,16 @@ def test_hash_collisions_are_detected_and_the_read_is_exact(tmp_path, monkeypatc
   rows = _random_log_rows(1)
   path = _write(tmp_path / 'log.csv', rows)
   expected = _reference(rows, Schema(7, 3), 150)
-  real_hash = participation_log._hash_ids
+  real_hash = participation_bits.hash_ids
 
   def colliding_first_seed(words, lengths, seed):  # every id of a length shares one hash
     return lengths.astype(np.uint64) if seed == 0 else real_hash(words, lengths, seed)
 
-  monkeypatch.setattr(participation_log, '_hash_ids', colliding_first_seed)
+  monkeypatch.setattr(participation_bits, 'hash_ids', colliding_first_seed)
   for chunk in _CHUNKS:
     log = participation_log.read_participation_log(path, chunk_bytes=chunk)
     assert _figures(log, Schema(7, 3), 150) == expected
-  monkeypatch.setattr(participation_log, '_hash_ids',
+  monkeypatch.setattr(participation_bits, 'hash_ids',
                       lambda words, lengths, seed: np.zeros(lengths.size, np.uint64))
   with pytest.raises(ValueError, match='share a 64-bit hash'):
     participation_log.read_participation_log(path)
@@ -291,7 +291,7 @@ def test_patterns_cover_every_client(tmp_path):
 def test_a_bit_matrix_beyond_memory_is_refused(tmp_path, monkeypatch):
   path = tmp_path / 'log.csv'
   path.write_text('client_id,round\na,0\nb,100000000\n')
-  monkeypatch.setattr(participation_log.memory, 'available_bytes', lambda: 10**6)
+  monkeypatch.setattr(participation_bits.memory, 'available_bytes', lambda: 10**6)
   with pytest.raises(ValueError, match=r'2 clients x 100000001 rounds needs'):
     participation_log.read_participation_log(str(path))
 

@@ -1,0 +1,122 @@
+"""The checks of a run plan's setting (`plan.RunPlan` calls them when it is made).
+
+The strategy must cover every noise segment of the run (`StrategyTooShortError` otherwise), the
+restarts lie inside the run, a declared participation must be one the random sampling enforces
+(`check_sampled_participation`: never an optimistic one), the target delta lies in (0, 1) and a
+calibration names a known target. Rounds are 0-based, `min_sep` = b.
+"""
+
+import math
+from typing import Optional
+
+import numpy as np
+
+from dp_ftrl_tff import _validation
+from dp_ftrl_tff.mechanisms import base, registry, resolve
+from dp_ftrl_tff.mechanisms import participation as participation_lib
+from dp_ftrl_tff.settings import Sampling, SecureAggregation
+
+CALIBRATION_TARGETS = ('target_epsilon', 'target_rho')
+
+
+def check_strategy(strategy) -> registry.Mechanism:
+  """The registry entry of a `Strategy` (ValueError for anything else or an unknown name)."""
+  if not isinstance(strategy, base.Strategy):
+    raise ValueError(f'`strategy` must be a dp_ftrl_tff.mechanisms Strategy, got {strategy!r}.')
+  return registry.entry(strategy.name)
+
+
+def check_sampling(sampling) -> Optional[Sampling]:
+  """`sampling` (a `Sampling` or None); ValueError otherwise."""
+  if sampling is not None and not isinstance(sampling, Sampling):
+    raise ValueError(f'`sampling` must be a Sampling or None, got {sampling!r}.')
+  return sampling
+
+
+def check_clients_per_round(m: Optional[float], sampling: Optional[Sampling]) -> None:
+  """Raises ValueError unless a clients per round `m` (checked, or None) given with a `sampling`
+  is its expected cohort size."""
+  if m is None or sampling is None:
+    return
+  expected = sampling.expected_clients_per_round
+  if not (expected is not None and math.isclose(m, expected, rel_tol=1e-12)):
+    raise ValueError(f'`clients_per_round`={m!r} conflicts with `sampling`: the mean divides by '
+                     f'the expected cohort size {expected!r} (q * population / num_groups); '
+                     'pass None.')
+
+
+class StrategyTooShortError(ValueError):
+  """A segment of the run is longer than the strategy's `max_rounds` (a banded strategy built for
+  fewer rounds), and `beyond_max_rounds` is not 'restart'. `with_context` rewords the origin of
+  the strategy and the remedy for a caller that knows them better (a resumed run)."""
+
+  def __init__(self, mechanism: str, max_rounds: int, num_rounds: int, origin: str = '',
+               remedy: Optional[str] = None):
+    self.mechanism, self.max_rounds, self.num_rounds = mechanism, max_rounds, num_rounds
+    remedy = remedy or f'a strategy for at least {num_rounds} rounds'
+    super().__init__(f'the {mechanism} strategy{origin} covers {max_rounds} rounds; `rounds`='
+                     f'{num_rounds} needs `beyond_max_rounds`=restart (a new noise segment every '
+                     f'{max_rounds} rounds) or {remedy}.')
+
+  def with_context(self, origin: str, remedy: str) -> 'StrategyTooShortError':
+    """The same error with `origin` (e.g. ' in RUN/mechanism.npz') and `remedy`."""
+    return StrategyTooShortError(self.mechanism, self.max_rounds, self.num_rounds, origin, remedy)
+
+
+def check_setting(plan) -> None:
+  """Raises ValueError unless a `plan.RunPlan`'s run setting holds: rounds that the strategy
+  covers (else `StrategyTooShortError`), restarts inside the run, a declared participation the
+  sampling enforces, a delta in (0, 1), a known calibration target."""
+  if plan.participation is not None:
+    participation_lib.check_participation(plan.participation)
+  if plan.target_delta is not None:
+    _validation.check_float_in_range(plan.target_delta, 'target_delta', 0.0, 1.0,
+                                     low_inclusive=False, high_inclusive=False)
+  if plan.strategy_source is not None and not isinstance(plan.strategy_source,
+                                                         resolve.StrategySource):
+    raise ValueError(f'`strategy_source` must be a StrategySource, got {plan.strategy_source!r}.')
+  if plan.calibration is not None and (not isinstance(plan.calibration, dict) or set(
+      plan.calibration) - set(CALIBRATION_TARGETS) or len(plan.calibration) != 1):
+    raise ValueError(f'`calibration` must be {{target: value}} with a target in '
+                     f'{CALIBRATION_TARGETS}, got {plan.calibration!r}.')
+  if plan.num_rounds is None:
+    return
+  n = _validation.check_positive_int(plan.num_rounds, 'rounds')
+  if plan.restarts is not None and plan.restarts.rounds is not None:
+    base.check_restart_rounds(plan.restarts.rounds, n)
+  max_rounds = plan.strategy.max_rounds
+  if max_rounds is not None and plan.beyond_max_rounds != 'restart':
+    longest = max(plan.segment_lengths(n))
+    if longest > max_rounds:
+      path = None if plan.strategy_source is None else plan.strategy_source.path
+      raise StrategyTooShortError(plan.mechanism, max_rounds, longest,
+                                  origin='' if path is None else f' in {path}')
+  if plan.sampling is not None and plan.participation is not None:
+    check_sampled_participation(plan.sampling, plan.participation, n)
+
+
+def check_sampled_participation(sampling: Sampling,
+                                participation: participation_lib.ParticipationSchema,
+                                num_rounds: int) -> None:
+  """Raises ValueError unless `participation` is one that `sampling` enforces over `num_rounds`
+  rounds: with random sampling a declared schema must never be an optimistic one."""
+  enforced = sampling.enforced_min_sep
+  if participation.min_sep > enforced:
+    raise ValueError(f'`min_sep`={participation.min_sep} exceeds the {enforced} rounds the '
+                     f'plan\'s {sampling.kind} sampling keeps between participations.')
+  most = -(-num_rounds // enforced)
+  if participation.effective_max_participations(num_rounds) < most:
+    raise ValueError(f'`max_participations`={participation.max_participations} is not enforced by '
+                     f'the plan\'s {sampling.kind} sampling (a client may join {most} of the '
+                     f'{num_rounds} rounds); pass None.')
+
+
+def check_secure(secure) -> Optional[SecureAggregation]:
+  """The SecAgg setting: None, a `SecureAggregation`, or an int number of bits (its defaults)."""
+  if isinstance(secure, bool) or not (secure is None or isinstance(
+      secure, (int, np.integer, SecureAggregation))):
+    raise ValueError(f'`secure` must be None, an int number of bits or a SecureAggregation, got '
+                     f'{secure!r}.')
+  if isinstance(secure, (int, np.integer)):
+    return SecureAggregation(bits=int(secure))
+  return secure
