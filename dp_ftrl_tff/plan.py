@@ -130,7 +130,7 @@ class RunPlan:
       strategy_source: where the strategy came from (`resolve.resolve_strategy`), or None.
       calibration: {'target_epsilon': e} or {'target_rho': r}, or None.
     """
-    if not plan_checks.check_strategy(strategy).streams:
+    if not _strategy_entry(strategy).streams:
       raise ValueError(f'`strategy` {strategy.name!r} has no streaming noise; streaming '
                        f'mechanisms: {list(registry.names(streaming_only=True))}.')
     if clip_norm is None and adaptive_clip in (None, False):
@@ -158,7 +158,7 @@ class RunPlan:
     """A plan for accounting only (a planned run's report): no clients per round, no clip, any
     registered strategy (TreeAgg-Full too). Adaptive clipping is its `clipped_count_stddev`;
     `restarts` are exactly those given. The other arguments are `build`'s."""
-    plan_checks.check_strategy(strategy)
+    _strategy_entry(strategy)
     adaptive = (None if clipped_count_stddev is None else
                 AdaptiveClipping(clipped_count_stddev=clipped_count_stddev))
     if adaptive is not None and restarts is None:
@@ -186,7 +186,8 @@ class RunPlan:
       raise ValueError(f'`restarts` must be a RestartSchedule or None, got {restarts!r}.')
     plan_checks.check_clients_per_round(m, plan_checks.check_sampling(sampling))
     secure = plan_checks.check_secure(secure)
-    adaptive_clip, clip, count_stddev, value_sigma = _clipping(adaptive_clip, clip_norm, sigma, m)
+    adaptive_clip, clip, count_stddev, value_sigma = plan_checks.resolve_clipping(
+        adaptive_clip, clip_norm, sigma, m)
     if m is None:  # a plan for accounting only (`for_accounting`): no clip at all
       clip = None
     if adaptive_clip is not None:
@@ -334,32 +335,11 @@ class RunPlan:
     return '\n'.join(lines)
 
 
-def _clipping(adaptive_clip, clip_norm, sigma: float, m: Optional[float]) -> tuple:
-  """(adaptive settings or None, clip, clipped-count std or None, value noise multiplier) of the
-  checked `clip_norm`, `sigma` and `m`."""
-  if adaptive_clip is True:
-    adaptive_clip = AdaptiveClipping()
-  elif adaptive_clip is False:
-    adaptive_clip = None
-  if adaptive_clip is not None and not isinstance(adaptive_clip, AdaptiveClipping):
-    raise ValueError(f'`adaptive_clip` must be None, a bool or an AdaptiveClipping, got '
-                     f'{adaptive_clip!r}.')
-  if adaptive_clip is None:
-    return None, clip_norm, None, sigma
-  if clip_norm is not None and adaptive_clip.initial_clip not in (None, clip_norm):
-    raise ValueError(f'`clip_norm`={clip_norm!r} conflicts with `adaptive_clip.initial_clip`'
-                     f'={adaptive_clip.initial_clip!r}; give only one.')
-  clip_norm = float(adaptive_clip.initial_clip or clip_norm or DEFAULT_INITIAL_CLIP)
-  count_stddev = adaptive_clip.clipped_count_stddev
-  if sigma == 0.0:
-    return adaptive_clip, clip_norm, float(count_stddev or 0.0), sigma
-  if count_stddev is None:
-    if m is None:
-      raise ValueError('`clipped_count_stddev` is required with adaptive clipping when '
-                       '`clients_per_round` is not set (its default is clients_per_round / 20).')
-    count_stddev = m / 20.0
-  count_stddev = float(count_stddev)
-  return adaptive_clip, clip_norm, count_stddev, inflated_noise_multiplier(sigma, count_stddev)
+def _strategy_entry(strategy) -> registry.Mechanism:
+  """The registry entry of a `Strategy` (ValueError for anything else or an unknown name)."""
+  if not isinstance(strategy, base.Strategy):
+    raise ValueError(f'`strategy` must be a dp_ftrl_tff.mechanisms Strategy, got {strategy!r}.')
+  return registry.entry(strategy.name)
 
 
 def _strategy_config(strategy: base.Strategy, fingerprint_arrays: bool) -> dict:

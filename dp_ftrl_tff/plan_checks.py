@@ -1,4 +1,4 @@
-"""The checks of a run plan's setting (`plan.RunPlan` calls them when it is made).
+"""How `plan.RunPlan` checks its arguments and its run setting, and resolves its clipping.
 
 The strategy must cover every noise segment of the run (`StrategyTooShortError` otherwise), the
 restarts lie inside the run, a declared participation must be one the random sampling enforces
@@ -12,18 +12,17 @@ from typing import Optional
 import numpy as np
 
 from dp_ftrl_tff import _validation
-from dp_ftrl_tff.mechanisms import base, registry, resolve
+from dp_ftrl_tff.mechanisms import base, resolve
 from dp_ftrl_tff.mechanisms import participation as participation_lib
-from dp_ftrl_tff.settings import Sampling, SecureAggregation
+from dp_ftrl_tff.settings import (
+  DEFAULT_INITIAL_CLIP,
+  AdaptiveClipping,
+  Sampling,
+  SecureAggregation,
+  inflated_noise_multiplier,
+)
 
 CALIBRATION_TARGETS = ('target_epsilon', 'target_rho')
-
-
-def check_strategy(strategy) -> registry.Mechanism:
-  """The registry entry of a `Strategy` (ValueError for anything else or an unknown name)."""
-  if not isinstance(strategy, base.Strategy):
-    raise ValueError(f'`strategy` must be a dp_ftrl_tff.mechanisms Strategy, got {strategy!r}.')
-  return registry.entry(strategy.name)
 
 
 def check_sampling(sampling) -> Optional[Sampling]:
@@ -120,3 +119,32 @@ def check_secure(secure) -> Optional[SecureAggregation]:
   if isinstance(secure, (int, np.integer)):
     return SecureAggregation(bits=int(secure))
   return secure
+
+
+def resolve_clipping(adaptive_clip, clip_norm: Optional[float], sigma: float,
+                     m: Optional[float]) -> tuple:
+  """(adaptive settings or None, clip, clipped-count std or None, value noise multiplier) of the
+  checked `clip_norm`, `sigma` and `m`."""
+  if adaptive_clip is True:
+    adaptive_clip = AdaptiveClipping()
+  elif adaptive_clip is False:
+    adaptive_clip = None
+  if adaptive_clip is not None and not isinstance(adaptive_clip, AdaptiveClipping):
+    raise ValueError(f'`adaptive_clip` must be None, a bool or an AdaptiveClipping, got '
+                     f'{adaptive_clip!r}.')
+  if adaptive_clip is None:
+    return None, clip_norm, None, sigma
+  if clip_norm is not None and adaptive_clip.initial_clip not in (None, clip_norm):
+    raise ValueError(f'`clip_norm`={clip_norm!r} conflicts with `adaptive_clip.initial_clip`'
+                     f'={adaptive_clip.initial_clip!r}; give only one.')
+  clip_norm = float(adaptive_clip.initial_clip or clip_norm or DEFAULT_INITIAL_CLIP)
+  count_stddev = adaptive_clip.clipped_count_stddev
+  if sigma == 0.0:
+    return adaptive_clip, clip_norm, float(count_stddev or 0.0), sigma
+  if count_stddev is None:
+    if m is None:
+      raise ValueError('`clipped_count_stddev` is required with adaptive clipping when '
+                       '`clients_per_round` is not set (its default is clients_per_round / 20).')
+    count_stddev = m / 20.0
+  count_stddev = float(count_stddev)
+  return adaptive_clip, clip_norm, count_stddev, inflated_noise_multiplier(sigma, count_stddev)

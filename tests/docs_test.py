@@ -274,3 +274,35 @@ def test_runner_on_a_small_document(tmp_path):
   result = _run_document(doc, tmp_path / 'again', root=tmp_path)
   assert result.returncode == 1
   assert "expected line not printed (in order): '42'" in result.stdout + result.stderr
+
+
+def _architecture_sections():
+  """The module map of docs/ARCHITECTURE.md (from its "## Modules" heading on)."""
+  text = (ROOT / 'docs' / 'ARCHITECTURE.md').read_text()
+  return text[text.index('## Modules'):]
+
+
+@pytest.mark.parametrize('package', ['dp_ftrl_tff', 'experiments'])
+def test_architecture_names_every_module(package):
+  """Every module appears in the module map, in backticks, within its package's section: the
+  section whose heading or lead names the folder (e.g. `dp_ftrl_tff.mechanisms`, `experiments/run/`)."""
+  doc = _architecture_sections()
+  missing = []
+  for path in sorted((ROOT / package).rglob('*.py')):
+    if path.name == '__init__.py':
+      continue
+    folder = path.parent.relative_to(ROOT).as_posix()
+    dotted = folder.replace('/', '.')
+    lead = {'experiments/emnist': '`emnist/`', 'experiments/stackoverflow': '`stackoverflow/`'}
+    pattern = (re.escape(lead[folder]) if folder in lead else
+               rf'\n### `{re.escape(dotted)}`|\n### `{re.escape(folder)}/`|\n`{re.escape(folder)}/`')
+    starts = [m.start() for m in re.finditer(pattern, doc)]
+    if not starts:
+      missing.append(f'{folder} (no section)')
+      continue
+    section = doc[starts[0]:]
+    following = re.search(r'\n(###|`experiments/[a-z]+/`[,:])', section[1:])
+    section = section if following is None else section[:following.start() + 1]
+    if f'`{path.name}`' not in section and f'`{path.relative_to(ROOT / folder).as_posix()}`' not in section:
+      missing.append(path.relative_to(ROOT).as_posix())
+  assert not missing, f'docs/ARCHITECTURE.md does not name: {missing}'
