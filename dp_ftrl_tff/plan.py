@@ -225,9 +225,7 @@ class RunPlan:
   def restart_rounds(self, num_rounds: Optional[int] = None) -> list:
     """The scheduled restart rounds below `num_rounds` (default: the plan's rounds); banded
     'restart' segments add theirs."""
-    if num_rounds is None:
-      num_rounds = self.num_rounds
-    num_rounds = _validation.check_nonnegative_int(num_rounds, 'num_rounds')
+    num_rounds = self._rounds(num_rounds)
     rounds = set() if self.restarts is None else set(self.restarts.restart_rounds(num_rounds))
     max_rounds = self.strategy.max_rounds
     if self.beyond_max_rounds == 'restart' and max_rounds is not None:
@@ -236,10 +234,16 @@ class RunPlan:
 
   def segment_lengths(self, num_rounds: Optional[int] = None) -> tuple:
     """The noise segments' lengths over `num_rounds` rounds (default: the plan's rounds)."""
-    if num_rounds is None:
-      num_rounds = self.num_rounds
     restart_rounds = tuple(self.restart_rounds(num_rounds))
-    return base.lengths_between(num_rounds, restart_rounds)
+    return base.lengths_between(self._rounds(num_rounds), restart_rounds)
+
+  def _rounds(self, num_rounds: Optional[int]) -> int:
+    """`num_rounds` checked, or the plan's own rounds (checked when the plan was made)."""
+    if num_rounds is not None:
+      return _validation.check_nonnegative_int(num_rounds, 'num_rounds')
+    if self.num_rounds is None:
+      raise ValueError('`num_rounds` is required: the plan has no rounds.')
+    return self.num_rounds
 
   def with_noise_multiplier(self, noise_multiplier: float,
                             calibration: Optional[dict] = None) -> 'RunPlan':

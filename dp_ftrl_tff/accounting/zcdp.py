@@ -260,21 +260,26 @@ def plan_sensitivity_squared(plan: plan_lib.RunPlan, num_rounds: Optional[int] =
                              ) -> float:
   """`accounted_sensitivity_squared` of the plan's strategy and restarts over `num_rounds`
   (default: the plan's rounds) under `participation` (default: the plan's declared one)."""
+  lengths_rounds = num_rounds  # None: the plan's own rounds
   num_rounds, participation = _plan_setting(plan, num_rounds, participation)
-  lengths = plan.segment_lengths(num_rounds)
+  lengths = plan.segment_lengths(lengths_rounds)
   return _sensitivity_squared(plan.strategy, lengths, participation)
 
 
 def _plan_setting(plan, num_rounds, participation) -> tuple:
-  """(n, participation) of a plan: the arguments given, else the plan's own, checked."""
+  """(n, participation) of a plan: the arguments given (checked here), else the plan's own
+  (checked when the plan was made)."""
   if not isinstance(plan, plan_lib.RunPlan):
     raise ValueError(f'`plan` must be a dp_ftrl_tff.plan.RunPlan, got {plan!r}.')
+  if num_rounds is not None:
+    num_rounds = _validation.check_positive_int(num_rounds, 'num_rounds')
+  if participation is not None:
+    participation = participation_lib.check_participation(participation)
   num_rounds = plan.num_rounds if num_rounds is None else num_rounds
   participation = plan.participation if participation is None else participation
   if num_rounds is None or participation is None:
     raise ValueError('`plan` lacks the run\'s `rounds` or `participation`; give them.')
-  return (_validation.check_positive_int(num_rounds, 'num_rounds'),
-          participation_lib.check_participation(participation))
+  return num_rounds, participation
 
 
 def _guarantee(strategy: base.Strategy, num_rounds: int,
