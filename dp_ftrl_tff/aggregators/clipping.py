@@ -56,7 +56,7 @@ def zero_and_clip(value: Any, clip: tf.Tensor, zeroing_norm: Optional[float] = N
   was_clipped = tf.logical_and(tf.logical_not(should_zero), norm > clip)
   # One multiply per element, as TFF's clipping: by 0 (zeroed), clip / norm (clipped) or 1 (exact).
   # `multiply_no_nan` gives 0 * NaN = 0; no `cond`, whose branch functions TFF's worker would
-  # instantiate for every client (issue 16).
+  # instantiate for every client (docs/benchmarks/aggregators.md).
   factor = tf.where(should_zero, 0.0, tf.where(was_clipped, clip / norm, 1.0))
   clipped = tf.nest.map_structure(lambda x: tf.math.multiply_no_nan(x, tf.cast(factor, x.dtype)),
                                   value)

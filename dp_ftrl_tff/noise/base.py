@@ -71,7 +71,7 @@ def assert_less(x: tf.Tensor, limit: int, message: str) -> tf.Tensor:
   x < limit.
 
   One `Assert` op: `tf.debugging.assert_less` wraps its check in a `cond` (an `If` op with two
-  function branches), which TFF's worker instantiates every round (issue 16).
+  function branches), which TFF's worker instantiates every round (docs/benchmarks/aggregators.md).
   """
   check = tf.raw_ops.Assert(condition=tf.less(x, tf.constant(limit, x.dtype)),
                             data=[tf.constant(message)])

@@ -7,7 +7,7 @@ and BLT papers (BLT paper Table 3 BandMF row: MaxLoss 10.21, RmsLoss 8.60, heade
 
 Anchor, run end to end in the same process on the same machine: `optimize_banded` of another
 version of dp_ftrl_tff/mechanisms/banded.py, read from `--anchor_module` (a file path) or else with
-`git show` from `--anchor_commit` (default a40bbfe: the single-stage O(n b-hat^2) optimizer issue 16
+`git show` from `--anchor_commit` (default a40bbfe: the single-stage O(n b-hat^2) optimizer the current one
 started from, Toeplitz warm start, p = 64 smooth maximum). Each line gives CPU seconds
 (`time.process_time`, all threads of this process) and wall seconds of one `optimize_banded` call,
 MaxLoss and RmsLoss, and the anchor / ours ratios. CPU seconds are the comparable figure on a shared

@@ -1,4 +1,4 @@
-"""The mechanism core's speed targets in one run (issue 3, acceptance 5).
+"""The mechanism core's speed targets in one run.
 
 Prints wall time and loss for:
   * BLT optimize, n=2052, b=342, k=6, 4 buffers, MaxLoss (BLT paper Table 3 setting; target < 10 s);

@@ -1,7 +1,7 @@
 r"""Monte Carlo accounting benchmark: `accounting.monte_carlo_epsilon` at n = 2000 rounds.
 
   python -m experiments.benchmarks.monte_carlo_bench [--rounds=2000 --num_samples=10000,100000 \
-      --bands=20 --noise_multiplier=1 --sampling_prob=0.01 --delta=1e-3]
+      --bands=20 --noise_multiplier=1 --sampling_prob=0.01 --target_delta=1e-3]
 
 Cases (wall time of one call, which draws `num_samples` losses per direction):
   1. C = identity, Poisson sampling (cyclic_poisson with period 1: the 'per_round' method);
@@ -40,7 +40,7 @@ _BANDS = flags.DEFINE_integer('bands', 20, 'Bands of the banded C, its cyclic pe
 _SIGMA = flags.DEFINE_float('noise_multiplier', 1.0, 'Noise multiplier sigma.', flag_values=FLAGS)
 _Q = flags.DEFINE_float('sampling_prob', 0.01, 'Poisson sampling probability of the identity cases.',
                         flag_values=FLAGS)
-_DELTA = flags.DEFINE_float('delta', 1e-3, 'Target delta.', flag_values=FLAGS)
+_DELTA = flags.DEFINE_float('target_delta', 1e-3, 'Target delta.', flag_values=FLAGS)
 _SEED = flags.DEFINE_integer('seed', 0, 'Seed of the Monte Carlo draws.', flag_values=FLAGS)
 
 

@@ -1,4 +1,4 @@
-"""Closed-form banded square roots (BSR, BISR) against optimized BandMF and BLT (issue 16).
+"""Closed-form banded square roots (BSR, BISR) against optimized BandMF and BLT.
 
 Prints, for one setting (default: the StackOverflow setting of BLT paper Table 3 and BandMF Table 2,
 n = 2052, min_sep b = 342, k = 6), each mechanism's MaxLoss and RmsLoss (clip norm 1, noise

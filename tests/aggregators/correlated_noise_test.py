@@ -360,7 +360,7 @@ def _intrinsic_counts(process) -> collections.Counter:
 
 @pytest.mark.parametrize('adaptive', [False, True])
 def test_plain_sum_round_is_no_bigger_than_tffs(adaptive):
-  # Issue 16: every intrinsic and selection in `next` costs per-round executor work. With a plain
+  # Every intrinsic and selection in `next` costs per-round executor work. With a plain
   # sum, a round is one broadcast, one client map, ONE federated sum (update, counts and quantile
   # bit together) and one server step; TFF's gaussian_fixed round has more of each.
   value_type = tff.TensorType(np.float32, [4])
@@ -384,7 +384,7 @@ def _type_nodes(type_spec) -> int:
 
 
 def test_plain_sum_state_and_measurements_cross_in_few_nodes():
-  # Issue 16: TFF serializes and deserializes every node of the state (in and out) and of the
+  # TFF serializes and deserializes every node of the state (in and out) and of the
   # measurements each round, at a fixed cost each. The Gaussian state must be no bigger than TFF's
   # gaussian_fixed state; the measurements add the nine documented scalars.
   value_type = tff.TensorType(np.float32, [4])

@@ -362,7 +362,7 @@ def test_stackoverflow_bandmf_table2_and_blt_table3():
 
 
 # --------------------------------------------------------------------------------------------------
-# Issue 16: strided block storage, dense closed-form gradient, coarse-to-fine optimization.
+# Strided block storage, dense closed-form gradient, coarse-to-fine optimization.
 
 
 @pytest.mark.parametrize('n, bands, block', [(10, 4, 3), (10, 10, 4), (9, 2, 16), (20, 7, 7),
