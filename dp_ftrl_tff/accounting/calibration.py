@@ -41,6 +41,10 @@ def noise_multiplier_for_rho(target_rho: float, sensitivity_squared: float) -> f
   """sigma = sqrt(sens^2 / (2 rho)): the noise multiplier that gives exactly `target_rho`."""
   rho = _validation.check_positive_float(target_rho, 'target_rho')
   sens_sq = _validation.check_positive_float(sensitivity_squared, 'sensitivity_squared')
+  return _noise_multiplier_for_rho(rho, sens_sq)
+
+
+def _noise_multiplier_for_rho(rho: float, sens_sq: float) -> float:
   return math.sqrt(sens_sq / (2.0 * rho))
 
 
@@ -95,6 +99,12 @@ def noise_multiplier_for_epsilon(target_epsilon: float, sensitivity_squared: flo
   """
   epsilon = _check_epsilon_target(target_epsilon, delta, conversion)
   sens_sq = _validation.check_positive_float(sensitivity_squared, 'sensitivity_squared')
+  return _noise_multiplier_for_epsilon(epsilon, sens_sq, delta, conversion)
+
+
+def _noise_multiplier_for_epsilon(epsilon: float, sens_sq: float, delta: float,
+                                  conversion: str) -> float:
+  """`noise_multiplier_for_epsilon` of checked arguments."""
   sigma_gaussian = _noise_multiplier_on_gaussian_curve(epsilon, sens_sq, delta)
   if conversion == 'gaussian':
     return sigma_gaussian
@@ -144,10 +154,16 @@ def calibrate_plan(plan: plan_lib.RunPlan, *, target_epsilon: Optional[float] = 
   """
   if (target_epsilon is None) == (target_rho is None):
     raise ValueError('Exactly one of `target_epsilon`, `target_rho` must be given.')
+  if target_rho is None:
+    target, name = _validation.check_positive_float(target_epsilon, 'target_epsilon'), 'target_epsilon'
+  else:
+    target, name = _validation.check_positive_float(target_rho, 'target_rho'), 'target_rho'
   sens_sq = zcdp.plan_sensitivity_squared(plan, num_rounds, participation)
-  if target_rho is not None:
-    return plan.with_noise_multiplier(noise_multiplier_for_rho(target_rho, sens_sq),
-                                      {'target_rho': float(target_rho)})
-  delta = zcdp.DEFAULT_DELTA if plan.target_delta is None else plan.target_delta
-  return plan.with_noise_multiplier(noise_multiplier_for_epsilon(target_epsilon, sens_sq, delta),
-                                    {'target_epsilon': float(target_epsilon)})
+  if not sens_sq > 0:
+    raise ValueError(f'The plan\'s `sensitivity_squared` must be positive, got {sens_sq!r}.')
+  if name == 'target_rho':
+    sigma = _noise_multiplier_for_rho(target, sens_sq)
+  else:
+    delta = zcdp.DEFAULT_DELTA if plan.target_delta is None else plan.target_delta
+    sigma = _noise_multiplier_for_epsilon(target, sens_sq, delta, 'pld')
+  return plan.with_noise_multiplier(sigma, {name: target})

@@ -186,17 +186,25 @@ def load_strategy_and_setting(path) -> Tuple[base.Strategy, Optional[dict]]:
 
 
 def _from_document(document: dict) -> Tuple[base.Strategy, Optional[dict]]:
+  setting = _document_setting(document)
+  return _document_strategy(document), setting
+
+
+def _document_setting(document: dict) -> Optional[dict]:
+  """The checked setting of a file's document (None when it records none)."""
   version = document.get('format_version', FORMAT_VERSION)
   if version != FORMAT_VERSION:
     raise ValueError(f'`format_version` must be {FORMAT_VERSION}, got {version!r}.')
   setting = document.get('setting')
-  if setting is not None:
-    setting = _check_setting(setting)
+  return None if setting is None else _check_setting(setting)
+
+
+def _document_strategy(document: dict) -> base.Strategy:
   config = {key: value for key, value in document.items() if key not in _RESERVED_KEYS}
   for key, value in config.items():
     if isinstance(value, float) and not math.isfinite(value):
       raise ValueError(f'`{key}` must be finite, got {value!r}.')
-  return registry.strategy_from_config(config), setting
+  return registry.strategy_from_config(config)
 
 
 def load_strategy(path) -> base.Strategy:
@@ -285,13 +293,14 @@ def read_strategy_file(path, num_rounds: Optional[int] = None,
   Raises:
     ValueError: bad `num_rounds` / `participation`, or a file that cannot be read as a strategy.
   """
+  document = _read_document(path)
+  sha256 = file_sha256(path)
+  setting = _document_setting(document)
+  # The run is checked once the file is: both are compared below.
   if num_rounds is not None:
     num_rounds = _validation.check_positive_int(num_rounds, 'num_rounds')
   if participation is not None:
     participation = participation_lib.check_participation(participation)
-  document = _read_document(path)
-  sha256 = file_sha256(path)
-  strategy, setting = _from_document(document)
   mismatches = (() if num_rounds is None or setting is None
                 else _mismatches(setting, num_rounds, participation))
-  return StrategyFile(strategy, setting, sha256, mismatches)
+  return StrategyFile(_document_strategy(document), setting, sha256, mismatches)
