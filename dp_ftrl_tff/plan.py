@@ -130,20 +130,9 @@ class RunPlan:
       strategy_source: where the strategy came from (`resolve.resolve_strategy`), or None.
       calibration: {'target_epsilon': e} or {'target_rho': r}, or None.
     """
-    if not _strategy_entry(strategy).streams:
-      raise ValueError(f'`strategy` {strategy.name!r} has no streaming noise; streaming '
-                       f'mechanisms: {list(registry.names(streaming_only=True))}.')
-    if clip_norm is None and adaptive_clip in (None, False):
-      raise ValueError('`clip_norm` is required without `adaptive_clip`.')
-    if clients_per_round is None:  # the sampling's expected cohort size
-      clients_per_round = (None if plan_checks.check_sampling(sampling) is None
-                           else sampling.expected_clients_per_round)
-      if clients_per_round is None:
-        raise ValueError('`clients_per_round` must be given: a positive number, or None with a '
-                         '`sampling` of known population (its expected cohort size).')
     return cls._make(strategy, noise_multiplier, clients_per_round, clip_norm, adaptive_clip, secure,
                      zeroing_norm, restarts, beyond_max_rounds, sampling, num_rounds,
-                     participation, target_delta, strategy_source, calibration)
+                     participation, target_delta, strategy_source, calibration, training=True)
 
   @classmethod
   def for_accounting(cls, strategy: base.Strategy, noise_multiplier: float, *,
@@ -158,7 +147,6 @@ class RunPlan:
     """A plan for accounting only (a planned run's report): no clients per round, no clip, any
     registered strategy (TreeAgg-Full too). Adaptive clipping is its `clipped_count_stddev`;
     `restarts` are exactly those given. The other arguments are `build`'s."""
-    _strategy_entry(strategy)
     adaptive = (None if clipped_count_stddev is None else
                 AdaptiveClipping(clipped_count_stddev=clipped_count_stddev))
     if adaptive is not None and restarts is None:
@@ -171,9 +159,21 @@ class RunPlan:
   @classmethod
   def _make(cls, strategy, noise_multiplier, m, clip_norm, adaptive_clip, secure, zeroing_norm,
             restarts, beyond_max_rounds, sampling, num_rounds, participation, target_delta,
-            strategy_source, calibration) -> 'RunPlan':
-    """The plan of checked `strategy` and clients per round `m` (given, or None: the sampling's
-    expected cohort size, or an accounting-only plan without one; see `build`)."""
+            strategy_source, calibration, training: bool = False) -> 'RunPlan':
+    """The plan of `strategy` and clients per round `m`: a plan for `training` (see `build`: m
+    None is the sampling's expected cohort size), else for accounting only (m None: no clip)."""
+    entry = _strategy_entry(strategy)
+    if training and not entry.streams:
+      raise ValueError(f'`strategy` {strategy.name!r} has no streaming noise; streaming '
+                       f'mechanisms: {list(registry.names(streaming_only=True))}.')
+    if training and clip_norm is None and adaptive_clip in (None, False):
+      raise ValueError('`clip_norm` is required without `adaptive_clip`.')
+    if training and m is None:
+      m = (None if plan_checks.check_sampling(sampling) is None
+           else sampling.expected_clients_per_round)
+      if m is None:
+        raise ValueError('`clients_per_round` must be given: a positive number, or None with a '
+                         '`sampling` of known population (its expected cohort size).')
     sigma = _validation.check_nonnegative_float(noise_multiplier, 'noise_multiplier')
     if m is not None:
       m = _validation.check_positive_float(m, 'clients_per_round')

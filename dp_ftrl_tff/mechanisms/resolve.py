@@ -116,7 +116,14 @@ def _given(options: Optional[Dict[str, Any]]) -> Dict[str, Any]:
   return {name: value for name, value in (options or {}).items() if value is not None}
 
 
-def _from_file(entry, path, num_rounds, participation, allow_setting_mismatch) -> ResolvedStrategy:
+def _from_file(mechanism, given, path, num_rounds, participation,
+               allow_setting_mismatch) -> ResolvedStrategy:
+  """The strategy of a file (`path`), which must hold a `mechanism` strategy (when given)."""
+  entry = None if mechanism is None else registry.entry(mechanism)
+  if given:
+    raise ValueError(f'`mechanism_file` excludes `{sorted(given)[0]}`.')
+  if not isinstance(path, (str, os.PathLike)):
+    raise ValueError(f'`strategy` must be a Strategy or a file path, got {path!r}.')
   path = os.fspath(path)
   if not os.path.isfile(path):
     raise ValueError(f'`mechanism_file`: no file at {path!r}.')
@@ -177,22 +184,21 @@ def resolve_strategy(mechanism: Optional[str] = None, *, strategy=None,
   # setting check (`files.read_strategy_file`) and by the optimizer.
   given = _given(options)
   _validation.check_one_of(fallback, 'fallback', FALLBACKS)
+  if strategy is not None and not isinstance(strategy, base.Strategy):
+    return _from_file(mechanism, given, strategy, num_rounds, participation,
+                      allow_setting_mismatch)
   entry = None if mechanism is None else registry.entry(mechanism)
-  if strategy is None:
-    if entry is None:
-      raise ValueError('`mechanism` (or `mechanism_file`) is required.')
-    start = time.monotonic()
-    built, kind, result = entry.build_strategy(given, num_rounds, participation, fallback)
-    if result is None:
-      return ResolvedStrategy(built, StrategySource(kind))
-    return ResolvedStrategy(built, StrategySource(
-        kind, setting=files.setting_from_result(result), seconds=time.monotonic() - start), result)
-  if given:
-    raise ValueError(f'`mechanism_file` excludes `{sorted(given)[0]}`.')
-  if isinstance(strategy, base.Strategy):
+  if strategy is not None:
+    if given:
+      raise ValueError(f'`mechanism_file` excludes `{sorted(given)[0]}`.')
     if entry is not None and strategy.name != entry.name:
       raise ValueError(f'`strategy` must be a {entry.name} strategy, got {strategy!r}.')
     return ResolvedStrategy(strategy, StrategySource('object'))
-  if not isinstance(strategy, (str, os.PathLike)):
-    raise ValueError(f'`strategy` must be a Strategy or a file path, got {strategy!r}.')
-  return _from_file(entry, strategy, num_rounds, participation, allow_setting_mismatch)
+  if entry is None:
+    raise ValueError('`mechanism` (or `mechanism_file`) is required.')
+  start = time.monotonic()
+  built, kind, result = entry.build_strategy(given, num_rounds, participation, fallback)
+  if result is None:
+    return ResolvedStrategy(built, StrategySource(kind))
+  return ResolvedStrategy(built, StrategySource(
+      kind, setting=files.setting_from_result(result), seconds=time.monotonic() - start), result)

@@ -20,46 +20,46 @@ from experiments.run.run_config import RunConfig
 
 def finish(config: RunConfig, plan: plan_lib.RunPlan, accuracy_metric: str,
            trained: bool) -> Optional[report_lib.PrivacyReport]:
-  """Writes the privacy report, then (when rounds were `trained` or the marker is missing) the
-  completion marker, and prints the summary; returns the report (None without noise)."""
-  report = privacy_report(config, plan)
-  if trained or not run_summary.is_complete(config.output_dir):
-    # The completion marker: the TensorBoard HParams session and final scalars, then
-    # `summary.json`, written last and atomically (its presence means the run finished).
+  """Writes the run's privacy report, then (when rounds were `trained` or the marker is missing)
+  the completion marker, and prints the summary; returns the report (None without noise).
+
+  The report (`privacy_report/`: report.json, report.md with the BLT paper's App. C checklist,
+  plots, every mechanism at equal privacy) comes from the plan, the participation log and the
+  metrics through `report.build_report`, as `experiments.privacy_report --plan=RUN/plan.json
+  --participation_log=RUN/participation.csv` does, so the two agree. Its headline uses the
+  participation observed in `participation.csv`; the declared schema's guarantee is under
+  `declared`, and any violation of it is a warning. With random sampling the amplified guarantee
+  stands beside the headline; with SecAgg the report lists each segment's post-rounding bound and
+  the rounds whose secure sum wrapped. The completion marker is the TensorBoard HParams session and
+  final scalars, then `summary.json`, written last and atomically (its presence means the run
+  finished).
+  """
+  output_dir = config.output_dir
+  complete = not trained and run_summary.is_complete(output_dir)
+  secure_segments = (None if plan.secure is None or plan.noise_multiplier == 0 else
+                     run_dir.read_secure_segments(os.path.join(output_dir, run_dir.METRICS_FILE)))
+  hparams = None if complete else run_dir.read_json(
+      os.path.join(output_dir, run_dir.HPARAMS_FILE),
+      'rerun the same command: it rewrites hparams.json.')
+  report = None
+  if plan.noise_multiplier == 0:
+    logging.warning('Noise multiplier 0: the run has no differential-privacy guarantee.')
+  else:
+    log = participation_log.read_participation_log(
+        os.path.join(output_dir, run_dir.PARTICIPATION_FILE))
+    report = report_lib.build_report(plan, log, secure_segments=secure_segments,
+                                     equal_privacy=True)
+    report_render.write_report(report, os.path.join(output_dir, run_dir.REPORT_DIR))
+  if not complete:
     guarantee = None if report is None else report.guarantee
     summary = run_summary.build_summary(
-        config.output_dir, rounds=config.rounds,
-        hparams=run_dir.read_json(os.path.join(config.output_dir, run_dir.HPARAMS_FILE),
-                                  'rerun the same command: it rewrites hparams.json.'),
-        accuracy_metric=accuracy_metric, noise_multiplier=plan.noise_multiplier,
+        output_dir, rounds=config.rounds, hparams=hparams, accuracy_metric=accuracy_metric,
+        noise_multiplier=plan.noise_multiplier,
         epsilon=None if guarantee is None else guarantee.epsilon,
         delta=None if guarantee is None else guarantee.delta,
         rho=None if guarantee is None else guarantee.rho)
-    hparams_summary.write_hparams_summary(config.output_dir, summary)
-    run_summary.write_summary(config.output_dir, summary)
-  console.out(console.summary(config.output_dir,
+    hparams_summary.write_hparams_summary(output_dir, summary)
+    run_summary.write_summary(output_dir, summary)
+  console.out(console.summary(output_dir,
                               None if report is None else report_render.summary(report)))
-  return report
-
-
-def privacy_report(config: RunConfig, plan: plan_lib.RunPlan) -> Optional[report_lib.PrivacyReport]:
-  """The finished run's privacy report from its plan, participation log and metrics, or None
-  without noise: `report.build_report`, the function `experiments.privacy_report --plan=RUN/plan.json
-  --participation_log=RUN/participation.csv` calls too, so the two reports agree.
-
-  Written to `privacy_report/` (report.json, report.md with the BLT paper's App. C checklist, plots,
-  every mechanism at equal privacy). The headline uses the participation observed in
-  `participation.csv`; the declared schema's guarantee is under `declared`, and any violation of it
-  is a warning. With random sampling the amplified guarantee stands beside the headline; with
-  SecAgg the report lists each segment's post-rounding bound and the rounds whose secure sum wrapped.
-  """
-  if plan.noise_multiplier == 0:
-    logging.warning('Noise multiplier 0: the run has no differential-privacy guarantee.')
-    return None
-  log = participation_log.read_participation_log(
-      os.path.join(config.output_dir, run_dir.PARTICIPATION_FILE))
-  secure_segments = (None if plan.secure is None else run_dir.read_secure_segments(
-      os.path.join(config.output_dir, run_dir.METRICS_FILE)))
-  report = report_lib.build_report(plan, log, secure_segments=secure_segments, equal_privacy=True)
-  report_render.write_report(report, os.path.join(config.output_dir, run_dir.REPORT_DIR))
   return report
