@@ -1,10 +1,11 @@
 """Rendering of a privacy report: the JSON layout, the terminal summary, the markdown and the plots.
 
 `to_dict` / `to_json` give report.json (`REQUIRED_KEYS` first: the CLI contract), `summary` a few
-lines for a terminal, `to_markdown` the BLT paper's App. C checklist (after Ponomareva et al. 2023,
-Sec. 5.3): DP setting, data accesses covered, final output, unit of privacy, adjacency, accounting
-method, assumptions, formal statement, then the equal-privacy table when the report has one.
-`write_report` writes them into a directory with the plots of `report_plots`.
+lines for a terminal, `to_markdown` report.md (`report_markdown`: the BLT paper's App. C checklist).
+`write_plots` draws epsilon over rounds and epsilon versus min_sep of the run's mechanism (with the
+exact Gaussian conversion: fast, within ~1e-7 of PLD) and, with an equal-privacy table, every
+mechanism's MaxLoss against epsilon (`EQUAL_PRIVACY_PLOT`), with matplotlib's Agg backend, imported
+only when plotting; `write_report` writes them all into a directory.
 
 The report itself (`report.PrivacyReport`) and its computation (`report.build_report`) know nothing
 about these formats. Both `min_sep` = b (r2 - r1 >= b) and TF-Privacy's `min_separation` = b - 1
@@ -16,21 +17,23 @@ import json
 import os
 from typing import List
 
-import dp_accounting
+import numpy as np
 
-from dp_ftrl_tff.accounting import amplification, report_plots, zcdp
+from dp_ftrl_tff.accounting import amplification, report_markdown, zcdp
+from dp_ftrl_tff.accounting import equal_privacy as equal_privacy_lib
 from dp_ftrl_tff.accounting import report as report_lib
+from dp_ftrl_tff.mechanisms import participation as participation_lib
 
 #: Keys every `report.json` has (the CLI contract), in order.
 REQUIRED_KEYS = ('mechanism', 'rounds', 'min_sep', 'min_separation', 'max_participations',
                  'sensitivity_squared', 'noise_multiplier', 'effective_noise_multiplier', 'rho',
                  'epsilon', 'delta')
 
-PLOT_FILES = report_plots.PLOT_FILES
+PLOT_FILES = ('epsilon_over_rounds.png', 'epsilon_vs_min_sep.png')
 #: Written besides `PLOT_FILES` when the report has an equal-privacy table.
-EQUAL_PRIVACY_PLOT = report_plots.EQUAL_PRIVACY_PLOT
+EQUAL_PRIVACY_PLOT = 'equal_privacy.png'
+to_markdown = report_markdown.to_markdown
 
-_DP_ACCOUNTING_VERSION = getattr(dp_accounting, '__version__', '0.4.3')  # the pinned 0.4.3 has none
 
 
 def to_dict(report: report_lib.PrivacyReport) -> dict:
@@ -61,7 +64,7 @@ def to_dict(report: report_lib.PrivacyReport) -> dict:
       'declared': None if report.declared is None else _guarantee_dict(report.declared),
       'observed': None if report.observed is None else dataclasses.asdict(report.observed),
       'warnings': list(report.warnings),
-      'dp_accounting_version': _DP_ACCOUNTING_VERSION,
+      'dp_accounting_version': report_markdown.DP_ACCOUNTING_VERSION,
       'equal_privacy': (None if report.equal_privacy is None
                         else [dataclasses.asdict(row) for row in report.equal_privacy.rows]),
       'equal_privacy_skipped': (None if report.equal_privacy is None
@@ -103,162 +106,9 @@ def summary(report: report_lib.PrivacyReport) -> str:
     lines.append(f'  observed patterns: sens^2={t["sensitivity_squared"]:.6g}, rho={t["rho"]:.6g}'
                  f', epsilon={t["epsilon"]:.6g}')
   if report.amplified is not None:
-    lines.append(f'  {_amplified_text(report.amplified)}')
+    lines.append(f'  {report_markdown.amplified_text(report.amplified)}')
   lines.extend(f'  WARNING: {w}' for w in report.warnings)
   return '\n'.join(lines)
-
-
-def to_markdown(report: report_lib.PrivacyReport) -> str:
-  """The BLT paper's App. C checklist, filled in."""
-  g = report.guarantee
-  md = [f'# Privacy report: {g.mechanism}, {g.num_rounds} rounds', '']
-  if report.warnings:
-    md += ['> **WARNING**', '>'] + [f'> - {w}' for w in report.warnings] + ['']
-  md += _setting_markdown(report) + _mechanism_markdown(report) + _participation_markdown(report)
-  md += _accounting_markdown(report)
-  if report.equal_privacy is not None:
-    md += _equal_privacy_markdown(report)
-  return '\n'.join(md)
-
-
-def _setting_markdown(report: report_lib.PrivacyReport) -> List[str]:
-  """The formal statement and sections 1-2: the DP setting and the DP definition."""
-  g = report.guarantee
-  return [
-      '**Formal statement.** The training run satisfies '
-      f'**rho-zCDP with rho = {g.rho:.6g}** and **(epsilon, delta)-DP with epsilon = '
-      f'{g.epsilon:.6g}, delta = {g.delta:g}**, at the device (client) level, under the '
-      'participation stated below.', '',
-      '## 1. DP setting',
-      '- Central DP: the server is trusted to clip, aggregate and add the correlated noise as '
-      'specified.', '',
-      '## 2. Instantiating the DP definition',
-      '- **Data accesses covered:** every well-behaved client (one that follows the protocol, '
-      'including the participation limits) in this single training run. Hyperparameter tuning '
-      'and checkpoint selection are not covered.',
-      '- **Final mechanism output:** the full sequence of noisy aggregates, hence every '
-      'intermediate model (not only the final checkpoint).',
-      '- **Unit of privacy:** one device/client (user-level for single-device users); a client '
-      'may hold arbitrarily much data.',
-      '- **Adjacency:** zero-out: the neighbouring run replaces all updates of one client by zero '
-      '(a form of add/remove).', '']
-
-
-def _mechanism_markdown(report: report_lib.PrivacyReport) -> List[str]:
-  """Section 3: the mechanism, its noise, adaptive clipping, SecAgg, calibration, strategy file."""
-  g = report.guarantee
-  restarts = (', '.join(str(r) for r in g.restart_rounds) if g.restart_rounds else 'none')
-  md = ['## 3. Mechanism',
-        f'- Mechanism: `{g.mechanism}`, configuration `{json.dumps(report.mechanism_config)}`.',
-        f'- Rounds n = {g.num_rounds} (0-based rounds 0..{g.num_rounds - 1}); noise restarts at '
-        f'rounds: {restarts}.',
-        f'- Noise multiplier sigma = {g.noise_multiplier:.6g} (noise std sigma x clip norm on the '
-        f'sum of clipped updates, before correlation); effective noise multiplier sigma / sens = '
-        f'{g.effective_noise_multiplier:.6g}.']
-  if report.value_noise_multiplier is not None:
-    md.append(f'- Adaptive clipping (Gboard Thm. 1): clipped-count noise std '
-              f'{report.clipped_count_stddev:g}; the model sum uses z_Delta = '
-              f'{report.value_noise_multiplier:.10g}, equivalent to the accounted sigma above.')
-  if report.secure_aggregation is not None:
-    sa = report.secure_aggregation
-    ratio = max((seg['sensitivity_clip'] / seg['clip'] for seg in sa['segments']), default=1.0)
-    md.append(f"- SecAgg ({sa['bits']} bits, rotation {sa['rotation']}, beta {sa['beta']:g}): "
-              'records are rounded before the secure sum, which can grow their norm; each '
-              'segment\'s noise std is sigma x its post-rounding clip (at most '
-              f'{ratio:.6g} x the clip), so sigma is relative to the post-rounding bound. Rounds '
-              f"whose secure sum wrapped around the field: {sa['wrap_rounds'] or 'none'}.")
-  if report.calibration is not None:
-    (key, value), = report.calibration.items()
-    md.append(f'- sigma was calibrated to meet {key} = {value:g}.')
-  if report.strategy_file is not None:
-    f = report.strategy_file
-    md.append(f"- Strategy file `{f['path']}`, SHA-256 `{f['sha256']}`, optimized for "
-              f"{json.dumps(f['setting']) if f['setting'] else 'an unrecorded setting'}"
-              + (f" (differs from this run: {'; '.join(f['mismatches'])})."
-                 if f['mismatches'] else '.'))
-  return md + ['']
-
-
-def _participation_markdown(report: report_lib.PrivacyReport) -> List[str]:
-  """Section 4: the participation, declared or observed in the log."""
-  g = report.guarantee
-  md = ['## 4. Participation',
-        f'- Source: **{report.participation_source}**'
-        + (' (realized in the participation log; Gboard-paper practice)'
-           if report.participation_source == 'observed' else ' (enforced by the client sampler)'),
-        f'- min_sep b = {report.min_sep}: two participations r1 < r2 of one client satisfy '
-        f'r2 - r1 >= b; min_separation (rounds strictly between, TF-Privacy / Gboard MinS) = '
-        f'{g.participation.tf_privacy_min_separation}.',
-        f'- max_participations k = {report.max_participations} (effective: min(k, ceil(n / b)))'
-        + ('; fixed-epoch schema.' if g.participation.fixed_epoch else '.')]
-  if report.observed is not None:
-    o = report.observed
-    md += [f'- Log `{o.path}`: {o.num_rows} rows, {o.num_clients} clients, rounds 0..'
-           f'{o.num_rounds - 1}; realized min_sep = {o.min_sep}, realized max participations = '
-           f'{o.max_participations}.',
-           f'- Participations per client: {o.histogram}.']
-    if o.violations:
-      md += ['- **The log VIOLATES the declared schema:**'] + [f'  - {v}' for v in o.violations]
-      md.append('  The guarantee above is the one that holds for the realized participation.')
-    if o.tree_patterns is not None:
-      t = o.tree_patterns
-      md.append(f'- Exact over the observed clients\' actual patterns (tree): sens^2 = '
-                f'{t["sensitivity_squared"]:.6g}, rho = {t["rho"]:.6g}, epsilon = '
-                f'{t["epsilon"]:.6g} (worst client `{t["worst_client"]}`).')
-  if report.declared is not None:
-    d = report.declared
-    md.append(f'- Under the declared schema ({d.participation}): sens^2 = '
-              f'{d.sensitivity_squared:.6g}, rho = {d.rho:.6g}, epsilon = {d.epsilon:.6g}'
-              + (' (does NOT hold: the log violates it).'
-                 if report.observed is not None and report.observed.violations else '.'))
-  return md + ['']
-
-
-def _accounting_markdown(report: report_lib.PrivacyReport) -> List[str]:
-  """Section 5: sensitivity, rho, the (epsilon, delta) conversion and amplification."""
-  g = report.guarantee
-  exact = 'exact' if report.sensitivity_exact else 'an upper bound'
-  return [
-      '## 5. Accounting',
-      f'- Squared sensitivity (clip norm 1) sens^2 = {g.sensitivity_squared:.10g}, {exact}: max '
-      'over admissible patterns of ||C u||^2, composed across restart segments.',
-      f'- rho-zCDP = sens^2 / (2 sigma^2) = {g.rho:.10g}.',
-      f'- (epsilon, delta): {_CONVERSION_TEXT[g.conversion]} (dp_accounting '
-      f'{_DP_ACCOUNTING_VERSION}) on one Gaussian mechanism with noise '
-      f'multiplier 1 / sqrt(2 rho): epsilon = {g.epsilon:.10g} at delta = {g.delta:g}.',
-      ('- No amplification by sampling is assumed.' if report.amplified is None else
-       '- The figures above assume no amplification by sampling; they hold whatever the '
-       f'sampling. With it: {_amplified_text(report.amplified)} (BandMF paper Thm. 4, '
-       'cyclic Poisson sampling: the groups are disjoint and fixed, round t samples group '
-       't mod b-hat, every member independently with probability q).'),
-      '- Transparency: computed with `python -m experiments.privacy_report` (dp_ftrl_tff).', '']
-
-
-def _equal_privacy_markdown(report: report_lib.PrivacyReport) -> List[str]:
-  """Section 6: every mechanism at this report's rho and participation."""
-  g, table = report.guarantee, report.equal_privacy
-  md = ['## 6. Mechanisms at equal privacy',
-        f'Each mechanism with the noise multiplier that gives it this run\'s rho = {g.rho:.6g} '
-        f'(epsilon = {g.epsilon:.6g} at delta = {g.delta:g}) under the same participation, one '
-        'noise segment of n rounds, fixed clip. Losses are the std of the noise on the worst '
-        '(MaxLoss) and the root-mean-square (RmsLoss) prefix sum of the SUM of clipped updates, in '
-        'clip norms (divide by clients per round for the mean).', '',
-        '| mechanism | noise multiplier | MaxLoss | RmsLoss | sens^2 | how |',
-        '|---|---|---|---|---|---|']
-  for row in table.rows:
-    name = f'**{report_plots.row_label(row)}**' if row.run_mechanism else row.mechanism
-    sens = f'{row.sensitivity_squared:.6g}' + ('' if row.sensitivity_exact else ' (bound)')
-    md.append(f'| {name} | {row.noise_multiplier:.6g} | {row.max_loss:.6g} | '
-              f'{row.rms_loss:.6g} | {sens} | {row.source} |')
-  md += [f'- Not compared: {s}.' for s in table.skipped] + ['']
-  return md
-
-
-_CONVERSION_TEXT = {
-    'pld': 'PLD accounting (add-or-remove, value discretization 1e-4)',
-    'gaussian': 'the exact Gaussian tradeoff curve',
-    'rdp': 'RDP with the Canonne-Kamath-Steinke conversion on TF-Privacy\'s orders',
-}
 
 
 def _amplified_dict(a: amplification.AmplifiedGuarantee) -> dict:
@@ -267,20 +117,111 @@ def _amplified_dict(a: amplification.AmplifiedGuarantee) -> dict:
   return out
 
 
-def _amplified_text(a: amplification.AmplifiedGuarantee) -> str:
-  """One line: the amplified guarantee and what it rests on."""
-  return (f'amplified: (epsilon, delta)=({a.epsilon:.6g}, {a.delta:g}) by {a.accountant.upper()}, '
-          f'{a.num_groups} sampling group(s), sampling_prob={a.sampling_prob:.6g}: '
-          f'{a.compositions} Poisson-sampled Gaussian rounds with noise multiplier sigma / '
-          f'max column norm = {a.effective_noise_multiplier:.6g}')
-
-
 def _guarantee_dict(g: zcdp.Guarantee) -> dict:
   return {'rounds': g.num_rounds, 'min_sep': g.participation.min_sep,
           'min_separation': g.participation.tf_privacy_min_separation,
           'max_participations': g.participation.effective_max_participations(g.num_rounds),
           'fixed_epoch': g.participation.fixed_epoch, 'sensitivity_squared': g.sensitivity_squared,
           'rho': g.rho, 'epsilon': g.epsilon, 'delta': g.delta}
+
+
+def _epsilon_curve(plan, schema_for, xs, rounds_for):
+  """Epsilon (exact Gaussian conversion) of `plan` at each x: rounds_for(x) rounds under
+  schema_for(x)."""
+  return [zcdp.guarantee_for_plan(plan, rounds_for(x), schema_for(x), conversion='gaussian').epsilon
+          for x in xs]
+
+
+def write_plots(report: report_lib.PrivacyReport, output_dir: str,
+                num_points: int = 24) -> List[str]:
+  """Writes `PLOT_FILES` into `output_dir`: epsilon over rounds and epsilon versus min_sep of this
+  mechanism (exact Gaussian conversion), and `EQUAL_PRIVACY_PLOT` when the report has an
+  equal-privacy table."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+
+  os.makedirs(output_dir, exist_ok=True)
+  paths = [_write_rounds_plot(report, output_dir, num_points, plt),
+           _write_min_sep_plot(report, output_dir, num_points, plt)]
+  if report.equal_privacy is not None:
+    paths.append(_write_equal_privacy_plot(report, output_dir, plt))
+  return paths
+
+
+def _write_rounds_plot(report: report_lib.PrivacyReport, output_dir: str, num_points: int,
+                       plt) -> str:
+  """Epsilon over the rounds trained, at the headline's participation."""
+  g = report.guarantee
+  n, schema = g.num_rounds, g.participation
+  rounds = np.unique(np.linspace(1, n, num_points).round().astype(int))
+  eps = _epsilon_curve(report.plan, lambda t: schema, rounds, int)
+  fig, ax = plt.subplots(figsize=(6, 4))
+  ax.plot(rounds, eps, marker='o', ms=3)
+  ax.set_xlabel('rounds trained')
+  ax.set_ylabel(f'epsilon (delta={g.delta:g})')
+  ax.set_title(f'{g.mechanism}, sigma={g.noise_multiplier:.4g}, min_sep={schema.min_sep}, '
+               f'k={schema.effective_max_participations(n)}')
+  ax.grid(alpha=0.3)
+  fig.tight_layout()
+  path = os.path.join(output_dir, PLOT_FILES[0])
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+  return path
+
+
+def _write_min_sep_plot(report: report_lib.PrivacyReport, output_dir: str, num_points: int,
+                        plt) -> str:
+  """Epsilon of the whole run against min_sep, at the headline's max participations."""
+  g = report.guarantee
+  n, schema = g.num_rounds, g.participation
+  k = schema.max_participations
+  low = max(1, n // 64)
+  seps = np.unique(np.geomspace(low, n, num_points).round().astype(int))
+  fig, ax = plt.subplots(figsize=(6, 4))
+  eps = _epsilon_curve(report.plan,
+                       lambda b: participation_lib.ParticipationSchema(int(b), k), seps,
+                       lambda b: n)
+  ax.plot(seps, eps, marker='o', ms=3, label=g.mechanism)
+  ax.axvline(schema.min_sep, color='gray', ls='--', lw=1, label=f'min_sep={schema.min_sep}')
+  ax.set_xscale('log')
+  ax.set_yscale('log')
+  ax.set_xlabel('min_sep b (rounds)')
+  ax.set_ylabel(f'epsilon (delta={g.delta:g})')
+  ax.set_title(f'n={n}, sigma={g.noise_multiplier:.4g}, max_participations={k or "ceil(n/b)"}')
+  ax.grid(alpha=0.3, which='both')
+  ax.legend(fontsize=8)
+  fig.tight_layout()
+  path = os.path.join(output_dir, PLOT_FILES[1])
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+  return path
+
+
+def _write_equal_privacy_plot(report: report_lib.PrivacyReport, output_dir: str, plt) -> str:
+  """MaxLoss at equal privacy against epsilon (0.5 to 16), the run's mechanism highlighted."""
+  g, table = report.guarantee, report.equal_privacy
+  curves = equal_privacy_lib.loss_against_epsilon(table, g.delta)
+  epsilons = equal_privacy_lib.DEFAULT_EPSILONS
+  fig, ax = plt.subplots(figsize=(6.5, 4.5))
+  for row in table.rows:
+    style = (dict(lw=3, color='black', zorder=3) if row.run_mechanism else dict(lw=1, alpha=0.8))
+    ax.plot(epsilons, curves[row.mechanism], marker='o', ms=3,
+            label=report_markdown.row_label(row), **style)
+  ax.axvline(g.epsilon, color='gray', ls='--', lw=1, label=f'this run: epsilon={g.epsilon:.3g}')
+  ax.set_xscale('log')
+  ax.set_yscale('log')
+  ax.set_xlabel(f'epsilon (delta={g.delta:g})')
+  ax.set_ylabel('MaxLoss at that epsilon (clip norms, on the sum)')
+  k = table.participation.effective_max_participations(table.num_rounds)
+  ax.set_title(f'Equal privacy: n={table.num_rounds}, min_sep={table.participation.min_sep}, k={k}')
+  ax.grid(alpha=0.3, which='both')
+  ax.legend(fontsize=7, loc='lower left')  # the curves fall from top left to bottom right
+  fig.tight_layout()
+  path = os.path.join(output_dir, EQUAL_PRIVACY_PLOT)
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+  return path
 
 
 def write_report(report: report_lib.PrivacyReport, output_dir: str,
@@ -295,5 +236,5 @@ def write_report(report: report_lib.PrivacyReport, output_dir: str,
   with open(paths[1], 'w') as f:
     f.write(to_markdown(report))
   if plots:
-    paths.extend(report_plots.write_plots(report, output_dir))
+    paths.extend(write_plots(report, output_dir))
   return paths

@@ -98,7 +98,8 @@ class ClientSampler:
   """
 
   def __init__(self, client_ids: Sequence[str], clients_per_round: int, *, min_sep: int = 1,
-               max_participations: Optional[int] = None, seed: int = 0):
+               max_participations: Optional[int] = None, seed: int = 0,
+               num_rounds: Optional[int] = None):
     """Builds a sampler.
 
     Args:
@@ -107,7 +108,12 @@ class ClientSampler:
       min_sep: b >= 1; a client that participated in round r is eligible again in round r + b.
       max_participations: k >= 1 or None (no cap on participations).
       seed: non-negative int; the draw of round t depends only on (seed, t, history).
+      num_rounds: n, the rounds the run will sample, or None; given, the schedule must be one the
+        sampler can fill (`check_schedule`).
     """
+    if num_rounds is not None:
+      check_schedule(len(list(client_ids)), clients_per_round, min_sep, max_participations,
+                     num_rounds)
     client_ids = list(client_ids)
     if not client_ids:
       raise ValueError('`client_ids` must not be empty.')

@@ -121,21 +121,26 @@ def _setup_errors():
 
 @dataclasses.dataclass
 class _Setup:
-  """What a run starts from: its plan, the strategy behind it, the process, the population."""
+  """What a run starts from: its plan, the strategy behind it, the process and the client sampler
+  (min-sep: exactly `clients_per_round` clients; with the plan's `sampling`, Poisson / cyclic
+  Poisson cohorts of random size; either seeded by `config.seed` and checkpointed through `state` /
+  `load_state`). A round whose random cohort is empty still runs with no client: the aggregator
+  adds the round's noise to a zero sum (the guarantee of Poisson sampling assumes every round is
+  released with its noise), and its train metrics are NaN."""
   plan: plan_lib.RunPlan
   resolved: resolve.ResolvedStrategy
   strategy_unsaved: bool
   process: Any
   client_ids: List[str]
+  sampler: Any
 
 
 def _set_up(task: Task, config: RunConfig, directory: run_dir.RunDirectory) -> _Setup:
   """Checks everything and builds the plan and the process, writing nothing (see `run`)."""
   with _setup_errors():
     client_ids = list(task.train_data.client_ids)
-    if config.sampler == 'min_sep':
-      sampler_lib.check_schedule(len(client_ids), config.clients_per_round, config.min_sep,
-                                 config.max_participations, config.rounds)
+    # The min-sep sampler checks its schedule now; a Poisson sampler needs the plan's sampling.
+    sampler = _min_sep_sampler(config, client_ids) if config.sampler == 'min_sep' else None
     if config.secure_aggregation:
       # Chosen before anything is written or built (see experiments/run/secure_context.py).
       secure_context.use_secure_context()
@@ -148,11 +153,13 @@ def _set_up(task: Task, config: RunConfig, directory: run_dir.RunDirectory) -> _
     run_config.check_hparams(config)
     resolved, strategy_unsaved = run_setup.run_strategy(config)
     plan = run_setup.build_plan(config, resolved, len(client_ids))
+    if sampler is None:
+      sampler = poisson_sampler.PoissonSampler(client_ids, plan.sampling, seed=config.seed)
     process = dp_ftrl.build_dp_ftrl_process(
         task.model_fn, tff.learning.optimizers.build_sgdm(config.client_learning_rate),
         aggregator=aggregators.CorrelatedNoiseFactory(plan, noise_seed=config.noise_seed),
         server_learning_rate=config.server_learning_rate, server_momentum=config.server_momentum)
-  return _Setup(plan, resolved, strategy_unsaved, process, client_ids)
+  return _Setup(plan, resolved, strategy_unsaved, process, client_ids, sampler)
 
 
 def run(task: Task, config: RunConfig) -> Dict[str, Any]:
@@ -202,16 +209,10 @@ def _run(task: Task, config: RunConfig, directory: run_dir.RunDirectory,
           'privacy_report': report, 'modular_wrap_rounds': training.wrap_rounds}
 
 
-def _sampler(config: RunConfig, plan: plan_lib.RunPlan, client_ids):
-  """The run's client sampler: min-sep (exactly `clients_per_round` clients) or, with the plan's
-  `sampling`, Poisson / cyclic Poisson cohorts of random size. Either is seeded by `config.seed` and
-  checkpointed through `state` / `load_state`. A round whose random cohort is empty still runs with
-  no client: the aggregator adds the round's noise to a zero sum (the guarantee of Poisson sampling
-  assumes every round is released with its noise), and its train metrics are NaN."""
-  if plan.sampling is not None:
-    return poisson_sampler.PoissonSampler(client_ids, plan.sampling, seed=config.seed)
+def _min_sep_sampler(config: RunConfig, client_ids: List[str]) -> sampler_lib.ClientSampler:
   return sampler_lib.ClientSampler(client_ids, config.clients_per_round, min_sep=config.min_sep,
-                                   max_participations=config.max_participations, seed=config.seed)
+                                   max_participations=config.max_participations, seed=config.seed,
+                                   num_rounds=config.rounds)
 
 
 class _Training:
@@ -220,7 +221,7 @@ class _Training:
   def __init__(self, task: Task, config: RunConfig, setup: _Setup,
                directory: run_dir.RunDirectory):
     self.task, self.config, self.setup, self.directory = task, config, setup, directory
-    self.sampler = _sampler(config, setup.plan, setup.client_ids)
+    self.sampler = setup.sampler
     self.initial_state = setup.process.initialize()
     directory.record_workers()
     self.state_manager = tff.program.FileProgramStateManager(

@@ -1,0 +1,186 @@
+"""The markdown of a privacy report (report.md): the BLT paper's App. C checklist, filled in.
+
+After Ponomareva et al. 2023, Sec. 5.3: DP setting, data accesses covered, final output, unit of
+privacy, adjacency, accounting method, assumptions, formal statement, then the equal-privacy table
+when the report has one. Both `min_sep` = b (r2 - r1 >= b) and TF-Privacy's `min_separation` =
+b - 1 are printed.
+"""
+
+import json
+from typing import List
+
+import dp_accounting
+
+from dp_ftrl_tff.accounting import amplification
+from dp_ftrl_tff.accounting import equal_privacy as equal_privacy_lib
+from dp_ftrl_tff.accounting import report as report_lib
+
+DP_ACCOUNTING_VERSION = getattr(dp_accounting, '__version__', '0.4.3')  # the pinned 0.4.3 has none
+
+
+_CONVERSION_TEXT = {
+    'pld': 'PLD accounting (add-or-remove, value discretization 1e-4)',
+    'gaussian': 'the exact Gaussian tradeoff curve',
+    'rdp': 'RDP with the Canonne-Kamath-Steinke conversion on TF-Privacy\'s orders',
+}
+
+
+def amplified_text(a: amplification.AmplifiedGuarantee) -> str:
+  """One line: the amplified guarantee and what it rests on."""
+  return (f'amplified: (epsilon, delta)=({a.epsilon:.6g}, {a.delta:g}) by {a.accountant.upper()}, '
+          f'{a.num_groups} sampling group(s), sampling_prob={a.sampling_prob:.6g}: '
+          f'{a.compositions} Poisson-sampled Gaussian rounds with noise multiplier sigma / '
+          f'max column norm = {a.effective_noise_multiplier:.6g}')
+
+
+def row_label(row: equal_privacy_lib.EqualPrivacyRow) -> str:
+  """The row's mechanism, marked '(this run)' for the run's own one."""
+  if not row.run_mechanism or row.mechanism.endswith('(this run)'):
+    return row.mechanism
+  return f'{row.mechanism} (this run)'
+
+
+def to_markdown(report: report_lib.PrivacyReport) -> str:
+  """The BLT paper's App. C checklist, filled in."""
+  g = report.guarantee
+  md = [f'# Privacy report: {g.mechanism}, {g.num_rounds} rounds', '']
+  if report.warnings:
+    md += ['> **WARNING**', '>'] + [f'> - {w}' for w in report.warnings] + ['']
+  md += _setting_markdown(report) + _mechanism_markdown(report) + _participation_markdown(report)
+  md += _accounting_markdown(report)
+  if report.equal_privacy is not None:
+    md += _equal_privacy_markdown(report)
+  return '\n'.join(md)
+
+
+def _setting_markdown(report: report_lib.PrivacyReport) -> List[str]:
+  """The formal statement and sections 1-2: the DP setting and the DP definition."""
+  g = report.guarantee
+  return [
+      '**Formal statement.** The training run satisfies '
+      f'**rho-zCDP with rho = {g.rho:.6g}** and **(epsilon, delta)-DP with epsilon = '
+      f'{g.epsilon:.6g}, delta = {g.delta:g}**, at the device (client) level, under the '
+      'participation stated below.', '',
+      '## 1. DP setting',
+      '- Central DP: the server is trusted to clip, aggregate and add the correlated noise as '
+      'specified.', '',
+      '## 2. Instantiating the DP definition',
+      '- **Data accesses covered:** every well-behaved client (one that follows the protocol, '
+      'including the participation limits) in this single training run. Hyperparameter tuning '
+      'and checkpoint selection are not covered.',
+      '- **Final mechanism output:** the full sequence of noisy aggregates, hence every '
+      'intermediate model (not only the final checkpoint).',
+      '- **Unit of privacy:** one device/client (user-level for single-device users); a client '
+      'may hold arbitrarily much data.',
+      '- **Adjacency:** zero-out: the neighbouring run replaces all updates of one client by zero '
+      '(a form of add/remove).', '']
+
+
+def _mechanism_markdown(report: report_lib.PrivacyReport) -> List[str]:
+  """Section 3: the mechanism, its noise, adaptive clipping, SecAgg, calibration, strategy file."""
+  g = report.guarantee
+  restarts = (', '.join(str(r) for r in g.restart_rounds) if g.restart_rounds else 'none')
+  md = ['## 3. Mechanism',
+        f'- Mechanism: `{g.mechanism}`, configuration `{json.dumps(report.mechanism_config)}`.',
+        f'- Rounds n = {g.num_rounds} (0-based rounds 0..{g.num_rounds - 1}); noise restarts at '
+        f'rounds: {restarts}.',
+        f'- Noise multiplier sigma = {g.noise_multiplier:.6g} (noise std sigma x clip norm on the '
+        f'sum of clipped updates, before correlation); effective noise multiplier sigma / sens = '
+        f'{g.effective_noise_multiplier:.6g}.']
+  if report.value_noise_multiplier is not None:
+    md.append(f'- Adaptive clipping (Gboard Thm. 1): clipped-count noise std '
+              f'{report.clipped_count_stddev:g}; the model sum uses z_Delta = '
+              f'{report.value_noise_multiplier:.10g}, equivalent to the accounted sigma above.')
+  if report.secure_aggregation is not None:
+    sa = report.secure_aggregation
+    ratio = max((seg['sensitivity_clip'] / seg['clip'] for seg in sa['segments']), default=1.0)
+    md.append(f"- SecAgg ({sa['bits']} bits, rotation {sa['rotation']}, beta {sa['beta']:g}): "
+              'records are rounded before the secure sum, which can grow their norm; each '
+              'segment\'s noise std is sigma x its post-rounding clip (at most '
+              f'{ratio:.6g} x the clip), so sigma is relative to the post-rounding bound. Rounds '
+              f"whose secure sum wrapped around the field: {sa['wrap_rounds'] or 'none'}.")
+  if report.calibration is not None:
+    (key, value), = report.calibration.items()
+    md.append(f'- sigma was calibrated to meet {key} = {value:g}.')
+  if report.strategy_file is not None:
+    f = report.strategy_file
+    md.append(f"- Strategy file `{f['path']}`, SHA-256 `{f['sha256']}`, optimized for "
+              f"{json.dumps(f['setting']) if f['setting'] else 'an unrecorded setting'}"
+              + (f" (differs from this run: {'; '.join(f['mismatches'])})."
+                 if f['mismatches'] else '.'))
+  return md + ['']
+
+
+def _participation_markdown(report: report_lib.PrivacyReport) -> List[str]:
+  """Section 4: the participation, declared or observed in the log."""
+  g = report.guarantee
+  md = ['## 4. Participation',
+        f'- Source: **{report.participation_source}**'
+        + (' (realized in the participation log; Gboard-paper practice)'
+           if report.participation_source == 'observed' else ' (enforced by the client sampler)'),
+        f'- min_sep b = {report.min_sep}: two participations r1 < r2 of one client satisfy '
+        f'r2 - r1 >= b; min_separation (rounds strictly between, TF-Privacy / Gboard MinS) = '
+        f'{g.participation.tf_privacy_min_separation}.',
+        f'- max_participations k = {report.max_participations} (effective: min(k, ceil(n / b)))'
+        + ('; fixed-epoch schema.' if g.participation.fixed_epoch else '.')]
+  if report.observed is not None:
+    o = report.observed
+    md += [f'- Log `{o.path}`: {o.num_rows} rows, {o.num_clients} clients, rounds 0..'
+           f'{o.num_rounds - 1}; realized min_sep = {o.min_sep}, realized max participations = '
+           f'{o.max_participations}.',
+           f'- Participations per client: {o.histogram}.']
+    if o.violations:
+      md += ['- **The log VIOLATES the declared schema:**'] + [f'  - {v}' for v in o.violations]
+      md.append('  The guarantee above is the one that holds for the realized participation.')
+    if o.tree_patterns is not None:
+      t = o.tree_patterns
+      md.append(f'- Exact over the observed clients\' actual patterns (tree): sens^2 = '
+                f'{t["sensitivity_squared"]:.6g}, rho = {t["rho"]:.6g}, epsilon = '
+                f'{t["epsilon"]:.6g} (worst client `{t["worst_client"]}`).')
+  if report.declared is not None:
+    d = report.declared
+    md.append(f'- Under the declared schema ({d.participation}): sens^2 = '
+              f'{d.sensitivity_squared:.6g}, rho = {d.rho:.6g}, epsilon = {d.epsilon:.6g}'
+              + (' (does NOT hold: the log violates it).'
+                 if report.observed is not None and report.observed.violations else '.'))
+  return md + ['']
+
+
+def _accounting_markdown(report: report_lib.PrivacyReport) -> List[str]:
+  """Section 5: sensitivity, rho, the (epsilon, delta) conversion and amplification."""
+  g = report.guarantee
+  exact = 'exact' if report.sensitivity_exact else 'an upper bound'
+  return [
+      '## 5. Accounting',
+      f'- Squared sensitivity (clip norm 1) sens^2 = {g.sensitivity_squared:.10g}, {exact}: max '
+      'over admissible patterns of ||C u||^2, composed across restart segments.',
+      f'- rho-zCDP = sens^2 / (2 sigma^2) = {g.rho:.10g}.',
+      f'- (epsilon, delta): {_CONVERSION_TEXT[g.conversion]} (dp_accounting '
+      f'{DP_ACCOUNTING_VERSION}) on one Gaussian mechanism with noise '
+      f'multiplier 1 / sqrt(2 rho): epsilon = {g.epsilon:.10g} at delta = {g.delta:g}.',
+      ('- No amplification by sampling is assumed.' if report.amplified is None else
+       '- The figures above assume no amplification by sampling; they hold whatever the '
+       f'sampling. With it: {amplified_text(report.amplified)} (BandMF paper Thm. 4, '
+       'cyclic Poisson sampling: the groups are disjoint and fixed, round t samples group '
+       't mod b-hat, every member independently with probability q).'),
+      '- Transparency: computed with `python -m experiments.privacy_report` (dp_ftrl_tff).', '']
+
+
+def _equal_privacy_markdown(report: report_lib.PrivacyReport) -> List[str]:
+  """Section 6: every mechanism at this report's rho and participation."""
+  g, table = report.guarantee, report.equal_privacy
+  md = ['## 6. Mechanisms at equal privacy',
+        f'Each mechanism with the noise multiplier that gives it this run\'s rho = {g.rho:.6g} '
+        f'(epsilon = {g.epsilon:.6g} at delta = {g.delta:g}) under the same participation, one '
+        'noise segment of n rounds, fixed clip. Losses are the std of the noise on the worst '
+        '(MaxLoss) and the root-mean-square (RmsLoss) prefix sum of the SUM of clipped updates, in '
+        'clip norms (divide by clients per round for the mean).', '',
+        '| mechanism | noise multiplier | MaxLoss | RmsLoss | sens^2 | how |',
+        '|---|---|---|---|---|---|']
+  for row in table.rows:
+    name = f'**{row_label(row)}**' if row.run_mechanism else row.mechanism
+    sens = f'{row.sensitivity_squared:.6g}' + ('' if row.sensitivity_exact else ' (bound)')
+    md.append(f'| {name} | {row.noise_multiplier:.6g} | {row.max_loss:.6g} | '
+              f'{row.rms_loss:.6g} | {sens} | {row.source} |')
+  md += [f'- Not compared: {s}.' for s in table.skipped] + ['']
+  return md
