@@ -106,6 +106,13 @@ def test_check_schedule_rejects_impossible(kwargs, match):
     client_sampler.check_schedule(**kwargs)
 
 
+def test_a_sampler_for_num_rounds_checks_its_schedule():
+  with pytest.raises(ValueError, match='Impossible schedule.*min_sep'):
+    client_sampler.ClientSampler(_ids(100), 10, min_sep=11, num_rounds=50)
+  sampler = client_sampler.ClientSampler(_ids(100), 10, min_sep=10, num_rounds=50)
+  assert len(sampler.sample(0)) == 10
+
+
 def test_check_schedule_accepts_short_runs_with_large_min_sep():
   # n < b: no client can come back, so only n * m distinct clients are needed.
   client_sampler.check_schedule(30, 10, 342, None, 3)
