@@ -257,8 +257,12 @@ class RunPlan:
 
   def to_config(self, fingerprint_arrays: bool = False) -> dict:
     """JSON-ready description; `from_config` inverts it. The strategy's arrays (banded
-    `band_rows`) are nested lists, or with `fingerprint_arrays` their shape and SHA-256 (a short
-    description that cannot be inverted)."""
+    `band_rows`) are nested lists, or with `fingerprint_arrays` their shape and SHA-256, and the
+    optimizer's wall time left out: a short, deterministic description that cannot be inverted
+    (the aggregator state's `mechanism`)."""
+    source = None if self.strategy_source is None else self.strategy_source.to_config()
+    if source is not None and fingerprint_arrays:
+      source['seconds'] = None
     return {
         'strategy': _strategy_config(self.strategy, fingerprint_arrays),
         'noise_multiplier': self.noise_multiplier,
@@ -276,8 +280,7 @@ class RunPlan:
         'participation': (None if self.participation is None
                           else dataclasses.asdict(self.participation)),
         'target_delta': self.target_delta,
-        'strategy_source': (None if self.strategy_source is None
-                            else self.strategy_source.to_config()),
+        'strategy_source': source,
         'calibration': self.calibration,
     }
 

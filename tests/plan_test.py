@@ -180,3 +180,12 @@ def test_accounted_noise_multiplier_inverts_inflation():
 def test_inflated_noise_multiplier_rejects_bad_input(z, sigma_b, name):
   with pytest.raises(ValueError, match=name):
     plan.inflated_noise_multiplier(z, sigma_b)
+
+
+def test_the_state_description_leaves_out_the_optimizer_wall_time():
+  from dp_ftrl_tff.mechanisms import resolve  # pylint: disable=g-import-not-at-top
+  plans = [plan.RunPlan.build(gaussian.GaussianStrategy(), 1.0, 10, 1.0,
+                              strategy_source=resolve.StrategySource('optimized', seconds=s))
+           for s in (1.5, 2.5)]
+  assert plans[0].to_config(fingerprint_arrays=True) == plans[1].to_config(fingerprint_arrays=True)
+  assert plans[0].to_config()['strategy_source']['seconds'] == 1.5  # the plan file keeps it
