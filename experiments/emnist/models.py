@@ -11,8 +11,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from dp_ftrl_tff import _validation
-
-MODELS = ('fedavg_cnn', 'tiny')
+from experiments.emnist import MODELS
 
 INPUT_SPEC = collections.OrderedDict(
     x=tf.TensorSpec([None, 28, 28, 1], tf.float32), y=tf.TensorSpec([None, 1], tf.int32))

@@ -13,18 +13,20 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 
 from absl import flags  # noqa: E402
 
-from experiments.emnist import data as emnist_data  # noqa: E402
-from experiments.emnist import models as emnist_models  # noqa: E402
+from experiments.emnist import MODELS  # noqa: E402
 from experiments.run import driver, driver_flags, run_config  # noqa: E402
 
 FLAGS = flags.FlagValues()
 driver_flags.define_common_flags(FLAGS)
-flags.DEFINE_enum('model', 'fedavg_cnn', emnist_models.MODELS, 'EMNIST model.', flag_values=FLAGS)
+flags.DEFINE_enum('model', 'fedavg_cnn', MODELS, 'EMNIST model.', flag_values=FLAGS)
 flags.DEFINE_bool('only_digits', True, '10 digit classes (else 62 classes).', flag_values=FLAGS)
 
 
 def build_task(config: run_config.RunConfig) -> run_config.Task:
   """The EMNIST task described by `config` (its `task` dict holds `model` and `only_digits`)."""
+  # TensorFlow comes with the data and models: imported once the flags are checked.
+  from experiments.emnist import data as emnist_data  # pylint: disable=g-import-not-at-top
+  from experiments.emnist import models as emnist_models  # pylint: disable=g-import-not-at-top
   num_classes = 10 if config.task['only_digits'] else 62
   if config.data == 'synthetic':
     train, test = emnist_data.synthetic_client_data(

@@ -24,7 +24,7 @@ from absl import app, flags, logging
 from dp_ftrl_tff.learning import remote_execution
 from dp_ftrl_tff.mechanisms import memory, resolve
 from experiments.cli import flag_parsing, tff_workers
-from experiments.run import driver_flags, run_config, run_dir, stop_signals, training_loop
+from experiments.run import driver_flags, run_config, run_dir, stop_signals
 
 
 def set_up_logging() -> None:
@@ -83,6 +83,9 @@ def run_from_flags(flag_values: flags.FlagValues,
     raise Failure(error, flag_parsing.ERROR_EXIT_CODE) from error
   except Exception as error:  # I/O while loading data, ...: one line, exit 1
     raise Failure(_runtime_message(error), flag_parsing.RUNTIME_ERROR_EXIT_CODE) from error
+  # TensorFlow comes with the training loop (and the task): imported once the flags are checked,
+  # so that `--help` and flag errors answer in about a second.
+  from experiments.run import training_loop  # pylint: disable=g-import-not-at-top
   try:
     return training_loop.run(task, config)
   except training_loop.SetupError as error:

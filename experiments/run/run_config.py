@@ -16,9 +16,7 @@ the noise multiplier is relative to the clip norm and the mean divides by the fi
 import dataclasses
 import json
 import os
-from typing import Any, Callable, Dict, Optional, Tuple
-
-import tensorflow as tf
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple
 
 from dp_ftrl_tff import _atomic, _validation
 from dp_ftrl_tff import plan as plan_lib
@@ -28,6 +26,9 @@ from dp_ftrl_tff.mechanisms import participation as participation_lib
 from dp_ftrl_tff.mechanisms import registry
 from experiments.cli import flag_parsing, plan_flags
 from experiments.run import run_dir
+
+if TYPE_CHECKING:  # the binaries check their flags before TensorFlow is imported
+  import tensorflow as tf
 
 SECURE_ROTATIONS = ('dft', 'hd', 'none')
 
@@ -282,9 +283,9 @@ class Task:
   """
   train_data: Any
   model_fn: Callable[[], Any]
-  keras_model_fn: Callable[[], tf.keras.Model]
-  client_preprocess_fn: Callable[[tf.data.Dataset], tf.data.Dataset]
-  eval_dataset: tf.data.Dataset
+  keras_model_fn: Callable[[], 'tf.keras.Model']
+  client_preprocess_fn: Callable[['tf.data.Dataset'], 'tf.data.Dataset']
+  eval_dataset: 'tf.data.Dataset'
   accuracy_metric: str = 'accuracy'
 
 

@@ -16,8 +16,6 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 from absl import flags  # noqa: E402
 
 from experiments.run import driver, driver_flags, run_config  # noqa: E402
-from experiments.stackoverflow import data as so_data  # noqa: E402
-from experiments.stackoverflow import models as so_models  # noqa: E402
 
 FLAGS = flags.FlagValues()
 driver_flags.define_common_flags(FLAGS)
@@ -35,6 +33,9 @@ TASK_FLAGS = ('vocab_size', 'embedding_size', 'lstm_size', 'sequence_length',
 
 def build_task(config: run_config.RunConfig) -> run_config.Task:
   """The StackOverflow task described by `config` (model sizes in its `task` dict)."""
+  # TensorFlow comes with the data and models: imported once the flags are checked.
+  from experiments.stackoverflow import data as so_data  # pylint: disable=g-import-not-at-top
+  from experiments.stackoverflow import models as so_models  # pylint: disable=g-import-not-at-top
   settings = config.task
   vocab_size = settings['vocab_size']
   if config.data == 'synthetic':

@@ -44,3 +44,38 @@ def test_help_lists_every_flag(module, expected):
   for flag in expected:
     assert flag in proc.stdout, flag
   assert 'Deprecated' in proc.stdout or module == 'experiments.stackoverflow.run_stackoverflow'
+
+
+_NO_TF_CASES = [
+    ('experiments.emnist.run_emnist', ['--help'], 0),
+    ('experiments.emnist.run_emnist', ['--rounds=x'], 2),  # absl's parse error
+    ('experiments.emnist.run_emnist', ['--root_output_dir=OUT', '--clients_per_round=0'], 2),
+    ('experiments.emnist.run_emnist', ['--root_output_dir=OUT', '--noise_multiplier=1',
+                                       '--target_epsilon=2'], 2),  # the RunConfig's checks
+    ('experiments.stackoverflow.run_stackoverflow', ['--help'], 0),
+    ('experiments.stackoverflow.run_stackoverflow', ['--root_output_dir=OUT', '--mechanism=x'], 2),
+    ('experiments.privacy_report', ['--help'], 0),
+    ('experiments.privacy_report', ['--rounds=-1'], 2),
+    ('dp_ftrl_tff.mechanisms', ['--help'], 0),
+    ('dp_ftrl_tff.mechanisms', ['optimize', '--bogus_flag=1'], 2),
+]
+
+
+@pytest.mark.parametrize('module, args, exit_code', _NO_TF_CASES)
+def test_help_and_usage_errors_answer_without_tensorflow(module, args, exit_code, tmp_path):
+  # A `tensorflow` (and `tensorflow_federated`) package that ends the process when imported, first
+  # on the path: `--help` and flag errors must be answered before TensorFlow would be imported.
+  for package in ('tensorflow', 'tensorflow_federated'):
+    (tmp_path / package).mkdir()
+    (tmp_path / package / '__init__.py').write_text(
+        f'import os, sys\nsys.stderr.write("{package} imported\\n")\nos._exit(97)\n')
+  out = tmp_path / 'out'
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), _ROOT]))
+  proc = subprocess.run([sys.executable, '-m', module,
+                         *[a.replace('OUT', str(out)) for a in args]],
+                        cwd=_ROOT, capture_output=True, text=True, timeout=300, env=env)
+  assert 'imported' not in proc.stderr, proc.stderr[-2000:]
+  assert proc.returncode == exit_code, proc.stderr[-2000:]
+  if exit_code:
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+  assert not out.exists()
