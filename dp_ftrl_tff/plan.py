@@ -4,7 +4,8 @@ A `RunPlan` holds the mechanism (`strategy`, from `mechanisms.resolve`, and wher
 accounted noise multiplier sigma (and the target it was calibrated to) with its split between the
 model sum (z_Delta) and the clipped-count query (sigma_b) under adaptive clipping, the clip, the
 restart schedule, the SecAgg settings, the banded policy past `max_rounds`, the random sampling, and
-the run's setting: its rounds, the declared participation and the target delta. It imports no
+the run's setting: its rounds, the declared participation, the target delta, the population and
+whether the noise seed was fixed (a testing-only run). It imports no
 TensorFlow. `aggregators.CorrelatedNoiseFactory` builds the aggregator from it, the drivers write it
 to the run directory (`save_plan`), and the accountant, the report and the console read it.
 `print(plan)` shows it all. Its parts are `dp_ftrl_tff.settings` (re-exported here).
@@ -21,6 +22,7 @@ b (r2 - r1 >= b; TF-Privacy's min_separation = b - 1).
 import dataclasses
 import hashlib
 import json
+import numbers
 from typing import Optional
 
 import numpy as np
@@ -79,6 +81,13 @@ class RunPlan:
     strategy_source: the `resolve.StrategySource` of the strategy (file, optimizer, ...), or None.
     calibration: {'target_epsilon': e} or {'target_rho': r} when sigma was calibrated to it, else
       None.
+    population: the number of clients the run samples from (its training clients), or None: not
+      recorded (a plan for accounting only, or of an earlier release). With `sampling`, its
+      `population`.
+    noise_seed_fixed: True when the noise comes from a seed given explicitly (the drivers'
+      `--noise_seed`): anyone who knows the seed can regenerate and subtract the noise, so the run
+      is for testing only and has no privacy guarantee; False when the seed is drawn from OS
+      entropy at the start (secret, as the guarantee requires); None: not recorded.
   """
   strategy: base.Strategy
   noise_multiplier: float
@@ -97,6 +106,8 @@ class RunPlan:
   target_delta: Optional[float] = None
   strategy_source: Optional[resolve.StrategySource] = None
   calibration: Optional[dict] = None
+  population: Optional[int] = None
+  noise_seed_fixed: Optional[bool] = None
 
   @classmethod
   def build(cls, strategy: base.Strategy, noise_multiplier: float,
@@ -107,7 +118,8 @@ class RunPlan:
             participation: Optional[participation_lib.ParticipationSchema] = None,
             target_delta: Optional[float] = None,
             strategy_source: Optional[resolve.StrategySource] = None,
-            calibration: Optional[dict] = None) -> 'RunPlan':
+            calibration: Optional[dict] = None, population: Optional[int] = None,
+            noise_seed_fixed: Optional[bool] = None) -> 'RunPlan':
     """Validates the arguments and resolves every default into a plan an aggregator can run.
 
     Args:
@@ -129,10 +141,14 @@ class RunPlan:
       target_delta: in (0, 1), or None.
       strategy_source: where the strategy came from (`resolve.resolve_strategy`), or None.
       calibration: {'target_epsilon': e} or {'target_rho': r}, or None.
+      population: the number of clients >= `clients_per_round`, or None (with `sampling`: its
+        population).
+      noise_seed_fixed: whether the noise seed was given explicitly (True: testing only), or None.
     """
     return cls._make(strategy, noise_multiplier, clients_per_round, clip_norm, adaptive_clip, secure,
                      zeroing_norm, restarts, beyond_max_rounds, sampling, num_rounds,
-                     participation, target_delta, strategy_source, calibration, training=True)
+                     participation, target_delta, strategy_source, calibration, population,
+                     noise_seed_fixed, training=True)
 
   @classmethod
   def for_accounting(cls, strategy: base.Strategy, noise_multiplier: float, *,
@@ -154,12 +170,13 @@ class RunPlan:
     return cls._make(strategy, noise_multiplier, None, None,
                      adaptive, secure, None, restarts,
                      beyond_max_rounds, sampling, num_rounds, participation, target_delta,
-                     strategy_source, calibration)
+                     strategy_source, calibration, None, None)
 
   @classmethod
   def _make(cls, strategy, noise_multiplier, m, clip_norm, adaptive_clip, secure, zeroing_norm,
             restarts, beyond_max_rounds, sampling, num_rounds, participation, target_delta,
-            strategy_source, calibration, training: bool = False) -> 'RunPlan':
+            strategy_source, calibration, population, noise_seed_fixed,
+            training: bool = False) -> 'RunPlan':
     """The plan of `strategy` and clients per round `m`: a plan for `training` (see `build`: m
     None is the sampling's expected cohort size), else for accounting only (m None: no clip)."""
     entry = _strategy_entry(strategy)
@@ -185,6 +202,8 @@ class RunPlan:
     if restarts is not None and not isinstance(restarts, RestartSchedule):
       raise ValueError(f'`restarts` must be a RestartSchedule or None, got {restarts!r}.')
     plan_checks.check_clients_per_round(m, plan_checks.check_sampling(sampling))
+    population = plan_checks.check_population(population, m, sampling)
+    noise_seed_fixed = plan_checks.check_noise_seed_fixed(noise_seed_fixed)
     secure = plan_checks.check_secure(secure)
     adaptive_clip, clip, count_stddev, value_sigma = plan_checks.resolve_clipping(
         adaptive_clip, clip_norm, sigma, m)
@@ -199,7 +218,7 @@ class RunPlan:
                zeroing_norm=zeroing_norm, beyond_max_rounds=beyond_max_rounds, sampling=sampling,
                num_rounds=num_rounds, participation=participation,
                target_delta=target_delta, strategy_source=strategy_source,
-               calibration=calibration)
+               calibration=calibration, population=population, noise_seed_fixed=noise_seed_fixed)
     plan_checks.check_setting(plan)
     return plan
 
@@ -253,7 +272,7 @@ class RunPlan:
         self.strategy, noise_multiplier, self.clients_per_round, self.clip_norm,
         self.adaptive_clip, self.secure, self.zeroing_norm, self.restarts, self.beyond_max_rounds,
         self.sampling, self.num_rounds, self.participation, self.target_delta,
-        self.strategy_source, calibration)
+        self.strategy_source, calibration, self.population, self.noise_seed_fixed)
 
   def to_config(self, fingerprint_arrays: bool = False) -> dict:
     """JSON-ready description; `from_config` inverts it. The strategy's arrays (banded
@@ -282,19 +301,21 @@ class RunPlan:
         'target_delta': self.target_delta,
         'strategy_source': source,
         'calibration': self.calibration,
+        'population': self.population,
+        'noise_seed_fixed': self.noise_seed_fixed,
     }
 
   @classmethod
   def from_config(cls, config: dict) -> 'RunPlan':
     """Inverse of `to_config`: rebuilds the plan through `build` (so it is validated again). Plans of
-    earlier releases (without the run's setting) load with those fields None."""
+    earlier releases (without the run's setting, the population or the seed's origin) load with
+    those fields None. A field of the wrong JSON type is a ValueError naming it ("field 'x'")."""
     if not isinstance(config, dict):
       raise ValueError(f'`config` must be a dict, got {type(config).__name__}.')
     missing = sorted({'strategy', 'noise_multiplier', 'clients_per_round', 'clip_norm'} - set(config))
     if missing:
       raise ValueError(f'The plan config lacks {missing}.')
-    if not isinstance(config['strategy'], dict):
-      raise ValueError(f'`strategy` must be a dict, got {config["strategy"]!r}.')
+    _check_field_types(config)
     strategy_config = {key: np.asarray(value, np.float64)
                        if isinstance(value, list) and value and isinstance(value[0], list)
                        else value for key, value in config['strategy'].items()}
@@ -302,10 +323,13 @@ class RunPlan:
         'adaptive_clip': AdaptiveClipping.from_config, 'restarts': RestartSchedule.from_config,
         'secure': lambda c: SecureAggregation(**c), 'sampling': lambda c: Sampling(**c),
         'participation': lambda c: participation_lib.ParticipationSchema(**c),
-        'strategy_source': resolve.StrategySource.from_config}
-    parts = {key: None if config.get(key) is None else parse(config[key])
+        'strategy_source': resolve.StrategySource.from_config,
+        'strategy': lambda _: registry.strategy_from_config(strategy_config)}
+    parts = {key: None if config.get(key) is None else _parse_field(key, parse, config[key])
              for key, parse in optional.items()}
-    strategy = registry.strategy_from_config(strategy_config)
+    strategy = parts.pop('strategy')
+    setting = dict(population=config.get('population'),
+                   noise_seed_fixed=config.get('noise_seed_fixed'))
     if config['clip_norm'] is None:
       # A plan for accounting only: its adaptive clipping is its clipped-count noise.
       return cls._make(strategy, config['noise_multiplier'], config['clients_per_round'],
@@ -313,13 +337,13 @@ class RunPlan:
                        parts['restarts'], config.get('beyond_max_rounds', 'error'),
                        parts['sampling'], config.get('num_rounds'), parts['participation'],
                        config.get('target_delta'), parts['strategy_source'],
-                       config.get('calibration'))
+                       config.get('calibration'), **setting)
     return cls.build(
         strategy, config['noise_multiplier'], config['clients_per_round'], config['clip_norm'],
         zeroing_norm=config.get('zeroing_norm'),
         beyond_max_rounds=config.get('beyond_max_rounds', 'error'),
         num_rounds=config.get('num_rounds'), target_delta=config.get('target_delta'),
-        calibration=config.get('calibration'), **parts)
+        calibration=config.get('calibration'), **setting, **parts)
 
   def __str__(self) -> str:
     clip = (f'not set (accounting only), clipped_count_stddev={self.clipped_count_stddev}'
@@ -338,8 +362,54 @@ class RunPlan:
              '  sampling=' + ('None (min-sep sampler, declared participation schema)'
                               if self.sampling is None else str(self.sampling)),
              f'  rounds={self.num_rounds}, participation={self.participation}, '
-             f'target_delta={self.target_delta}']
+             f'target_delta={self.target_delta}, population={self.population}',
+             '  noise seed: ' + {None: 'not recorded', False: 'from OS entropy (secret)',
+                                 True: 'FIXED (testing only: no privacy guarantee)'}[
+                                     self.noise_seed_fixed]]
     return '\n'.join(lines)
+
+
+#: The JSON type of each field of `RunPlan.to_config()`: (kind, may it be null).
+_FIELD_TYPES = {
+    'strategy': ('object', False), 'noise_multiplier': ('number', False),
+    'value_noise_multiplier': ('number', True), 'clients_per_round': ('number', True),
+    'clip_norm': ('number', True), 'adaptive_clip': ('object', True),
+    'clipped_count_stddev': ('number', True), 'restarts': ('object', True),
+    'secure': ('object', True), 'zeroing_norm': ('number', True),
+    'beyond_max_rounds': ('string', True), 'sampling': ('object', True),
+    'num_rounds': ('integer', True), 'participation': ('object', True),
+    'target_delta': ('number', True), 'strategy_source': ('object', True),
+    'calibration': ('object', True), 'population': ('integer', True),
+    'noise_seed_fixed': ('boolean', True),
+}
+_KIND_CHECKS = {
+    'object': lambda v: isinstance(v, dict),
+    'number': lambda v: isinstance(v, numbers.Real) and not isinstance(v, bool),
+    'integer': lambda v: isinstance(v, numbers.Integral) and not isinstance(v, bool),
+    'string': lambda v: isinstance(v, str),
+    'boolean': lambda v: isinstance(v, bool),
+}
+
+
+def _check_field_types(config: dict) -> None:
+  """ValueError naming the first field of a plan config whose JSON type is wrong (e.g. a string
+  noise multiplier). Fields are named in quotes, not as flags: they are keys of a file."""
+  for name, (kind, nullable) in _FIELD_TYPES.items():
+    value = config.get(name)
+    if value is None and (nullable or name not in config):
+      continue
+    if value is None or not _KIND_CHECKS[kind](value):
+      article = 'an' if kind[0] in 'aeiou' else 'a'
+      raise ValueError(f"field '{name}' must be {article} {kind}{' or null' if nullable else ''}, "
+                       f'got {value!r}.')
+
+
+def _parse_field(name: str, parse, value):
+  """`parse(value)`, its errors named by the plan field `name`."""
+  try:
+    return parse(value)
+  except (ValueError, TypeError, KeyError, AttributeError) as e:
+    raise ValueError(f"field '{name}': {e}") from e
 
 
 def _strategy_entry(strategy) -> registry.Mechanism:
@@ -370,14 +440,25 @@ def save_plan(plan: RunPlan, path) -> None:
   _atomic.write_text(path, json.dumps(plan.to_config(), indent=2, allow_nan=False) + '\n')
 
 
+class InvalidPlanFileError(ValueError):
+  """A plan file that reads as JSON but holds no valid plan: a field of the wrong type (e.g.
+  "noise_multiplier": "abc") or value. Its one-line message names the file and the field."""
+
+
 def load_plan(path) -> RunPlan:
-  """The plan `save_plan` wrote to `path`; ValueError naming the file when it is not one."""
+  """The plan `save_plan` wrote to `path`.
+
+  Raises:
+    ValueError: the file cannot be read or is not JSON (naming the file).
+    InvalidPlanFileError: its JSON is not a valid plan (naming the file and the field).
+  """
   try:
     with open(path) as f:
       config = json.load(f)
   except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
-    raise ValueError(f'`path` {path!r} is not a readable plan file: {e}') from e
+    raise ValueError(f'`path` {str(path)!r} is not a readable plan file: {e}') from e
   try:
     return RunPlan.from_config(config)
   except (ValueError, TypeError) as e:
-    raise ValueError(f'`path` {path!r} is not a valid plan file: {e}') from e
+    message = ' '.join(str(e).split())  # one line, whatever a nested error printed
+    raise InvalidPlanFileError(f'`path` {str(path)!r} is not a valid plan file: {message}') from e

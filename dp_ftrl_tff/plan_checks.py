@@ -44,6 +44,30 @@ def check_clients_per_round(m: Optional[float], sampling: Optional[Sampling]) ->
                      'pass None.')
 
 
+def check_population(population, m: Optional[float],
+                     sampling: Optional[Sampling]) -> Optional[int]:
+  """The population (a number of clients >= 1, or None: not recorded), checked against the plan:
+  it equals a `sampling`'s population, and a min-sep sampler's `m` clients per round fit in it.
+  With None, a sampling's population is taken."""
+  if population is None:
+    return None if sampling is None else sampling.population
+  population = _validation.check_positive_int(population, 'population')
+  if sampling is not None and sampling.population not in (None, population):
+    raise ValueError(f'`population`={population} conflicts with `sampling`, whose population is '
+                     f'{sampling.population}.')
+  if sampling is None and m is not None and m > population:
+    raise ValueError(f'`clients_per_round`={m:g} exceeds the `population` of {population} '
+                     'clients.')
+  return population
+
+
+def check_noise_seed_fixed(noise_seed_fixed) -> Optional[bool]:
+  """`noise_seed_fixed` (True, False, or None: not recorded); ValueError otherwise."""
+  if noise_seed_fixed is not None and not isinstance(noise_seed_fixed, bool):
+    raise ValueError(f'`noise_seed_fixed` must be True, False or None, got {noise_seed_fixed!r}.')
+  return noise_seed_fixed
+
+
 class StrategyTooShortError(ValueError):
   """A segment of the run is longer than the strategy's `max_rounds` (a banded strategy built for
   fewer rounds), and `beyond_max_rounds` is not 'restart'. `with_context` rewords the origin of

@@ -34,9 +34,9 @@ sigma(H) * RmsLoss(H) of the optimized H-banded strategy and prints every evalua
 (`dp_ftrl_tff.accounting.band_selection`); `--output` saves the chosen strategy. The amplified
 commands are `experiments.cli.amplified_commands`.
 
-Exit status: 0 on success; 2 on a user mistake (bad or conflicting flags, a missing file, a number of
-rounds whose arrays cannot fit in memory: `memory.check_fits`); 1 on a runtime failure (an unwritable
-`--output`, a corrupt `--mechanism_file`, I/O errors). Either way one line `error: ...` on stderr
+Exit status: 0 on success; 2 on a user mistake (bad or conflicting flags, a missing, corrupt or
+wrongly typed `--mechanism_file`, a number of rounds whose arrays cannot fit in memory:
+`memory.check_fits`); 1 on a runtime failure (an unwritable `--output`, I/O errors). Either way one line `error: ...` on stderr
 naming the flag; `--debug` prints the traceback before it.
 """
 
@@ -51,6 +51,9 @@ from dp_ftrl_tff.mechanisms import base, commands, memory, registry, resolve
 from experiments.cli import amplified_commands, flag_aliases, flag_parsing, plan_flags
 from experiments.cli.amplified_commands import RuntimeFailure, UsageError, forbid, require
 
+#: The name in this CLI's error lines, whichever way it is started (`python -m dp_ftrl_tff.mechanisms`,
+#: `python -m experiments.mechanisms_cli`).
+PROGRAM = 'mechanisms'
 COMMANDS = ('optimize', 'evaluate', 'amplified', 'select_bands')
 
 _FLAGS = flags.FlagValues()
@@ -130,15 +133,15 @@ def _report_error(error: BaseException, argv: Sequence[str]) -> int:
       arg in ('--debug', '-debug', '--debug=true', '--debug=1') for arg in argv[1:])
   if debug:
     traceback.print_exc()
-  runtime = isinstance(error, RuntimeFailure | OSError | MemoryError | resolve.StrategyFileError)
+  runtime = isinstance(error, RuntimeFailure | OSError | MemoryError)
   if isinstance(error, MemoryError):
     message = 'out of memory; use fewer --rounds.'
-  elif isinstance(error, flags.Error | ValueError | RuntimeFailure | resolve.StrategyFileError):
+  elif isinstance(error, flags.Error | ValueError | RuntimeFailure):
     message = str(error)
   else:
     runtime = True
     message = f'{type(error).__name__}: {error} (rerun with --debug for the traceback)'
-  print(f'error: {flag_parsing.error_line(message, _FLAGS)}', file=sys.stderr)
+  print(flag_parsing.error_text(message, _FLAGS, PROGRAM), file=sys.stderr)
   return RUNTIME_EXIT_CODE if runtime else USAGE_EXIT_CODE
 
 

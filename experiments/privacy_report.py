@@ -23,12 +23,14 @@ the run's rounds, min_sep and max participations (else exit 2, or a warning with
 Conventions: rounds are 0-based; --min_sep = b means r2 - r1 >= b for two participations of one client
 (TF-Privacy's and the Gboard tables' min_separation = b - 1; the report prints both).
 Exit status: 2 on a user mistake (bad or conflicting flags, a missing input file, a number of rounds
-whose arrays cannot fit in memory, a strategy file made for another setting), 1 on a runtime failure
-(an unwritable --output_dir, a corrupt --plan / --mechanism_file / --participation_log, I/O errors)
-and with --strict when the log violates the declared schema (after writing the report): one line
-`privacy_report: error: ...` on stderr naming the flag; `--debug` prints the traceback before it.
+whose arrays cannot fit in memory, a strategy file made for another setting, an input file that is
+corrupt, truncated, empty or of another kind: --plan, --mechanism_file, --participation_log,
+--metrics), 1 on a runtime failure (an unwritable --output_dir, I/O errors) and with --strict when
+the log violates the declared schema (after writing the report): one line
+`privacy_report.py: error: ...` on stderr naming the flag; `--debug` prints the traceback before it.
 """
 
+import csv
 import dataclasses
 import os
 import sys
@@ -86,12 +88,14 @@ _PLAN_FLAGS = ('mechanism', 'mechanism_file', *sorted(registry.option_table()),
 _SETTING_FLAGS = ('rounds', 'min_sep', 'max_participations', 'fixed_epoch', 'target_delta')
 
 
-class InputFileError(Exception):
-  """An input file that exists but cannot be read or parsed (exit status 1)."""
+class InputFileError(ValueError):
+  """An input file that exists but cannot be read or parsed: bad input, like a missing file (exit
+  status 2, one line naming the flag and the path)."""
 
 
 def _input_file_error(flag: str, path: str, error: Exception) -> Exception:
-  """A missing `path` is a usage error; an existing one that fails to load is a runtime failure."""
+  """A missing `path` (or a directory) is `no file`; an existing one that fails to load is an
+  `InputFileError`; both name `flag` and `path`."""
   if not os.path.isfile(path):
     return ValueError(f'`{flag}`: no file at {path!r}.')
   return InputFileError(f'`{flag}`: {error} Fix or regenerate {path}.')
@@ -161,6 +165,8 @@ def _plan_from_file(fv) -> plan_lib.RunPlan:
     raise ValueError(f'`plan` sets the mechanism and its noise; it excludes `{clashing[0]}`.')
   try:
     config = plan_lib.load_plan(fv.plan).to_config()
+  except plan_lib.InvalidPlanFileError as e:  # JSON, but a field of the wrong type or value
+    raise ValueError(f'`plan`: {e}') from None
   except (ValueError, OSError) as e:
     raise _input_file_error('plan', fv.plan, e) from None
   if fv['rounds'].present:
@@ -180,9 +186,13 @@ def _secure_segments(fv, run_plan: plan_lib.RunPlan):
   path = fv.metrics or os.path.join(os.path.dirname(os.path.abspath(fv.plan or '.')),
                                     run_dir.METRICS_FILE)
   try:
-    return run_dir.read_secure_segments(path)
-  except (ValueError, OSError) as e:
+    segments = run_dir.read_secure_segments(path)
+  except (ValueError, OSError, csv.Error) as e:
     raise _input_file_error('metrics', path, e) from None
+  if not segments['segments']:
+    raise InputFileError(f'`metrics`: {path} holds no rounds of a SecAgg run. Fix or regenerate '
+                         f'{path}.')
+  return segments
 
 
 def build_from_flags(fv) -> report.PrivacyReport:
@@ -227,13 +237,13 @@ def _fail(error: BaseException) -> int:
     message = str(error)
   else:
     message = f'{type(error).__name__}: {error} (rerun with --debug for the traceback)'
-  print(f'privacy_report: error: {flag_parsing.error_line(message, FLAGS)}', file=sys.stderr)
+  print(flag_parsing.error_text(message, FLAGS), file=sys.stderr)
   return flag_parsing.ERROR_EXIT_CODE if usage else flag_parsing.RUNTIME_ERROR_EXIT_CODE
 
 
 def main(argv):
   if len(argv) > 1:
-    print(f'privacy_report: error: unexpected arguments {argv[1:]}', file=sys.stderr)
+    print(flag_parsing.error_text(f'unexpected arguments {argv[1:]}', FLAGS), file=sys.stderr)
     return flag_parsing.ERROR_EXIT_CODE
   try:
     if FLAGS.output_dir:
@@ -249,9 +259,10 @@ def main(argv):
     return _fail(e)
   print(report_render.to_json(result) if FLAGS.json else report_render.summary(result))
   if FLAGS.strict and result.observed is not None and result.observed.violations:
-    print(f'privacy_report: error: --strict: the --participation_log violates the declared schema '
-          f'({len(result.observed.violations)} breach(es), first: {result.observed.violations[0]}); '
-          'the report states the guarantee of the observed participation.', file=sys.stderr)
+    print(flag_parsing.error_text(
+        f'--strict: the --participation_log violates the declared schema '
+        f'({len(result.observed.violations)} breach(es), first: {result.observed.violations[0]}); '
+        'the report states the guarantee of the observed participation.', FLAGS), file=sys.stderr)
     return flag_parsing.RUNTIME_ERROR_EXIT_CODE
   return 0
 

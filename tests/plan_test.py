@@ -2,6 +2,7 @@
 """
 
 import dataclasses
+import json
 import math
 
 import numpy as np
@@ -189,3 +190,85 @@ def test_the_state_description_leaves_out_the_optimizer_wall_time():
            for s in (1.5, 2.5)]
   assert plans[0].to_config(fingerprint_arrays=True) == plans[1].to_config(fingerprint_arrays=True)
   assert plans[0].to_config()['strategy_source']['seconds'] == 1.5  # the plan file keeps it
+
+
+def _min_sep_plan(**kwargs):
+  return plan.RunPlan.build(BLT, 1.0, 10, 1.0, num_rounds=6,
+                            participation=plan.participation_lib.ParticipationSchema.b_min_sep(2),
+                            **kwargs)
+
+
+def test_population_and_noise_seed_round_trip(tmp_path):
+  original = _min_sep_plan(population=1000, noise_seed_fixed=True)
+  assert (original.population, original.noise_seed_fixed) == (1000, True)
+  config = original.to_config()
+  assert (config['population'], config['noise_seed_fixed']) == (1000, True)
+  plan.save_plan(original, tmp_path / 'plan.json')
+  loaded = plan.load_plan(tmp_path / 'plan.json')
+  assert (loaded.population, loaded.noise_seed_fixed) == (1000, True)
+  assert 'noise seed: FIXED (testing only' in str(loaded) and 'population=1000' in str(loaded)
+  secret = _min_sep_plan(population=1000, noise_seed_fixed=False)
+  assert 'from OS entropy' in str(secret)
+  # Calibration keeps them.
+  assert secret.with_noise_multiplier(2.0).noise_seed_fixed is False
+  assert secret.with_noise_multiplier(2.0).population == 1000
+
+
+def test_plan_without_population_and_seed_keys_loads(tmp_path):
+  """A plan.json of an earlier release (no 'population', no 'noise_seed_fixed') loads with None."""
+  config = _min_sep_plan(population=50, noise_seed_fixed=False).to_config()
+  del config['population'], config['noise_seed_fixed']
+  (tmp_path / 'plan.json').write_text(json.dumps(config))
+  loaded = plan.load_plan(tmp_path / 'plan.json')
+  assert (loaded.population, loaded.noise_seed_fixed) == (None, None)
+  assert 'noise seed: not recorded' in str(loaded)
+
+
+def test_population_of_a_sampling_is_the_plans():
+  sampling = plan.Sampling('poisson', 0.1, population=200)
+  sampled = plan.RunPlan.build(gaussian.GaussianStrategy(), 1.0, None, 1.0, sampling=sampling)
+  assert sampled.population == 200
+  with pytest.raises(ValueError, match='population'):
+    plan.RunPlan.build(gaussian.GaussianStrategy(), 1.0, None, 1.0, sampling=sampling,
+                       population=300)
+
+
+@pytest.mark.parametrize('kwargs, name', [
+    ({'population': 5}, 'population'),  # fewer clients than the 10 per round
+    ({'population': 0}, 'population'), ({'population': 2.5}, 'population'),
+    ({'noise_seed_fixed': 'yes'}, 'noise_seed_fixed'), ({'noise_seed_fixed': 1}, 'noise_seed_fixed')])
+def test_invalid_population_and_seed_are_named(kwargs, name):
+  with pytest.raises(ValueError, match=name):
+    _min_sep_plan(**kwargs)
+
+
+@pytest.mark.parametrize('field, value', [
+    ('noise_multiplier', 'abc'), ('noise_multiplier', None), ('clients_per_round', [1]),
+    ('clip_norm', True), ('num_rounds', 2.5), ('target_delta', '1e-6'), ('population', '1000'),
+    ('noise_seed_fixed', 'true'), ('noise_seed_fixed', 0), ('beyond_max_rounds', 3),
+    ('adaptive_clip', 'abc'), ('sampling', 'poisson'), ('participation', [2, 3]),
+    ('restarts', [1]), ('strategy', 'blt'), ('value_noise_multiplier', 'x')])
+def test_wrong_field_type_is_one_line_naming_field_and_path(tmp_path, field, value):
+  config = _min_sep_plan(population=100, noise_seed_fixed=False).to_config()
+  config[field] = value
+  path = tmp_path / 'plan.json'
+  path.write_text(json.dumps(config))
+  with pytest.raises(ValueError) as raised:
+    plan.load_plan(path)
+  message = str(raised.value)
+  assert isinstance(raised.value, plan.InvalidPlanFileError)
+  assert f"field '{field}'" in message and str(path) in message and '\n' not in message, message
+
+
+@pytest.mark.parametrize('field, value, fragment', [
+    ('participation', {'min_sep': 'two'}, 'min_sep'),
+    ('sampling', {'kind': 'poisson', 'sampling_prob': 0.1, 'bogus': 1}, 'bogus'),
+    ('adaptive_clip', {'target_unclipped_quantile': 'x'}, 'target_unclipped_quantile')])
+def test_wrong_nested_field_names_the_plan_field(tmp_path, field, value, fragment):
+  config = _min_sep_plan().to_config()
+  config[field] = value
+  path = tmp_path / 'plan.json'
+  path.write_text(json.dumps(config))
+  with pytest.raises(plan.InvalidPlanFileError, match=fragment) as raised:
+    plan.load_plan(path)
+  assert f"field '{field}'" in str(raised.value) and str(path) in str(raised.value)

@@ -15,7 +15,11 @@ participation log into a `PrivacyReport`:
     it was made for;
   * with the plan's random sampling (Poisson, or cyclic Poisson with b-hat groups: BandMF paper
     Thm. 4, docs/papers.md#bandmf), also the amplified guarantee (`amplification`) next to the
-    unamplified headline, which holds whatever the sampling.
+    unamplified headline, which holds whatever the sampling;
+  * what the plan states about the run (`RunFacts`): the noise seed (a fixed one is a warning: a
+    testing-only run, no guarantee), the clip (fixed, or adaptive with its target quantile and, when
+    given, its final value), the sampler, clients per round, population and sampling probability;
+    and, with a log in which no client participated twice yet, that fact rather than a min_sep.
 The drivers' end-of-run report and `python -m experiments.privacy_report --plan=...` both call it, so
 they agree. Rendering (JSON, terminal summary, the BLT paper's App. C markdown checklist, plots)
 lives in `report_render`.
@@ -45,8 +49,11 @@ class ObservedParticipation:
   Attributes:
     path: the log file.
     num_rows, num_clients, num_rounds: rows, distinct clients, last logged round + 1.
-    min_sep: realized b (None: nobody participated twice).
+    min_sep: realized b, or None when no client participated twice (yet): then the headline's
+      schema is single participation, written min_sep = n, which is no separation realized.
     max_participations: realized k.
+    participated_twice: whether some client participated in two rounds or more (False: "no client
+      participated twice yet", `min_sep` is None).
     histogram: {participations: clients}.
     violations: breaches of the declared schema (empty: compliant or nothing declared).
     tree_patterns: trees only: {'sensitivity_squared', 'rho', 'epsilon', 'worst_client'} over the
@@ -61,6 +68,72 @@ class ObservedParticipation:
   histogram: dict
   violations: tuple
   tree_patterns: Optional[dict] = None
+  participated_twice: bool = True
+
+
+#: The warning of a run whose noise seed was fixed (`RunPlan.noise_seed_fixed`).
+FIXED_SEED_WARNING = ('the noise seed was fixed (--noise_seed): anyone who knows the seed can '
+                      'regenerate and subtract the noise, so this run is for TESTING ONLY and the '
+                      'stated guarantee does not hold for it (a guarantee needs secret noise).')
+
+
+@dataclasses.dataclass(frozen=True)
+class RunFacts:
+  """What the plan states about the run besides the accounting: the noise seed, the clip and the
+  cohorts. None where the plan does not say (a plan for accounting only, or of an earlier release).
+
+  Attributes:
+    noise_seed_fixed: True: the noise seed was given (`--noise_seed`), testing only (see
+      `FIXED_SEED_WARNING`); False: drawn from OS entropy (secret); None: not recorded.
+    clip: 'fixed' or 'adaptive' (None: accounting only, no clip).
+    clip_norm: the fixed L2 clip zeta of one client update, or adaptive clipping's initial clip.
+    target_unclipped_quantile: adaptive clipping's target quantile gamma of the update norms (in
+      [0, 1]), else None.
+    final_clip: adaptive clipping's clip in the run's last round (the run's metrics'
+      `aggregator/clip`), when `build_report` was given it; else None.
+    sampler: 'min_sep' (exactly `clients_per_round` clients, b rounds apart), 'poisson' or
+      'cyclic_poisson' (None: a plan for accounting only without random sampling).
+    clients_per_round: m, clients per round (random sampling: the expected cohort size), the fixed
+      denominator of the mean.
+    population: the number of clients the cohorts are drawn from.
+    sampling_prob: q, a client's inclusion probability in a round it is eligible for (random
+      sampling only; None with the min-sep sampler, which draws no independent coins).
+    sampling_groups: b-hat, the groups of cyclic Poisson sampling (1 for Poisson; None for min-sep).
+    cohort_fraction: clients_per_round / population, the fraction of the population in a round
+      (None without both).
+  """
+  noise_seed_fixed: Optional[bool] = None
+  clip: Optional[str] = None
+  clip_norm: Optional[float] = None
+  target_unclipped_quantile: Optional[float] = None
+  final_clip: Optional[float] = None
+  sampler: Optional[str] = None
+  clients_per_round: Optional[float] = None
+  population: Optional[int] = None
+  sampling_prob: Optional[float] = None
+  sampling_groups: Optional[int] = None
+  cohort_fraction: Optional[float] = None
+
+  @classmethod
+  def of_plan(cls, plan: plan_lib.RunPlan, final_clip: Optional[float] = None) -> 'RunFacts':
+    """The facts `plan` states, with adaptive clipping's `final_clip` (> 0) when recorded."""
+    adaptive = plan.adaptive_clip
+    if final_clip is not None:
+      if adaptive is None:
+        raise ValueError('`final_clip` is for adaptive clipping; the plan has a fixed clip.')
+      final_clip = _validation.check_positive_float(final_clip, 'final_clip')
+    sampling, m, population = plan.sampling, plan.clients_per_round, plan.population
+    sampler = (sampling.kind if sampling is not None else
+               None if plan.accounting_only else 'min_sep')
+    return cls(
+        noise_seed_fixed=plan.noise_seed_fixed,
+        clip=None if plan.accounting_only else 'adaptive' if adaptive else 'fixed',
+        clip_norm=plan.clip_norm,
+        target_unclipped_quantile=None if adaptive is None else adaptive.target_unclipped_quantile,
+        final_clip=final_clip, sampler=sampler, clients_per_round=m, population=population,
+        sampling_prob=None if sampling is None else sampling.sampling_prob,
+        sampling_groups=None if sampling is None else sampling.num_groups,
+        cohort_fraction=None if m is None or population is None else m / population)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +158,7 @@ class PrivacyReport:
     equal_privacy: `equal_privacy.EqualPrivacy` at the headline's rho and participation, or None.
     strategy_file: {'path', 'sha256', 'setting', 'mismatches'} of the strategy file, or None.
     amplified: the `amplification.AmplifiedGuarantee` under the run's random sampling, or None.
+    run_facts: the `RunFacts` of the plan: noise seed, clip, sampler, cohorts and population.
   """
   plan: plan_lib.RunPlan
   guarantee: zcdp.Guarantee
@@ -101,10 +175,18 @@ class PrivacyReport:
   equal_privacy: Optional[equal_privacy_lib.EqualPrivacy] = None
   strategy_file: Optional[dict] = None
   amplified: Optional[amplification.AmplifiedGuarantee] = None
+  run_facts: RunFacts = RunFacts()
 
   @property
   def min_sep(self) -> int:
+    """The headline schema's b (with a log in which no client participated twice: n, single
+    participation; see `no_client_participated_twice`)."""
     return self.guarantee.participation.min_sep
+
+  @property
+  def no_client_participated_twice(self) -> bool:
+    """True when the log shows no client in two rounds: no separation is realized yet."""
+    return self.observed is not None and not self.observed.participated_twice
 
   @property
   def max_participations(self) -> int:
@@ -147,7 +229,8 @@ def headline_setting(plan: plan_lib.RunPlan, log: Optional[log_lib.Participation
   observed = ObservedParticipation(
       path=log.path, num_rows=log.num_rows, num_clients=log.num_clients,
       num_rounds=log.num_rounds, min_sep=log.min_sep, max_participations=log.max_participations,
-      histogram=log.participation_histogram(), violations=violations)
+      histogram=log.participation_histogram(), violations=violations,
+      participated_twice=log.max_participations > 1)
   return num_rounds, log.realized_schema(num_rounds), 'observed', observed
 
 
@@ -224,8 +307,8 @@ def _noise_warnings(plan: plan_lib.RunPlan, headline: zcdp.Guarantee,
 
 def build_report(plan: plan_lib.RunPlan, log: Optional[log_lib.ParticipationLog] = None, *,
                  observed_patterns: bool = True, secure_segments: Optional[dict] = None,
-                 equal_privacy: bool = False,
-                 require_amplification: bool = False) -> PrivacyReport:
+                 equal_privacy: bool = False, require_amplification: bool = False,
+                 final_clip: Optional[float] = None) -> PrivacyReport:
   """Builds the privacy report of a run plan.
 
   Args:
@@ -241,13 +324,18 @@ def build_report(plan: plan_lib.RunPlan, log: Optional[log_lib.ParticipationLog]
       at n = 2000; see `equal_privacy.equal_privacy`).
     require_amplification: with the plan's random sampling, a strategy that amplification does not
       cover is a ValueError (a request for the amplified figure) instead of a warning.
+    final_clip: with adaptive clipping, the clip of the run's last round (its metrics'
+      `aggregator/clip`), stated in `run_facts`; None when not recorded.
   """
   _check_inputs(plan, log)
+  run_facts = RunFacts.of_plan(plan, final_clip)
   num_rounds, schema, source, observed = headline_setting(plan, log)
   _check_rounds(plan, num_rounds)
   headline = zcdp.guarantee_for_plan(plan, num_rounds, schema)
-  warnings: List[str] = [] if observed is None else [
-      f'participation log violates the declared schema: {v}' for v in observed.violations]
+  warnings: List[str] = [FIXED_SEED_WARNING] if plan.noise_seed_fixed else []
+  if observed is not None:
+    warnings += [f'participation log violates the declared schema: {v}'
+                 for v in observed.violations]
   if plan.strategy_source is not None and plan.strategy_source.mismatches:
     warnings.append(f'the strategy file {plan.strategy_source.path} was optimized for another '
                     f'setting ({"; ".join(plan.strategy_source.mismatches)}).')
@@ -273,7 +361,7 @@ def build_report(plan: plan_lib.RunPlan, log: Optional[log_lib.ParticipationLog]
                                                      run_strategy=plan.strategy)
                      if equal_privacy else None),
       strategy_file=None if plan.strategy_source is None else plan.strategy_source.file_record(),
-      amplified=amplified)
+      amplified=amplified, run_facts=run_facts)
 
 
 def _secure_aggregation(plan: plan_lib.RunPlan,

@@ -60,7 +60,9 @@ def _setting_markdown(report: report_lib.PrivacyReport) -> List[str]:
       '**Formal statement.** The training run satisfies '
       f'**rho-zCDP with rho = {g.rho:.6g}** and **(epsilon, delta)-DP with epsilon = '
       f'{g.epsilon:.6g}, delta = {g.delta:g}**, at the device (client) level, under the '
-      'participation stated below.', '',
+      'participation stated below.'
+      + (' **This run\'s noise seed was fixed (--noise_seed): the statement does not hold for it; '
+         'testing only.**' if report.run_facts.noise_seed_fixed else ''), '',
       '## 1. DP setting',
       '- Central DP: the server is trusted to clip, aggregate and add the correlated noise as '
       'specified.', '',
@@ -99,6 +101,7 @@ def _mechanism_markdown(report: report_lib.PrivacyReport) -> List[str]:
               'segment\'s noise std is sigma x its post-rounding clip (at most '
               f'{ratio:.6g} x the clip), so sigma is relative to the post-rounding bound. Rounds '
               f"whose secure sum wrapped around the field: {sa['wrap_rounds'] or 'none'}.")
+  md += run_facts_markdown(report.run_facts)
   if report.calibration is not None:
     (key, value), = report.calibration.items()
     md.append(f'- sigma was calibrated to meet {key} = {value:g}.')
@@ -111,22 +114,70 @@ def _mechanism_markdown(report: report_lib.PrivacyReport) -> List[str]:
   return md + ['']
 
 
+def run_facts_markdown(facts: report_lib.RunFacts) -> List[str]:
+  """The noise seed and the clip (section 3 bullets); what the plan does not record is omitted."""
+  md = []
+  if facts.noise_seed_fixed is not None:
+    md.append('- Noise seed: **FIXED (--noise_seed): testing only.** Anyone who knows the seed can '
+              'regenerate the noise; the guarantee above does not hold for this run.'
+              if facts.noise_seed_fixed else
+              '- Noise seed: drawn from OS entropy at the start (secret, as the guarantee needs).')
+  if facts.clip == 'fixed':
+    md.append(f'- Clip: fixed, L2 norm {facts.clip_norm:g} per client update.')
+  elif facts.clip == 'adaptive':
+    final = ('not recorded' if facts.final_clip is None else
+             f'{facts.final_clip:.6g} in the last round')
+    md.append(f'- Clip: adaptive (quantile clipping), target unclipped quantile '
+              f'{facts.target_unclipped_quantile:g}, initial clip {facts.clip_norm:g}, final '
+              f'clip {final}.')
+  return md
+
+
+def cohorts_text(facts: report_lib.RunFacts) -> str:
+  """The sampler, clients per round, population and sampling probability, in words."""
+  population = ('an unrecorded population' if facts.population is None else
+                f'a population of {facts.population} clients')
+  fraction = ('' if facts.cohort_fraction is None else
+              f', {facts.cohort_fraction:.4g} of the population per round')
+  if facts.sampler == 'min_sep':
+    return (f'min-sep sampler: exactly {facts.clients_per_round:g} clients per round from '
+            f'{population}{fraction} (no random sampling probability: no amplification)')
+  groups = (f' in {facts.sampling_groups} fixed groups (round t samples group t mod '
+            f'{facts.sampling_groups})' if facts.sampler == 'cyclic_poisson' else '')
+  expected = ('' if facts.clients_per_round is None else
+              f', expected {facts.clients_per_round:.6g} clients per round')
+  return (f'{facts.sampler} sampler: each client of {population}{groups} joins a round it is '
+          f'eligible for with sampling probability q = {facts.sampling_prob:g}{expected}')
+
+
 def _participation_markdown(report: report_lib.PrivacyReport) -> List[str]:
-  """Section 4: the participation, declared or observed in the log."""
+  """Section 4: the cohorts and the participation, declared or observed in the log."""
   g = report.guarantee
-  md = ['## 4. Participation',
-        f'- Source: **{report.participation_source}**'
-        + (' (realized in the participation log; Gboard-paper practice)'
-           if report.participation_source == 'observed' else ' (enforced by the client sampler)'),
-        f'- min_sep b = {report.min_sep}: two participations r1 < r2 of one client satisfy '
-        f'r2 - r1 >= b; min_separation (rounds strictly between, TF-Privacy / Gboard MinS) = '
-        f'{g.participation.tf_privacy_min_separation}.',
-        f'- max_participations k = {report.max_participations} (effective: min(k, ceil(n / b)))'
-        + ('; fixed-epoch schema.' if g.participation.fixed_epoch else '.')]
+  facts = report.run_facts
+  md = ['## 4. Participation']
+  if facts.sampler is not None:
+    md.append(f'- Cohorts: {cohorts_text(facts)}.')
+  md.append(f'- Source: **{report.participation_source}**'
+            + (' (realized in the participation log; Gboard-paper practice)'
+               if report.participation_source == 'observed'
+               else ' (enforced by the client sampler)'))
+  if report.no_client_participated_twice:
+    md.append(f'- min_sep: **no client participated twice yet**, so no separation is realized; '
+              f'accounted as single participation over the n = {g.num_rounds} rounds (written '
+              f'min_sep b = {report.min_sep}, min_separation = '
+              f'{g.participation.tf_privacy_min_separation}).')
+  else:
+    md.append(f'- min_sep b = {report.min_sep}: two participations r1 < r2 of one client satisfy '
+              f'r2 - r1 >= b; min_separation (rounds strictly between, TF-Privacy / Gboard MinS) = '
+              f'{g.participation.tf_privacy_min_separation}.')
+  md.append(f'- max_participations k = {report.max_participations} (effective: min(k, ceil(n / b)))'
+            + ('; fixed-epoch schema.' if g.participation.fixed_epoch else '.'))
   if report.observed is not None:
     o = report.observed
+    realized = ('no client participated twice yet' if not o.participated_twice else
+                f'realized min_sep = {o.min_sep}')
     md += [f'- Log `{o.path}`: {o.num_rows} rows, {o.num_clients} clients, rounds 0..'
-           f'{o.num_rounds - 1}; realized min_sep = {o.min_sep}, realized max participations = '
+           f'{o.num_rounds - 1}; {realized}, realized max participations = '
            f'{o.max_participations}.',
            f'- Participations per client: {o.histogram}.']
     if o.violations:

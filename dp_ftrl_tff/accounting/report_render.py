@@ -5,7 +5,9 @@ lines for a terminal, `to_markdown` report.md (`report_markdown`: the BLT paper'
 `write_plots` draws epsilon over rounds and epsilon versus min_sep of the run's mechanism (with the
 exact Gaussian conversion: fast, within ~1e-7 of PLD) and, with an equal-privacy table, every
 mechanism's MaxLoss against epsilon (`EQUAL_PRIVACY_PLOT`), with matplotlib's Agg backend, imported
-only when plotting; `write_report` writes them all into a directory.
+only when plotting; `write_report` writes them all into a directory. In every plot each line has its
+own colour and marker from a fixed colour-blind-friendly cycle, legends sit right of the axes, round
+axes have integer ticks and log axes plain-number labels.
 
 The report itself (`report.PrivacyReport`) and its computation (`report.build_report`) know nothing
 about these formats. Both `min_sep` = b (r2 - r1 >= b) and TF-Privacy's `min_separation` = b - 1
@@ -132,6 +134,69 @@ def _epsilon_curve(plan, schema_for, xs, rounds_for):
           for x in xs]
 
 
+#: A fixed, colour-blind-friendly cycle (Paul Tol's "muted" scheme, then black) and the markers that
+#: go with it: line i gets colour i mod 10 and marker i mod 11, so the first 110 (colour, marker)
+#: pairs are distinct, and so are the colours of the first 10 lines and the markers of the first 11.
+_COLORS = ('#332288', '#DDCC77', '#44AA99', '#CC6677', '#88CCEE', '#882255', '#117733',
+           '#AA4499', '#999933', '#000000')
+_MARKERS = ('o', 's', '^', 'D', 'v', 'P', 'X', '<', 'h', '>', 'p')
+#: Major-tick mantissas tried on a log axis, coarsest first (see `_label_log_axis`).
+_LOG_SUBS = ((1.0,), (1.0, 2.0, 5.0), (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0))
+_REFERENCE_LINE = dict(color='gray', ls='--', lw=1, zorder=0)
+
+
+def _line_style(i: int) -> dict:
+  """Colour and (white-filled) marker of the i-th line of a plot, from the fixed cycle."""
+  return dict(color=_COLORS[i % len(_COLORS)], marker=_MARKERS[i % len(_MARKERS)], ms=6,
+              mfc='white', mew=1.5, lw=1.3)
+
+
+def _log_ticks(lo: float, hi: float, subs) -> List[float]:
+  """The values s * 10^k (s in `subs`) in [lo, hi]."""
+  decades = range(int(np.floor(np.log10(lo))), int(np.ceil(np.log10(hi))) + 1)
+  ticks = (float(f'{s * 10.0**k:.12g}') for k in decades for s in subs)
+  return [t for t in ticks if lo <= t <= hi]
+
+
+def _label_log_axis(ax, which: str, integer: bool = False) -> None:
+  """Plain-number labels ('0.5', '20', '2000') on the log axis `which` ('x' or 'y') of `ax`.
+
+  The major ticks are the coarsest of `_LOG_SUBS` that puts at least four of them in the axis' limits
+  (so a short axis is labelled up to its top too); `integer` keeps only whole numbers (an axis in
+  rounds). Minor ticks keep their marks but lose matplotlib's '2x10^0' labels. Call it once the data
+  are plotted: it reads the limits.
+  """
+  from matplotlib import ticker  # pylint: disable=g-import-not-at-top
+  lo, hi = sorted(ax.get_xlim() if which == 'x' else ax.get_ylim())
+  for subs in _LOG_SUBS:
+    ticks = [t for t in _log_ticks(lo, hi, subs) if not integer or t == round(t)]
+    if len(ticks) >= 4:
+      break
+  if len(ticks) < 2:  # less than a factor 2 between the limits: a linear choice of a few ticks
+    ticks = [t for t in ticker.MaxNLocator(nbins=4, integer=integer).tick_values(lo, hi)
+             if lo <= t <= hi and t > 0]
+  axis = ax.xaxis if which == 'x' else ax.yaxis
+  axis.set_major_locator(ticker.FixedLocator(ticks))
+  axis.set_major_formatter(ticker.FuncFormatter(lambda x, _: f'{x:g}'))
+  axis.set_minor_formatter(ticker.NullFormatter())
+
+
+def _legend_outside(ax, handles=None, labels=None, **kwargs):
+  """The legend to the right of the axes, off the data (saved whole by `_save`'s tight bbox)."""
+  if handles is None:
+    handles, labels = ax.get_legend_handles_labels()
+  return ax.legend(handles, labels, loc='upper left', bbox_to_anchor=(1.02, 1.0),
+                   borderaxespad=0.0, fontsize=8, **kwargs)
+
+
+def _save(fig, output_dir: str, name: str, plt) -> str:
+  """Writes `fig` as `output_dir/name`, legend included (`bbox_inches='tight'`), and closes it."""
+  path = os.path.join(output_dir, name)
+  fig.savefig(path, dpi=100, bbox_inches='tight')
+  plt.close(fig)
+  return path
+
+
 def write_plots(report: report_lib.PrivacyReport, output_dir: str,
                 num_points: int = 24) -> List[str]:
   """Writes `PLOT_FILES` into `output_dir`: epsilon over rounds and epsilon versus min_sep of this
@@ -152,22 +217,20 @@ def write_plots(report: report_lib.PrivacyReport, output_dir: str,
 def _write_rounds_plot(report: report_lib.PrivacyReport, output_dir: str, num_points: int,
                        plt) -> str:
   """Epsilon over the rounds trained, at the headline's participation."""
+  from matplotlib import ticker  # pylint: disable=g-import-not-at-top
   g = report.guarantee
   n, schema = g.num_rounds, g.participation
   rounds = np.unique(np.linspace(1, n, num_points).round().astype(int))
   eps = _epsilon_curve(report.plan, lambda t: schema, rounds, int)
   fig, ax = plt.subplots(figsize=(6, 4))
-  ax.plot(rounds, eps, marker='o', ms=3)
-  ax.set_xlabel('rounds trained')
+  ax.plot(rounds, eps, **_line_style(0))
+  ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
+  ax.set_xlabel('rounds n (trained so far)')
   ax.set_ylabel(f'epsilon (delta={g.delta:g})')
   ax.set_title(f'{g.mechanism}, sigma={g.noise_multiplier:.4g}, min_sep={schema.min_sep}, '
                f'k={schema.effective_max_participations(n)}')
   ax.grid(alpha=0.3)
-  fig.tight_layout()
-  path = os.path.join(output_dir, PLOT_FILES[0])
-  fig.savefig(path, dpi=100)
-  plt.close(fig)
-  return path
+  return _save(fig, output_dir, PLOT_FILES[0], plt)
 
 
 def _write_min_sep_plot(report: report_lib.PrivacyReport, output_dir: str, num_points: int,
@@ -182,46 +245,62 @@ def _write_min_sep_plot(report: report_lib.PrivacyReport, output_dir: str, num_p
   eps = _epsilon_curve(report.plan,
                        lambda b: participation_lib.ParticipationSchema(int(b), k), seps,
                        lambda b: n)
-  ax.plot(seps, eps, marker='o', ms=3, label=g.mechanism)
-  ax.axvline(schema.min_sep, color='gray', ls='--', lw=1, label=f'min_sep={schema.min_sep}')
+  ax.plot(seps, eps, label=g.mechanism, **_line_style(0))
+  ax.axvline(schema.min_sep, label=f'this run: min_sep={schema.min_sep}', **_REFERENCE_LINE)
   ax.set_xscale('log')
   ax.set_yscale('log')
+  _label_log_axis(ax, 'x', integer=True)
+  _label_log_axis(ax, 'y')
   ax.set_xlabel('min_sep b (rounds)')
   ax.set_ylabel(f'epsilon (delta={g.delta:g})')
   ax.set_title(f'n={n}, sigma={g.noise_multiplier:.4g}, max_participations={k or "ceil(n/b)"}')
   ax.grid(alpha=0.3, which='both')
-  ax.legend(fontsize=8)
-  fig.tight_layout()
-  path = os.path.join(output_dir, PLOT_FILES[1])
-  fig.savefig(path, dpi=100)
-  plt.close(fig)
-  return path
+  _legend_outside(ax)
+  return _save(fig, output_dir, PLOT_FILES[1], plt)
 
 
 def _write_equal_privacy_plot(report: report_lib.PrivacyReport, output_dir: str, plt) -> str:
-  """MaxLoss at equal privacy against epsilon (0.5 to 16), the run's mechanism highlighted."""
+  """MaxLoss at equal privacy against epsilon (0.5 to 16), the run's mechanism highlighted.
+
+  Rows often nearly coincide (banded and BLT): each has its own colour and marker, its markers at
+  points no other row marks, drawn above every line; the run's row has its own too, drawn beneath
+  the others on a wide translucent band (so it hides none). The legend gives each row's MaxLoss at
+  the run's epsilon, which tells coinciding rows apart.
+  """
   g, table = report.guarantee, report.equal_privacy
   curves = equal_privacy_lib.loss_against_epsilon(table, g.delta)
   epsilons = equal_privacy_lib.DEFAULT_EPSILONS
-  fig, ax = plt.subplots(figsize=(6.5, 4.5))
-  for row in table.rows:
-    style = (dict(lw=3, color='black', zorder=3) if row.run_mechanism else dict(lw=1, alpha=0.8))
-    ax.plot(epsilons, curves[row.mechanism], marker='o', ms=3,
-            label=report_markdown.row_label(row), **style)
-  ax.axvline(g.epsilon, color='gray', ls='--', lw=1, label=f'this run: epsilon={g.epsilon:.3g}')
+  fig, ax = plt.subplots(figsize=(6, 4.5))
+  handles, labels = [], []
+  # Row i marks points i, i + step, ...: rows that coincide (banded, BLT) show their markers side
+  # by side, above all lines, instead of on top of each other.
+  step = max(1, min(len(table.rows), len(epsilons)))
+  for i, row in enumerate(table.rows):
+    style, curve = _line_style(i), curves[row.mechanism]
+    handle = (ax.plot(epsilons, curve, color=style['color'], lw=style['lw'],
+                      zorder=1.5 if row.run_mechanism else 2)[0],
+              ax.plot(epsilons, curve, ls='none', markevery=(i % step, step), zorder=3,
+                      **style)[0])
+    if row.run_mechanism:
+      handle = (ax.plot(epsilons, curve, color='black', lw=7, alpha=0.2, solid_capstyle='round',
+                        zorder=1)[0],) + handle
+    handles.append(handle)
+    labels.append(f'{report_markdown.row_label(row)}: {row.max_loss:.4g}')
+  handles.append(ax.axvline(g.epsilon, **_REFERENCE_LINE))
+  labels.append(f'this run: epsilon={g.epsilon:.3g}')
   ax.set_xscale('log')
   ax.set_yscale('log')
+  _label_log_axis(ax, 'x')
+  _label_log_axis(ax, 'y')
   ax.set_xlabel(f'epsilon (delta={g.delta:g})')
   ax.set_ylabel('MaxLoss at that epsilon (clip norms, on the sum)')
   k = table.participation.effective_max_participations(table.num_rounds)
   ax.set_title(f'Equal privacy: n={table.num_rounds}, min_sep={table.participation.min_sep}, k={k}')
   ax.grid(alpha=0.3, which='both')
-  ax.legend(fontsize=7, loc='lower left')  # the curves fall from top left to bottom right
-  fig.tight_layout()
-  path = os.path.join(output_dir, EQUAL_PRIVACY_PLOT)
-  fig.savefig(path, dpi=100)
-  plt.close(fig)
-  return path
+  # A handle's artists (band, line, markers) are drawn overlaid (matplotlib's default HandlerTuple).
+  _legend_outside(ax, handles, labels, title=f'MaxLoss at epsilon={g.epsilon:.3g}',
+                  title_fontsize=8)
+  return _save(fig, output_dir, EQUAL_PRIVACY_PLOT, plt)
 
 
 def write_report(report: report_lib.PrivacyReport, output_dir: str,

@@ -166,8 +166,8 @@ def _read_document(path) -> dict:
       if not name.startswith('config/'):
         raise ValueError(f'Unexpected array `{name}` in {os.fspath(path)!r}.')
       key = name[len('config/'):]
-      if not np.issubdtype(value.dtype, np.number):
-        raise ValueError(f'`{key}` must be a numeric array, got dtype {value.dtype}.')
+      if not np.issubdtype(value.dtype, np.number) or np.issubdtype(value.dtype, np.complexfloating):
+        raise ValueError(f'`{key}` must be a real numeric array, got dtype {value.dtype}.')
       document[key] = value.astype(np.float64)
     return document
   try:

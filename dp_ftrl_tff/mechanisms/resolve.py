@@ -37,9 +37,10 @@ class StrategySettingMismatchError(ValueError):
   """A strategy file was optimized for another setting than the run's (`resolve_strategy`)."""
 
 
-class StrategyFileError(Exception):
-  """A strategy file exists but cannot be read as one (corrupt, truncated, invalid parameters):
-  a failure of the input, not of the arguments (the binaries exit 1 on it, not 2)."""
+class StrategyFileError(ValueError):
+  """A strategy file exists but cannot be read as one (corrupt, truncated, wrongly typed, invalid
+  parameters): bad input, like a missing file (the binaries exit 2 on it, with one line naming
+  `mechanism_file` and the path)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,7 +13,7 @@ import logging as std_logging
 import os
 import re
 import sys
-from typing import Callable, List, NoReturn
+from typing import Callable, List, NoReturn, Optional
 
 from absl import flags
 
@@ -67,6 +67,17 @@ def error_line(error, flag_values: flags.FlagValues) -> str:
   return flag_aliases.typed_names(' '.join(_BACKTICKED.sub(as_flag, text).split()), flag_values)
 
 
+def program_name() -> str:
+  """The binary's name in its messages: its file's name (`run_emnist.py`, `mechanisms_cli.py`)."""
+  return os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else 'driver'
+
+
+def error_text(error, flag_values: flags.FlagValues, program: Optional[str] = None) -> str:
+  """`<program>: error: <one line>`: the one error format of every binary (`program`: default
+  `program_name()`)."""
+  return f'{program or program_name()}: error: {error_line(error, flag_values)}'
+
+
 def exit_with_error(error, flag_values: flags.FlagValues,
                     exit_code: int = ERROR_EXIT_CODE) -> NoReturn:
   """Prints `<program>: error: <one line>` on stderr and exits with `exit_code` (`ERROR_EXIT_CODE`
@@ -76,8 +87,7 @@ def exit_with_error(error, flag_values: flags.FlagValues,
   destructors print "Exception ignored ... Traceback" lines or wait forever for a worker that
   ignores SIGINT (see experiments/run/secure_context.py). Nothing has been trained at this point.
   """
-  program = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else 'driver'
-  exit_now(exit_code, f'{program}: error: {error_line(error, flag_values)}\n')
+  exit_now(exit_code, error_text(error, flag_values) + '\n')
 
 
 def exit_now(exit_code: int, stderr_text: str = '') -> NoReturn:

@@ -10,6 +10,7 @@ deterministically from a seed with numpy; nothing touches the network.
 
 import collections
 import os
+import sqlite3
 from typing import Tuple
 
 import numpy as np
@@ -17,6 +18,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from dp_ftrl_tff import _validation
+from experiments.run import sqlite_data
 
 IMAGE_SIZE = 28
 _SQLITE_NAME = 'emnist_all.sqlite'  # what TFF's `emnist.load_data` caches (decompressed)
@@ -91,17 +93,29 @@ def load_client_data(source: str, *, only_digits: bool = True,
 
   Returns:
     (train ClientData, centralized test dataset) in TFF's element format.
+
+  Raises:
+    ValueError: naming `data` and the path, for a missing file or one that is not TFF's EMNIST
+      SQLite file (`experiments.run.sqlite_data.check_sqlite_file`), or a corrupt cache of 'tff'.
   """
   if not isinstance(source, str) or not source:
     raise ValueError(f'`source` must be "tff" or a path, got {source!r}.')
   if source == 'tff':
-    train, test = tff.simulation.datasets.emnist.load_data(only_digits=only_digits)
+    try:
+      train, test = tff.simulation.datasets.emnist.load_data(only_digits=only_digits)
+    except sqlite3.Error as error:
+      raise ValueError(f'`data`=tff: TFF\'s cached {_SQLITE_NAME} cannot be read ({error}); delete '
+                       'it (in ~/.keras/datasets) to download it again.') from None
     return train, test.create_tf_dataset_from_all_clients()
   path = os.path.join(source, _SQLITE_NAME) if os.path.isdir(source) else source
   if not os.path.isfile(path):
     raise ValueError(f'`data`: no EMNIST SQLite file at {path!r} (expected TFF\'s decompressed '
                      f'{_SQLITE_NAME} or a directory holding it).')
   prefix = 'digits_only' if only_digits else 'all'
+  sqlite_data.check_sqlite_file(
+      path, flag='data', expected=f"TFF's decompressed {_SQLITE_NAME} or a directory holding it",
+      splits=(f'{prefix}_train', f'{prefix}_test'),
+      features={'pixels': ('float_list', IMAGE_SIZE * IMAGE_SIZE), 'label': ('int64_list', 1)})
 
   def split(name):
     return tff.simulation.datasets.SqlClientData(path, f'{prefix}_{name}').preprocess(

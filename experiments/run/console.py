@@ -1,14 +1,15 @@
 """The drivers' console: results and progress on stdout, notices on stderr, absl logs on request.
 
 stdout of a driver run:
-  * a header from the run's plan: data, mechanism, noise multiplier, clip, clients per round,
-    rounds, min_sep and the planned epsilon at --target_delta for the declared participation
-    (`planned_guarantee`);
+  * a header from the run's plan: data, mechanism, noise multiplier, clip (fixed, or adaptive with
+    its target quantile), the noise seed (a fixed --noise_seed is flagged: testing only), the
+    sampler with clients per round, sampling probability and population, rounds, min_sep and the
+    planned epsilon at --target_delta for the declared participation (`planned_guarantee`);
   * one line per round (`training_loop.round_log_line`): loss, accuracy, round time, ETA;
   * an eval line every --eval_every rounds (`eval_line`) with the epsilon spent so far, from the
     participation observed in the log up to that round (`spent_guarantee`,
     `zcdp.guarantee_for_plan` on the log's realized schema: one sensitivity and a closed-form
-    conversion, no report);
+    conversion, no report); while no client participated twice it says so instead of a min_sep;
   * a final summary: the privacy report's summary and the run directory's files (`summary`).
 stderr: notices (resume, SecAgg wrap summary; `notice`), warnings, and the one-line errors. absl INFO
 logs (mechanism, segments, ...) come back with `--verbosity=0` (absl's flag; the default here is
@@ -67,7 +68,9 @@ def header(plan: plan_lib.RunPlan, data: str, output_dir: str) -> str:
     sigma += f' (calibrated to {target[len("target_"):]}={value:g} at delta={plan.target_delta:g})'
   if plan.value_noise_multiplier != plan.noise_multiplier:
     sigma += f', value noise multiplier {plan.value_noise_multiplier:.6g}'
-  clip = f'{plan.clip_norm:g}' + (' (initial, adaptive)' if plan.adaptive_clip else '')
+  clip = (f'{plan.clip_norm:g} (fixed)' if plan.adaptive_clip is None else
+          f'{plan.clip_norm:g} (initial; adaptive to the unclipped quantile '
+          f'{plan.adaptive_clip.target_unclipped_quantile:g})')
   k = plan.participation.max_participations
   guarantee = planned_guarantee(plan)
   planned = ('none (noise multiplier 0)' if guarantee is None else
@@ -81,21 +84,43 @@ def header(plan: plan_lib.RunPlan, data: str, output_dir: str) -> str:
       f'noise       noise multiplier {sigma}, clip {clip}'
       + (f', SecAgg {plan.secure.bits} bits' if plan.secure else ''),
       f'schedule    {_cohorts(plan)}, {plan.num_rounds} rounds, '
-      f'min_sep {plan.participation.min_sep}, max_participations {"none" if k is None else k}',
+      f'min_sep {plan.participation.min_sep}, max_participations {"none" if k is None else k}'
+      + _population(plan),
       f'planned     {planned}',
+      f'seed        {_seed(plan)}',
       f'output      {output_dir}',
   ]
   return '\n'.join(lines)
 
 
+#: The header's seed line for a fixed noise seed (`RunPlan.noise_seed_fixed`).
+FIXED_SEED_TEXT = ('FIXED noise seed (--noise_seed): TESTING ONLY, the noise is reproducible and '
+                   'the run has no privacy guarantee')
+
+
+def _seed(plan: plan_lib.RunPlan) -> str:
+  """The header's noise seed: fixed (testing only), secret, or not recorded."""
+  return {True: FIXED_SEED_TEXT, False: 'noise seed drawn from OS entropy (secret)',
+          None: 'noise seed not recorded in the plan'}[plan.noise_seed_fixed]
+
+
 def _cohorts(plan: plan_lib.RunPlan) -> str:
-  """The cohorts of the header: a fixed count (min-sep sampler) or the random sampling."""
+  """The cohorts of the header: the min-sep sampler's fixed count, or the random sampling (its
+  sampling probability q)."""
   sampling = plan.sampling
   if sampling is None:
-    return f'{plan.clients_per_round:g} clients per round'
+    return f'min-sep sampler, {plan.clients_per_round:g} clients per round'
   groups = f', {sampling.num_groups} groups' if sampling.kind == 'cyclic_poisson' else ''
   return (f'{sampling.kind} sampling q={sampling.sampling_prob:g}{groups}, expected '
           f'{plan.clients_per_round:.4g} clients per round')
+
+
+def _population(plan: plan_lib.RunPlan) -> str:
+  """The header's population and the fraction of it in a round ('' when not recorded)."""
+  if plan.population is None:
+    return ''
+  return (f'; population {plan.population} clients ({plan.clients_per_round / plan.population:.3g} '
+          'of them per round)')
 
 
 def _short_list(values, limit: int = 6) -> str:
@@ -111,9 +136,16 @@ def eval_line(rounds_done: int, num_rounds: int, metrics: Dict[str, float],
                      if name.startswith('eval_'))
   spent = ('no DP guarantee' if guarantee is None else
            f'epsilon spent {guarantee.epsilon:.4g} at delta {guarantee.delta:g} (observed '
-           f'participation: min_sep {guarantee.participation.min_sep}, max_participations '
-           f'{guarantee.participation.max_participations})')
+           f'participation: {_observed(guarantee.participation)})')
   return f'eval  after round {rounds_done}/{num_rounds}  {values}  {spent}'
+
+
+def _observed(schema) -> str:
+  """The realized participation of an eval line. A log in which no client participated twice
+  has the schema min_sep = rounds so far, k = 1: no separation realized, so it is said in words."""
+  if schema.max_participations == 1:
+    return 'no client participated twice yet'
+  return f'min_sep {schema.min_sep}, max_participations {schema.max_participations}'
 
 
 def summary(output_dir: str, report_summary: Optional[str] = None) -> str:

@@ -16,10 +16,11 @@ prints the traceback before the line. The console (stdout: header, rounds, evals
 """
 
 import logging as std_logging
+import sys
 import traceback
 from typing import Any, Callable, Dict
 
-from absl import app, flags, logging
+from absl import flags, logging
 
 from dp_ftrl_tff.learning import remote_execution
 from dp_ftrl_tff.mechanisms import memory, resolve
@@ -126,4 +127,9 @@ def run_main(flag_values: flags.FlagValues,
     except Failure as failure:
       _fail(failure.error, flag_values, failure.exit_code)
 
-  app.run(main, flags_parser=flag_parsing.flags_parser(flag_values, usage))
+  # absl's app.run does more than the drivers need, and TensorFlow first imported inside it builds
+  # Keras models that fail (`Flatten` takes its symbolic input for an eager one): the drivers import
+  # TensorFlow after their flags are checked, so they parse and start `main` themselves.
+  argv = flag_parsing.flags_parser(flag_values, usage)(sys.argv)
+  logging.use_absl_handler()
+  main(argv)

@@ -35,7 +35,8 @@ def define_common_flags(fv: flags.FlagValues) -> None:
 def _define_run_flags(fv: flags.FlagValues) -> None:
   d = dict(flag_values=fv)
   flags.DEFINE_string('root_output_dir', None, 'Root directory of all runs (required).', **d)
-  flags.DEFINE_string('experiment_name', 'run', 'Run directory name under --root_output_dir.', **d)
+  flags.DEFINE_string('experiment_name', 'run', 'Run directory name under --root_output_dir (one '
+                      'directory name: no "/" or "..", at most 255 bytes).', **d)
   flags.DEFINE_string('data', 'synthetic',
                       '"synthetic", "tff" (TFF loader) or a local cache dir / SQLite file.', **d)
   flags.DEFINE_integer('synthetic_num_clients', 1000, 'Synthetic data: population size.', **d)

@@ -46,6 +46,9 @@ DEFAULT_CLIENTS_PER_ROUND = 10
 _RENAMED_HPARAMS = {'aggregator': 'mechanism'}
 _OPTIONS_OF_EARLIER_RELEASES = ('num_bands', 'num_buffers')
 
+#: The longest directory name of the usual file systems (NAME_MAX of ext4, XFS, tmpfs).
+_MAX_NAME_BYTES = 255
+
 _HPARAMS_REMEDY = ('restore it (it holds the settings of the run in this directory), or start a new '
                    'run with another --experiment_name.')
 
@@ -110,11 +113,7 @@ class RunConfig:
     """Validates every setting (errors in the library's words; `__post_init__` renames them)."""
     if not isinstance(self.root_output_dir, str) or not self.root_output_dir:
       raise ValueError('`root_output_dir` must be given (--root_output_dir).')
-    name = self.experiment_name
-    if (not isinstance(name, str) or not name or os.path.isabs(name)
-        or '..' in name.replace('\\', '/').split('/')):
-      raise ValueError('`experiment_name` must name a directory inside `root_output_dir` (no '
-                       f'absolute path, no ".."), got {name!r}.')
+    _check_experiment_name(self.experiment_name)
     self._resolve_sampler_settings()
     for name in ('rounds', 'client_batch_size', 'client_epochs', 'checkpoint_every', 'eval_every',
                  'eval_max_examples', 'synthetic_num_clients', 'synthetic_examples_per_client'):
@@ -267,6 +266,18 @@ class RunConfig:
 
 
 _FIELDS = frozenset(f.name for f in dataclasses.fields(RunConfig))
+
+
+def _check_experiment_name(name) -> None:
+  """One path component: the run directory stays inside `root_output_dir`."""
+  if not isinstance(name, str) or not name.strip():
+    raise ValueError(f'`experiment_name` must be a non-empty directory name, got {name!r}.')
+  if name in ('.', '..') or any(c in name for c in ('/', '\\', '\0')):
+    raise ValueError('`experiment_name` must be one directory name inside `root_output_dir` (no '
+                     f'"/", "\\" or ".."), got {name!r}.')
+  if len(name.encode('utf-8', 'surrogateescape')) > _MAX_NAME_BYTES:
+    raise ValueError(f'`experiment_name` is {len(name.encode("utf-8", "surrogateescape"))} bytes '
+                     f'long; a directory name has at most {_MAX_NAME_BYTES}.')
 
 
 @dataclasses.dataclass

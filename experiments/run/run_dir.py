@@ -164,19 +164,32 @@ def _row_problem(header: bytes, line: bytes, key_field: str, row_ok) -> Optional
 # The run directory.
 
 
+def _missing_directories(path: str) -> list:
+  """`path` and its ancestors that do not exist yet, deepest first."""
+  missing = []
+  path = os.path.abspath(path)
+  while not os.path.isdir(path):
+    missing.append(path)
+    parent = os.path.dirname(path)
+    if parent == path:
+      break
+    path = parent
+  return missing
+
+
 class RunDirectory:
   """Exclusive use of a run directory (see the module docstring).
 
   Usage: `acquire()` before reading the directory's state; `release()` at the end (or let the
   process exit: the kernel drops the lock). `acquire` may create the directory (with `run.lock`
-  only); if the run then fails its checks, `release(remove_if_created=True)` removes both, so a
-  failed start leaves nothing behind.
+  only, and the missing directories above it); if the run then fails its checks,
+  `release(remove_if_created=True)` removes what it created, so a failed start leaves nothing behind.
   """
 
   def __init__(self, path: str):
     self._path = os.fspath(path)
     self._fd = None
-    self._created = False
+    self._created = []  # the directories `acquire` created, deepest first
     self._recorded_workers = None
 
   @property
@@ -195,7 +208,7 @@ class RunDirectory:
     """
     if self._fd is not None:
       return
-    self._created = not os.path.isdir(self._path)
+    self._created = _missing_directories(self._path)
     os.makedirs(self._path, exist_ok=True)
     # os.open's descriptors are close-on-exec (PEP 446): the worker_binary children that TFF
     # starts do not inherit the lock, so an orphaned worker never keeps a directory locked.
@@ -223,13 +236,14 @@ class RunDirectory:
 
   def release(self, remove_if_created: bool = False) -> None:
     """Drops the lock; with `remove_if_created`, removes a directory `acquire` created if it holds
-    nothing but the lock file."""
+    nothing but the lock file, and the empty directories above it that `acquire` created."""
     if self._fd is None:
       return
     if remove_if_created and self._created and os.listdir(self._path) == [LOCK_FILE]:
       with contextlib.suppress(OSError):
         os.remove(self.lock_path)
-        os.rmdir(self._path)
+        for directory in self._created:
+          os.rmdir(directory)  # OSError (not empty: another run started there) ends the removal
     fcntl.flock(self._fd, fcntl.LOCK_UN)
     os.close(self._fd)
     self._fd = None

@@ -98,7 +98,8 @@ def build_plan(config: run_config.RunConfig, resolved: resolve.ResolvedStrategy,
                population: Optional[int] = None) -> plan_lib.RunPlan:
   """The run's `RunPlan`, calibrated to `target_epsilon` when given. A Poisson `sampler` needs the
   `population` (number of training clients): the plan's `sampling`, whose expected cohort size is
-  the plan's `clients_per_round`.
+  the plan's `clients_per_round`. The plan records the `population` (any sampler) and whether the
+  noise seed was fixed (`noise_seed` given: a testing-only run), for the report and the console.
 
   Raises:
     plan.StrategyTooShortError: the strategy covers fewer rounds (on resume: with the remedies of
@@ -113,7 +114,8 @@ def build_plan(config: run_config.RunConfig, resolved: resolve.ResolvedStrategy,
         config.clip_norm, **config.plan_settings(population),
         beyond_max_rounds=config.banded_beyond_max_rounds, num_rounds=config.rounds,
         participation=config.participation, target_delta=config.target_delta,
-        strategy_source=resolved.source)
+        strategy_source=resolved.source, population=population,
+        noise_seed_fixed=config.noise_seed is not None)
   except plan_lib.StrategyTooShortError as error:
     if saved is None:
       raise

@@ -25,6 +25,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from dp_ftrl_tff import _validation
+from experiments.run import sqlite_data
 
 _SQLITE_NAME = 'stackoverflow.sqlite'  # what TFF's `stackoverflow.load_data` caches (decompressed)
 _WORD_COUNT_NAME = 'stackoverflow.word_count'
@@ -110,13 +111,29 @@ def _parse_tff_example(serialized: tf.Tensor) -> collections.OrderedDict:
   return collections.OrderedDict((k, parsed[k]) for k in sorted(spec))
 
 
-def _vocab_from_word_counts(path: str, vocab_size: int) -> List[str]:
+def _vocab_from_word_counts(path: str, vocab_size: int, flag: str) -> List[str]:
+  """The first `vocab_size` words of a word-count file (`word count` per line, blank lines
+  skipped); a file that is not one is a ValueError naming `flag` and `path`."""
+  expected = f'TFF\'s {_WORD_COUNT_NAME} format: `word count` per line, most frequent first'
   words = []
-  with open(path) as f:
-    for line in f:
-      words.append(line.split()[0])
-      if len(words) == vocab_size:
-        break
+  try:
+    with open(path, encoding='utf-8') as f:
+      for line_number, line in enumerate(f, start=1):
+        fields = line.split()
+        if not fields:
+          continue
+        if len(fields) != 2 or not fields[1].isdigit():
+          raise ValueError(f'`{flag}`: line {line_number} of {path} is {line.strip()[:40]!r}; '
+                           f'expected {expected}.')
+        words.append(fields[0])
+        if len(words) == vocab_size:
+          break
+  except UnicodeDecodeError:
+    raise ValueError(f'`{flag}`: {path} is not UTF-8 text; expected {expected}.') from None
+  except OSError as error:
+    raise ValueError(f'`{flag}`: {path} cannot be read ({error.strerror or error}).') from None
+  if not words:
+    raise ValueError(f'`{flag}`: {path} holds no words; expected {expected}.')
   return words
 
 
@@ -134,6 +151,9 @@ def _vocab_from_data(database: str, vocab_size: int, max_clients: int = 1000) ->
     for serialized in data.create_tf_dataset_for_client(client_id):
       words.update(_parse_tff_example(serialized)['tokens'].numpy().decode().split())
     counts.update(words)
+  if not counts:
+    raise ValueError(f'`data`: the train split of {database} holds no words to count a vocabulary '
+                     f'from; give `word_counts`.')
   return [w for w, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:vocab_size]]
 
 
@@ -148,26 +168,41 @@ def load_client_data(source: str, *, vocab_size: int, word_counts: Optional[str]
 
   Returns:
     (train ClientData, test dataset, vocabulary of at most `vocab_size` words).
+
+  Raises:
+    ValueError: naming the flag (`data`, `word_counts`) and the path, for a missing file or one that
+      is not of its format (`experiments.run.sqlite_data.check_sqlite_file`), or a corrupt cache of
+      'tff'.
   """
   vocab_size = _validation.check_positive_int(vocab_size, 'vocab_size')
   if not isinstance(source, str) or not source:
     raise ValueError(f'`source` must be "tff" or a path, got {source!r}.')
   if source == 'tff':
-    train, _, test = tff.simulation.datasets.stackoverflow.load_data()
+    try:
+      train, _, test = tff.simulation.datasets.stackoverflow.load_data()
+    except sqlite3.Error as error:
+      raise ValueError(f'`data`=tff: TFF\'s cached {_SQLITE_NAME} cannot be read ({error}); delete '
+                       'it (in ~/.keras/datasets) to download it again.') from None
     vocab = list(tff.simulation.datasets.stackoverflow.load_word_counts(vocab_size=vocab_size))
     return train, test.create_tf_dataset_from_all_clients(), vocab
   path = os.path.join(source, _SQLITE_NAME) if os.path.isdir(source) else source
   if not os.path.isfile(path):
     raise ValueError(f'`data`: no StackOverflow SQLite file at {path!r} (expected TFF\'s '
                      f'decompressed {_SQLITE_NAME} or a directory holding it).')
-  beside = os.path.join(os.path.dirname(path), _WORD_COUNT_NAME)
+  vocab = None
   if word_counts is not None:
     if not os.path.isfile(word_counts):
       raise ValueError(f'`word_counts`: no file at {word_counts!r}.')
-    vocab = _vocab_from_word_counts(word_counts, vocab_size)
-  elif os.path.isfile(beside):
-    vocab = _vocab_from_word_counts(beside, vocab_size)
-  else:
+    vocab = _vocab_from_word_counts(word_counts, vocab_size, 'word_counts')
+  features = {k: ('bytes_list', 1) for k in _STRING_FEATURES}
+  features['score'] = ('int64_list', 1)
+  sqlite_data.check_sqlite_file(
+      path, flag='data', expected=f"TFF's decompressed {_SQLITE_NAME} or a directory holding it",
+      splits=('train', 'test'), features=features)
+  beside = os.path.join(os.path.dirname(path), _WORD_COUNT_NAME)
+  if vocab is None and os.path.isfile(beside):
+    vocab = _vocab_from_word_counts(beside, vocab_size, 'data')
+  elif vocab is None:
     vocab = _vocab_from_data(path, vocab_size)
 
   def split(name):

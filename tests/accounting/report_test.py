@@ -185,3 +185,100 @@ def test_secure_aggregation_segments_and_wraps_are_reported():
     secure_report(bad)
   with pytest.raises(ValueError, match='secure_segments'):
     secure_report({'bits': 16})
+
+
+def _run_plan(**kwargs):
+  """A training plan (clip, clients per round) of 10 rounds declared 5-min-sep with k = 2."""
+  args = dict(num_rounds=10, participation=Schema(5, 2))
+  args.update(kwargs)
+  return plan.RunPlan.build(gaussian.GaussianStrategy(), 1.0, args.pop('clients_per_round', 10),
+                            args.pop('clip_norm', 1.0), **args)
+
+
+def test_fixed_noise_seed_is_flagged_testing_only():
+  fixed = report.build_report(_run_plan(noise_seed_fixed=True, population=100))
+  assert fixed.run_facts.noise_seed_fixed is True
+  assert report.FIXED_SEED_WARNING in fixed.warnings
+  out = report_render.to_dict(fixed)
+  assert any('TESTING ONLY' in w and '--noise_seed' in w for w in out['warnings'])
+  markdown = report_render.to_markdown(fixed)
+  assert '**WARNING**' in markdown and 'Noise seed: **FIXED (--noise_seed): testing only.**' in markdown
+  assert 'the statement does not hold for it' in markdown.split('## 1.')[0]
+  secret = report.build_report(_run_plan(noise_seed_fixed=False, population=100))
+  assert secret.warnings == () and secret.run_facts.noise_seed_fixed is False
+  assert 'Noise seed: drawn from OS entropy' in report_render.to_markdown(secret)
+  unknown = report.build_report(_run_plan())  # a plan of an earlier release
+  assert unknown.run_facts.noise_seed_fixed is None and 'Noise seed' not in report_render.to_markdown(
+      unknown)
+
+
+def test_fixed_clip_and_min_sep_cohorts_are_stated():
+  result = report.build_report(_run_plan(clip_norm=0.5, population=1000, noise_seed_fixed=False))
+  assert result.run_facts == report.RunFacts(
+      noise_seed_fixed=False, clip='fixed', clip_norm=0.5, sampler='min_sep',
+      clients_per_round=10.0, population=1000, cohort_fraction=0.01)
+  markdown = report_render.to_markdown(result)
+  assert '- Clip: fixed, L2 norm 0.5 per client update.' in markdown
+  assert ('- Cohorts: min-sep sampler: exactly 10 clients per round from a population of 1000 '
+          'clients, 0.01 of the population per round') in markdown
+  with pytest.raises(ValueError, match='final_clip'):
+    report.build_report(_run_plan(), final_clip=0.3)
+
+
+def test_adaptive_clip_states_its_quantile_and_final_clip():
+  adaptive = plan.AdaptiveClipping(target_unclipped_quantile=0.7, clipped_count_stddev=2.0)
+  run_plan = _run_plan(clients_per_round=50, clip_norm=0.2, adaptive_clip=adaptive)
+  recorded = report.build_report(run_plan, final_clip=0.123456789)
+  facts = recorded.run_facts
+  assert (facts.clip, facts.clip_norm, facts.target_unclipped_quantile, facts.final_clip) == (
+      'adaptive', 0.2, 0.7, 0.123456789)
+  assert ('- Clip: adaptive (quantile clipping), target unclipped quantile 0.7, initial clip 0.2, '
+          'final clip 0.123457 in the last round.') in report_render.to_markdown(recorded)
+  unrecorded = report.build_report(run_plan)
+  assert unrecorded.run_facts.final_clip is None
+  assert 'final clip not recorded' in report_render.to_markdown(unrecorded)
+  with pytest.raises(ValueError, match='final_clip'):
+    report.build_report(run_plan, final_clip=-1.0)
+
+
+@pytest.mark.parametrize('kind, groups, fragment', [
+    ('poisson', 1, 'poisson sampler: each client of a population of 400 clients joins a round it '
+     'is eligible for with sampling probability q = 0.05, expected 20 clients per round'),
+    ('cyclic_poisson', 2, 'cyclic_poisson sampler: each client of a population of 400 clients in 2 '
+     'fixed groups (round t samples group t mod 2) joins a round it is eligible for with sampling '
+     'probability q = 0.05, expected 10 clients per round')])
+def test_random_sampling_cohorts_are_stated(kind, groups, fragment):
+  sampling = plan.Sampling(kind, 0.05, groups, population=400)
+  run_plan = plan.RunPlan.build(gaussian.GaussianStrategy(), 1.0, None, 1.0, sampling=sampling,
+                                num_rounds=4, participation=Schema(groups))
+  facts = report.build_report(run_plan).run_facts
+  assert (facts.sampler, facts.sampling_prob, facts.sampling_groups, facts.population) == (
+      kind, 0.05, groups, 400)
+  assert facts.clients_per_round == pytest.approx(0.05 * 400 / groups)
+  assert facts.cohort_fraction == pytest.approx(0.05 / groups)
+  assert fragment in report_render.to_markdown(report.build_report(run_plan))
+
+
+def test_accounting_only_plan_states_no_clip_or_sampler():
+  facts = _report(gaussian.GaussianStrategy(), 10, Schema(2, 2), noise_multiplier=1.0).run_facts
+  assert facts == report.RunFacts()
+
+
+def test_no_client_participated_twice_is_said_not_a_small_min_sep():
+  """Three rounds of distinct clients in a run declared 5-min-sep: the realized schema is single
+  participation (written min_sep = 3), which must not read as a violation of min_sep 5."""
+  log = log_lib.ParticipationLog.from_arrays(['a', 'b', 'c', 'd'], [0, 1, 1, 2])
+  result = report.build_report(_run_plan(), log)
+  assert result.no_client_participated_twice and result.warnings == ()
+  observed = report_render.to_dict(result)['observed']
+  assert observed['min_sep'] is None and observed['participated_twice'] is False
+  markdown = report_render.to_markdown(result)
+  assert 'no client participated twice yet' in markdown
+  assert 'min_sep b = 3' not in markdown and 'realized min_sep = None' not in markdown
+  repeated = report.build_report(
+      _run_plan(), log_lib.ParticipationLog.from_arrays(['a', 'b', 'a'], [0, 1, 6]))
+  assert not repeated.no_client_participated_twice
+  assert report_render.to_dict(repeated)['observed']['participated_twice'] is True
+  markdown = report_render.to_markdown(repeated)
+  assert 'min_sep b = 6' in markdown and 'realized min_sep = 6' in markdown
+  assert 'no client participated twice' not in markdown

@@ -1,7 +1,7 @@
 """The error contract of the three CLIs, table-driven: every bad input exits 2 (a user mistake: bad
-or conflicting flags, a missing file, an impossible schedule, a size that cannot fit in memory) or 1
-(a runtime failure: unwritable output, a corrupt input file), with exactly one line on stderr and no
-traceback. Plus the console of a tiny driver run (header, round, eval and summary lines on stdout).
+or conflicting flags, a missing, corrupt, truncated, empty or wrongly typed input file, an impossible
+schedule, a size that cannot fit in memory) or 1 (a runtime failure: unwritable output), with exactly
+one line on stderr and no traceback. Plus the console of a tiny driver run (header, round, eval and summary lines on stdout).
 
 Every CLI runs as a subprocess with stdout/stderr redirected to files (an orphaned TFF worker_binary
 would keep a pipe open). The driver cases fail before any TFF computation; they run without
@@ -32,7 +32,7 @@ CASES = [
     (EMNIST, [*TINY[:1], '--clients_per_round=342', '--min_sep=1000', '--rounds=2052',
               '--synthetic_num_clients=1000'], 2, 'Impossible schedule'),
     (EMNIST, ['--mechanism_file=/nonexistent/blt.json'], 2, '--mechanism_file'),
-    (EMNIST, [*TINY, '--mechanism_file={dir}/corrupt.json'], 1, 'corrupt'),
+    (EMNIST, [*TINY, '--mechanism_file={dir}/corrupt.json'], 2, 'corrupt'),
     (EMNIST, ['--secure_aggregation', '--secure_bits=1', '--clients_per_round=100'], 2,
      '--secure_bits'),
     (EMNIST, ['--restart_warmup=3'], 2, '--restart_period'),
@@ -59,9 +59,9 @@ CASES = [
      '--max_participations'),
     (MECH, ['evaluate', '--mechanism_file=/nonexistent.json', '--rounds=10', '--min_sep=1'], 2,
      '--mechanism_file'),
-    (MECH, ['evaluate', '--mechanism_file={dir}/corrupt.json', '--rounds=10', '--min_sep=1'], 1,
+    (MECH, ['evaluate', '--mechanism_file={dir}/corrupt.json', '--rounds=10', '--min_sep=1'], 2,
      '--mechanism_file'),
-    (MECH, ['evaluate', '--mechanism_file={dir}/corrupt.npz', '--rounds=10', '--min_sep=1'], 1,
+    (MECH, ['evaluate', '--mechanism_file={dir}/corrupt.npz', '--rounds=10', '--min_sep=1'], 2,
      '--mechanism_file'),
     (MECH, ['optimize', '--mechanism=blt', '--rounds=10', '--min_sep=2',
             '--output=/nonexistent/dir/blt.json'], 1, '--output'),
@@ -80,11 +80,11 @@ CASES = [
     (REPORT, ['--mechanism=gaussian', '--noise_multiplier=1', '--rounds=10', '--min_sep=1',
               '--target_delta=2'], 2, '--target_delta'),
     (REPORT, ['--plan=/nonexistent/plan.json', '--rounds=10', '--min_sep=1'], 2, '--plan'),
-    (REPORT, ['--plan={dir}/corrupt.json', '--rounds=10', '--min_sep=1'], 1, '--plan'),
+    (REPORT, ['--plan={dir}/corrupt.json', '--rounds=10', '--min_sep=1'], 2, '--plan'),
     (REPORT, ['--mechanism=gaussian', '--noise_multiplier=1', '--participation_log={dir}/corrupt.csv'],
-     1, '--participation_log'),
+     2, '--participation_log'),
     (REPORT, ['--mechanism_file={dir}/corrupt.json', '--noise_multiplier=1', '--rounds=10',
-              '--min_sep=1'], 1, '--mechanism_file'),
+              '--min_sep=1'], 2, '--mechanism_file'),
     (REPORT, ['--mechanism=tree', '--noise_multiplier=1', '--rounds=10', '--min_sep=1',
               '--output_dir=/proc/no_such_dir'], 1, '--output_dir'),
     (REPORT, ['--mechanism=tree', '--noise_multiplier=1', '--rounds=10', '--min_sep=1',
@@ -129,7 +129,7 @@ def test_debug_flag_prints_the_traceback(tmp_path):
                                          '--omega=0.1', '--rounds=1000000000', '--min_sep=1',
                                          '--debug'], tmp_path)
   assert returncode == 2
-  assert 'Traceback' in stderr and stderr.splitlines()[-1].startswith('error: --rounds=')
+  assert 'Traceback' in stderr and stderr.splitlines()[-1].startswith('mechanisms: error: --rounds=')
   returncode, _, stderr = run_cli(REPORT, ['--mechanism=blt', '--noise_multiplier=1',
                                            '--rounds=1000000000', '--min_sep=1', '--debug'],
                                   tmp_path)
@@ -168,3 +168,147 @@ def test_tiny_run_console(tmp_path):
   with open(root / 'run' / 'hparams.json') as f:
     hparams = json.load(f)
   assert hparams['target_epsilon'] == 5 and hparams['noise_multiplier'] is None
+
+
+@pytest.mark.parametrize('field, value', [('noise_multiplier', 'abc'), ('clients_per_round', [1])])
+def test_plan_field_of_the_wrong_type_is_one_line_naming_plan_and_path(tmp_path, field, value):
+  """privacy_report --plan with a plan.json field of the wrong JSON type: exit 2, one stderr line
+  naming --plan, the file and the field, and no report written."""
+  from dp_ftrl_tff import plan as plan_lib  # pylint: disable=g-import-not-at-top
+  from dp_ftrl_tff.mechanisms import gaussian  # pylint: disable=g-import-not-at-top
+  path = tmp_path / 'plan.json'
+  plan_lib.save_plan(plan_lib.RunPlan.build(gaussian.GaussianStrategy(), 1.0, 10, 1.0,
+                                            num_rounds=10, population=100), path)
+  config = json.loads(path.read_text())
+  config[field] = value
+  path.write_text(json.dumps(config))
+  out = tmp_path / 'report_out'
+  returncode, stdout, stderr = run_cli(REPORT, [f'--plan={path}', '--min_sep=2',
+                                                f'--output_dir={out}'], tmp_path)
+  lines = stderr.splitlines()
+  assert returncode == 2 and len(lines) == 1, stderr[-3000:]
+  assert 'error: --plan' in lines[0] and str(path) in lines[0] and f"'{field}'" in lines[0], lines[0]
+  assert not out.exists() and stdout == ''
+
+
+# --- Corrupt input files (bad_inputs: corrupt files): each is exit 2, one stderr line naming the
+# flag and the path, nothing written. ---
+
+
+def _corrupt_inputs(directory):
+  """{name: path} of corrupt, truncated, empty and wrongly typed input files in `directory`."""
+  import sqlite3  # pylint: disable=g-import-not-at-top
+  directory.mkdir()
+  paths = {}
+
+  def write(name, content):
+    paths[name] = directory / name
+    if isinstance(content, bytes):
+      paths[name].write_bytes(content)
+    else:
+      paths[name].write_text(content)
+
+  garbage = bytes(range(256)) * 16
+  write('garbage.sqlite', garbage)
+  write('empty.sqlite', b'')
+  other = directory / 'other.sqlite'  # a SQLite database, but not TFF's client data
+  with sqlite3.connect(other) as connection:
+    connection.execute('CREATE TABLE notes (text TEXT)')
+    connection.executemany('INSERT INTO notes VALUES (?)', [('x' * 1000,)] * 200)
+  connection.close()
+  paths['other.sqlite'] = other
+  for cache in ('emnist_cache', 'so_cache'):  # cache directories, with a truncated download
+    paths[cache] = directory / cache
+    paths[cache].mkdir()
+  write('emnist_cache/emnist_all.sqlite', other.read_bytes()[:20000])
+  write('so_cache/stackoverflow.sqlite', garbage[:100])
+  write('word_counts.bin', garbage)
+  write('word_counts_bad.txt', 'the 10\nlist of words\n')
+  write('corrupt.json', '{"mechanism": "blt", "theta": [0.9')
+  write('list.json', '[1, 2, 3]\n')
+  write('truncated.npz', b'PK\x03\x04\x14\x00\x00\x00')
+  write('empty.csv', b'')
+  write('garbage.csv', garbage)
+  write('log.json', '{"client_id": "u1", "round": 0}\n')
+  write('other_metrics.csv', 'round,loss\n0,1.5\n')
+  write('header_only_metrics.csv', 'round,aggregator/segment,aggregator/clip\n')
+  return paths
+
+
+DRIVER_FILE_CASES = [  # (module, flag, file: in the test's directory, extra flags)
+    (EMNIST, 'data', 'garbage.sqlite', ()),
+    (EMNIST, 'data', 'empty.sqlite', ()),
+    (EMNIST, 'data', 'other.sqlite', ()),
+    (EMNIST, 'data', 'emnist_cache', ()),
+    (SO, 'data', 'so_cache', ()),
+    (SO, 'word_counts', 'word_counts.bin', ('--data={dir}/garbage.sqlite',)),
+]
+
+
+@pytest.mark.parametrize('module, flag, name, extra', DRIVER_FILE_CASES,
+                         ids=[f'{m.rsplit(".", 1)[-1]}:{f}:{n}' for m, f, n, _ in DRIVER_FILE_CASES])
+def test_corrupt_driver_input_names_flag_and_path(tmp_path, module, flag, name, extra):
+  """A driver given a corrupt --data / --word_counts: exit 2, one line naming the flag and the path
+  (the cache directory's file for a directory), no traceback, no run directory."""
+  paths = _corrupt_inputs(tmp_path / 'inputs')
+  root = tmp_path / 'runs'
+  tiny = TINY if module == EMNIST else ('--vocab_size=20', '--embedding_size=4', '--lstm_size=4',
+                                        *TINY[1:])
+  args = [f'--root_output_dir={root}', *tiny, f'--{flag}={paths[name]}',
+          *(a.replace('{dir}', str(tmp_path / 'inputs')) for a in extra)]
+  returncode, stdout, stderr = run_cli(module, args, tmp_path)
+  lines = stderr.splitlines()
+  assert returncode == 2 and len(lines) == 1, stderr[-3000:]
+  assert f'error: --{flag}' in lines[0] and str(paths[name]) in lines[0], lines[0]
+  assert 'Traceback' not in stderr and not root.exists() and 'round ' not in stdout
+
+
+def _secure_plan(path):
+  """A SecAgg run's plan.json at `path` (its report reads the run's --metrics)."""
+  from dp_ftrl_tff import plan as plan_lib  # pylint: disable=g-import-not-at-top
+  from dp_ftrl_tff.mechanisms import gaussian  # pylint: disable=g-import-not-at-top
+  plan_lib.save_plan(plan_lib.RunPlan.build(gaussian.GaussianStrategy(), 1.0, 10, 1.0, secure=16,
+                                            num_rounds=10, population=100), path)
+  return path
+
+
+REPORT_FILE_CASES = [  # (flag, file, other flags); {plan} is a SecAgg plan.json
+    ('participation_log', 'garbage.csv', ('--mechanism=gaussian', '--noise_multiplier=1')),
+    ('participation_log', 'empty.csv', ('--mechanism=gaussian', '--noise_multiplier=1')),
+    ('participation_log', 'log.json', ('--mechanism=gaussian', '--noise_multiplier=1')),
+    ('metrics', 'garbage.csv', ('--plan={plan}',)),
+    ('metrics', 'empty.csv', ('--plan={plan}',)),
+    ('metrics', 'other_metrics.csv', ('--plan={plan}',)),
+    ('metrics', 'header_only_metrics.csv', ('--plan={plan}',)),
+    ('plan', 'empty.csv', ()),
+    ('mechanism_file', 'list.json', ('--noise_multiplier=1', '--rounds=10', '--min_sep=1')),
+    ('mechanism_file', 'truncated.npz', ('--noise_multiplier=1', '--rounds=10', '--min_sep=1')),
+]
+
+
+@pytest.mark.parametrize('flag, name, extra', REPORT_FILE_CASES,
+                         ids=[f'{f}:{n}' for f, n, _ in REPORT_FILE_CASES])
+def test_corrupt_report_input_names_flag_and_path(tmp_path, flag, name, extra):
+  """privacy_report given a corrupt or wrongly typed input file: exit 2, one line naming the flag
+  and the path, no report written."""
+  paths = _corrupt_inputs(tmp_path / 'inputs')
+  plan = _secure_plan(tmp_path / 'plan.json')
+  out = tmp_path / 'report_out'
+  args = [f'--{flag}={paths[name]}', *(a.replace('{plan}', str(plan)) for a in extra),
+          f'--output_dir={out}']
+  returncode, stdout, stderr = run_cli(REPORT, args, tmp_path)
+  lines = stderr.splitlines()
+  assert returncode == 2 and len(lines) == 1, stderr[-3000:]
+  assert f'error: --{flag}' in lines[0] and str(paths[name]) in lines[0], lines[0]
+  assert not out.exists() and stdout == ''
+
+
+@pytest.mark.parametrize('name', ['list.json', 'truncated.npz', 'garbage.sqlite', 'empty.sqlite'])
+def test_corrupt_mechanism_file_of_the_mechanisms_cli_names_flag_and_path(tmp_path, name):
+  paths = _corrupt_inputs(tmp_path / 'inputs')
+  returncode, stdout, stderr = run_cli(MECH, ['evaluate', f'--mechanism_file={paths[name]}',
+                                              '--rounds=10', '--min_sep=1'], tmp_path)
+  lines = stderr.splitlines()
+  assert returncode == 2 and len(lines) == 1, stderr[-3000:]
+  assert 'error: --mechanism_file' in lines[0] and str(paths[name]) in lines[0], lines[0]
+  assert stdout == ''

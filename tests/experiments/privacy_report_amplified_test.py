@@ -85,7 +85,7 @@ def test_flags(tmp_path):
   assert proc.stderr.count('\n') == 1 and 'at most as many bands as sampling groups' in proc.stderr
   proc = _run('--mechanism=gaussian', '--noise_multiplier=3', '--rounds=24', '--min_sep=1',
               '--sampling_prob=1.5')
-  assert proc.returncode == 2 and proc.stderr.startswith('privacy_report: error: --sampling_prob')
+  assert proc.returncode == 2 and proc.stderr.startswith('privacy_report.py: error: --sampling_prob')
 
 
 def test_plan_with_sampling(tmp_path):

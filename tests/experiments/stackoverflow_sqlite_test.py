@@ -96,3 +96,28 @@ def test_driver_runs_on_the_sqlite_file(database, tmp_path):
 def test_missing_file_is_a_clear_error(tmp_path):
   with pytest.raises(ValueError, match='no StackOverflow SQLite file'):
     so_data.load_client_data(str(tmp_path), vocab_size=5)
+
+
+def test_a_file_of_another_dataset_or_truncated_names_data_and_the_path(database, tmp_path):
+  """The loaders check the file before TFF reads it: each problem is a ValueError naming `data`
+  (or `word_counts`) and the path."""
+  from experiments.emnist import data as emnist_data  # pylint: disable=g-import-not-at-top
+  with pytest.raises(ValueError, match=r"`data`: .*has no clients of the split 'digits_only_train'"):
+    emnist_data.load_client_data(database)
+  with sqlite3.connect(tmp_path / 'emnist.sqlite') as con:  # TFF's tables, StackOverflow examples
+    con.execute('CREATE TABLE examples (split_name, client_id, serialized_example_proto)')
+    con.execute('CREATE TABLE client_metadata (client_id, split_name, num_examples)')
+    for split in ('digits_only_train', 'digits_only_test'):
+      con.execute('INSERT INTO examples VALUES (?, ?, ?)', (split, 'c', _example('a b')))
+      con.execute('INSERT INTO client_metadata VALUES (?, ?, ?)', ('c', split, 1))
+  con.close()
+  with pytest.raises(ValueError, match=r"emnist.sqlite holds examples without the feature 'pixels'"):
+    emnist_data.load_client_data(str(tmp_path / 'emnist.sqlite'))
+  truncated = tmp_path / 'stackoverflow.sqlite'
+  truncated.write_bytes(open(database, 'rb').read()[:5000])
+  with pytest.raises(ValueError, match=f'`data`: {truncated} is truncated'):
+    so_data.load_client_data(str(tmp_path), vocab_size=5)
+  bad_counts = tmp_path / 'counts.txt'
+  bad_counts.write_text('the 10\n\nfile seven\n')
+  with pytest.raises(ValueError, match=f'`word_counts`: line 3 of {bad_counts}'):
+    so_data.load_client_data(database, vocab_size=5, word_counts=str(bad_counts))

@@ -95,5 +95,5 @@ def test_select_bands_saves_the_chosen_strategy(capsys, tmp_path):
 def test_usage_errors_are_one_line(capsys, args, message):
   status, out, err = _main(capsys, *args)
   assert status == cli.USAGE_EXIT_CODE and not out
-  assert err.startswith('error: ') and err.count('\n') == 1
+  assert err.startswith('mechanisms: error: ') and err.count('\n') == 1
   assert message in err

@@ -142,7 +142,7 @@ def test_errors_name_the_flag(capsys, args, flag):
   captured = capsys.readouterr()
   assert captured.out == ''
   lines = captured.err.strip().splitlines()
-  assert len(lines) == 1 and lines[0].startswith('error: ')
+  assert len(lines) == 1 and lines[0].startswith('mechanisms: error: ')
   assert flag in lines[0]
 
 
