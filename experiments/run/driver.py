@@ -16,6 +16,7 @@ prints the traceback before the line. The console (stdout: header, rounds, evals
 """
 
 import logging as std_logging
+import os
 import sys
 import traceback
 from typing import Any, Callable, Dict
@@ -25,7 +26,7 @@ from absl import flags, logging
 from dp_ftrl_tff.learning import remote_execution
 from dp_ftrl_tff.mechanisms import memory, resolve
 from experiments.cli import flag_parsing, tff_workers
-from experiments.run import driver_flags, run_config, run_dir, stop_signals
+from experiments.run import console, driver_flags, run_config, run_dir, run_summary, stop_signals
 
 
 def set_up_logging() -> None:
@@ -34,7 +35,16 @@ def set_up_logging() -> None:
   to stdout (`experiments.run.console`)."""
   if not flags.FLAGS['verbosity'].present:
     logging.set_verbosity(logging.WARNING)
+    # Warnings as `<program>: warning: ...`, like the errors; with --verbosity absl's own format.
+    logging.get_absl_handler().setFormatter(_PlainFormatter())
   std_logging.getLogger('tensorflow').setLevel(std_logging.ERROR)
+
+
+class _PlainFormatter(std_logging.Formatter):
+  """`<program>: <level>: <message>` (absl's prefix of time, PID and source line left out)."""
+
+  def format(self, record: std_logging.LogRecord) -> str:
+    return f'{flag_parsing.program_name()}: {record.levelname.lower()}: {record.getMessage()}'
 
 
 def _fail(error, flag_values: flags.FlagValues, exit_code: int = flag_parsing.ERROR_EXIT_CODE):
@@ -55,6 +65,22 @@ def _runtime_message(error: BaseException) -> str:
     return (f'I/O error{where}: {error.strerror or error}; check that --root_output_dir is '
             'writable and the disk is not full.')
   return f'{type(error).__name__}: {error} (rerun with --debug for the traceback)'
+
+
+def _finished(config: run_config.RunConfig) -> bool:
+  """Whether `config`'s run directory holds this run, finished with `config.rounds` rounds (said on
+  stderr: nothing to train or rewrite). A directory holding a run with other settings raises
+  ValueError; one that trained fewer rounds is not finished (the run trains the rest)."""
+  if not run_summary.is_complete(config.output_dir):
+    return False
+  run_config.check_hparams(config)
+  if run_summary.read_summary(config.output_dir).get('rounds') != config.rounds:
+    return False
+  report = os.path.join(config.output_dir, run_dir.REPORT_DIR, 'report.md')
+  console.notice(f'{config.output_dir} holds this run, finished after round {config.rounds}/'
+                 f'{config.rounds}: nothing to do. Its report: {report} (--force_report rewrites '
+                 'it; a larger --rounds trains on).')
+  return True
 
 
 class Failure(Exception):
@@ -79,9 +105,13 @@ def run_from_flags(flag_values: flags.FlagValues,
   try:
     config = driver_flags.config_from_flags(flag_values, task_settings(flag_values))
     memory.check_fits(config.mechanism, config.rounds)
+    if not flag_values['force_report'].value and _finished(config):
+      return {}
     task = build_task(config)
   except (ValueError, flags.Error) as error:
     raise Failure(error, flag_parsing.ERROR_EXIT_CODE) from error
+  except run_dir.RunDirError as error:
+    raise Failure(error, flag_parsing.RUNTIME_ERROR_EXIT_CODE) from error
   except Exception as error:  # I/O while loading data, ...: one line, exit 1
     raise Failure(_runtime_message(error), flag_parsing.RUNTIME_ERROR_EXIT_CODE) from error
   # TensorFlow comes with the training loop (and the task): imported once the flags are checked,
@@ -113,7 +143,7 @@ def run_main(flag_values: flags.FlagValues,
     try:
       checked_main(argv)
     except stop_signals.Interrupted as stopped:  # SIGINT / SIGTERM: one line, exit 130 / 143
-      logging.warning('%s', stopped)
+      console.notice(str(stopped))
       flag_parsing.exit_now(stopped.exit_code)
 
   def checked_main(argv):

@@ -51,6 +51,9 @@ def _define_run_flags(fv: flags.FlagValues) -> None:
   flags.DEFINE_string('workers', None,
                       'host:port,... of TFF workers (`python -m experiments.workers start`) to '
                       'split each round\'s clients across; default: run locally.', **d)
+  flags.DEFINE_bool('force_report', False,
+                    'Rewrite the privacy report of a finished run; without it, rerunning a '
+                    'finished run changes nothing.', **d)
   flags.DEFINE_bool('debug', False, 'On an error, print the traceback before the one-line message.',
                     **d)
 

@@ -84,7 +84,7 @@ MODULAR_WRAP_METRIC = run_dir.MODULAR_WRAP_METRIC
 
 def modular_wrap_warning(round_num: int, config: RunConfig) -> str:
   """The warning logged for a round whose secure sum wrapped around the 2^bits field."""
-  return (f'Round {round_num}: the secure sum wrapped around the 2^{config.secure_bits} field '
+  return (f'Round {round_num + 1}/{config.rounds}: the secure sum wrapped around the 2^{config.secure_bits} field '
           '(modular_wrap=1): this round\'s aggregate is corrupted, and the privacy guarantee '
           f'assumes no wrap. Increase --secure_bits (now {config.secure_bits}) or lower '
           f'--secure_modclip_prob (now {config.secure_modclip_prob:g}); see docs/aggregators.md, '
@@ -247,7 +247,8 @@ class _Training:
     else:
       self.state = loaded['learning']
       self.sampler.load_state(type(self.sampler.state).from_dict(loaded['sampler']))
-      console.notice(f'Resuming {self.config.output_dir} after round {start_round - 1}.')
+      console.notice(f'Resuming {self.config.output_dir} after round {start_round}/'
+                     f'{self.config.rounds}.')
     if start_round < self.config.rounds:  # more rounds to train: not complete until they are
       run_summary.remove_summary(self.config.output_dir)
     # A run killed while appending leaves a torn last line: dropped (with a warning) before reading.
@@ -329,5 +330,6 @@ class _Training:
       return
     (logging.warning if self.wrap_rounds else console.notice)(
         f'SecAgg: modular wraps (secure sum outside the 2^{config.secure_bits} field) in '
-        f'{len(self.wrap_rounds)} of the {config.rounds - start_round} rounds {start_round}-'
-        f'{config.rounds - 1}' + (f': rounds {self.wrap_rounds}.' if self.wrap_rounds else '.'))
+        f'{len(self.wrap_rounds)} of the {config.rounds - start_round} rounds {start_round + 1}-'
+        f'{config.rounds}' + (f': rounds {[r + 1 for r in self.wrap_rounds]}.' if self.wrap_rounds
+                              else '.'))

@@ -121,6 +121,7 @@ def test_bad_input_is_one_line_with_its_exit_code(tmp_path, inputs_dir, module, 
   assert len(lines) == 1, stderr[-3000:]
   assert returncode == exit_code, lines[0]
   assert 'error: ' in lines[0] and fragment in lines[0], lines[0]
+  assert not (tmp_path / 'runs').exists()  # a failed start creates no directory
   print(f'TABLE | {module} {" ".join(args)} | {returncode} | {lines[0]}')
 
 
@@ -168,6 +169,36 @@ def test_tiny_run_console(tmp_path):
   with open(root / 'run' / 'hparams.json') as f:
     hparams = json.load(f)
   assert hparams['target_epsilon'] == 5 and hparams['noise_multiplier'] is None
+  # Rerun: the run is finished; one line says so and nothing is rewritten (exit 0).
+  files = {p: p.read_bytes() for p in (root / 'run').rglob('*') if p.is_file()}
+  args = [f'--root_output_dir={root}', *TINY, '--mechanism=blt', '--noise_seed=3',
+          '--eval_every=1', '--eval_max_examples=64', '--target_epsilon=5', '--target_delta=1e-6']
+  returncode, stdout, stderr = run_cli(EMNIST, args, tmp_path)
+  assert returncode == 0 and stdout == '', stderr
+  assert stderr.splitlines() == [
+      f'{root / "run"} holds this run, finished after round 2/2: nothing to do. Its report: '
+      f'{root / "run" / "privacy_report" / "report.md"} (--force_report rewrites it; a larger '
+      '--rounds trains on).'], stderr
+  assert {p: p.read_bytes() for p in (root / 'run').rglob('*') if p.is_file()} == files
+  report = root / 'run' / 'privacy_report' / 'report.json'
+  report.unlink()
+  returncode, _, stderr = run_cli(EMNIST, [*args, '--force_report'], tmp_path, timeout=600)
+  assert returncode == 0 and report.exists(), stderr[-3000:]
+
+
+@pytest.mark.parametrize('name, fragment', [
+    ('../escaped', 'one directory name'), ('..', 'one directory name'),
+    ('a/b', 'one directory name'), ('/tmp/absolute', 'one directory name'),
+    ('', 'non-empty'), (' ', 'non-empty'), ('x' * 300, '300 bytes long'),
+])
+def test_experiment_name_is_one_directory_name(tmp_path, name, fragment):
+  root = tmp_path / 'runs'
+  returncode, _, stderr = run_cli(EMNIST, [f'--root_output_dir={root}', *TINY,
+                                           f'--experiment_name={name}'], tmp_path)
+  lines = stderr.splitlines()
+  assert returncode == 2 and len(lines) == 1, stderr[-3000:]
+  assert lines[0].startswith('run_emnist.py: error: --experiment_name ') and fragment in lines[0]
+  assert sorted(p.name for p in tmp_path.iterdir()) == ['stderr.txt', 'stdout.txt']
 
 
 @pytest.mark.parametrize('field, value', [('noise_multiplier', 'abc'), ('clients_per_round', [1])])

@@ -130,9 +130,9 @@ def test_modular_wraps_are_logged_and_written(tmp_path):
   assert returncode == 0, stderr[-3000:]
   wraps = [int(float(r['aggregator/modular_wrap'])) for r in _rows(tmp_path)]
   assert wraps == [1, 1]
-  assert 'Round 0: the secure sum wrapped around the 2^16 field (modular_wrap=1)' in stderr
+  assert 'Round 1/2: the secure sum wrapped around the 2^16 field (modular_wrap=1)' in stderr
   assert 'Increase --secure_bits (now 16) or lower --secure_modclip_prob (now 0.9)' in stderr
-  assert 'in 2 of the 2 rounds 0-1: rounds [0, 1].' in stderr
+  assert 'in 2 of the 2 rounds 1-2: rounds [1, 2].' in stderr
 
 
 _LAUNCHER = textwrap.dedent('''

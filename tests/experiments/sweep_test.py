@@ -71,7 +71,7 @@ def test_sweep_skips_finished_points_and_resumes_interrupted_ones(tmp_path):
   assert done.returncode == 0, done.stdout + done.stderr
   assert f'skipped {NAMES[0]}' in done.stdout
   assert f'resuming {NAMES[1]}' in done.stdout
-  assert 'after round 0' in (second / 'sweep.log').read_text()  # the driver resumed, not restarted
+  assert 'after round 1/2' in (second / 'sweep.log').read_text()  # the driver resumed, not restarted
   assert run_summary.is_complete(str(second))
   # TensorBoard's HParams tab: a session with the run's settings, and the final metrics.
   logdir = str(second / 'tensorboard')
