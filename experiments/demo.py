@@ -1,55 +1,81 @@
 """`make demo`: BLT-DP-FTRL on a synthetic federated EMNIST population with min-sep client sampling.
 
-Runs the EMNIST driver's training loop (`experiments.run.training_loop.run`) for 20 rounds: 1000
-synthetic clients, 50 per round, min_sep b = 10 (a client waits 10 rounds before it may return), at
-most 2 participations, a BLT strategy optimized at start for (n=20, b=10, k=2), noise multiplier 1,
-clip 1, a softmax-regression model so it finishes in a few minutes on 2 cores. Everything is seeded
-(data, sampling and model init by `seed`, the noise by `noise_seed`), so two runs print the same
-numbers (but for the round times). It prints one line per round (loss, accuracy, round time, ETA),
-the privacy report and the test metrics; the run directory (metrics, checkpoints, participation log,
-report) is printed at the end and recreated on every call.
+Runs the EMNIST driver with `--flagfile=configs/demo.cfg` (the demo's settings live only there):
+20 rounds, 1000 synthetic clients, 50 per round, min_sep b = 10, at most 2 participations, a BLT
+optimized at start for (n=20, b=10, k=2), noise multiplier 1, clip 1, a softmax-regression model.
+Everything is seeded, so two runs print the same numbers (but for the round times). It prints one
+line per round, the privacy report, the run directory's files and the path of its report.md. The
+run directory is deleted and recreated on every call.
 
-Usage: `python -m experiments.demo [--demo_dir=DIR]`.
+Example: python -m experiments.demo   (the same as `make demo`)
+Demo-only default: --root_output_dir=/tmp/dp_ftrl_tff_demo (the system temp dir). Any driver flag
+given on the command line overrides the flagfile's, e.g. `--rounds=10`.
+Exit codes: 0 ok; 2 bad input (flags, settings, input files); 1 runtime failure (I/O, a run
+directory in use, a corrupt run file); 130 / 143 stopped by SIGINT / SIGTERM (as the EMNIST driver).
+Docs: docs/training.md (section `make demo`).
 """
 
 import os
-import shutil
-import tempfile
 
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')  # before TensorFlow is imported
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')  # as the drivers; before TensorFlow is imported
 
-from absl import app, flags  # noqa: E402
+import shutil  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import traceback  # noqa: E402
 
-from experiments.cli import flag_parsing  # noqa: E402
+from absl import flags, logging  # noqa: E402
+
+from experiments.cli import flag_parsing, tff_workers  # noqa: E402
 from experiments.emnist import run_emnist  # noqa: E402
-from experiments.run import driver, run_config, training_loop  # noqa: E402
+from experiments.run import driver, driver_flags, run_dir, stop_signals  # noqa: E402
 
-FLAGS = flags.FlagValues()
-flags.DEFINE_string('demo_dir', os.path.join(tempfile.gettempdir(), 'dp_ftrl_tff_demo'),
-                    'Directory of the demo run (deleted and recreated).', flag_values=FLAGS)
-
-DEMO_SETTINGS = dict(
-    experiment_name='emnist_blt', rounds=20, clients_per_round=50, client_learning_rate=0.1,
-    client_batch_size=16, client_epochs=1, server_learning_rate=1.0, server_momentum=0.9,
-    mechanism='blt', noise_multiplier=1.0, clip_norm=1.0, min_sep=10, max_participations=2,
-    data='synthetic', synthetic_num_clients=1000, synthetic_examples_per_client=20, seed=0,
-    noise_seed=0, checkpoint_every=10, eval_every=5, eval_max_examples=2000,
-    target_delta=1e-6, task={'model': 'tiny', 'only_digits': True})
+FLAGFILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'configs',
+                        'demo.cfg')
+DEFAULT_ROOT_OUTPUT_DIR = os.path.join(tempfile.gettempdir(), 'dp_ftrl_tff_demo')
+FLAGS = run_emnist.FLAGS  # the EMNIST driver's flags
 
 
-def main(argv):
-  del argv
+def demo_argv(argv):
+  """The driver's command line of the demo: the flagfile and the demo's default root directory,
+  then the user's flags (later flags win)."""
+  return [argv[0], f'--flagfile={FLAGFILE}', f'--root_output_dir={DEFAULT_ROOT_OUTPUT_DIR}',
+          *argv[1:]]
+
+
+def _fail(error, exit_code: int = flag_parsing.ERROR_EXIT_CODE):
+  if FLAGS['debug'].value:
+    traceback.print_exc()
+  flag_parsing.exit_with_error(error, FLAGS, exit_code)
+
+
+def main(argv) -> None:
+  """`driver.run_main` of the EMNIST driver, plus deleting the previous demo run and the report's
+  path at the end."""
+  tff_workers.register_at_exit()
+  stop_signals.install_immediate_stop()
+  if len(argv) > 1:
+    flag_parsing.exit_with_error(f'unexpected arguments {argv[1:]}', FLAGS)
   driver.set_up_logging()
-  shutil.rmtree(FLAGS.demo_dir, ignore_errors=True)
-  config = run_config.RunConfig(root_output_dir=FLAGS.demo_dir, **DEMO_SETTINGS)
-  print(f'DP-FTRL demo: BLT noise, {config.synthetic_num_clients} synthetic EMNIST clients, '
-        f'{config.clients_per_round} per round, min_sep={config.min_sep}, '
-        f'max_participations={config.max_participations}, {config.rounds} rounds.', flush=True)
-  result = training_loop.run(run_emnist.build_task(config), config)
-  metrics = result['metrics']
-  print(f"\nFinal test loss {metrics['eval_loss']:.4f}, test accuracy {metrics['eval_accuracy']:.4f}")
-  print(f'Run directory: {config.output_dir}', flush=True)
+  try:
+    output_dir = driver_flags.config_from_flags(FLAGS, run_emnist.task_settings(FLAGS)).output_dir
+  except (ValueError, flags.Error) as error:
+    _fail(error)
+  shutil.rmtree(output_dir, ignore_errors=True)
+  try:
+    driver.run_from_flags(FLAGS, run_emnist.build_task, run_emnist.task_settings)
+  except driver.Failure as failure:
+    _fail(failure.error, failure.exit_code)
+  except stop_signals.Interrupted as stopped:  # SIGINT / SIGTERM: one line, exit 130 / 143
+    logging.warning('%s', stopped)
+    flag_parsing.exit_now(stopped.exit_code)
+  report = os.path.join(output_dir, run_dir.REPORT_DIR, 'report.md')
+  print(f'\nDemo done. Privacy report (markdown): {report}', flush=True)
 
 
 if __name__ == '__main__':
-  app.run(main, flags_parser=flag_parsing.flags_parser(FLAGS, __doc__))
+  # As `driver.run_main`: parse, then start `main` without absl's app.run (TensorFlow is imported
+  # once the flags are checked).
+  main_argv = flag_parsing.flags_parser(FLAGS, __doc__)(demo_argv(sys.argv))
+  logging.use_absl_handler()
+  main(main_argv)

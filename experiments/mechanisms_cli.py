@@ -1,4 +1,6 @@
-"""Command line for strategies: `python -m dp_ftrl_tff.mechanisms optimize|evaluate|amplified|select_bands`.
+r"""Strategies (DP-FTRL noise mechanisms): optimize, evaluate, amplified epsilon, band selection.
+
+Usage: `python -m dp_ftrl_tff.mechanisms optimize|evaluate|amplified|select_bands [flags]`.
 
   optimize --mechanism=blt --rounds=N --min_sep=B [--max_participations=K] [--num_buffers=D]
            [--error=max|rms] [--output=FILE.json] [--json]
@@ -18,27 +20,36 @@
 Conventions: rounds are 0-based; `--min_sep` = b is the BLT/BandMF min-sep (TF-Privacy's
 min_separation + 1); `--max_participations` = k defaults to ceil(n / b), and the printed value is the
 effective k = min(k, ceil(n / b)). `--min_sep=1 --max_participations=1` is single participation;
-`--fixed_epoch` selects (k, b) fixed-epoch participation. Losses use clip norm 1 and noise multiplier 1
-(BLT paper Eq. 9-10). Without `--num_buffers` the BLT optimizer tries 1 .. 8 buffers and keeps the
-smallest count within 0.05% of the best loss. The mechanism flags (`--mechanism`, its options,
-`--mechanism_file`) are those of the drivers and the privacy report (`experiments.cli.plan_flags`);
-a strategy is resolved as everywhere else (`dp_ftrl_tff.mechanisms.resolve`).
+`--fixed_epoch` selects (k, b) fixed-epoch participation. Losses use clip norm 1 and noise
+multiplier 1 (BLT paper Eq. 9-10). Without `--num_buffers` the BLT optimizer tries 1 .. 8 buffers
+and keeps the smallest count within 0.05% of the best loss. The mechanism flags (`--mechanism`, its
+options, `--mechanism_file`) are those of the drivers and the privacy report.
 
-Amplification (BandMF paper Sec. 5, App. F; `dp_ftrl_tff.accounting.amplification`): the population
-of M is split into H = `--sampling_groups` groups, round t samples group t mod H, each member with
-probability Q (`--sampling_prob`, or B / floor(M / H) from `--dataset_size` and `--batch_size`).
+Amplification (BandMF paper Sec. 5, App. F): the population of M is split into
+H = `--sampling_groups` groups, round t samples group t mod H, each member with probability Q
+(`--sampling_prob`, or B / floor(M / H) from `--dataset_size` and `--batch_size`).
 `amplified` prints epsilon (or the calibrated sigma) of ceil(N / H) Poisson-sampled Gaussian rounds,
 with sigma relative to a largest column norm of 1, or to the strategy's with `--mechanism_file`
 (which must have at most H bands). `select_bands` picks the H in 1 .. floor(M / B) minimizing
-sigma(H) * RmsLoss(H) of the optimized H-banded strategy and prints every evaluated candidate
-(`dp_ftrl_tff.accounting.band_selection`); `--output` saves the chosen strategy. The amplified
-commands are `experiments.cli.amplified_commands`.
+sigma(H) * RmsLoss(H) of the optimized H-banded strategy and prints every evaluated candidate;
+`--output` saves the chosen strategy.
 
-Exit status: 0 on success; 2 on a user mistake (bad or conflicting flags, a missing, corrupt or
-wrongly typed `--mechanism_file`, a number of rounds whose arrays cannot fit in memory:
-`memory.check_fits`); 1 on a runtime failure (an unwritable `--output`, I/O errors). Either way one line `error: ...` on stderr
-naming the flag; `--debug` prints the traceback before it.
+Example (the BLT paper's production setting, a few seconds):
+  python -m dp_ftrl_tff.mechanisms optimize --mechanism=blt --rounds=2000 --min_sep=400 \
+      --max_participations=5 --num_buffers=4
+
+Exit codes: 0 ok; 2 on a user mistake (bad or conflicting flags, a missing, corrupt or wrongly
+typed `--mechanism_file`, a number of rounds whose arrays cannot fit in memory); 1 on a runtime
+failure (an unwritable `--output`, I/O errors). Either way one line `error: ...` on stderr naming
+the flag; `--debug` prints the traceback before it.
+Docs: docs/ARCHITECTURE.md (mechanisms), docs/amplification.md (amplified, select_bands).
 """
+
+# For developers: the mechanism flags are `experiments.cli.plan_flags` (shared with the drivers and
+# the privacy report); a strategy is resolved as everywhere else (`dp_ftrl_tff.mechanisms.resolve`);
+# the rounds' memory check is `memory.check_fits`; amplification is
+# `dp_ftrl_tff.accounting.amplification`, band selection `dp_ftrl_tff.accounting.band_selection`,
+# and the amplified commands are `experiments.cli.amplified_commands`.
 
 import json
 import sys

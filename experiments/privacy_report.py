@@ -3,8 +3,9 @@ r"""Privacy report of a planned or finished DP-FTRL training run.
 Computes rho-zCDP and (epsilon, delta) (PLD, dp_accounting) from the run plan (the mechanism, the
 noise multiplier or a calibration target, the restarts, the sampling, the declared participation)
 and, for a finished run, the participation observed in its --participation_log, and writes
-report.json, report.md (the BLT paper's App. C checklist) and the plots into --output_dir. See
-docs/privacy_report.md.
+report.json, report.md (the BLT paper's App. C checklist) and three plots (epsilon_over_rounds.png,
+epsilon_vs_min_sep.png, and equal_privacy.png when the report has an equal-privacy table) into
+--output_dir. Docs: docs/privacy_report.md.
 
 Example (the BLT paper's default BLT, production-like setting):
   python -m experiments.privacy_report --mechanism=blt --noise_multiplier=7.379 --rounds=2000 \
@@ -12,7 +13,9 @@ Example (the BLT paper's default BLT, production-like setting):
 A finished training run: `--plan=RUN/plan.json --participation_log=RUN/participation.csv` gives the
 report the run wrote at its end (the plan holds the mechanism and where it came from, the noise
 multiplier and its split, the restarts, the sampling, the rounds and the declared participation;
-with SecAgg, the segments come from --metrics, by default the metrics.csv beside the plan).
+with SecAgg, the segments come from --metrics, by default the metrics.csv beside the plan; with
+adaptive clipping, the final clip comes from --metrics only: add --metrics=RUN/metrics.csv for the
+driver's report exactly).
 --rounds, --min_sep, --max_participations and --target_delta given with --plan replace the plan's.
 
 Without --mechanism_file or parameters, --mechanism=blt is the BLT paper's production BLT (App. A,
@@ -22,9 +25,9 @@ the run's rounds, min_sep and max participations (else exit 2, or a warning with
 
 Conventions: rounds are 0-based; --min_sep = b means r2 - r1 >= b for two participations of one client
 (TF-Privacy's and the Gboard tables' min_separation = b - 1; the report prints both).
-Exit status: 2 on a user mistake (bad or conflicting flags, a missing input file, a number of rounds
-whose arrays cannot fit in memory, a strategy file made for another setting, an input file that is
-corrupt, truncated, empty or of another kind: --plan, --mechanism_file, --participation_log,
+Exit codes: 0 ok; 2 on a user mistake (bad or conflicting flags, a missing input file, a number of
+rounds whose arrays cannot fit in memory, a strategy file made for another setting, an input file
+that is corrupt, truncated, empty or of another kind: --plan, --mechanism_file, --participation_log,
 --metrics), 1 on a runtime failure (an unwritable --output_dir, I/O errors) and with --strict when
 the log violates the declared schema (after writing the report): one line
 `privacy_report.py: error: ...` on stderr naming the flag; `--debug` prints the traceback before it.
@@ -63,8 +66,9 @@ plan_flags.define_sampling_flags(FLAGS)
 flags.DEFINE_string('participation_log', None,
                     'CSV `client_id,round` written by the client sampler (RUN/participation.csv).',
                     **_d)
-flags.DEFINE_string('metrics', None, 'With a SecAgg --plan: the run\'s metrics.csv (default: the '
-                    'one beside --plan), for each segment\'s clip and post-rounding bound.', **_d)
+flags.DEFINE_string('metrics', None, 'With a --plan: the run\'s metrics.csv, for each SecAgg '
+                    'segment\'s clip and post-rounding bound (default: the one beside --plan) and '
+                    'adaptive clipping\'s final clip (only when given).', **_d)
 flags.DEFINE_bool('observed_patterns', True,
                   'Trees with a log: also account the observed clients\' patterns.', **_d)
 flags.DEFINE_string('output_dir', None, 'Where report.json, report.md, plots go.', **_d)
@@ -195,6 +199,17 @@ def _secure_segments(fv, run_plan: plan_lib.RunPlan):
   return segments
 
 
+def _final_clip(fv, run_plan: plan_lib.RunPlan):
+  """With adaptive clipping and --metrics, the clip of the run's last round (as the drivers' report
+  states it), else None (the report says the final clip is not recorded)."""
+  if run_plan.adaptive_clip is None or fv.metrics is None:
+    return None
+  try:
+    return run_dir.read_final_clip(fv.metrics)
+  except (ValueError, OSError, csv.Error) as e:
+    raise _input_file_error('metrics', fv.metrics, e) from None
+
+
 def build_from_flags(fv) -> report.PrivacyReport:
   """The report of the parsed `fv`; raises ValueError (a usage error) or `InputFileError`."""
   if fv.metrics is not None and not os.path.isfile(fv.metrics):
@@ -212,7 +227,8 @@ def build_from_flags(fv) -> report.PrivacyReport:
   return report.build_report(
       run_plan, log, observed_patterns=fv.observed_patterns,
       secure_segments=_secure_segments(fv, run_plan),
-      equal_privacy=fv.equal_privacy and bool(fv.output_dir), require_amplification=not fv.plan)
+      equal_privacy=fv.equal_privacy and bool(fv.output_dir), require_amplification=not fv.plan,
+      final_clip=_final_clip(fv, run_plan))
 
 
 def _check_output_dir(path: str) -> None:

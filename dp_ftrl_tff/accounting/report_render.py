@@ -1,7 +1,7 @@
 """Rendering of a privacy report: the JSON layout, the terminal summary, the markdown and the plots.
 
-`to_dict` / `to_json` give report.json (`REQUIRED_KEYS` first: the CLI contract), `summary` a few
-lines for a terminal, `to_markdown` report.md (`report_markdown`: the BLT paper's App. C checklist).
+`to_dict` / `to_json` give report.json (`REQUIRED_KEYS` first: the CLI contract; `run_facts` states
+the run: noise seed, clip, sampler, cohorts), `summary` a few lines for a terminal, `to_markdown` report.md (`report_markdown`: the BLT paper's App. C checklist).
 `write_plots` draws epsilon over rounds and epsilon versus min_sep of the run's mechanism (with the
 exact Gaussian conversion: fast, within ~1e-7 of PLD) and, with an equal-privacy table, every
 mechanism's MaxLoss against epsilon (`EQUAL_PRIVACY_PLOT`), with matplotlib's Agg backend, imported
@@ -73,6 +73,7 @@ def to_dict(report: report_lib.PrivacyReport) -> dict:
                                 else list(report.equal_privacy.skipped)),
       'strategy_file': report.strategy_file,
       'amplified': None if report.amplified is None else _amplified_dict(report.amplified),
+      'run_facts': dataclasses.asdict(report.run_facts),
   }
   if out['observed'] is not None:
     out['observed']['histogram'] = {str(k): v for k, v in report.observed.histogram.items()}
@@ -88,9 +89,12 @@ def to_json(report: report_lib.PrivacyReport) -> str:
 def summary(report: report_lib.PrivacyReport) -> str:
   """A few lines for a terminal."""
   g = report.guarantee
-  lines = [f'{g.mechanism}: n={g.num_rounds}, min_sep={report.min_sep} (min_separation='
-           f'{g.participation.tf_privacy_min_separation}), max_participations={report.max_participations} '
-           f'[{report.participation_source}], noise_multiplier={g.noise_multiplier:.6g}',
+  separation = ('no client participated twice yet' if report.no_client_participated_twice else
+                f'min_sep={report.min_sep} (min_separation='
+                f'{g.participation.tf_privacy_min_separation})')
+  lines = [f'{g.mechanism}: n={g.num_rounds}, {separation}, max_participations='
+           f'{report.max_participations} [{report.participation_source}], noise_multiplier='
+           f'{g.noise_multiplier:.6g}',
            f'  sens^2={g.sensitivity_squared:.6g}{"" if report.sensitivity_exact else " (upper bound)"}'
            f', effective noise multiplier={g.effective_noise_multiplier:.6g}',
            f'  rho-zCDP={g.rho:.6g}, (epsilon, delta)=({g.epsilon:.6g}, {g.delta:g}) by '

@@ -20,8 +20,9 @@ A driver run owns `<root_output_dir>/<experiment_name>/` through `RunDirectory`:
     `*.tmp` of ours) are removed at start (`remove_stale_temps`).
 
 The names of the run's files are here too (`PLAN_FILE`, `HPARAMS_FILE`, `PARTICIPATION_FILE`,
-`METRICS_FILE`, `REPORT_DIR`), with `read_secure_segments`, what a report of a SecAgg run reads of
-`metrics.csv` (the drivers at the end of a run and `experiments.privacy_report --plan` alike).
+`METRICS_FILE`, `REPORT_DIR`), with the readers of what a report takes from `metrics.csv` (the
+drivers at the end of a run and `experiments.privacy_report --plan` alike): `read_secure_segments`
+(a SecAgg run's segments and wrapped rounds) and `read_final_clip` (adaptive clipping's last clip).
 
 `RunDirError` (not a ValueError) is what a run cannot recover from by itself: a locked directory or
 a corrupt run file; it names the path and what to do. Linux only for the worker parts (/proc).
@@ -54,6 +55,8 @@ METRICS_FILE = 'metrics.csv'
 REPORT_DIR = 'privacy_report'
 #: The per-round metric holding the aggregator's `modular_wrap` measurement (SecAgg runs).
 MODULAR_WRAP_METRIC = 'aggregator/modular_wrap'
+#: The per-round metric holding the clip the round used (the aggregator's `clip` measurement).
+CLIP_METRIC = 'aggregator/clip'
 
 # Temp names of tff.program's file writers (`<path>_temp<random>`) and of ours (`<name>.<x>.tmp`,
 # `<name>.tmp`).
@@ -348,3 +351,33 @@ def read_secure_segments(metrics_csv: str) -> dict:
         raise ValueError(f'{metrics_csv} is not the metrics of a SecAgg run (row {row!r}: {e}).'
                          ) from e
   return {'segments': [segments[s] for s in sorted(segments)], 'wrap_rounds': wrap_rounds}
+
+
+def read_final_clip(metrics_csv: str) -> Optional[float]:
+  """The clip the run's last round used: `aggregator/clip` of the row of the highest `round` in
+  `metrics_csv` (adaptive clipping's final clip); None when the file does not exist, has no such
+  column or no row with a value in it.
+
+  Raises:
+    OSError: the file exists but cannot be read.
+    ValueError: a row's `round` or clip is not a number.
+  """
+  if not os.path.isfile(metrics_csv):
+    return None
+  last_round, clip = None, None
+  with open(metrics_csv, newline='') as f:
+    reader = csv.DictReader(f)
+    if CLIP_METRIC not in (reader.fieldnames or ()):
+      return None
+    for row in reader:
+      value = row.get(CLIP_METRIC)
+      if value is None or not value.strip():
+        continue
+      try:
+        round_num, value = int(float(row['round'])), float(value)
+      except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f'{metrics_csv}: row {row!r} has no numeric round and '
+                         f'{CLIP_METRIC!r} ({e}).') from e
+      if last_round is None or round_num >= last_round:
+        last_round, clip = round_num, value
+  return clip

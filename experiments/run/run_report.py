@@ -2,8 +2,9 @@
 
 `finish` builds the report from the run's plan, participation log and metrics with
 `accounting.report.build_report`, the function `experiments.privacy_report --plan=RUN/plan.json
---participation_log=RUN/participation.csv` calls too, so the two reports agree; then it marks the
-run complete (`summary.json`, written last) and prints the summary.
+--participation_log=RUN/participation.csv --metrics=RUN/metrics.csv` calls too, so the two reports
+agree (without --metrics the standalone report of an adaptive-clipping run lacks the final clip);
+then it marks the run complete (`summary.json`, written last) and prints the summary.
 """
 
 import os
@@ -26,7 +27,9 @@ def finish(config: RunConfig, plan: plan_lib.RunPlan, accuracy_metric: str,
   The report (`privacy_report/`: report.json, report.md with the BLT paper's App. C checklist,
   plots, every mechanism at equal privacy) comes from the plan, the participation log and the
   metrics through `report.build_report`, as `experiments.privacy_report --plan=RUN/plan.json
-  --participation_log=RUN/participation.csv` does, so the two agree. Its headline uses the
+  --participation_log=RUN/participation.csv --metrics=RUN/metrics.csv` does, so the two agree.
+  With adaptive clipping, `run_facts.final_clip` is the clip of the last round in metrics.csv
+  (`run_dir.read_final_clip`). Its headline uses the
   participation observed in `participation.csv`; the declared schema's guarantee is under
   `declared`, and any violation of it is a warning. With random sampling the amplified guarantee
   stands beside the headline; with SecAgg the report lists each segment's post-rounding bound and
@@ -47,8 +50,10 @@ def finish(config: RunConfig, plan: plan_lib.RunPlan, accuracy_metric: str,
   else:
     log = participation_log.read_participation_log(
         os.path.join(output_dir, run_dir.PARTICIPATION_FILE))
+    final_clip = (run_dir.read_final_clip(os.path.join(output_dir, run_dir.METRICS_FILE))
+                  if plan.adaptive_clip else None)
     report = report_lib.build_report(plan, log, secure_segments=secure_segments,
-                                     equal_privacy=True)
+                                     equal_privacy=True, final_clip=final_clip)
     report_render.write_report(report, os.path.join(output_dir, run_dir.REPORT_DIR))
   if not complete:
     guarantee = None if report is None else report.guarantee

@@ -136,7 +136,8 @@ class _Setup:
 
 
 def _set_up(task: Task, config: RunConfig, directory: run_dir.RunDirectory) -> _Setup:
-  """Checks everything and builds the plan and the process, writing nothing (see `run`)."""
+  """Checks everything and builds the plan and the process, writing nothing (see `run`); prints
+  the console header once the plan is built."""
   with _setup_errors():
     client_ids = list(task.train_data.client_ids)
     # The min-sep sampler checks its schedule now; a Poisson sampler needs the plan's sampling.
@@ -155,6 +156,9 @@ def _set_up(task: Task, config: RunConfig, directory: run_dir.RunDirectory) -> _
     plan = run_setup.build_plan(config, resolved, len(client_ids))
     if sampler is None:
       sampler = poisson_sampler.PoissonSampler(client_ids, plan.sampling, seed=config.seed)
+    # The header before the process: TFF takes most of the start-up to build it (10-20 s).
+    console.out(console.header(plan, f'{config.data}: {len(client_ids)} training clients',
+                               config.output_dir, task.keras_model_fn().count_params()))
     process = dp_ftrl.build_dp_ftrl_process(
         task.model_fn, tff.learning.optimizers.build_sgdm(config.client_learning_rate),
         aggregator=aggregators.CorrelatedNoiseFactory(plan, noise_seed=config.noise_seed),
@@ -198,8 +202,6 @@ def _run(task: Task, config: RunConfig, directory: run_dir.RunDirectory,
   setup = _set_up(task, config, directory)
   directory.remove_stale_temps()
   run_setup.write_run_files(config, setup.resolved, setup.plan, setup.strategy_unsaved)
-  console.out(console.header(setup.plan, f'{config.data}: {len(setup.client_ids)} training clients',
-                             config.output_dir))
   training = _Training(task, config, setup, directory)
   start_round = training.restore()
   training.train(start_round, stop)

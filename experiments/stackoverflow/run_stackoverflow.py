@@ -1,10 +1,19 @@
-"""StackOverflow next-word prediction with DP-FTRL:
-`python -m experiments.stackoverflow.run_stackoverflow --root_output_dir=... [flags]`.
+r"""StackOverflow DP-FTRL driver: next-word prediction trained with DP-FTRL and min-sep sampling.
 
 Model (BandMF / BLT papers, after Reddi et al. 2021): vocabulary 10000, embedding 96, one LSTM layer
 of 670 units, sequences of 20 tokens, accuracy with and without OOV / EOS. Data: a synthetic
-population, TFF's loader, or an offline cache directory / SQLite file in TFF's format. See
-`experiments/run/training_loop.py` for what a run writes and `docs/training.md` for usage.
+population, TFF's loader, or an offline cache directory / SQLite file in TFF's format.
+
+Example (synthetic clients, a few minutes on 2 cores; run from the repository root):
+  python -m experiments.stackoverflow.run_stackoverflow \
+      --flagfile=configs/stackoverflow_blt_synthetic.cfg --root_output_dir=/tmp/runs
+
+Logs: WARNING and above on stderr; absl's --verbosity=0 (not listed below) shows the INFO logs.
+Exit codes: 0 ok; 2 bad input (flags, settings, input files, data, a --rounds too large for memory);
+1 runtime failure (I/O, a run directory in use by another run, a corrupt run file or
+--mechanism_file); 130 / 143 stopped by SIGINT / SIGTERM (after the current round and its
+checkpoint). An error is one line `<program>: error: ...` on stderr; --debug adds the traceback.
+Docs: docs/training.md.
 """
 
 import os

@@ -1,6 +1,7 @@
 """Tests for `dp_ftrl_tff.accounting.report` and `report_render`: keys, realized participation,
 observed tree patterns, markdown, files."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -217,6 +218,11 @@ def test_fixed_clip_and_min_sep_cohorts_are_stated():
   assert result.run_facts == report.RunFacts(
       noise_seed_fixed=False, clip='fixed', clip_norm=0.5, sampler='min_sep',
       clients_per_round=10.0, population=1000, cohort_fraction=0.01)
+  assert json.loads(report_render.to_json(result))['run_facts'] == {
+      'noise_seed_fixed': False, 'clip': 'fixed', 'clip_norm': 0.5,
+      'target_unclipped_quantile': None, 'final_clip': None, 'sampler': 'min_sep',
+      'clients_per_round': 10.0, 'population': 1000, 'sampling_prob': None,
+      'sampling_groups': None, 'cohort_fraction': 0.01}
   markdown = report_render.to_markdown(result)
   assert '- Clip: fixed, L2 norm 0.5 per client update.' in markdown
   assert ('- Cohorts: min-sep sampler: exactly 10 clients per round from a population of 1000 '
@@ -237,6 +243,11 @@ def test_adaptive_clip_states_its_quantile_and_final_clip():
   unrecorded = report.build_report(run_plan)
   assert unrecorded.run_facts.final_clip is None
   assert 'final clip not recorded' in report_render.to_markdown(unrecorded)
+  out = json.loads(report_render.to_json(recorded))  # report.json states the run
+  assert out['run_facts'] == dataclasses.asdict(facts)
+  assert (out['run_facts']['clip'], out['run_facts']['target_unclipped_quantile'],
+          out['run_facts']['final_clip']) == ('adaptive', 0.7, 0.123456789)
+  assert json.loads(report_render.to_json(unrecorded))['run_facts']['final_clip'] is None
   with pytest.raises(ValueError, match='final_clip'):
     report.build_report(run_plan, final_clip=-1.0)
 
@@ -260,8 +271,9 @@ def test_random_sampling_cohorts_are_stated(kind, groups, fragment):
 
 
 def test_accounting_only_plan_states_no_clip_or_sampler():
-  facts = _report(gaussian.GaussianStrategy(), 10, Schema(2, 2), noise_multiplier=1.0).run_facts
-  assert facts == report.RunFacts()
+  result = _report(gaussian.GaussianStrategy(), 10, Schema(2, 2), noise_multiplier=1.0)
+  assert result.run_facts == report.RunFacts()
+  assert set(report_render.to_dict(result)['run_facts'].values()) == {None}
 
 
 def test_no_client_participated_twice_is_said_not_a_small_min_sep():
@@ -275,6 +287,9 @@ def test_no_client_participated_twice_is_said_not_a_small_min_sep():
   markdown = report_render.to_markdown(result)
   assert 'no client participated twice yet' in markdown
   assert 'min_sep b = 3' not in markdown and 'realized min_sep = None' not in markdown
+  summary = report_render.summary(result)
+  assert 'no client participated twice yet' in summary.splitlines()[0]
+  assert 'min_sep=' not in summary and 'min_separation=' not in summary
   repeated = report.build_report(
       _run_plan(), log_lib.ParticipationLog.from_arrays(['a', 'b', 'a'], [0, 1, 6]))
   assert not repeated.no_client_participated_twice
@@ -282,3 +297,5 @@ def test_no_client_participated_twice_is_said_not_a_small_min_sep():
   markdown = report_render.to_markdown(repeated)
   assert 'min_sep b = 6' in markdown and 'realized min_sep = 6' in markdown
   assert 'no client participated twice' not in markdown
+  summary = report_render.summary(repeated)
+  assert 'min_sep=6 (min_separation=5)' in summary and 'participated twice' not in summary

@@ -79,3 +79,26 @@ def test_help_and_usage_errors_answer_without_tensorflow(module, args, exit_code
   if exit_code:
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
   assert not out.exists()
+
+
+@pytest.mark.parametrize('module, is_driver', [
+    ('experiments.emnist.run_emnist', True),
+    ('experiments.stackoverflow.run_stackoverflow', True),
+    ('experiments.privacy_report', False),
+    ('dp_ftrl_tff.mechanisms', False),
+    ('experiments.demo', False),
+])
+def test_help_has_an_example_exit_codes_and_docs(module, is_driver):
+  # `--help` prints the module docstring, then the flags: the docstring gives a runnable example,
+  # the exit codes and where the docs are; the drivers name absl's --verbosity (not in the flags).
+  proc = subprocess.run([sys.executable, '-m', module, '--help'], cwd=_ROOT, capture_output=True,
+                        text=True, timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3'))
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  usage = ' '.join(proc.stdout.split('\nFlags:\n')[0].split())  # one line: wrapping aside
+  assert 'Example' in usage and f'python -m {module}' in usage, usage
+  assert 'Exit codes: 0 ok; 2 ' in usage and ' 1 ' in usage, usage
+  docs = [word.strip('.,;:()`') for word in usage.split() if 'docs/' in word]
+  assert docs and all(os.path.exists(os.path.join(_ROOT, d)) for d in docs), docs
+  if is_driver:
+    assert '--verbosity=0' in usage and '130 / 143' in usage, usage
+    assert 'docs/training.md' in docs and '.py' not in usage.replace(module, ''), usage

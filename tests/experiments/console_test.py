@@ -70,3 +70,16 @@ def test_eval_line_says_when_no_client_participated_twice(tmp_path, rows, rounds
   guarantee = console.spent_guarantee(_plan(), path, rounds_done)
   line = console.eval_line(rounds_done, 10, {'eval_loss': 0.5}, guarantee)
   assert f'(observed participation: {expected})' in line and absent not in line, line
+
+
+def test_header_warns_when_the_noise_dwarfs_the_update():
+  # sigma sqrt(d) / m: 1 * sqrt(7850) / 10 = 8.86 > 3 (the tiny model's loss rises at the driver's
+  # defaults); 30 clients per round bring it to 2.95.
+  plan = _plan()
+  assert console.noise_to_signal(plan, 7850) == pytest.approx(7850 ** 0.5 / 10, rel=1e-12)
+  warning = _line(console.header(plan, 'synthetic', '/tmp/run', num_params=7850), 'warning')
+  assert 'noise 8.86x the update per coordinate' in warning
+  assert '>= 30 clients per round' in warning and '--noise_multiplier=0' in warning
+  assert 'warning' not in console.header(_plan(clients_per_round=30), 'synthetic', '/tmp/run',
+                                         num_params=7850)
+  assert 'warning' not in console.header(plan, 'synthetic', '/tmp/run')  # model size unknown

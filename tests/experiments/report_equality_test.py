@@ -1,5 +1,6 @@
 """The report a driver writes at the end of a run equals the one `experiments.privacy_report` writes
-from the run's `plan.json` and `participation.csv` (apart from wall times)."""
+from the run's `plan.json`, `participation.csv` and `metrics.csv` (apart from wall times): --metrics
+gives the standalone report adaptive clipping's final clip, as the driver reads it."""
 
 import json
 import re
@@ -40,7 +41,9 @@ def _without_wall_times(report: dict) -> dict:
          min_sep=1, rounds=3),
     dict(mechanism='banded', mechanism_options={'num_bands': 2}, sampler='cyclic_poisson',
          sampling_groups=2, clients_per_round=None, sampling_prob=0.2, min_sep=2, rounds=4),
-], ids=['min_sep', 'poisson', 'cyclic_poisson'])
+    dict(mechanism='gaussian', adaptive_clipping=True, clipped_count_stddev=2.0, clip_norm=0.5,
+         min_sep=2),
+], ids=['min_sep', 'poisson', 'cyclic_poisson', 'adaptive_clip'])
 def test_driver_report_equals_standalone_report(tmp_path, overrides):
   config = conftest.tiny_config(tmp_path / 'runs', task=EMNIST_TASK, **overrides)
   training_loop.run(run_emnist.build_task(config), config)
@@ -49,3 +52,9 @@ def test_driver_report_equals_standalone_report(tmp_path, overrides):
   assert _without_wall_times(standalone) == _without_wall_times(driver)
   if config.sampler != 'min_sep':
     assert driver['amplified'] is not None
+  if config.adaptive_clipping:  # the final clip is the last round's, from metrics.csv (--metrics)
+    final_clip = driver['run_facts']['final_clip']
+    assert final_clip is not None and final_clip == run_dir.read_final_clip(
+        f'{config.output_dir}/{run_dir.METRICS_FILE}')
+  else:
+    assert driver['run_facts']['final_clip'] is None

@@ -218,6 +218,7 @@ def _copy_run(source, root, name):
 def test_torn_log_lines_are_dropped_and_a_truncated_hparams_is_one_error(tmp_path, reference):
   source = reference()
   torn = _copy_run(source, tmp_path, 'torn')
+  os.remove(os.path.join(torn, 'summary.json'))  # killed: not finished
   with open(os.path.join(torn, 'participation.csv'), 'a') as f:
     f.write('client_1')  # killed while appending: no newline
   with open(os.path.join(torn, 'metrics.csv'), 'a') as f:
@@ -306,3 +307,23 @@ def test_corrupt_run_files_name_the_path(tmp_path):
     else:
       with open(path, 'wb') as f:
         f.write(keep)
+
+
+def test_read_final_clip_is_the_clip_of_the_highest_round(tmp_path):
+  path = str(tmp_path / 'metrics.csv')
+
+  def read(text):
+    with open(path, 'w') as f:
+      f.write(text)
+    return run_dir.read_final_clip(path)
+
+  header = f'round,{run_dir.CLIP_METRIC},train_loss\n'
+  assert read(header + '0,1.0,2.5\n1,0.75,2.0\n2,0.5,1.5\n') == 0.5
+  assert read(header + '2,0.5,1.5\n0,1.0,2.5\n1,0.75,2.0\n') == 0.5  # by round, not row order
+  assert read(header + '0,1.0,2.5\n1,,2.0\n') == 1.0  # a round without the metric is skipped
+  assert read(header) is None  # no rounds yet
+  assert read('round,train_loss\n0,2.5\n') is None  # a fixed-clip run's metrics: no column
+  os.remove(path)
+  assert run_dir.read_final_clip(path) is None  # no metrics.csv
+  with pytest.raises(ValueError, match='metrics.csv'):
+    read(header + '0,1.0,2.5\nx,0.5,1.5\n')
