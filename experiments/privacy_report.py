@@ -273,7 +273,10 @@ def main(argv):
                       'space or choose another --output_dir.') from e
   except Exception as e:  # every error is one line; --debug adds the traceback
     return _fail(e)
-  print(report_render.to_json(result) if FLAGS.json else report_render.summary(result))
+  print(report_render.to_json(result) if FLAGS.json else
+        report_render.summary(result, warnings=False))
+  for warning in result.warnings:
+    flag_parsing.warn(warning)
   if FLAGS.strict and result.observed is not None and result.observed.violations:
     print(flag_parsing.error_text(
         f'--strict: the --participation_log violates the declared schema '

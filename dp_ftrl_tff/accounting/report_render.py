@@ -86,8 +86,9 @@ def to_json(report: report_lib.PrivacyReport) -> str:
   return json.dumps(to_dict(report), indent=2, allow_nan=True)
 
 
-def summary(report: report_lib.PrivacyReport) -> str:
-  """A few lines for a terminal."""
+def summary(report: report_lib.PrivacyReport, warnings: bool = True) -> str:
+  """A few lines for a terminal; the report's warnings last unless `warnings` is False (the
+  binaries print them on stderr)."""
   g = report.guarantee
   separation = ('no client participated twice yet' if report.no_client_participated_twice else
                 f'min_sep={report.min_sep} (min_separation='
@@ -113,7 +114,8 @@ def summary(report: report_lib.PrivacyReport) -> str:
                  f', epsilon={t["epsilon"]:.6g}')
   if report.amplified is not None:
     lines.append(f'  {report_markdown.amplified_text(report.amplified)}')
-  lines.extend(f'  WARNING: {w}' for w in report.warnings)
+  if warnings:
+    lines.extend(f'  WARNING: {w}' for w in report.warnings)
   return '\n'.join(lines)
 
 

@@ -78,6 +78,11 @@ def error_text(error, flag_values: flags.FlagValues, program: Optional[str] = No
   return f'{program or program_name()}: error: {error_line(error, flag_values)}'
 
 
+def warn(message: str) -> None:
+  """`<program>: warning: <message>` on stderr: the one warning format of every binary."""
+  print(f'{program_name()}: warning: {message}', file=sys.stderr, flush=True)
+
+
 def exit_with_error(error, flag_values: flags.FlagValues,
                     exit_code: int = ERROR_EXIT_CODE) -> NoReturn:
   """Prints `<program>: error: <one line>` on stderr and exits with `exit_code` (`ERROR_EXIT_CODE`

@@ -15,6 +15,7 @@ from absl import logging
 from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.accounting import participation_log, report_render
 from dp_ftrl_tff.accounting import report as report_lib
+from experiments.cli import flag_parsing
 from experiments.run import console, hparams_summary, run_dir, run_summary
 from experiments.run.run_config import RunConfig
 
@@ -65,6 +66,8 @@ def finish(config: RunConfig, plan: plan_lib.RunPlan, accuracy_metric: str,
         rho=None if guarantee is None else guarantee.rho)
     hparams_summary.write_hparams_summary(output_dir, summary)
     run_summary.write_summary(output_dir, summary)
-  console.out(console.summary(output_dir,
-                              None if report is None else report_render.summary(report)))
+  console.out(console.summary(
+      output_dir, None if report is None else report_render.summary(report, warnings=False)))
+  for warning in [] if report is None else report.warnings:
+    flag_parsing.warn(warning)
   return report
