@@ -183,10 +183,12 @@ def _observed(schema) -> str:
 
 
 def summary(output_dir: str, report_summary: Optional[str] = None) -> str:
-  """The final summary: the privacy report's summary and the run directory's files."""
+  """The final summary: the privacy report's summary (and where report.md is) and the run
+  directory's files."""
   lines = []
   if report_summary:
-    lines += ['privacy report:', *('  ' + line for line in report_summary.splitlines())]
+    report_md = os.path.join(output_dir, 'privacy_report', 'report.md')
+    lines += [f'privacy report ({report_md}):', *('  ' + line for line in report_summary.splitlines())]
   lines.append(f'run directory {output_dir}:')
   for name in sorted(os.listdir(output_dir)):
     path = os.path.join(output_dir, name)
