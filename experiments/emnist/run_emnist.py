@@ -8,12 +8,6 @@ Example (synthetic clients, a few minutes on 2 cores; run from the repository ro
   python -m experiments.emnist.run_emnist --flagfile=configs/emnist_blt_synthetic.cfg \
       --root_output_dir=/tmp/runs
 
-Logs: WARNING and above on stderr; absl's --verbosity=0 (not listed below) shows the INFO logs.
-Exit codes: 0 ok; 2 bad input (flags, settings, input files, data, a --rounds too large for memory);
-1 runtime failure (I/O, a run directory in use by another run, a corrupt run file or
---mechanism_file); 130 / 143 stopped by SIGINT / SIGTERM (after the current round and its
-checkpoint). An error is one line `<program>: error: ...` on stderr; --debug adds the traceback.
-Docs: docs/training.md.
 """
 
 import os

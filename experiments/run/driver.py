@@ -3,14 +3,15 @@ errors.
 
 A driver binary owns a `flags.FlagValues()` with the common flags (`driver_flags`) and its own, and
 calls `run_main(flag_values, build_task, task_settings)` under `if __name__ == '__main__'`. Bad input
-(flags, settings, data, schedule, run directory, execution context) ends the program before any
-training with `<program>: error: <one line>` on stderr and exit status 2; `--help` lists every flag
-with its default. A run directory in use by another run (its PID named) or holding a corrupt run file
+(flags, settings, input files such as a corrupt --data or --mechanism_file, schedule, run directory,
+execution context) ends the program before any training with `<program>: error: <one line>` on
+stderr and exit status 2; `--help` lists every flag with its default (`HELP_NOTES` after the
+driver's docstring). A run directory in use by another run (its PID named) or holding a corrupt run file
 is one such line with exit status 1. SIGINT / SIGTERM stop the run after the current round and its
-checkpoint, with one logged line and exit status 130 / 143 (`experiments.run.stop_signals`). Every exit
+checkpoint, with one line and exit status 130 / 143 (`experiments.run.stop_signals`). Every exit
 ends the driver's TFF worker_binary children. A `--rounds` whose arrays cannot fit in memory
 (`dp_ftrl_tff.mechanisms.memory`) exits 2; any other failure (I/O: an unwritable --root_output_dir,
-a full disk; a corrupt --mechanism_file; memory; a bug) is one line with exit status 1. `--debug`
+a full disk; memory; a bug) is one line with exit status 1. `--debug`
 prints the traceback before the line. The console (stdout: header, rounds, evals, summary) is
 `experiments.run.console`.
 """
@@ -24,9 +25,20 @@ from typing import Any, Callable, Dict
 from absl import flags, logging
 
 from dp_ftrl_tff.learning import remote_execution
-from dp_ftrl_tff.mechanisms import memory, resolve
+from dp_ftrl_tff.mechanisms import memory
 from experiments.cli import flag_parsing, tff_workers
 from experiments.run import console, driver_flags, run_config, run_dir, run_summary, stop_signals
+
+#: What `--help` of every driver prints after the driver's docstring.
+HELP_NOTES = """
+Logs: WARNING and above on stderr; absl's --verbosity=0 (not listed below) shows the INFO logs.
+Exit codes: 0 ok; 2 bad input (flags, settings, input files such as --data or --mechanism_file, a
+--rounds too large for memory); 1 runtime failure (I/O, a run directory in use by another run, a
+corrupt file of the run directory); 130 / 143 stopped by SIGINT / SIGTERM (after the current round
+and its checkpoint). Rerunning a finished run writes nothing and exits 0 (--force_report rewrites
+its report). An error is one line `<program>: error: ...` on stderr; --debug adds the traceback.
+Docs: docs/training.md.
+"""
 
 
 def set_up_logging() -> None:
@@ -121,7 +133,7 @@ def run_from_flags(flag_values: flags.FlagValues,
     return training_loop.run(task, config)
   except training_loop.SetupError as error:
     raise Failure(error, flag_parsing.ERROR_EXIT_CODE) from error
-  except (run_dir.RunDirError, resolve.StrategyFileError) as error:
+  except run_dir.RunDirError as error:
     raise Failure(error, flag_parsing.RUNTIME_ERROR_EXIT_CODE) from error
   except Exception as error:  # I/O (unwritable directory, full disk), memory, bugs: exit 1
     raise Failure(_runtime_message(error), flag_parsing.RUNTIME_ERROR_EXIT_CODE) from error
@@ -160,6 +172,6 @@ def run_main(flag_values: flags.FlagValues,
   # absl's app.run does more than the drivers need, and TensorFlow first imported inside it builds
   # Keras models that fail (`Flatten` takes its symbolic input for an eager one): the drivers import
   # TensorFlow after their flags are checked, so they parse and start `main` themselves.
-  argv = flag_parsing.flags_parser(flag_values, usage)(sys.argv)
+  argv = flag_parsing.flags_parser(flag_values, usage.rstrip('\n') + '\n' + HELP_NOTES)(sys.argv)
   logging.use_absl_handler()
   main(argv)

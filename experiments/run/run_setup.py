@@ -60,7 +60,7 @@ def run_strategy(config: run_config.RunConfig) -> Tuple[resolve.ResolvedStrategy
 
   Raises:
     ValueError: a strategy of another kind than `mechanism`, a file for another setting, ...
-    resolve.StrategyFileError: the user's `mechanism_file` cannot be read.
+    resolve.StrategyFileError (a ValueError): the user's `mechanism_file` cannot be read.
     run_dir.CorruptRunFileError: the run directory's mechanism file or plan cannot be read.
   """
   saved = saved_strategy_path(config.output_dir)

@@ -178,10 +178,9 @@ def run(task: Task, config: RunConfig) -> Dict[str, Any]:
   Raises:
     SetupError (a ValueError): on bad settings, an impossible schedule, an unknown or mismatched
       mechanism, a run directory holding a run with other settings, or an execution context that
-      cannot run secure sums; before any training.
+      cannot run secure sums, a `mechanism_file` that cannot be read; before any training.
     run_dir.RunDirError: the run directory is in use by another run (its PID in the message) or
       holds a corrupt run file (hparams.json, plan.json, the mechanism file); before any training.
-    resolve.StrategyFileError: the `mechanism_file` cannot be read; before any training.
     stop_signals.Interrupted: on SIGINT or SIGTERM; during training only after the current round
       and its checkpoint (see experiments/run/stop_signals.py). A rerun resumes bit-identically.
   """
