@@ -98,7 +98,9 @@ def test_help_has_an_example_exit_codes_and_docs(module, is_driver):
   assert 'Example' in usage and f'python -m {module}' in usage, usage
   assert 'Exit codes: 0 ok; 2 ' in usage and ' 1 ' in usage, usage
   docs = [word.strip('.,;:()`') for word in usage.split() if 'docs/' in word]
-  assert docs and all(os.path.exists(os.path.join(_ROOT, d)) for d in docs), docs
+  assert docs, usage
+  if os.path.isdir(os.path.join(_ROOT, 'docs')):  # Bazel's runfiles hold no docs/
+    assert all(os.path.exists(os.path.join(_ROOT, d)) for d in docs), docs
   if is_driver:
     assert '--verbosity=0' in usage and '130 / 143' in usage, usage
     assert 'docs/training.md' in docs and '.py' not in usage.replace(module, ''), usage
