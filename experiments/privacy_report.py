@@ -15,7 +15,8 @@ report the run wrote at its end (the plan holds the mechanism and where it came 
 multiplier and its split, the restarts, the sampling, the rounds and the declared participation;
 with SecAgg, the segments come from --metrics, by default the metrics.csv beside the plan; with
 adaptive clipping, the final clip comes from --metrics only: add --metrics=RUN/metrics.csv for the
-driver's report exactly).
+driver's report exactly). Add --canaries=RUN/canaries.json (a run with --canary_clients; needs
+--participation_log) for the empirical privacy of its canaries beside the accounted epsilon.
 --rounds, --min_sep, --max_participations and --target_delta given with --plan replace the plan's.
 
 Without --mechanism_file or parameters, --mechanism=blt is the BLT paper's production BLT (App. A,
@@ -28,8 +29,8 @@ Conventions: rounds are 0-based; --min_sep = b means r2 - r1 >= b for two partic
 Exit codes: 0 ok; 2 on a user mistake (bad or conflicting flags, a missing input file, a number of
 rounds whose arrays cannot fit in memory, a strategy file made for another setting, an input file
 that is corrupt, truncated, empty or of another kind: --plan, --mechanism_file, --participation_log,
---metrics), 1 on a runtime failure (an unwritable --output_dir, I/O errors) and with --strict when
-the log violates the declared schema (after writing the report): one line
+--metrics, --canaries), 1 on a runtime failure (an unwritable --output_dir, I/O errors) and with
+--strict when the log violates the declared schema (after writing the report): one line
 `privacy_report.py: error: ...` on stderr naming the flag; `--debug` prints the traceback before it.
 """
 
@@ -41,6 +42,7 @@ import traceback
 
 from absl import app, flags
 
+from dp_ftrl_tff import auditing
 from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.accounting import (
     amplification,
@@ -69,6 +71,10 @@ flags.DEFINE_string('participation_log', None,
 flags.DEFINE_string('metrics', None, 'With a --plan: the run\'s metrics.csv, for each SecAgg '
                     'segment\'s clip and post-rounding bound (default: the one beside --plan) and '
                     'adaptive clipping\'s final clip (only when given).', **_d)
+flags.DEFINE_string('canaries', None, 'With --participation_log: a run\'s canaries.json (written '
+                    'with --canary_clients; its canaries.csv beside it), for the empirical privacy '
+                    'of its canary clients (one row per threat model) beside the accounted epsilon.',
+                    **_d)
 flags.DEFINE_bool('observed_patterns', True,
                   'Trees with a log: also account the observed clients\' patterns.', **_d)
 flags.DEFINE_string('output_dir', None, 'Where report.json, report.md, plots go.', **_d)
@@ -115,6 +121,19 @@ def _read_log(fv):
   if not log.num_rows:
     raise ValueError(f'`participation_log`: {fv.participation_log} has no rows.')
   return log
+
+
+def _read_canaries(fv):
+  """The `auditing.CanaryRecord` of --canaries, or None."""
+  if fv.canaries is None:
+    return None
+  if not fv.participation_log:
+    raise ValueError('`canaries` requires `participation_log`: the canaries are clients of the '
+                     'run\'s participation log, which gives their rounds.')
+  try:
+    return auditing.read_canaries(fv.canaries)
+  except (ValueError, OSError) as e:
+    raise _input_file_error('canaries', fv.canaries, e) from None
 
 
 def _sampling(fv):
@@ -214,6 +233,7 @@ def build_from_flags(fv) -> report.PrivacyReport:
   """The report of the parsed `fv`; raises ValueError (a usage error) or `InputFileError`."""
   if fv.metrics is not None and not os.path.isfile(fv.metrics):
     raise ValueError(f'`metrics`: no file at {fv.metrics!r}.')
+  canaries = _read_canaries(fv)
   log = _read_log(fv)
   if log is None and (fv.plan is None and (fv.rounds is None or fv.min_sep is None)):
     raise ValueError(f'`{"rounds" if fv.rounds is None else "min_sep"}` is required (or '
@@ -224,11 +244,15 @@ def build_from_flags(fv) -> report.PrivacyReport:
                       losses=False)
   else:
     run_plan = _plan_from_flags(fv, log)
-  return report.build_report(
-      run_plan, log, observed_patterns=fv.observed_patterns,
-      secure_segments=_secure_segments(fv, run_plan),
-      equal_privacy=fv.equal_privacy and bool(fv.output_dir), require_amplification=not fv.plan,
-      final_clip=_final_clip(fv, run_plan))
+  try:
+    return report.build_report(
+        run_plan, log, observed_patterns=fv.observed_patterns,
+        secure_segments=_secure_segments(fv, run_plan),
+        equal_privacy=fv.equal_privacy and bool(fv.output_dir),
+        require_amplification=not fv.plan, final_clip=_final_clip(fv, run_plan),
+        canaries=canaries)
+  except report.CanaryMismatchError as e:  # a canary file of another run
+    raise InputFileError(f'`canaries`: {fv.canaries}: {e.reason}') from None
 
 
 def _check_output_dir(path: str) -> None:

@@ -19,7 +19,11 @@ participation log into a `PrivacyReport`:
   * what the plan states about the run (`RunFacts`): the noise seed (a fixed one is a warning: a
     testing-only run, no guarantee), the clip (fixed, or adaptive with its target quantile and, when
     given, its final value), the sampler, clients per round, population and sampling probability;
-    and, with a log in which no client participated twice yet, that fact rather than a min_sep.
+    and, with a log in which no client participated twice yet, that fact rather than a min_sep;
+  * with the run's canaries (`auditing.CanaryRecord`) and its log, the empirical privacy: one
+    `auditing.EmpiricalRow` per threat model (a one-shot epsilon ESTIMATE and a lower BOUND with
+    confidence, at the headline's delta), compared with the headline epsilon: a lower bound above it
+    is a warning (do not launch), an estimate above it with the bound below is a note.
 The drivers' end-of-run report and `python -m experiments.privacy_report --plan=...` both call it, so
 they agree. Rendering (JSON, terminal summary, the BLT paper's App. C markdown checklist, plots)
 lives in `report_render`.
@@ -34,9 +38,9 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from dp_ftrl_tff import _validation
+from dp_ftrl_tff import _validation, auditing
 from dp_ftrl_tff import plan as plan_lib
-from dp_ftrl_tff.accounting import amplification, zcdp
+from dp_ftrl_tff.accounting import amplification, participation_bits, zcdp
 from dp_ftrl_tff.accounting import equal_privacy as equal_privacy_lib
 from dp_ftrl_tff.accounting import participation_log as log_lib
 from dp_ftrl_tff.mechanisms import participation as participation_lib
@@ -159,6 +163,10 @@ class PrivacyReport:
     strategy_file: {'path', 'sha256', 'setting', 'mismatches'} of the strategy file, or None.
     amplified: the `amplification.AmplifiedGuarantee` under the run's random sampling, or None.
     run_facts: the `RunFacts` of the plan: noise seed, clip, sampler, cohorts and population.
+    empirical_privacy: with the run's canaries, a tuple of `auditing.EmpiricalRow` (one per threat
+      model with enough canaries; empty when none has), at the headline's delta; else None.
+    notes: plain remarks that are not warnings (e.g. an empirical estimate above the accounted
+      epsilon whose lower bound is not).
   """
   plan: plan_lib.RunPlan
   guarantee: zcdp.Guarantee
@@ -176,6 +184,8 @@ class PrivacyReport:
   strategy_file: Optional[dict] = None
   amplified: Optional[amplification.AmplifiedGuarantee] = None
   run_facts: RunFacts = RunFacts()
+  empirical_privacy: Optional[Tuple[auditing.EmpiricalRow, ...]] = None
+  notes: tuple = ()
 
   @property
   def min_sep(self) -> int:
@@ -308,7 +318,9 @@ def _noise_warnings(plan: plan_lib.RunPlan, headline: zcdp.Guarantee,
 def build_report(plan: plan_lib.RunPlan, log: Optional[log_lib.ParticipationLog] = None, *,
                  observed_patterns: bool = True, secure_segments: Optional[dict] = None,
                  equal_privacy: bool = False, require_amplification: bool = False,
-                 final_clip: Optional[float] = None) -> PrivacyReport:
+                 final_clip: Optional[float] = None,
+                 canaries: Optional[auditing.CanaryRecord] = None,
+                 confidence: float = 0.95) -> PrivacyReport:
   """Builds the privacy report of a run plan.
 
   Args:
@@ -326,8 +338,25 @@ def build_report(plan: plan_lib.RunPlan, log: Optional[log_lib.ParticipationLog]
       cover is a ValueError (a request for the amplified figure) instead of a warning.
     final_clip: with adaptive clipping, the clip of the run's last round (its metrics'
       `aggregator/clip`), stated in `run_facts`; None when not recorded.
+    canaries: the run's `auditing.CanaryRecord` (`auditing.read_canaries` of its canaries.json):
+      adds `empirical_privacy`, one row per threat model at the headline's delta; needs `log` (the
+      canaries are clients of the log, their rounds come from it). A fixed noise seed changes
+      nothing here: the rows are computed as usual.
+    confidence: of the empirical lower bounds, in (0, 1).
+
+  Raises:
+    ValueError: on bad arguments (naming the parameter); `CanaryMismatchError` (a ValueError) when
+      `canaries` cannot be of this run.
   """
   _check_inputs(plan, log)
+  confidence = _validation.check_float_in_range(confidence, 'confidence', 0.0, 1.0,
+                                                low_inclusive=False, high_inclusive=False)
+  if canaries is not None:
+    if not isinstance(canaries, auditing.CanaryRecord):
+      raise ValueError(f'`canaries` must be an auditing.CanaryRecord, got {canaries!r}.')
+    if log is None:
+      raise ValueError('`canaries` needs the participation log (`log`): the canaries\' rounds '
+                       'come from it.')
   run_facts = RunFacts.of_plan(plan, final_clip)
   num_rounds, schema, source, observed = headline_setting(plan, log)
   _check_rounds(plan, num_rounds)
@@ -351,17 +380,104 @@ def build_report(plan: plan_lib.RunPlan, log: Optional[log_lib.ParticipationLog]
   exact = plan.strategy.segments_sensitivity_is_exact(plan.segment_lengths(num_rounds), schema)
   value_nm, noise_warnings = _noise_warnings(plan, headline, exact)
   secure, secure_warnings = _secure_aggregation(plan, secure_segments)
+  empirical, empirical_warnings, notes = None, [], []
+  if canaries is not None:
+    empirical = _empirical_rows(plan, canaries, log, num_rounds, headline.delta, confidence)
+    empirical_warnings, notes = _empirical_comparison(empirical, headline.epsilon, canaries)
   return PrivacyReport(
       plan=plan, guarantee=headline, mechanism_config=_json_config(plan.strategy.to_config()),
       participation_source=source, sensitivity_exact=exact, declared=declared, observed=observed,
       clipped_count_stddev=plan.clipped_count_stddev, value_noise_multiplier=value_nm,
       calibration=plan.calibration, secure_aggregation=secure,
-      warnings=tuple(warnings + noise_warnings + secure_warnings + amplified_warnings),
+      warnings=tuple(warnings + noise_warnings + secure_warnings + amplified_warnings
+                     + empirical_warnings),
       equal_privacy=(equal_privacy_lib.equal_privacy(num_rounds, schema, rho=headline.rho,
                                                      run_strategy=plan.strategy)
                      if equal_privacy else None),
       strategy_file=None if plan.strategy_source is None else plan.strategy_source.file_record(),
-      amplified=amplified, run_facts=run_facts)
+      amplified=amplified, run_facts=run_facts, empirical_privacy=empirical, notes=tuple(notes))
+
+
+#: How the empirical-privacy warnings (a lower bound above the accounted epsilon) and notes begin
+#: (report.md gathers them in its empirical section).
+EMPIRICAL_WARNING_START = 'the measured lower bound on epsilon'
+EMPIRICAL_NOTE_STARTS = ('the one-shot empirical estimate', 'no empirical privacy')
+
+
+class CanaryMismatchError(ValueError):
+  """A canary record that cannot be of the run the report is of (e.g. more rounds than the run).
+
+  Attributes:
+    reason: the mismatch in words, without the parameter's name (a CLI adds its flag and path).
+  """
+
+  def __init__(self, reason: str):
+    super().__init__(f'`canaries`: {reason}')
+    self.reason = reason
+
+
+def canary_log_rows(log: log_lib.ParticipationLog,
+                    client_ids: Sequence[str]) -> Tuple[np.ndarray, np.ndarray]:
+  """The participation-log rows of the clients `client_ids`: (client id per row, as str; 0-based
+  round per row, int64), in the order of the log's client codes then rounds. Ids absent from the
+  log have no row. Reads only those clients' rows of `log.bits`.
+  """
+  if not isinstance(log, log_lib.ParticipationLog):
+    raise ValueError(f'`log` must be a ParticipationLog, got {log!r}.')
+  wanted = np.array([str(c).encode('utf-8') for c in client_ids], dtype=bytes)
+  codes = np.flatnonzero(np.isin(log.client_ids, wanted))
+  ids, rounds = [], []
+  for code in codes.tolist():
+    block, row = divmod(code, participation_bits.BLOCK_CLIENTS)
+    found = np.flatnonzero(np.unpackbits(log.bits[block][row], bitorder='little'))
+    found = found[found < log.num_rounds]
+    ids.extend([log.client_id(code)] * found.size)
+    rounds.append(found.astype(np.int64))
+  return (np.array(ids, dtype=str),
+          np.concatenate(rounds) if rounds else np.zeros(0, dtype=np.int64))
+
+
+def _empirical_rows(plan: plan_lib.RunPlan, record: auditing.CanaryRecord,
+                    log: log_lib.ParticipationLog, num_rounds: int, delta: float,
+                    confidence: float) -> Tuple[auditing.EmpiricalRow, ...]:
+  """`auditing.empirical_privacy` of the run's canaries, their rounds read from `log`."""
+  if record.num_rounds > num_rounds:
+    raise CanaryMismatchError(
+        f'the canary record holds {record.num_rounds} rounds, more than the run\'s {num_rounds} '
+        '(its plan and participation log): it is of another run.')
+  ids, rounds = canary_log_rows(log, record.client_ids)
+  participation = auditing.canary_participation(record, ids, rounds)
+  return auditing.empirical_privacy(plan, record, participation, delta, confidence)
+
+
+def confidence_text(confidence: float) -> str:
+  """A confidence in (0, 1) as a percentage: 0.95 -> '95%', 0.999 -> '99.9%'."""
+  return f'{100 * confidence:g}%'
+
+
+def _empirical_comparison(rows: Tuple[auditing.EmpiricalRow, ...], epsilon: float,
+                          record: auditing.CanaryRecord) -> Tuple[List[str], List[str]]:
+  """(warnings, notes) comparing the empirical rows with the accounted (headline) `epsilon`."""
+  warnings, notes = [], []
+  if not rows:
+    notes.append(f'{EMPIRICAL_NOTE_STARTS[1]}: of the {record.num_seen} canaries, fewer than 2 '
+                 f'took part in the {record.num_rounds} recorded rounds (per the participation '
+                 'log).')
+  for row in rows:
+    if row.epsilon_lower_bound > epsilon:
+      warnings.append(
+          f'{EMPIRICAL_WARNING_START} ({row.threat_model}: '
+          f'{row.epsilon_lower_bound:.4g} at {confidence_text(row.confidence)} confidence, '
+          f'{row.canaries_seen} seen / {row.canaries_unseen} unseen canaries) exceeds the '
+          f'accounted epsilon {epsilon:.4g}: the noise added is less than the accountant assumes, '
+          'or the accounting is wrong. Do not launch.')
+    elif row.epsilon > epsilon:
+      notes.append(
+          f'{EMPIRICAL_NOTE_STARTS[0]} ({row.threat_model}: {row.epsilon:.4g}) exceeds the '
+          f'accounted epsilon {epsilon:.4g}, but its lower bound ({row.epsilon_lower_bound:.4g} at '
+          f'{confidence_text(row.confidence)} confidence) does not: an estimate, not a proof; more '
+          'canaries would tell.')
+  return warnings, notes
 
 
 def _secure_aggregation(plan: plan_lib.RunPlan,

@@ -2,7 +2,7 @@
 
 After Ponomareva et al. 2023, Sec. 5.3: DP setting, data accesses covered, final output, unit of
 privacy, adjacency, accounting method, assumptions, formal statement, then the equal-privacy table
-when the report has one. Both `min_sep` = b (r2 - r1 >= b) and TF-Privacy's `min_separation` =
+when the report has one, and the empirical privacy of the run's canaries when it has them. Both `min_sep` = b (r2 - r1 >= b) and TF-Privacy's `min_separation` =
 b - 1 are printed.
 """
 
@@ -11,6 +11,7 @@ from typing import List
 
 import dp_accounting
 
+from dp_ftrl_tff import auditing
 from dp_ftrl_tff.accounting import amplification
 from dp_ftrl_tff.accounting import equal_privacy as equal_privacy_lib
 from dp_ftrl_tff.accounting import report as report_lib
@@ -33,6 +34,13 @@ def amplified_text(a: amplification.AmplifiedGuarantee) -> str:
           f'max column norm = {a.effective_noise_multiplier:.6g}')
 
 
+def empirical_text(row: auditing.EmpiricalRow, accounted_epsilon: float) -> str:
+  """One line: an empirical row beside the accounted epsilon."""
+  return (f'empirical epsilon ({row.threat_model}): {row.epsilon:.4g} (lower bound '
+          f'{row.epsilon_lower_bound:.4g} at {report_lib.confidence_text(row.confidence)}) vs accounted '
+          f'{accounted_epsilon:.4g}')
+
+
 def row_label(row: equal_privacy_lib.EqualPrivacyRow) -> str:
   """The row's mechanism, marked '(this run)' for the run's own one."""
   if not row.run_mechanism or row.mechanism.endswith('(this run)'):
@@ -46,10 +54,15 @@ def to_markdown(report: report_lib.PrivacyReport) -> str:
   md = [f'# Privacy report: {g.mechanism}, {g.num_rounds} rounds', '']
   if report.warnings:
     md += ['> **WARNING**', '>'] + [f'> - {w}' for w in report.warnings] + ['']
+  other_notes = [n for n in report.notes if not n.startswith(report_lib.EMPIRICAL_NOTE_STARTS)]
+  if other_notes:
+    md += ['> **Note**', '>'] + [f'> - {n}' for n in other_notes] + ['']
   md += _setting_markdown(report) + _mechanism_markdown(report) + _participation_markdown(report)
   md += _accounting_markdown(report)
   if report.equal_privacy is not None:
     md += _equal_privacy_markdown(report)
+  if report.empirical_privacy is not None:
+    md += _empirical_markdown(report)
   return '\n'.join(md)
 
 
@@ -235,3 +248,34 @@ def _equal_privacy_markdown(report: report_lib.PrivacyReport) -> List[str]:
               f'{row.rms_loss:.6g} | {sens} | {row.source} |')
   md += [f'- Not compared: {s}.' for s in table.skipped] + ['']
   return md
+
+
+#: Why an empirical figure is not a guarantee (report.md's empirical section).
+EMPIRICAL_CAVEAT = (
+    'An empirical figure is not a guarantee: it measures how well one particular test tells this '
+    "run's seen canaries from unseen ones, so it can show that a run leaks more than accounted (a "
+    'lower bound above the accounted epsilon), never that it leaks less (docs/auditing.md explains '
+    'more).')
+
+
+def _empirical_markdown(report: report_lib.PrivacyReport) -> List[str]:
+  """The empirical privacy of the run's canaries beside the accounted epsilon, with its warnings."""
+  g, rows = report.guarantee, report.empirical_privacy
+  md = ['## Empirical privacy (canaries)',
+        f'Accounted: **epsilon = {g.epsilon:.6g}** at delta = {g.delta:g} (section 5). Empirical, '
+        f'from the run\'s canary clients at the same delta: the one-shot estimate (two fitted '
+        'Gaussians) and a lower bound that holds with the stated confidence.', '',
+        EMPIRICAL_CAVEAT, '']
+  if rows:
+    md += ['| threat model | assumes | estimate | lower bound (confidence) | seen / unseen canaries '
+           '|', '|---|---|---|---|---|']
+    for row in rows:
+      flag = ' **(above the accounted epsilon)**' if row.epsilon_lower_bound > g.epsilon else ''
+      md.append(f'| `{row.threat_model}` | {auditing.THREAT_MODEL_TEXT[row.threat_model]} | '
+                f'{row.epsilon:.4g} | {row.epsilon_lower_bound:.4g}{flag} '
+                f'({report_lib.confidence_text(row.confidence)}) | {row.canaries_seen} / {row.canaries_unseen} |')
+    md.append('')
+  md += [f'- **WARNING:** {w}' for w in report.warnings
+         if w.startswith(report_lib.EMPIRICAL_WARNING_START)]
+  md += [f'- Note: {n}' for n in report.notes if n.startswith(report_lib.EMPIRICAL_NOTE_STARTS)]
+  return md + ['']

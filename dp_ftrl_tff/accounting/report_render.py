@@ -1,7 +1,9 @@
 """Rendering of a privacy report: the JSON layout, the terminal summary, the markdown and the plots.
 
 `to_dict` / `to_json` give report.json (`REQUIRED_KEYS` first: the CLI contract; `run_facts` states
-the run: noise seed, clip, sampler, cohorts), `summary` a few lines for a terminal, `to_markdown` report.md (`report_markdown`: the BLT paper's App. C checklist).
+the run: noise seed, clip, sampler, cohorts; `empirical_privacy` the canary rows, or null without
+canaries; `notes` the remarks that are not warnings), `summary` a few lines for a terminal (one per
+empirical row), `to_markdown` report.md (`report_markdown`: the BLT paper's App. C checklist).
 `write_plots` draws epsilon over rounds and epsilon versus min_sep of the run's mechanism (with the
 exact Gaussian conversion: fast, within ~1e-7 of PLD) and, with an equal-privacy table, every
 mechanism's MaxLoss against epsilon (`EQUAL_PRIVACY_PLOT`), with matplotlib's Agg backend, imported
@@ -35,7 +37,6 @@ PLOT_FILES = ('epsilon_over_rounds.png', 'epsilon_vs_min_sep.png')
 #: Written besides `PLOT_FILES` when the report has an equal-privacy table.
 EQUAL_PRIVACY_PLOT = 'equal_privacy.png'
 to_markdown = report_markdown.to_markdown
-
 
 
 def to_dict(report: report_lib.PrivacyReport) -> dict:
@@ -74,6 +75,9 @@ def to_dict(report: report_lib.PrivacyReport) -> dict:
       'strategy_file': report.strategy_file,
       'amplified': None if report.amplified is None else _amplified_dict(report.amplified),
       'run_facts': dataclasses.asdict(report.run_facts),
+      'empirical_privacy': (None if report.empirical_privacy is None
+                            else [row.to_dict() for row in report.empirical_privacy]),
+      'notes': list(report.notes),
   }
   if out['observed'] is not None:
     out['observed']['histogram'] = {str(k): v for k, v in report.observed.histogram.items()}
@@ -114,6 +118,9 @@ def summary(report: report_lib.PrivacyReport, warnings: bool = True) -> str:
                  f', epsilon={t["epsilon"]:.6g}')
   if report.amplified is not None:
     lines.append(f'  {report_markdown.amplified_text(report.amplified)}')
+  for row in report.empirical_privacy or ():
+    lines.append(f'  {report_markdown.empirical_text(row, g.epsilon)}')
+  lines.extend(f'  note: {n}' for n in report.notes)
   if warnings:
     lines.extend(f'  WARNING: {w}' for w in report.warnings)
   return '\n'.join(lines)

@@ -24,6 +24,7 @@ import tensorflow_federated as tff
 
 from dp_ftrl_tff import _validation, aggregators
 from dp_ftrl_tff.aggregators import secure as secure_lib
+from dp_ftrl_tff.learning import canaries as canaries_lib
 
 
 def build_dp_ftrl_process(
@@ -33,6 +34,7 @@ def build_dp_ftrl_process(
     aggregator: tff.aggregators.UnweightedAggregationFactory,
     server_learning_rate: float,
     server_momentum: float = 0.9,
+    canaries: Optional[canaries_lib.Canaries] = None,
 ) -> tff.learning.templates.LearningProcess:
   """Builds DP-FTRL with momentum as TFF's unweighted FedAvg with an SGD-momentum server optimizer.
 
@@ -45,6 +47,9 @@ def build_dp_ftrl_process(
       TFF's `DifferentiallyPrivateFactory`.
     server_learning_rate: eta > 0 of the server SGD.
     server_momentum: gamma in [0, 1) of the server heavy-ball momentum.
+    canaries: `dp_ftrl_tff.learning.canaries.Canaries` to insert, or None. With canaries the
+      process takes, per client, `(dataset, canary_index)` (`canaries.client_data`) and its
+      aggregator measurements hold `canary_projections` (see dp_ftrl_tff/learning/canaries.py).
 
   Returns:
     A `tff.learning.templates.LearningProcess` (state: `LearningAlgorithmState`).
@@ -68,6 +73,9 @@ def build_dp_ftrl_process(
                                                      high_inclusive=False)
   server_optimizer = tff.learning.optimizers.build_sgdm(learning_rate=server_learning_rate,
                                                         momentum=server_momentum or None)
+  if canaries is not None:
+    return _build_with_canaries(model_fn, client_optimizer_fn, server_optimizer, model_aggregator,
+                                canaries)
   if counting:
     return tff.learning.algorithms.build_weighted_fed_avg(
         model_fn, client_optimizer_fn, server_optimizer_fn=server_optimizer,
@@ -75,6 +83,33 @@ def build_dp_ftrl_process(
   return tff.learning.algorithms.build_unweighted_fed_avg(
       model_fn, client_optimizer_fn, server_optimizer_fn=server_optimizer,
       model_aggregator=model_aggregator)
+
+
+def _build_with_canaries(model_fn, client_optimizer_fn, server_optimizer, model_aggregator,
+                         canaries: canaries_lib.Canaries) -> tff.learning.templates.LearningProcess:
+  """`build_weighted_fed_avg` with UNIFORM weights, from TFF's own parts (the builder takes no
+  client work): its client work with the canaries inserted, its broadcast and its optimizer
+  finalizer; the aggregator also measures the canary projections."""
+  if not isinstance(canaries, canaries_lib.Canaries):
+    raise ValueError(f'`canaries` must be Canaries, got {type(canaries).__name__}.')
+  if isinstance(model_aggregator, tff.aggregators.UnweightedAggregationFactory):
+    model_aggregator = tff.aggregators.as_weighted_aggregator(model_aggregator)
+
+  @tff.tensorflow.computation()
+  def initial_model_weights_fn():
+    return tff.learning.models.ModelWeights.from_model(model_fn())
+
+  weights_type = initial_model_weights_fn.type_signature.result
+  aggregator = canaries_lib.projection_factory(model_aggregator, canaries).create(
+      weights_type.trainable, tff.TensorType(np.float32))
+  client_work = canaries_lib.canary_client_work(
+      tff.learning.templates.build_model_delta_client_work(
+          model_fn, client_optimizer_fn, client_weighting=tff.learning.ClientWeighting.UNIFORM),
+      canaries)
+  return tff.learning.templates.compose_learning_process(
+      initial_model_weights_fn, tff.learning.templates.build_broadcast_process(weights_type),
+      client_work, aggregator,
+      tff.learning.templates.build_apply_optimizer_finalizer(server_optimizer, weights_type))
 
 
 class _NonFiniteCountingFactory(tff.aggregators.WeightedAggregationFactory):

@@ -45,6 +45,10 @@ def _define_run_flags(fv: flags.FlagValues) -> None:
   flags.DEFINE_integer('seed', 0, 'Seed of the data, model init and client sampling.', **d)
   flags.DEFINE_integer('noise_seed', None,
                        'Noise seed (default: OS entropy, stored in the checkpoint).', **d)
+  flags.DEFINE_integer('canary_clients', 0,
+                       'Empirical privacy: insert N canary clients (and N unseen directions) into '
+                       'the population; the report then states the measured epsilon beside the '
+                       'accounted one (docs/auditing.md). 0: none.', **d)
   flags.DEFINE_integer('checkpoint_every', 10, 'Checkpoint every k rounds.', **d)
   flags.DEFINE_integer('eval_every', 10, 'Evaluate on the test set every k rounds.', **d)
   flags.DEFINE_integer('eval_max_examples', 10000, 'Test examples used per evaluation.', **d)

@@ -96,6 +96,7 @@ class RunConfig:
   synthetic_examples_per_client: int = 20
   seed: int = 0
   noise_seed: Optional[int] = None
+  canary_clients: int = 0  # N canary clients in the population (docs/auditing.md)
   checkpoint_every: int = 10
   eval_every: int = 10
   eval_max_examples: int = 10000
@@ -118,6 +119,7 @@ class RunConfig:
     for name in ('rounds', 'client_batch_size', 'client_epochs', 'checkpoint_every', 'eval_every',
                  'eval_max_examples', 'synthetic_num_clients', 'synthetic_examples_per_client'):
       _validation.check_positive_int(getattr(self, name), name)
+    _validation.check_nonnegative_int(self.canary_clients, 'canary_clients')
     self._check_mechanism()
     _validation.check_positive_float(self.client_learning_rate, 'client_learning_rate')
     _validation.check_positive_float(self.server_learning_rate, 'server_learning_rate')

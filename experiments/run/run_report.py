@@ -2,8 +2,8 @@
 
 `finish` builds the report from the run's plan, participation log and metrics with
 `accounting.report.build_report`, the function `experiments.privacy_report --plan=RUN/plan.json
---participation_log=RUN/participation.csv --metrics=RUN/metrics.csv` calls too, so the two reports
-agree (without --metrics the standalone report of an adaptive-clipping run lacks the final clip);
+--participation_log=RUN/participation.csv --metrics=RUN/metrics.csv [--canaries=RUN/canaries.json]`
+calls too, so the two reports agree (without --metrics the standalone report of an adaptive-clipping run lacks the final clip);
 then it marks the run complete (`summary.json`, written last) and prints the summary.
 """
 
@@ -12,6 +12,7 @@ from typing import Optional
 
 from absl import logging
 
+from dp_ftrl_tff import auditing
 from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.accounting import participation_log, report_render
 from dp_ftrl_tff.accounting import report as report_lib
@@ -34,7 +35,8 @@ def finish(config: RunConfig, plan: plan_lib.RunPlan, accuracy_metric: str,
   participation observed in `participation.csv`; the declared schema's guarantee is under
   `declared`, and any violation of it is a warning. With random sampling the amplified guarantee
   stands beside the headline; with SecAgg the report lists each segment's post-rounding bound and
-  the rounds whose secure sum wrapped. The completion marker is the TensorBoard HParams session and
+  the rounds whose secure sum wrapped; with `canary_clients`, the empirical epsilon of the run's
+  canaries (`canaries.json`, as `privacy_report --canaries=RUN/canaries.json`). The completion marker is the TensorBoard HParams session and
   final scalars, then `summary.json`, written last and atomically (its presence means the run
   finished).
   """
@@ -53,8 +55,10 @@ def finish(config: RunConfig, plan: plan_lib.RunPlan, accuracy_metric: str,
         os.path.join(output_dir, run_dir.PARTICIPATION_FILE))
     final_clip = (run_dir.read_final_clip(os.path.join(output_dir, run_dir.METRICS_FILE))
                   if plan.adaptive_clip else None)
+    canaries = (auditing.read_canaries(os.path.join(output_dir, auditing.CANARY_FILE))
+                if config.canary_clients else None)
     report = report_lib.build_report(plan, log, secure_segments=secure_segments,
-                                     equal_privacy=True, final_clip=final_clip)
+                                     equal_privacy=True, final_clip=final_clip, canaries=canaries)
     report_render.write_report(report, os.path.join(output_dir, run_dir.REPORT_DIR))
   if not complete:
     guarantee = None if report is None else report.guarantee

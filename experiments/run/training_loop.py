@@ -30,15 +30,16 @@ import dataclasses
 import datetime
 import os
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 import tensorflow_federated as tff
 from absl import logging
 
-from dp_ftrl_tff import aggregators
+from dp_ftrl_tff import aggregators, auditing
 from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.accounting import participation_log
+from dp_ftrl_tff.learning import canaries as canaries_lib
 from dp_ftrl_tff.learning import client_sampler as sampler_lib
 from dp_ftrl_tff.learning import dp_ftrl, poisson_sampler, remote_execution
 from dp_ftrl_tff.mechanisms import resolve
@@ -133,13 +134,14 @@ class _Setup:
   process: Any
   client_ids: List[str]
   sampler: Any
+  canaries: Optional[canaries_lib.Canaries]
 
 
 def _set_up(task: Task, config: RunConfig, directory: run_dir.RunDirectory) -> _Setup:
   """Checks everything and builds the plan and the process, writing nothing (see `run`); prints
   the console header once the plan is built."""
   with _setup_errors():
-    client_ids = list(task.train_data.client_ids)
+    client_ids = list(task.train_data.client_ids) + canary_client_ids(task, config)
     # The min-sep sampler checks its schedule now; a Poisson sampler needs the plan's sampling.
     sampler = _min_sep_sampler(config, client_ids) if config.sampler == 'min_sep' else None
     if config.secure_aggregation:
@@ -159,11 +161,40 @@ def _set_up(task: Task, config: RunConfig, directory: run_dir.RunDirectory) -> _
     # The header before the process: TFF takes most of the start-up to build it (10-20 s).
     console.out(console.header(plan, f'{config.data}: {len(client_ids)} training clients',
                                config.output_dir, task.keras_model_fn().count_params()))
+    canaries = run_canaries(config, plan)
     process = dp_ftrl.build_dp_ftrl_process(
         task.model_fn, tff.learning.optimizers.build_sgdm(config.client_learning_rate),
         aggregator=aggregators.CorrelatedNoiseFactory(plan, noise_seed=config.noise_seed),
-        server_learning_rate=config.server_learning_rate, server_momentum=config.server_momentum)
-  return _Setup(plan, resolved, strategy_unsaved, process, client_ids, sampler)
+        server_learning_rate=config.server_learning_rate, server_momentum=config.server_momentum,
+        canaries=canaries)
+  return _Setup(plan, resolved, strategy_unsaved, process, client_ids, sampler, canaries)
+
+
+#: The id of canary client i is CANARY_ID_PREFIX + its 5-digit index.
+CANARY_ID_PREFIX = 'canary-'
+
+
+def canary_client_ids(task: Task, config: RunConfig) -> List[str]:
+  """The ids of the run's `canary_clients` canary clients, appended to the task's population."""
+  ids = [f'{CANARY_ID_PREFIX}{i:05d}' for i in range(config.canary_clients)]
+  clashes = set(ids) & set(task.train_data.client_ids)
+  if clashes:
+    raise ValueError(f'`canary_clients`: the data has a client named {sorted(clashes)[0]!r}, a '
+                     'canary id; rename it or run without canaries.')
+  return ids
+
+
+#: With adaptive clipping a canary's norm is this multiple of the initial clip: above any clip the
+#: run reaches, so the clip brings the canary to (its direction) * (the round's clip).
+ADAPTIVE_CANARY_NORM_FACTOR = 1e6
+
+
+def run_canaries(config: RunConfig, plan: plan_lib.RunPlan) -> Optional[canaries_lib.Canaries]:
+  """The run's canaries (seeded by `seed`), or None without `canary_clients`."""
+  if not config.canary_clients:
+    return None
+  norm = plan.clip_norm * (1.0 if plan.adaptive_clip is None else ADAPTIVE_CANARY_NORM_FACTOR)
+  return canaries_lib.Canaries(config.canary_clients, seed=config.seed, norm=norm)
 
 
 def run(task: Task, config: RunConfig) -> Dict[str, Any]:
@@ -204,10 +235,15 @@ def _run(task: Task, config: RunConfig, directory: run_dir.RunDirectory,
   training = _Training(task, config, setup, directory)
   start_round = training.restore()
   training.train(start_round, stop)
+  training.record_final_canaries(trained=start_round < config.rounds)
   report = run_report.finish(config, setup.plan, task.accuracy_metric,
                              trained=start_round < config.rounds)
   return {'metrics': training.metrics, 'state': training.state, 'process': setup.process,
           'privacy_report': report, 'modular_wrap_rounds': training.wrap_rounds}
+
+
+def _trainable_size(process, state) -> int:
+  return sum(int(np.size(w)) for w in process.get_model_weights(state).trainable)
 
 
 def _min_sep_sampler(config: RunConfig, client_ids: List[str]) -> sampler_lib.ClientSampler:
@@ -229,6 +265,17 @@ class _Training:
         os.path.join(config.output_dir, 'checkpoints'), keep_total=3)
     self.state, self.metrics, self.wrap_rounds = self.initial_state, {}, []
     self.workers = remote_workers.RemoteWorkers(config.workers)
+    canary_ids = canary_client_ids(task, config)
+    self.canary_index = {client: i for i, client in enumerate(canary_ids)}
+    self.canary_files = None
+    if setup.canaries is not None:
+      first = setup.client_ids[0]
+      # A canary's dataset is never read: an empty one of the task's type.
+      self.canary_dataset = task.client_preprocess_fn(
+          task.train_data.create_tf_dataset_for_client(first)).take(0)
+      self.canary_files = auditing.CanaryFilesWriter(
+          config.output_dir, setup.canaries.num_canaries, setup.canaries.seed,
+          list(self.canary_index), _trainable_size(setup.process, self.initial_state))
 
   def _path(self, name: str) -> str:
     return os.path.join(self.config.output_dir, name)
@@ -257,6 +304,10 @@ class _Training:
     run_dir.drop_torn_last_line(self._path(run_dir.METRICS_FILE), 'round')
     self.log = participation_log.ParticipationLogWriter(self._path(run_dir.PARTICIPATION_FILE))
     self.log.truncate(start_round)
+    if self.canary_files is not None:
+      if start_round == 0:
+        self.canary_files.write_metadata()
+      self.canary_files.truncate(start_round)
     return start_round
 
   def train(self, start_round: int, stop: stop_signals.StopSignals) -> None:
@@ -296,11 +347,17 @@ class _Training:
     """One round: sample, log, train, and the round's metrics (with the evaluation when due)."""
     cohort = self.sampler.sample(round_num)
     self.log.append_round(round_num, cohort)
-    datasets = [self.task.client_preprocess_fn(self.task.train_data.create_tf_dataset_for_client(c))
+    datasets = [self.canary_dataset if c in self.canary_index else
+                self.task.client_preprocess_fn(self.task.train_data.create_tf_dataset_for_client(c))
                 for c in cohort]
+    if self.canary_files is not None:
+      datasets = canaries_lib.client_data(
+          datasets, [self.canary_index.get(c, canaries_lib.NOT_A_CANARY) for c in cohort])
     output = self.workers.run(f'round {round_num}', self.setup.process.next, self.state, datasets)
     self.state = output.state
     self.metrics = _round_metrics(output)
+    if self.canary_files is not None:
+      self._record_canaries(round_num, output.metrics['aggregator'])
     self.metrics['cohort_size'] = len(cohort)
     if not cohort:  # TFF reports 0 for the metrics of no client: there is no training loss
       self.metrics.update({name: float('nan') for name in self.metrics
@@ -313,6 +370,29 @@ class _Training:
       self.metrics.update(self.workers.run(
           f'the evaluation after round {round_num}', evaluate, self.task, self.setup.process,
           self.state, self.config.eval_max_examples))
+
+  def _record_canaries(self, round_num: int, measurements) -> None:
+    """Appends the round's canary projections in units of the round's clip on the SUM: the
+    aggregator measures them on the mean, the sum over the fixed `clients_per_round`."""
+    plan = self.setup.plan
+    clip = float(measurements.get('clip', plan.clip_norm))
+    projections = np.asarray(measurements[canaries_lib.PROJECTIONS_MEASUREMENT], np.float64)
+    self.canary_files.append_round(round_num, projections * plan.clients_per_round / clip)
+
+  def record_final_canaries(self, trained: bool) -> None:
+    """Records the final model delta's cosines with the canary directions (once rounds were
+    trained, or when a finished run lacks them)."""
+    if self.canary_files is None:
+      return
+    if not trained and auditing.read_canaries(self.canary_files.path).final_cosines is not None:
+      return
+    process = self.setup.process
+    delta = [initial - final for initial, final in zip(
+        process.get_model_weights(self.initial_state).trainable,
+        process.get_model_weights(self.state).trainable, strict=True)]
+    projections = canaries_lib.projections(self.setup.canaries, delta).numpy().astype(np.float64)
+    norm = float(np.sqrt(sum(np.sum(np.square(np.asarray(d, np.float64))) for d in delta)))
+    self.canary_files.write_final(projections / norm if norm > 0 else projections)
 
   def _print_round(self, round_num: int, mean_seconds: float) -> None:
     config, metrics = self.config, self.metrics

@@ -27,6 +27,7 @@ INVALID = {
     'plan': '/nonexistent/plan.json',
     'participation_log': '/nonexistent/participation.csv',
     'metrics': '/nonexistent/metrics.csv',
+    'canaries': '/nonexistent/canaries.json',
     'data': '/nonexistent/data.sqlite',
     'word_counts': '/nonexistent/word_counts.txt',
     'root_output_dir': '/proc/no_such_dir',

@@ -1,0 +1,203 @@
+"""The canary files of a run directory: written by the drivers, read by the report.
+
+  * `canaries.json` (`CANARY_FILE`): {"format": 1, "seen": N, "unseen": N, "seed": int,
+    "norm": "clip", "client_ids": [N str], "dimension": d, "final_model_cosines": null or [2N floats]}.
+    "norm": "clip" says the projections are divided by the round's clip norm.
+  * `canaries.csv` (`PROJECTIONS_FILE`): header `round,p0,...,p{2N-1}`, then one row per 0-based
+    round t holding P[:, t] (rows 0 .. N-1 of P are the seen canaries, N .. 2N-1 the unseen ones; see
+    `statistics`). Floats are written with `repr`, which round-trips exactly, so a resumed run
+    rewrites the same bytes.
+
+`CanaryFilesWriter` appends one round at a time and flushes to disk (like the participation log), so
+a killed run leaves rows complete up to its last finished round, at most with a torn last line that
+the reader drops; a resumed run calls `truncate(first_round)`.
+"""
+
+import dataclasses
+import json
+import os
+from typing import Optional, Sequence
+
+import numpy as np
+
+from dp_ftrl_tff import _atomic, _validation
+
+CANARY_FILE = 'canaries.json'
+PROJECTIONS_FILE = 'canaries.csv'
+FORMAT = 1
+
+
+def _header(num_directions: int) -> str:
+  return 'round,' + ','.join(f'p{i}' for i in range(num_directions)) + '\n'
+
+
+def _check_floats(values, name: str, length: int) -> list:
+  array = _validation.check_float_array(values, name, 1)
+  if array.shape != (length,):
+    raise ValueError(f'`{name}` must have {length} entries, got {array.size}.')
+  return [float(x) for x in array]
+
+
+class CanaryFilesWriter:
+  """Writes `canaries.json` and `canaries.csv` into a run directory."""
+
+  def __init__(self, directory, seen: int, seed: int, client_ids: Sequence[str], dimension: int):
+    """Args: directory: the run directory (created if missing); seen: N >= 1 (as many unseen);
+    seed: the canary directions' seed (>= 0); client_ids: the N seen canary clients' ids;
+    dimension: d, the number of model parameters."""
+    if not isinstance(directory, (str, os.PathLike)) or not os.fspath(directory):
+      raise ValueError(f'`directory` must be a non-empty path, got {directory!r}.')
+    self._seen = _validation.check_positive_int(seen, 'seen')
+    self._seed = _validation.check_nonnegative_int(seed, 'seed')
+    self._dimension = _validation.check_positive_int(dimension, 'dimension')
+    if isinstance(client_ids, str) or len(client_ids) != self._seen:
+      raise ValueError(f'`client_ids` must list {self._seen} ids, got {client_ids!r}.')
+    self._client_ids = [str(c) for c in client_ids]
+    self._directory = os.fspath(directory)
+    os.makedirs(self._directory, exist_ok=True)
+    self._metadata_path = os.path.join(self._directory, CANARY_FILE)
+    self._projections_path = os.path.join(self._directory, PROJECTIONS_FILE)
+
+  @property
+  def path(self) -> str:
+    """The path of `canaries.json` (what `read_canaries` takes)."""
+    return self._metadata_path
+
+  def write_metadata(self, final_cosines: Optional[list] = None) -> None:
+    """Writes `canaries.json` atomically, and the CSV header if the CSV does not exist yet."""
+    metadata = {'format': FORMAT, 'seen': self._seen, 'unseen': self._seen, 'seed': self._seed,
+                'norm': 'clip', 'client_ids': self._client_ids, 'dimension': self._dimension,
+                'final_model_cosines': final_cosines}
+    _atomic.write_text(self._metadata_path, json.dumps(metadata, indent=1) + '\n')
+    if not os.path.exists(self._projections_path):
+      _atomic.write_text(self._projections_path, _header(2 * self._seen))
+
+  def append_round(self, round_num: int, projections) -> None:
+    """Appends the row of 0-based round `round_num` (2N projections) and flushes to disk."""
+    round_num = _validation.check_nonnegative_int(round_num, 'round_num')
+    values = _check_floats(projections, 'projections', 2 * self._seen)
+    line = ','.join([str(round_num)] + [repr(x) for x in values]) + '\n'
+    with open(self._projections_path, 'a', encoding='utf-8') as f:
+      f.write(line)
+      f.flush()
+      os.fsync(f.fileno())
+
+  def truncate(self, first_round: int) -> None:
+    """Drops the rows of rounds >= `first_round` (rounds a resumed run will redo) and a torn line."""
+    first_round = _validation.check_nonnegative_int(first_round, 'first_round')
+    with open(self._projections_path, encoding='utf-8') as f:
+      lines = f.read().split('\n')
+    kept = [line + '\n' for line in lines[1:-1] if int(line.split(',', 1)[0]) < first_round]
+    _atomic.write_text(self._projections_path, _header(2 * self._seen) + ''.join(kept))
+
+  def write_final(self, cosines) -> None:
+    """Records the final model delta's cosines with the 2N directions in `canaries.json`."""
+    self.write_metadata(_check_floats(cosines, 'cosines', 2 * self._seen))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)  # arrays: compare fields explicitly
+class CanaryRecord:
+  """A run's canaries as read back.
+
+  Attributes:
+    client_ids: tuple of the N seen canary clients' ids.
+    seed: the directions' seed.
+    dimension: d, the number of model parameters.
+    round_projections: float64 (2N, rounds): P[i, t] / clip over 0-based rounds (seen rows first).
+    final_cosines: float64 (2N,) final-model cosines, or None if the run did not finish.
+  """
+  client_ids: tuple
+  seed: int
+  dimension: int
+  round_projections: np.ndarray
+  final_cosines: Optional[np.ndarray]
+
+  @property
+  def num_seen(self) -> int:
+    return len(self.client_ids)
+
+  @property
+  def num_rounds(self) -> int:
+    return self.round_projections.shape[1]
+
+
+def _read_metadata(path: str) -> dict:
+  try:
+    with open(path, encoding='utf-8') as f:
+      metadata = json.load(f)
+  except (OSError, ValueError) as e:
+    raise ValueError(f'{path}: cannot read the canary file ({type(e).__name__}: {e}).') from None
+  expected = {'format', 'seen', 'unseen', 'seed', 'norm', 'client_ids', 'dimension',
+              'final_model_cosines'}
+  if not isinstance(metadata, dict) or set(metadata) != expected:
+    keys = sorted(metadata) if isinstance(metadata, dict) else type(metadata).__name__
+    raise ValueError(f'{path}: expected the keys {sorted(expected)}, got {keys}.')
+  if metadata['format'] != FORMAT or metadata['norm'] != 'clip':
+    raise ValueError(f'{path}: unsupported format {metadata["format"]!r} / norm '
+                     f'{metadata["norm"]!r} (expected {FORMAT} / "clip").')
+  seen = metadata['seen']
+  if (not isinstance(seen, int) or isinstance(seen, bool) or seen < 1
+      or metadata['unseen'] != seen):
+    raise ValueError(f'{path}: "seen" and "unseen" must be the same positive integer, got '
+                     f'{seen!r} and {metadata["unseen"]!r}.')
+  ids = metadata['client_ids']
+  if not isinstance(ids, list) or len(ids) != seen or not all(isinstance(c, str) for c in ids):
+    raise ValueError(f'{path}: "client_ids" must be a list of {seen} strings.')
+  for key, smallest in (('seed', 0), ('dimension', 1)):
+    value = metadata[key]
+    if not isinstance(value, int) or isinstance(value, bool) or value < smallest:
+      raise ValueError(f'{path}: "{key}" must be an integer >= {smallest}, got {value!r}.')
+  return metadata
+
+
+def _read_projections(path: str, num_directions: int) -> np.ndarray:
+  try:
+    with open(path, encoding='utf-8') as f:
+      text = f.read()
+  except OSError as e:
+    raise ValueError(f'{path}: cannot read the canary projections ({e.strerror}).') from None
+  lines = text.split('\n')
+  if lines[0] + '\n' != _header(num_directions):
+    raise ValueError(f'{path}: the header is not "round,p0,...,p{num_directions - 1}".')
+  rows = lines[1:-1]  # the last element is '' after a final newline, else a torn line: dropped
+  values = np.empty((len(rows), num_directions))
+  for t, line in enumerate(rows):
+    fields = line.split(',')
+    try:
+      if len(fields) != num_directions + 1 or int(fields[0]) != t:
+        raise ValueError
+      values[t] = [float(x) for x in fields[1:]]
+    except ValueError:
+      raise ValueError(f'{path}: row {t + 2} must be round {t} followed by {num_directions} '
+                       'numbers.') from None
+  if not np.all(np.isfinite(values)):
+    raise ValueError(f'{path}: the projections must be finite.')
+  return values.T
+
+
+def read_canaries(path) -> CanaryRecord:
+  """Reads `canaries.json` at `path` and the `canaries.csv` beside it.
+
+  Rows must be the rounds 0 .. R-1 in order; a torn last line (no final newline: a killed writer) is
+  dropped.
+
+  Raises:
+    ValueError: naming the file and what is wrong, on a missing, corrupt or inconsistent file.
+  """
+  if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+    raise ValueError(f'`path` must be a non-empty path, got {path!r}.')
+  path = os.fspath(path)
+  metadata = _read_metadata(path)
+  num_directions = 2 * metadata['seen']
+  cosines = metadata['final_model_cosines']
+  if cosines is not None:
+    try:
+      cosines = _check_floats(cosines, 'final_model_cosines', num_directions)
+    except ValueError as e:
+      raise ValueError(f'{path}: {e}') from None
+    cosines = np.array(cosines)
+  projections = _read_projections(os.path.join(os.path.dirname(path), PROJECTIONS_FILE),
+                                  num_directions)
+  return CanaryRecord(client_ids=tuple(metadata['client_ids']), seed=metadata['seed'],
+                      dimension=metadata['dimension'], round_projections=projections,
+                      final_cosines=cosines)

@@ -1,0 +1,163 @@
+"""Tests for `dp_ftrl_tff.auditing.estimates`: the one-shot estimate against dp_accounting and
+numerical integration, the lower bound's power and coverage."""
+
+import math
+
+import dp_accounting
+import numpy as np
+import pytest
+import scipy.integrate
+import scipy.stats
+
+from dp_ftrl_tff.accounting import zcdp
+from dp_ftrl_tff.auditing import estimates
+
+
+def _exact_sample(seed: int, size: int, mean: float, std: float) -> np.ndarray:
+  """Random draws standardized so the sample mean and std (ddof=1) are exactly `mean` and `std`."""
+  draws = np.random.default_rng(seed).normal(size=size)
+  return (draws - draws.mean()) / draws.std(ddof=1) * std + mean
+
+
+def _pld_epsilon(mu: float, delta: float) -> float:
+  accountant = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-4)
+  accountant.compose(dp_accounting.GaussianDpEvent(noise_multiplier=1.0 / mu), 1)
+  return accountant.get_epsilon(delta)
+
+
+@pytest.mark.parametrize('mu,delta', [(0.5, 1e-5), (1.0, 1e-5), (2.0, 1e-3), (4.0, 1e-10),
+                                      (3.0, 1e-6)])
+def test_equal_variances_match_the_gaussian_mechanism(mu, delta):
+  seen, unseen = _exact_sample(1, 50, mu, 1.0), _exact_sample(2, 70, 0.0, 1.0)
+  estimate = estimates.estimate_epsilon(seen, unseen, delta)
+  # The PLD accountant discretizes the loss pessimistically in steps of 1e-4: it is above the exact
+  # value by at most about one step.
+  pld = _pld_epsilon(mu, delta)
+  assert pld - 2e-4 <= estimate <= pld + 1e-9
+  assert estimate == pytest.approx(zcdp.epsilon_from_rho(mu**2 / 2, delta, 'gaussian'), rel=1e-9)
+
+
+def test_scale_and_shift_invariant_and_symmetric():
+  seen, unseen = _exact_sample(1, 30, 1.5, 1.0), _exact_sample(2, 30, 0.0, 1.3)
+  epsilon = estimates.estimate_epsilon(seen, unseen, 1e-5)
+  assert estimates.estimate_epsilon(unseen, seen, 1e-5) == pytest.approx(epsilon, rel=1e-9)
+  assert estimates.estimate_epsilon(3 * seen - 7, 3 * unseen - 7, 1e-5) == pytest.approx(
+      epsilon, rel=1e-9)
+
+
+def _hockey_stick_by_quadrature(epsilon, p, q):
+  """H_eps(P || Q) = integral of max(0, p(x) - e^eps q(x)), by adaptive quadrature."""
+  (m1, s1), (m0, s0) = p, q
+  integrand = lambda x: max(0.0, scipy.stats.norm.pdf(x, m1, s1)  # noqa: E731
+                            - math.exp(epsilon) * scipy.stats.norm.pdf(x, m0, s0))
+  low, high = min(m1 - 40 * s1, m0 - 40 * s0), max(m1 + 40 * s1, m0 + 40 * s0)
+  # Breakpoints at both means help quad find the narrow region where p > e^eps q.
+  value, _ = scipy.integrate.quad(integrand, low, high, points=sorted({m0, m1}), limit=1000,
+                                  epsabs=1e-14, epsrel=1e-10)
+  return value
+
+
+@pytest.mark.parametrize('mu,s1,s0,delta', [
+    (1.0, 1.2, 1.0, 1e-3), (1.0, 0.8, 1.0, 1e-3), (2.0, 1.5, 0.7, 1e-4), (0.5, 3.0, 1.0, 1e-2),
+    (3.0, 1.0, 1.05, 1e-5), (0.0, 2.0, 1.0, 1e-3)])
+def test_unequal_variances_match_numerical_integration(mu, s1, s0, delta):
+  seen, unseen = _exact_sample(3, 40, mu, s1), _exact_sample(4, 40, 0.0, s0)
+  epsilon = estimates.estimate_epsilon(seen, unseen, delta)
+  assert epsilon > 0
+  p, q = (mu, s1), (0.0, s0)
+  worst = max(_hockey_stick_by_quadrature(epsilon, p, q),
+              _hockey_stick_by_quadrature(epsilon, q, p))
+  assert worst == pytest.approx(delta, rel=1e-5)
+  # Smallest such epsilon: slightly below it, some order exceeds delta.
+  below = epsilon * (1 - 1e-3)
+  assert max(_hockey_stick_by_quadrature(below, p, q),
+             _hockey_stick_by_quadrature(below, q, p)) > delta
+
+
+def test_far_apart_gaussians_do_not_underflow():
+  # mu = 60: the hockey-stick tails are below 1e-300 in linear space near the root.
+  seen, unseen = _exact_sample(5, 20, 60.0, 1.0), _exact_sample(6, 20, 0.0, 1.0)
+  assert estimates.estimate_epsilon(seen, unseen, 1e-10) == pytest.approx(
+      zcdp.epsilon_from_rho(60.0**2 / 2, 1e-10, 'gaussian'), rel=1e-9)
+  wide = _exact_sample(7, 20, 60.0, 1.5)
+  assert math.isfinite(estimates.estimate_epsilon(wide, unseen, 1e-10))
+
+
+def test_degenerate_samples():
+  unseen = _exact_sample(8, 100, 0.0, 1.0)
+  assert estimates.estimate_epsilon(np.ones(100), unseen, 1e-5) == math.inf  # noise multiplier 0
+  assert estimates.estimate_epsilon(np.ones(5), np.zeros(5), 1e-5) == math.inf
+  assert estimates.estimate_epsilon(np.ones(5), np.ones(7), 1e-5) == 0.0
+  assert estimates.estimate_epsilon(unseen, unseen[::-1], 1e-5) == 0.0
+  # Close Gaussians: H_0 <= delta gives 0.
+  assert estimates.estimate_epsilon(_exact_sample(9, 50, 1e-7, 1.0), unseen, 1e-5) == 0.0
+
+
+# --- epsilon_lower_bound --------------------------------------------------------------------------
+
+
+def test_lower_bound_without_noise_is_large():
+  rng = np.random.default_rng(10)
+  seen = np.ones(1000)  # noise multiplier 0: every seen canary scores exactly 1
+  unseen = 0.01 * rng.normal(size=1000)
+  bound = estimates.epsilon_lower_bound(seen, unseen, 1e-6)
+  # 500 vs 500 perfectly separated: log(Jeffreys lower(500/500) / Jeffreys upper(0/500)) at 0.975.
+  level = 0.975
+  expected = math.log(scipy.stats.beta.ppf(1 - level, 500.5, 0.5) - 1e-6) - math.log(
+      scipy.stats.beta.ppf(level, 0.5, 500.5))
+  assert bound == pytest.approx(expected, rel=1e-12)
+  assert bound > 5
+  # The mirrored direction (seen below unseen) is found as well.
+  assert estimates.epsilon_lower_bound(-seen, unseen, 1e-6) == pytest.approx(bound, rel=1e-12)
+
+
+def test_lower_bound_of_identical_distributions_is_small():
+  rng = np.random.default_rng(11)
+  bound = estimates.epsilon_lower_bound(rng.normal(size=1000), rng.normal(size=1000), 1e-6)
+  assert bound < 0.2
+
+
+def test_lower_bound_uses_the_halves_as_documented():
+  # The bound is evaluated on the odd-index scores: moving them onto the null kills it.
+  rng = np.random.default_rng(12)
+  seen, unseen = rng.normal(3.0, 1.0, size=400), rng.normal(size=400)
+  bound = estimates.epsilon_lower_bound(seen, unseen, 1e-6)
+  assert bound > 0.5
+  shifted = seen.copy()
+  shifted[1::2] -= 3.0
+  assert estimates.epsilon_lower_bound(shifted, unseen, 1e-6) < 0.2
+
+
+def test_lower_bound_coverage():
+  """Over 200 seeded repetitions the bound exceeds the true epsilon at most as often as a
+  Binomial(200, 1 - confidence) allows (its 0.999 quantile)."""
+  mu, delta, confidence, repetitions = 2.0, 1e-3, 0.95, 200
+  true_epsilon = zcdp.epsilon_from_rho(mu**2 / 2, delta, 'gaussian')
+  rng = np.random.default_rng(13)
+  bounds = np.array([estimates.epsilon_lower_bound(rng.normal(mu, 1.0, 500), rng.normal(size=500),
+                                                   delta, confidence)
+                     for _ in range(repetitions)])
+  exceed = int(np.sum(bounds > true_epsilon))
+  assert exceed <= scipy.stats.binom.ppf(0.999, repetitions, 1 - confidence)
+  assert np.median(bounds) > 0.3 * true_epsilon  # it has power too
+
+
+# --- Input validation -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize('function', [estimates.estimate_epsilon, estimates.epsilon_lower_bound])
+@pytest.mark.parametrize('seen,unseen,delta,name', [
+    ([1.0], [0.0, 1.0], 1e-5, 'seen'), ([[1.0, 2.0]], [0.0, 1.0], 1e-5, 'seen'),
+    ([1.0, math.nan], [0.0, 1.0], 1e-5, 'seen'), ('ab', [0.0, 1.0], 1e-5, 'seen'),
+    ([1.0, 2.0], [], 1e-5, 'unseen'), ([1.0, 2.0], [0.0, math.inf], 1e-5, 'unseen'),
+    ([1.0, 2.0], [0.0, 1.0], 0.0, 'delta'), ([1.0, 2.0], [0.0, 1.0], 1.0, 'delta'),
+    ([1.0, 2.0], [0.0, 1.0], 'x', 'delta')])
+def test_bad_arguments_name_the_parameter(function, seen, unseen, delta, name):
+  with pytest.raises(ValueError, match=f'`{name}`'):
+    function(seen, unseen, delta)
+
+
+@pytest.mark.parametrize('confidence', [0.0, 1.0, -0.5, math.nan, None])
+def test_bad_confidence(confidence):
+  with pytest.raises(ValueError, match='`confidence`'):
+    estimates.epsilon_lower_bound([1.0, 2.0], [0.0, 1.0], 1e-5, confidence)
