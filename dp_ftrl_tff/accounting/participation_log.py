@@ -222,6 +222,22 @@ class ParticipationLog:
                    f'{self.client_id(offenders[0])!r}).')
     return found
 
+  def rows_of(self, client_ids: Sequence[str]) -> Tuple[np.ndarray, np.ndarray]:
+    """The log's rows of the clients `client_ids`: (client id per row, as str; 0-based round per
+    row, int64), ordered by client code then round; ids absent from the log have no row."""
+    if isinstance(client_ids, str):
+      raise ValueError(f'`client_ids` must be a sequence of ids, got {client_ids!r}.')
+    wanted = np.array([str(c).encode('utf-8') for c in client_ids], dtype=bytes)
+    ids, rounds = [], []
+    for code in np.flatnonzero(np.isin(self.client_ids, wanted)).tolist():
+      block, row = divmod(code, participation_bits.BLOCK_CLIENTS)
+      found = np.flatnonzero(np.unpackbits(self.bits[block][row], bitorder='little'))
+      found = found[found < self.num_rounds]
+      ids.extend([self.client_id(code)] * found.size)
+      rounds.append(found.astype(np.int64))
+    return (np.array(ids, dtype=str),
+            np.concatenate(rounds) if rounds else np.zeros(0, dtype=np.int64))
+
   def iter_patterns(self) -> Iterator[Tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """The distinct participation patterns (sets of rounds), in batches of bounded size.
 

@@ -40,7 +40,7 @@ import numpy as np
 
 from dp_ftrl_tff import _validation, auditing
 from dp_ftrl_tff import plan as plan_lib
-from dp_ftrl_tff.accounting import amplification, participation_bits, zcdp
+from dp_ftrl_tff.accounting import amplification, zcdp
 from dp_ftrl_tff.accounting import equal_privacy as equal_privacy_lib
 from dp_ftrl_tff.accounting import participation_log as log_lib
 from dp_ftrl_tff.mechanisms import participation as participation_lib
@@ -416,27 +416,6 @@ class CanaryMismatchError(ValueError):
     self.reason = reason
 
 
-def canary_log_rows(log: log_lib.ParticipationLog,
-                    client_ids: Sequence[str]) -> Tuple[np.ndarray, np.ndarray]:
-  """The participation-log rows of the clients `client_ids`: (client id per row, as str; 0-based
-  round per row, int64), in the order of the log's client codes then rounds. Ids absent from the
-  log have no row. Reads only those clients' rows of `log.bits`.
-  """
-  if not isinstance(log, log_lib.ParticipationLog):
-    raise ValueError(f'`log` must be a ParticipationLog, got {log!r}.')
-  wanted = np.array([str(c).encode('utf-8') for c in client_ids], dtype=bytes)
-  codes = np.flatnonzero(np.isin(log.client_ids, wanted))
-  ids, rounds = [], []
-  for code in codes.tolist():
-    block, row = divmod(code, participation_bits.BLOCK_CLIENTS)
-    found = np.flatnonzero(np.unpackbits(log.bits[block][row], bitorder='little'))
-    found = found[found < log.num_rounds]
-    ids.extend([log.client_id(code)] * found.size)
-    rounds.append(found.astype(np.int64))
-  return (np.array(ids, dtype=str),
-          np.concatenate(rounds) if rounds else np.zeros(0, dtype=np.int64))
-
-
 def _empirical_rows(plan: plan_lib.RunPlan, record: auditing.CanaryRecord,
                     log: log_lib.ParticipationLog, num_rounds: int, delta: float,
                     confidence: float) -> Tuple[auditing.EmpiricalRow, ...]:
@@ -445,7 +424,7 @@ def _empirical_rows(plan: plan_lib.RunPlan, record: auditing.CanaryRecord,
     raise CanaryMismatchError(
         f'the canary record holds {record.num_rounds} rounds, more than the run\'s {num_rounds} '
         '(its plan and participation log): it is of another run.')
-  ids, rounds = canary_log_rows(log, record.client_ids)
+  ids, rounds = log.rows_of(record.client_ids)
   participation = auditing.canary_participation(record, ids, rounds)
   return auditing.empirical_privacy(plan, record, participation, delta, confidence)
 

@@ -11,6 +11,8 @@ into `<root_output_dir>/<experiment_name>/`:
   * `checkpoints/program_state_<r>`: `tff.program.FileProgramStateManager` states after r rounds
     (learning state incl. aggregator noise state, and the client sampler's state);
   * `participation.csv`: the participation log `client_id,round` (0-based rounds);
+  * with `canary_clients`: `canaries.json` and `canaries.csv`, the canaries' ids, seed and
+    per-round projections (`dp_ftrl_tff.auditing.records`; docs/auditing.md);
   * `metrics.csv` and `tensorboard/`: per-round metrics through `tff.program` release managers;
   * `privacy_report/`: report.json, report.md and plots, its summary printed at the end
     (`experiments.run.run_report`);

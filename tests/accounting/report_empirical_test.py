@@ -202,16 +202,16 @@ def test_canaries_absent_from_the_log_give_no_rows_and_a_note():
   assert '| threat model |' not in markdown
 
 
-def test_canary_log_rows_reads_only_the_canaries_in_every_block():
+def test_log_rows_of_reads_only_the_canaries_in_every_block():
   n = participation_bits.BLOCK_CLIENTS + 5
   ids = [f'c{i}' for i in range(n)] + ['c3', f'c{n - 1}']
   rounds = [i % 7 for i in range(n)] + [9, 12]
   log = log_lib.ParticipationLog.from_arrays(ids, rounds)
-  found_ids, found_rounds = report.canary_log_rows(log, [f'c{n - 1}', 'c3', 'missing'])
+  found_ids, found_rounds = log.rows_of([f'c{n - 1}', 'c3', 'missing'])
   assert sorted(zip(found_ids.tolist(), found_rounds.tolist(), strict=True)) == sorted(
       [('c3', 3), ('c3', 9), (f'c{n - 1}', (n - 1) % 7), (f'c{n - 1}', 12)])
   assert found_rounds.dtype == np.int64
-  empty_ids, empty_rounds = report.canary_log_rows(log, [])
+  empty_ids, empty_rounds = log.rows_of([])
   assert empty_ids.size == empty_rounds.size == 0
 
 

@@ -1,12 +1,14 @@
 """The report a driver writes at the end of a run equals the one `experiments.privacy_report` writes
 from the run's `plan.json`, `participation.csv` and `metrics.csv` (apart from wall times): --metrics
-gives the standalone report adaptive clipping's final clip, as the driver reads it."""
+gives the standalone report adaptive clipping's final clip, as the driver reads it, and --canaries
+the empirical rows of a run with canary clients."""
 
 import json
 import re
 
 import pytest
 
+from dp_ftrl_tff import auditing
 from experiments import privacy_report
 from experiments.emnist import run_emnist
 from experiments.run import run_dir, training_loop
@@ -15,13 +17,14 @@ from tests.experiments import conftest
 EMNIST_TASK = {'model': 'tiny', 'only_digits': True}
 
 
-def _standalone_report(run_directory, out) -> dict:
+def _standalone_report(run_directory, out, canaries: bool) -> dict:
   privacy_report.FLAGS.unparse_flags()
   try:
     privacy_report.FLAGS([
         'privacy_report', f'--plan={run_directory}/{run_dir.PLAN_FILE}',
         f'--participation_log={run_directory}/{run_dir.PARTICIPATION_FILE}',
-        f'--metrics={run_directory}/{run_dir.METRICS_FILE}', f'--output_dir={out}', '--json'])
+        f'--metrics={run_directory}/{run_dir.METRICS_FILE}', f'--output_dir={out}', '--json']
+        + ([f'--canaries={run_directory}/{auditing.CANARY_FILE}'] if canaries else []))
     assert privacy_report.main(['privacy_report']) == 0
   finally:
     privacy_report.FLAGS.unparse_flags()
@@ -42,14 +45,17 @@ def _without_wall_times(report: dict) -> dict:
     dict(mechanism='banded', mechanism_options={'num_bands': 2}, sampler='cyclic_poisson',
          sampling_groups=2, clients_per_round=None, sampling_prob=0.2, min_sep=2, rounds=4),
     dict(mechanism='gaussian', adaptive_clipping=True, clipped_count_stddev=2.0, clip_norm=0.5,
-         min_sep=2),
-], ids=['min_sep', 'poisson', 'cyclic_poisson', 'adaptive_clip'])
+         min_sep=2, canary_clients=10),
+    dict(mechanism='blt', min_sep=2, canary_clients=20, rounds=3),
+], ids=['min_sep', 'poisson', 'cyclic_poisson', 'adaptive_clip_canaries', 'canaries'])
 def test_driver_report_equals_standalone_report(tmp_path, overrides):
   config = conftest.tiny_config(tmp_path / 'runs', task=EMNIST_TASK, **overrides)
   training_loop.run(run_emnist.build_task(config), config)
   driver = json.loads((tmp_path / 'runs' / 'run' / run_dir.REPORT_DIR / 'report.json').read_text())
-  standalone = _standalone_report(config.output_dir, tmp_path / 'standalone')
+  standalone = _standalone_report(config.output_dir, tmp_path / 'standalone',
+                                  config.canary_clients > 0)
   assert _without_wall_times(standalone) == _without_wall_times(driver)
+  assert (driver['empirical_privacy'] is not None) == (config.canary_clients > 0)
   if config.sampler != 'min_sep':
     assert driver['amplified'] is not None
   if config.adaptive_clipping:  # the final clip is the last round's, from metrics.csv (--metrics)
