@@ -401,7 +401,12 @@ def build_report(plan: plan_lib.RunPlan, log: Optional[log_lib.ParticipationLog]
 #: How the empirical-privacy warnings (a lower bound above the accounted epsilon) and notes begin
 #: (report.md gathers them in its empirical section).
 EMPIRICAL_WARNING_START = 'the measured lower bound on epsilon'
-EMPIRICAL_NOTE_STARTS = ('the one-shot empirical estimate', 'no empirical privacy')
+EMPIRICAL_NOTE_STARTS = ('the one-shot empirical estimate', 'no empirical privacy',
+                         'only a few canaries')
+
+#: Below this many seen canaries a row's estimate has a sampling error of tens of percent or more
+#: (docs/auditing.md): the report says so beside the rows.
+FEW_CANARIES = 100
 
 
 class CanaryMismatchError(ValueError):
@@ -420,10 +425,10 @@ def _empirical_rows(plan: plan_lib.RunPlan, record: auditing.CanaryRecord,
                     log: log_lib.ParticipationLog, num_rounds: int, delta: float,
                     confidence: float) -> Tuple[auditing.EmpiricalRow, ...]:
   """`auditing.empirical_privacy` of the run's canaries, their rounds read from `log`."""
-  if record.num_rounds > num_rounds:
+  if record.num_rounds != num_rounds:
     raise CanaryMismatchError(
-        f'the canary record holds {record.num_rounds} rounds, more than the run\'s {num_rounds} '
-        '(its plan and participation log): it is of another run.')
+        f'the canary record holds {record.num_rounds} rounds, the run {num_rounds} (its plan and '
+        'participation log): it is truncated or of another run.')
   ids, rounds = log.rows_of(record.client_ids)
   participation = auditing.canary_participation(record, ids, rounds)
   return auditing.empirical_privacy(plan, record, participation, delta, confidence)
@@ -442,6 +447,12 @@ def _empirical_comparison(rows: Tuple[auditing.EmpiricalRow, ...], epsilon: floa
     notes.append(f'{EMPIRICAL_NOTE_STARTS[1]}: of the {record.num_seen} canaries, fewer than 2 '
                  f'took part in the {record.num_rounds} recorded rounds (per the participation '
                  'log).')
+  few = [row for row in rows if row.canaries_seen < FEW_CANARIES]
+  if few:
+    notes.append(f'{EMPIRICAL_NOTE_STARTS[2]} took part ({few[0].canaries_seen} seen in '
+                 f'{few[0].threat_model}): with fewer than {FEW_CANARIES} the estimates can be far '
+                 'off (tens of percent or more) and the lower bounds are weak; thousands make a '
+                 'check.')
   for row in rows:
     if row.epsilon_lower_bound > epsilon:
       warnings.append(

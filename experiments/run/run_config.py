@@ -120,6 +120,10 @@ class RunConfig:
                  'eval_max_examples', 'synthetic_num_clients', 'synthetic_examples_per_client'):
       _validation.check_positive_int(getattr(self, name), name)
     _validation.check_nonnegative_int(self.canary_clients, 'canary_clients')
+    if self.canary_clients and self.secure_aggregation:
+      # TFF's test context fails to compile the secure sums of the process with canaries.
+      raise ValueError('`canary_clients` is not available with `secure_aggregation` (yet): audit '
+                       'the same run without SecAgg.')
     self._check_mechanism()
     _validation.check_positive_float(self.client_learning_rate, 'client_learning_rate')
     _validation.check_positive_float(self.server_learning_rate, 'server_learning_rate')

@@ -226,6 +226,10 @@ def test_bad_inputs_name_the_parameter():
       report.build_report(run_plan, log, canaries=record, confidence=confidence)
   longer = dataclasses.replace(record, round_projections=np.zeros((20, NUM_ROUNDS + 3)))
   with pytest.raises(report.CanaryMismatchError, match='`canaries`: the canary record holds 23 '
-                     'rounds, more than the run\'s 20') as caught:
+                     'rounds, the run 20') as caught:
     report.build_report(run_plan, log, canaries=longer)
   assert isinstance(caught.value, ValueError) and caught.value.reason.startswith('the canary')
+  shorter = dataclasses.replace(record, round_projections=record.round_projections[:, :-1])
+  with pytest.raises(report.CanaryMismatchError, match='holds 19 rounds, the run 20 .*: it is '
+                     'truncated'):
+    report.build_report(run_plan, log, canaries=shorter)

@@ -95,3 +95,8 @@ class _Renamed:
   def create_tf_dataset_for_client(self, client_id):
     return self._data.create_tf_dataset_for_client(self._data.client_ids[0] if client_id ==
                                                     self.client_ids[0] else client_id)
+
+
+def test_secure_aggregation_with_canaries_is_refused(config_factory):
+  with pytest.raises(ValueError, match='canary_clients.*secure_aggregation'):
+    config_factory(task=EMNIST_TASK, canary_clients=2, secure_aggregation=True)
