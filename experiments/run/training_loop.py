@@ -137,13 +137,15 @@ class _Setup:
   client_ids: List[str]
   sampler: Any
   canaries: Optional[canaries_lib.Canaries]
+  canary_ids: List[str]
 
 
 def _set_up(task: Task, config: RunConfig, directory: run_dir.RunDirectory) -> _Setup:
   """Checks everything and builds the plan and the process, writing nothing (see `run`); prints
   the console header once the plan is built."""
   with _setup_errors():
-    client_ids = list(task.train_data.client_ids) + canary_client_ids(task, config)
+    canary_ids = canary_client_ids(task, config)
+    client_ids = list(task.train_data.client_ids) + canary_ids
     # The min-sep sampler checks its schedule now; a Poisson sampler needs the plan's sampling.
     sampler = _min_sep_sampler(config, client_ids) if config.sampler == 'min_sep' else None
     if config.secure_aggregation:
@@ -169,7 +171,8 @@ def _set_up(task: Task, config: RunConfig, directory: run_dir.RunDirectory) -> _
         aggregator=aggregators.CorrelatedNoiseFactory(plan, noise_seed=config.noise_seed),
         server_learning_rate=config.server_learning_rate, server_momentum=config.server_momentum,
         canaries=canaries)
-  return _Setup(plan, resolved, strategy_unsaved, process, client_ids, sampler, canaries)
+  return _Setup(plan, resolved, strategy_unsaved, process, client_ids, sampler, canaries,
+                canary_ids)
 
 
 #: The id of canary client i is CANARY_ID_PREFIX + its 5-digit index.
@@ -267,8 +270,7 @@ class _Training:
         os.path.join(config.output_dir, 'checkpoints'), keep_total=3)
     self.state, self.metrics, self.wrap_rounds = self.initial_state, {}, []
     self.workers = remote_workers.RemoteWorkers(config.workers)
-    canary_ids = canary_client_ids(task, config)
-    self.canary_index = {client: i for i, client in enumerate(canary_ids)}
+    self.canary_index = {client: i for i, client in enumerate(setup.canary_ids)}
     self.canary_files = None
     if setup.canaries is not None:
       first = setup.client_ids[0]
