@@ -260,6 +260,15 @@ class Strategy(abc.ABC):
     """The strategy's defining parameters as JSON scalars / lists, for tables (none by default)."""
     return {}
 
+  def check_noise_stable(self) -> None:
+    """Raises ValueError when valid parameters still give noise C^-1 z that is not stable.
+
+    Strategy files (`files.save_strategy`, `files.load_strategy`) call it, so a file never holds such
+    parameters. The default accepts every strategy; `blt.BLTStrategy` requires an inverse BLT with
+    real, distinct decays in (-1, 1].
+    """
+    return None  # No stability condition is checked for the other strategies' parameters.
+
   @classmethod
   @abc.abstractmethod
   def from_config(cls, config: dict) -> 'Strategy':

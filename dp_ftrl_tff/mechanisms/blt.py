@@ -6,7 +6,10 @@ Aggregation, Use BLTs" (the BLT paper):
     theta in (0, 1]^d and output scales omega (d = `num_buffers`).
   * Sec. 2.4 / Alg. 5: C^-1 is again a d-buffer BLT(theta_hat, omega_hat); theta_hat are the eigenvalues
     of diag(theta) - 1 omega^T, and `calc_output_scale` gives the output scales of either side from the
-    two decay vectors in O(d^2).
+    two decay vectors in O(d^2). `inverse_parameters` accepts inverse decays in (-1, 1] (the stability
+    condition |theta_hat| < 1, or exactly 1): a decay in (-1, 0) is a buffer whose contribution
+    alternates in sign while it decays, e.g. theta = (0.9, 0.5, 0.001), omega = (0.1, 0.2, 0.5) has
+    theta_hat ~ (0.854, 0.402, -0.655), the pair jax_privacy's BufferedToeplitz tests use.
   * Thm. 3.1: for non-negative, non-increasing c the b-min-sep sensitivity is ||C u(pi*)||_2 with
     pi* = (0, b, ..., (k-1) b).
   * Prop. 3.3 / Alg. 4: MaxLoss and RmsLoss of B = A C^-1 = LtToep(cumsum(c_hat)), differentiable in
@@ -25,7 +28,9 @@ works with log-decays (log theta = sum of log-sigmoids, exact far beyond the flo
 itself), forms powers as exp((t - 1) log theta), differences of decays v_l - v_m as
 v_l * -expm1(log v_m - log v_l) with the log-ratio summed from its own log-sigmoids, forms the
 products of Alg. 5 in extended exponent range (no 0 / 0 when they underflow), and evaluates the
-barrier term -log(1 - theta) as -log(-expm1(log theta)).
+barrier term -log(1 - theta) as -log(-expm1(log theta)). Log-decays need positive decays: the
+optimizer's interlaced ones are, while `_coefficients` (C, and a C^-1 whose decays may be negative)
+forms signed integer powers theta**t, and `loss_and_gradient` refuses non-positive decays.
 """
 
 import dataclasses
@@ -97,7 +102,7 @@ def calc_output_scale(theta, theta_hat) -> np.ndarray:
     theta: the d buffer decays of C, pairwise distinct (the formula divides by theta_i - theta_j, so
       nearly equal decays lose precision: about 7 digits for the App. A b=100 BLT, whose two smallest
       decays agree to 1e-10).
-    theta_hat: the d buffer decays of C^-1.
+    theta_hat: the d buffer decays of C^-1 (real; an inverse's lie in (-1, 1] and may be negative).
 
   Returns:
     omega, float64 array of shape (d,).
@@ -111,12 +116,62 @@ def calc_output_scale(theta, theta_hat) -> np.ndarray:
 
 
 def _coefficients(decays: np.ndarray, scales: np.ndarray, num_rounds: int) -> np.ndarray:
-  """Eq. 2 for real (decays, scales): (1, sum_j s_j, sum_j s_j d_j, ...), n entries."""
+  """Eq. 2 for real (decays, scales): (1, sum_j s_j, sum_j s_j d_j, ...), n entries.
+
+  Decays may be negative (an inverse's theta_hat in (-1, 0)): the powers are integer powers d_j**t,
+  which keep the sign (-1)**t, never exp(t log d_j).
+  """
   coefs = np.empty(num_rounds)
   coefs[0] = 1.0
-  exponents = np.arange(num_rounds - 1, dtype=np.float64)
+  exponents = np.arange(num_rounds - 1, dtype=np.int64)
   coefs[1:] = (decays[None, :] ** exponents[:, None]) @ scales
   return coefs
+
+
+def _check_stable_decays(values: np.ndarray, name: str) -> None:
+  """Raises ValueError unless every entry of `values` lies in (-1, 1] (a stable buffer)."""
+  if np.any(values <= -1.0) or np.any(values > 1.0):
+    raise ValueError(f'`{name}` entries must lie in (-1, 1] (|decay| < 1, or exactly 1, for a '
+                     f'stable buffer), got {values.tolist()}.')
+
+
+def inverse_parameters(theta, omega) -> Tuple[np.ndarray, np.ndarray]:
+  """(theta_hat, omega_hat) with BLT(theta, omega)^-1 = BLT(theta_hat, omega_hat) (Sec. 2.4, Alg. 5).
+
+  theta_hat = eig(diag(theta) - 1 omega^T) (Alg. 3 run on an impulse has exactly this state-transition
+  matrix), sorted by decreasing value, and omega_hat = calc_output_scale(theta_hat, theta) (Alg. 5
+  with swapped arguments). Works on either side of a pair: C's own (theta, omega), or an inverse's
+  (theta_hat, omega_hat), whose decays may be negative; `inverse_parameters(*inverse_parameters(
+  theta, omega))` gives (theta, omega) back up to rounding and order.
+
+  Args:
+    theta: the d buffer decays, each in (-1, 1] (a `BLTStrategy`'s lie in (0, 1]).
+    omega: the d output scales, finite.
+
+  Returns:
+    (theta_hat, omega_hat), float64 arrays of shape (d,); every theta_hat in (-1, 1].
+
+  Raises:
+    ValueError: naming `theta` or `omega` for bad input, or `theta_hat` when the inverse is not a
+      stable BLT: its decays are complex, repeated, or outside (-1, 1] (|theta_hat| > 1 makes the
+      noise C^-1 z grow geometrically; e.g. theta = (0.9,), omega = (-0.5,) has theta_hat = (1.4,)).
+  """
+  theta = _check_vector(theta, 'theta')
+  omega = _check_vector(omega, 'omega', length=theta.size)
+  _check_stable_decays(theta, 'theta')
+  eigenvalues = np.linalg.eigvals(np.diag(theta) - omega[None, :])
+  if np.max(np.abs(eigenvalues.imag)) > 1e-12 * max(1.0, np.max(np.abs(eigenvalues))):
+    raise ValueError(f'`theta_hat` (the inverse\'s buffer decays) is complex, {eigenvalues.tolist()}, '
+                     'so the inverse is not a BLT.')
+  theta_hat = np.sort(eigenvalues.real)[::-1]
+  if np.unique(theta_hat).size != theta_hat.size:
+    raise ValueError(f'`theta_hat` (the inverse\'s buffer decays) has repeated entries '
+                     f'{theta_hat.tolist()}, so the inverse is not a d-buffer BLT.')
+  if theta_hat[-1] <= -1.0 or theta_hat[0] > 1.0:
+    raise ValueError(
+        f'`theta_hat` (the inverse\'s buffer decays) {theta_hat.tolist()} lies outside (-1, 1], so the '
+        'noise C^-1 z is not a stable BLT (it grows without bound).')
+  return theta_hat, calc_output_scale(theta_hat, theta)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,7 +183,8 @@ class BLTStrategy(base.ToeplitzStrategy):
   for any number of rounds (`max_rounds` is None); only the accounting depends on n.
 
   Attributes:
-    theta: buffer decays, each in (0, 1].
+    theta: buffer decays, each in (0, 1] (C's own; the decays theta_hat of C^-1 lie in (-1, 1] and may
+      be negative, see `inverse`).
     omega: output scales, finite (the paper's BLTs have omega > 0 and sum(omega) <= 1, which makes c
       non-negative and non-increasing, the condition of Thm. 3.1 under which `sensitivity_squared`
       is exact; this includes every `optimize_blt` result).
@@ -159,33 +215,34 @@ class BLTStrategy(base.ToeplitzStrategy):
   def inverse(self) -> Tuple[np.ndarray, np.ndarray]:
     """(theta_hat, omega_hat) with C^-1 = BLT(theta_hat, omega_hat), sorted by decreasing theta_hat.
 
-    theta_hat = eig(diag(theta) - 1 omega^T) (Alg. 3 run on an impulse has exactly this state-transition
-    matrix) and omega_hat = calc_output_scale(theta_hat, theta) (Alg. 5 with swapped arguments).
+    `inverse_parameters(theta, omega)`: theta_hat = eig(diag(theta) - 1 omega^T) and omega_hat =
+    calc_output_scale(theta_hat, theta). Inverse decays may be negative: every theta_hat in (-1, 1]
+    is a stable buffer (e.g. theta = (0.5,), omega = (0.9,) has theta_hat = (-0.4,)).
 
     Raises:
-      ValueError: if the inverse is not a BLT: its decays are complex, repeated, or outside (0, 1]
-        (possible for omega with mixed signs, or omega large against theta, e.g. theta = (0.5,),
-        omega = (0.9,) has theta_hat = (-0.4,)). `noise_coefs` still works for such strategies.
+      ValueError: naming `theta_hat` if the inverse is not a stable BLT: its decays are complex,
+        repeated, or outside (-1, 1] (possible for omega with mixed signs, e.g. theta = (0.9,),
+        omega = (-0.5,) has theta_hat = (1.4,)). `noise_coefs` still works for such strategies.
     """
-    theta = np.asarray(self.theta)
-    omega = np.asarray(self.omega)
-    eigenvalues = np.linalg.eigvals(np.diag(theta) - omega[None, :])
-    if np.max(np.abs(eigenvalues.imag)) > 1e-12 * max(1.0, np.max(np.abs(eigenvalues))):
-      raise ValueError(f'The inverse of {self} has complex buffer decays {eigenvalues}.')
-    theta_hat = np.sort(eigenvalues.real)[::-1]
-    if np.unique(theta_hat).size != theta_hat.size:
-      raise ValueError(f'The inverse of {self} has repeated buffer decays {theta_hat}.')
-    if theta_hat[-1] <= 0.0 or theta_hat[0] > 1.0:
-      raise ValueError(
-          f'The inverse of {self} has buffer decays {theta_hat.tolist()} outside (0, 1], so it is '
-          'not a BLT (a BLT\'s decays lie in (0, 1]).')
-    return theta_hat, calc_output_scale(theta_hat, theta)
+    return inverse_parameters(self.theta, self.omega)
+
+  def check_noise_stable(self) -> None:
+    """Raises ValueError (naming `theta_hat`) unless C^-1 is a stable BLT, i.e. `inverse()` succeeds.
+
+    Strategy files refuse a BLT whose inverse is not one: with |theta_hat| > 1 the streamed noise
+    grows geometrically with the round, and complex or repeated inverse decays are not a BLT.
+    """
+    try:
+      self.inverse()
+    except ValueError as e:
+      raise ValueError(f'{self}: {e}') from e
 
   def noise_coefs(self, num_rounds: int) -> np.ndarray:
     """c_hat_0 .. c_hat_{n-1}, the Toeplitz coefficients of C^-1, float64.
 
-    Uses Eq. 2 on `inverse()` (O(nd)); when the inverse is not a BLT (complex, repeated, or
-    out-of-range decays), falls back to `toeplitz.inverse_coefs` (power-series inverse, O(n log n)).
+    Uses Eq. 2 on `inverse()` (O(nd), signed powers for negative theta_hat); when the inverse is not a
+    BLT (complex, repeated, or out-of-range decays), falls back to `toeplitz.inverse_coefs`
+    (power-series inverse, O(n log n)).
     """
     num_rounds = self.check_num_rounds(num_rounds)
     try:
@@ -423,7 +480,9 @@ def loss_and_gradient(theta, theta_hat, num_rounds: int,
 
   Args:
     theta: d pairwise distinct buffer decays of C, each in (0, 1].
-    theta_hat: d pairwise distinct buffer decays of C^-1, each in (0, 1].
+    theta_hat: d pairwise distinct buffer decays of C^-1, each in (0, 1] here: the loss works with
+      log-decays (the optimizer's interlaced decays are positive). An inverse with negative decays
+      is still a BLT; evaluate such a strategy with `BLTStrategy.losses`.
     num_rounds: n.
     participation: the `ParticipationSchema` (b, k) of pi*.
     error: 'max' (MaxLoss) or 'rms' (RmsLoss).
@@ -439,8 +498,11 @@ def loss_and_gradient(theta, theta_hat, num_rounds: int,
   theta = _check_vector(theta, 'theta')
   theta_hat = _check_vector(theta_hat, 'theta_hat', length=theta.size)
   for values, name in ((theta, 'theta'), (theta_hat, 'theta_hat')):
+    # The loss takes logs of both decay vectors, so negative inverse decays (valid for a BLT, see
+    # `inverse_parameters`) are refused here rather than reaching a log.
     if np.any(values <= 0.0) or np.any(values > 1.0):
-      raise ValueError(f'`{name}` entries must lie in (0, 1], got {values.tolist()}.')
+      raise ValueError(f'`{name}` entries must lie in (0, 1] for the log-decay loss, got '
+                       f'{values.tolist()} (use BLTStrategy.losses for negative inverse decays).')
     _check_distinct(values, name)
   min_sep, count = _pattern_shape(num_rounds, participation)
   value, grad_log_theta, grad_log_theta_hat, _ = _loss_from_log_decays(

@@ -16,8 +16,11 @@ TF-Privacy's min_separation + 1), `max_participations` (k or null), `fixed_epoch
 a run's (the privacy report refuses a strategy optimized for another setting unless told otherwise).
 
 Loading validates the file structure (missing keys, unknown mechanism, bad setting) and then the
-parameters through each class's `from_config` (shapes, NaN, decays outside (0, 1], ...); every problem
-is a ValueError naming the field. The strategy class comes from `registry` by mechanism name.
+parameters through each class's `from_config` (shapes, NaN, a BLT's decays theta outside (0, 1], ...)
+and `Strategy.check_noise_stable` (a BLT's inverse decays theta_hat must be real, distinct and in
+(-1, 1]: negative ones are stable buffers, |theta_hat| > 1 would make the noise grow geometrically);
+every problem is a ValueError naming the field. Saving runs the same stability check, so every file
+written can be read back. The strategy class comes from `registry` by mechanism name.
 """
 
 import dataclasses
@@ -116,10 +119,12 @@ def save_strategy(strategy: base.Strategy, path,
     setting: a setting dict (see the module docstring) or the `OptimizationResult` it came from.
 
   Raises:
-    ValueError: for a bad strategy, setting, or a JSON path for a strategy with array parameters.
+    ValueError: for a bad strategy (also one whose noise is not stable, see
+      `Strategy.check_noise_stable`), setting, or a JSON path for a strategy with array parameters.
   """
   if not isinstance(strategy, base.Strategy):
     raise ValueError(f'`strategy` must be a Strategy, got {type(strategy).__name__}.')
+  strategy.check_noise_stable()  # The loader refuses such a file: never write one.
   if isinstance(setting, base.OptimizationResult):
     setting = setting_from_result(setting)
   elif setting is not None:
@@ -204,7 +209,9 @@ def _document_strategy(document: dict) -> base.Strategy:
   for key, value in config.items():
     if isinstance(value, float) and not math.isfinite(value):
       raise ValueError(f'`{key}` must be finite, got {value!r}.')
-  return registry.strategy_from_config(config)
+  strategy = registry.strategy_from_config(config)
+  strategy.check_noise_stable()
+  return strategy
 
 
 def load_strategy(path) -> base.Strategy:

@@ -4,7 +4,11 @@ For C = BLT(theta, omega) the noise of round t is z_hat_t = (C^-1 z)_t, computed
     z_t     = stddev * standard_normal_row(seed, row_t)
     z_hat_t = z_t - sum_j omega_j S_j
     S_j    <- theta_j S_j + z_hat_t          for j = 0 .. d-1, with S = 0 at the start of a segment.
-Only the d buffers S_j (each shaped like the model update) persist between rounds.
+Only the d buffers S_j (each shaped like the model update) persist between rounds. The recursion needs
+only C's (theta, omega), never the inverse's parameters: its state transition diag(theta) - 1 omega^T
+has the inverse's decays theta_hat as eigenvalues, so the buffers stay bounded for any theta_hat in
+(-1, 1], negative ones included (they alternate in sign while they decay; strategy files refuse a BLT
+with |theta_hat| > 1, whose noise would grow geometrically).
 
 Row numbering: row r of z is round r (0-based) counted over the whole run, so for a run without
 restarts the first n rounds equal stddev * `BLTStrategy.noise_matrix(n)` @ Z with Z[r] =

@@ -10,7 +10,7 @@ import pytest
 from dp_ftrl_tff import plan
 from dp_ftrl_tff.accounting import calibration, report, report_render, zcdp
 from dp_ftrl_tff.accounting import participation_log as log_lib
-from dp_ftrl_tff.mechanisms import banded, gaussian, tree
+from dp_ftrl_tff.mechanisms import banded, blt, gaussian, tree
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 
 Schema = participation_lib.ParticipationSchema
@@ -159,6 +159,26 @@ def test_banded_with_more_bands_than_min_sep_is_flagged_as_upper_bound():
   assert tight.sensitivity_exact and tight.warnings == ()
   # Alg. 5 with bands <= min_sep: 3 disjoint column groups of squared norm 4 (first columns).
   assert tight.guarantee.sensitivity_squared == 12.0
+
+
+def test_blt_with_non_monotone_coefficients_is_reported_as_upper_bound(tmp_path):
+  # Both BLTs have an inverse with a negative decay; only the first has non-increasing c (Thm. 3.1).
+  monotone = blt.BLTStrategy(theta=(0.9, 0.5, 0.001), omega=(0.1, 0.2, 0.5))  # c = (1, 0.8, 0.19, ...)
+  non_monotone = blt.BLTStrategy(theta=(0.9, 0.3), omega=(0.6, 0.7))  # c = (1, 1.3, 0.75, ...)
+  for strategy in (monotone, non_monotone):
+    assert strategy.inverse()[0][-1] < 0
+  tight = _report(monotone, 12, Schema(3, 3), noise_multiplier=2.0)
+  loose = _report(non_monotone, 12, Schema(3, 3), noise_multiplier=2.0)
+  assert tight.sensitivity_exact and tight.warnings == ()
+  assert not loose.sensitivity_exact and any('upper bound' in w for w in loose.warnings)
+  assert 'sens^2 = ' in report_render.to_markdown(tight)
+  assert ', exact: max over admissible patterns' in report_render.to_markdown(tight)
+  assert ', an upper bound: max over admissible patterns' in report_render.to_markdown(loose)
+  assert '(upper bound)' in report_render.summary(loose)
+  report_render.write_report(loose, str(tmp_path), plots=False)
+  assert json.loads((tmp_path / 'report.json').read_text())['sensitivity_exact'] is False
+  assert 'an upper bound' in (tmp_path / 'report.md').read_text()
+  assert json.loads(report_render.to_json(tight))['sensitivity_exact'] is True
 
 
 def test_secure_aggregation_segments_and_wraps_are_reported():

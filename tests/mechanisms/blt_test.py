@@ -13,7 +13,7 @@ import scipy.linalg
 import scipy.signal
 import scipy.special
 
-from dp_ftrl_tff.mechanisms import base, blt
+from dp_ftrl_tff.mechanisms import base, blt, sensitivity, toeplitz
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from tests.mechanisms import patterns as patterns_lib
 
@@ -179,23 +179,109 @@ def test_complex_inverse_falls_back_to_series_inverse():
       scipy.linalg.solve_triangular(_dense_c(strategy, n), np.eye(n), lower=True)[:, 0], atol=1e-10)
 
 
+def _dense_blt(theta, omega, n):
+  """LtToep(1, sum_j w_j, sum_j w_j t_j, ...) with explicit Python loops; decays of any sign."""
+  c = [1.0] + [sum(w * t**(i - 1) for t, w in zip(theta, omega, strict=True)) for i in range(1, n)]
+  return scipy.linalg.toeplitz(c, np.zeros(n))
+
+
+# jax_privacy's BufferedToeplitz tests pair this BLT with its inverse, whose smallest decay is
+# negative: theta_hat = eig(diag(theta) - 1 omega^T), computed independently below.
+JAX_PAIR = blt.BLTStrategy(theta=(0.9, 0.5, 0.001), omega=(0.1, 0.2, 0.5))
+JAX_PAIR_THETA_HAT = (0.8535358949120166, 0.402215868278796, -0.6547517631908121)
+JAX_PAIR_OMEGA_HAT = (-0.020572874781682026, -0.04093937802766855, -0.7384877471906487)
+
+
+def test_inverse_with_a_negative_decay_jax_privacy_pair():
+  theta_hat, omega_hat = JAX_PAIR.inverse()
+  # Independent: the real roots of det(x I - diag(theta) + 1 omega^T), a cubic.
+  theta, omega = np.asarray(JAX_PAIR.theta), np.asarray(JAX_PAIR.omega)
+  roots = np.roots(np.poly(np.diag(theta) - omega[None, :]))
+  np.testing.assert_allclose(theta_hat, np.sort(roots.real)[::-1], rtol=1e-12)
+  np.testing.assert_allclose(theta_hat, JAX_PAIR_THETA_HAT, rtol=1e-12)
+  np.testing.assert_allclose(omega_hat, JAX_PAIR_OMEGA_HAT, rtol=1e-12)
+  assert np.sum(theta_hat < 0) == 1 and theta_hat[-1] == pytest.approx(-0.655, abs=5e-4)
+  n = 50
+  c = _dense_blt(JAX_PAIR.theta, JAX_PAIR.omega, n)
+  c_inverse = _dense_blt(theta_hat, omega_hat, n)
+  # |c_i| <= 1 and |c_hat_i| <= 1, so each entry of the product is a sum of <= 50 terms of size <= 1,
+  # accurate to ~50 ulps; the parameters (from eig) carry ~1e-15 relative error. 1e-12 leaves room.
+  np.testing.assert_allclose(c_inverse @ c, np.eye(n), rtol=0, atol=1e-12)
+  np.testing.assert_allclose(c @ c_inverse, np.eye(n), rtol=0, atol=1e-12)
+  np.testing.assert_allclose(JAX_PAIR.noise_coefs(n),
+                             toeplitz.inverse_coefs(JAX_PAIR.toeplitz_coefs(n), n), rtol=0,
+                             atol=1e-13)
+  np.testing.assert_allclose(JAX_PAIR.noise_coefs(n), _impulse_response(JAX_PAIR, n), rtol=0,
+                             atol=1e-13)
+  # The inverse of the inverse is the original pair (theta is already sorted decreasingly).
+  theta_back, omega_back = blt.inverse_parameters(theta_hat, omega_hat)
+  np.testing.assert_allclose(theta_back, JAX_PAIR.theta, rtol=1e-12, atol=1e-15)
+  np.testing.assert_allclose(omega_back, JAX_PAIR.omega, rtol=1e-12)
+  np.testing.assert_array_equal(blt.inverse_parameters(JAX_PAIR.theta, JAX_PAIR.omega)[0],
+                                theta_hat)
+  JAX_PAIR.check_noise_stable()
+
+
+def test_negative_inverse_decay_powers_keep_their_sign():
+  # One buffer: C = 1 / (1 - 0.5 x) (1 + 0.9 x / (1 - 0.5 x)) = (1 + 0.4 x) / (1 - 0.5 x), so
+  # C^-1 = (1 - 0.5 x) / (1 + 0.4 x): c_hat = (1, -0.9, 0.36, -0.144, ...) = (1, -0.9 (-0.4)^(i-1)).
+  strategy = blt.BLTStrategy(theta=(0.5,), omega=(0.9,))
+  theta_hat, omega_hat = strategy.inverse()
+  np.testing.assert_allclose(theta_hat, [-0.4], rtol=1e-15)
+  np.testing.assert_allclose(omega_hat, [-0.9], rtol=1e-15)
+  expected = np.concatenate([[1.0], -0.9 * (-0.4)**np.arange(29)])
+  with np.errstate(all='raise'):  # no log of a negative decay, no nan
+    np.testing.assert_allclose(strategy.noise_coefs(30), expected, rtol=1e-13, atol=1e-300)
+
+
 @pytest.mark.parametrize('theta, omega', [
     ((0.5,), (0.9,)),           # theta_hat = 0.5 - 0.9 = -0.4
     ((0.9, 0.5), (0.3, 0.8)),   # theta_hat = (0.15 +- sqrt(0.4425)) = (0.815, -0.515)
-    ((0.9,), (-0.5,)),          # theta_hat = 1.4
+    ((0.9, 0.3), (0.6, 0.7)),   # theta_hat = (-0.05 +- sqrt(0.5425)) = (0.687, -0.787)
+    ((0.5,), (0.5,)),           # theta_hat = 0: C^-1 = 1 - 0.5 x
 ])
-def test_inverse_with_decays_outside_unit_interval_falls_back(theta, omega):
+def test_inverse_with_decays_in_minus_one_to_zero_is_a_blt(theta, omega):
   strategy = blt.BLTStrategy(theta=theta, omega=omega)
-  eigenvalues = np.linalg.eigvals(np.diag(theta) - np.asarray(omega)[None, :])
-  assert np.all(eigenvalues.imag == 0)
-  assert np.min(eigenvalues.real) <= 0 or np.max(eigenvalues.real) > 1
-  with pytest.raises(ValueError, match=r'outside \(0, 1\]'):
+  theta_hat, omega_hat = strategy.inverse()
+  assert np.all(theta_hat > -1) and np.all(theta_hat <= 1) and theta_hat[-1] <= 0
+  assert np.all(np.diff(theta_hat) < 0)
+  n = 30
+  expected = scipy.linalg.solve_triangular(_dense_c(strategy, n), np.eye(n), lower=True)[:, 0]
+  np.testing.assert_allclose(strategy.noise_coefs(n), expected, rtol=1e-12, atol=1e-14)
+  np.testing.assert_allclose(_dense_blt(theta_hat, omega_hat, n)[:, 0], expected, rtol=1e-12,
+                             atol=1e-14)
+
+
+@pytest.mark.parametrize('theta, omega, match', [
+    ((0.9,), (-0.5,), r'`theta_hat`.*\[1\.4.*outside \(-1, 1\]'),  # theta_hat = 1.4
+    ((0.5,), (1.6,), r'`theta_hat`.*outside \(-1, 1\]'),            # theta_hat = -1.1
+    ((0.5,), (1.5,), r'`theta_hat`.*outside \(-1, 1\]'),            # theta_hat = -1 exactly
+    ((0.9, 0.5), (0.5, -0.6), r'`theta_hat`.*complex'),
+])
+def test_inverse_refuses_unstable_or_complex_decays_and_noise_coefs_falls_back(theta, omega, match):
+  strategy = blt.BLTStrategy(theta=theta, omega=omega)
+  with pytest.raises(ValueError, match=match):
     strategy.inverse()
+  with pytest.raises(ValueError, match=match):
+    strategy.check_noise_stable()
   n = 30
   expected = scipy.linalg.solve_triangular(_dense_c(strategy, n), np.eye(n), lower=True)[:, 0]
   np.testing.assert_allclose(strategy.noise_coefs(n), expected, rtol=1e-10, atol=1e-12)
   np.testing.assert_allclose(strategy.noise_matrix(n) @ strategy.strategy_matrix(n), np.eye(n),
                              rtol=0, atol=1e-9 * np.max(np.abs(expected)))
+
+
+def test_inverse_parameters_validation_names_the_parameter():
+  with pytest.raises(ValueError, match=r'`theta` entries must lie in \(-1, 1\]'):
+    blt.inverse_parameters([1.2, 0.5], [0.1, 0.1])
+  with pytest.raises(ValueError, match=r'`theta` entries must lie in \(-1, 1\]'):
+    blt.inverse_parameters([-1.0], [0.1])
+  with pytest.raises(ValueError, match='`omega`'):
+    blt.inverse_parameters([0.9, 0.5], [0.1])
+  with pytest.raises(ValueError, match='`theta`'):
+    blt.inverse_parameters([np.nan], [0.1])
+  with pytest.raises(ValueError, match='`theta_hat`.*repeated'):
+    blt.inverse_parameters([0.5, 0.5], [0.0, 0.0])
 
 
 # ------------------------------------------------------------------------------------------------
@@ -232,6 +318,36 @@ def test_sensitivity_upper_bound_when_thm31_does_not_apply():
                for s in itertools.product((-1.0, 1.0), repeat=len(p)))
   assert not strategy.sensitivity_is_exact(n, participation)
   assert strategy.sensitivity_squared(n, participation) >= signed - 1e-12
+
+
+# c of BLT((0.9, 0.3), (0.6, 0.7)) is (1, 1.3, 0.75, ...): non-negative, not monotone (c_1 > c_0),
+# and its inverse has theta_hat ~ (0.687, -0.787).
+NON_MONOTONE = blt.BLTStrategy(theta=(0.9, 0.3), omega=(0.6, 0.7))
+
+
+@pytest.mark.parametrize('n, b, k', [(12, 2, None), (12, 3, 3), (11, 4, None), (12, 1, 3),
+                                     (10, 2, 2)])
+def test_sensitivity_with_negative_inverse_decays_brute_force(n, b, k):
+  participation = MinSep(b, k)
+  for strategy in (JAX_PAIR, NON_MONOTONE):
+    assert strategy.inverse()[0][-1] < 0
+    c = _dense_c(strategy, n)
+    assert np.all(c >= 0)
+    # C >= 0 elementwise, so X = C^T C >= 0 and the worst contribution on a pattern is u = 1 on it:
+    # the max over the maximal admissible 0/1 patterns is the exact squared sensitivity.
+    brute = max(np.sum(c[:, list(p)].sum(axis=1)**2)
+                for p in patterns_lib.patterns(participation, n))
+    value = strategy.sensitivity_squared(n, participation)
+    coefs = strategy.toeplitz_coefs(n)
+    if np.all(np.diff(coefs) <= 0):  # Thm. 3.1: exact
+      assert strategy is JAX_PAIR
+      assert strategy.sensitivity_is_exact(n, participation)
+      assert value == pytest.approx(brute, rel=1e-12)
+    else:  # the non-increasing majorant of |c|: an upper bound, reported as such
+      assert strategy is NON_MONOTONE
+      assert not strategy.sensitivity_is_exact(n, participation)
+      assert value >= brute * (1 - 1e-12)
+    assert value == sensitivity.toeplitz_squared(coefs, n, participation)
 
 
 @pytest.mark.parametrize('b, n, k, sens, max_loss, rms_loss', [
@@ -574,6 +690,8 @@ def test_function_validation():
     blt.loss_and_gradient([0.9], [0.5], 10, None)
   with pytest.raises(ValueError, match='theta_hat'):
     blt.loss_and_gradient([0.9], [1.5], 10, MinSep(2))
+  with pytest.raises(ValueError, match='`theta_hat`.*log-decay'):
+    blt.loss_and_gradient([0.9], [-0.4], 10, MinSep(2))  # a valid inverse, but never a log argument
   with pytest.raises(ValueError, match='num_buffers'):
     blt.optimize_blt(100, MinSep(10), num_buffers=0)
   with pytest.raises(ValueError, match='num_rounds'):

@@ -117,6 +117,36 @@ def test_bad_json_names_the_field(tmp_path, document, field):
     files.load_strategy(_write(tmp_path, document))
 
 
+@pytest.mark.parametrize('suffix', ['.json', '.npz'])
+def test_blt_whose_inverse_has_a_negative_decay_is_accepted(tmp_path, suffix):
+  # jax_privacy's BLT pair: theta_hat ~ (0.854, 0.402, -0.655), a stable inverse.
+  strategy = blt.BLTStrategy(theta=(0.9, 0.5, 0.001), omega=(0.1, 0.2, 0.5))
+  assert strategy.inverse()[0][-1] < 0
+  path = tmp_path / f'negative_inverse_decay{suffix}'
+  files.save_strategy(strategy, path, setting=SETTING)
+  loaded, setting = files.load_strategy_and_setting(path)
+  assert loaded == strategy and setting == SETTING
+  assert files.read_strategy_file(path).strategy == strategy
+  document = {'mechanism': 'blt', 'theta': [0.5], 'omega': [0.9]}  # theta_hat = -0.4
+  assert files.load_strategy(_write(tmp_path, document)).inverse()[0].tolist() == [-0.4]
+
+
+@pytest.mark.parametrize('theta, omega, match', [
+    ([0.9], [-0.5], r'`theta_hat`.*\[1\.4.*outside \(-1, 1\]'),   # |theta_hat| > 1: 1.4
+    ([0.5], [1.6], r'`theta_hat`.*outside \(-1, 1\]'),             # -1.1
+    ([0.9, 0.5], [0.5, -0.6], r'`theta_hat`.*complex'),              # 0.75 +- 0.42i
+])
+def test_blt_whose_inverse_is_not_a_stable_blt_is_refused(tmp_path, theta, omega, match):
+  path = _write(tmp_path, {'format_version': 1, 'mechanism': 'blt', 'theta': theta, 'omega': omega})
+  with pytest.raises(ValueError, match=match):
+    files.load_strategy(path)
+  with pytest.raises(ValueError, match=match):
+    files.read_strategy_file(path)
+  with pytest.raises(ValueError, match=match):  # and it is never written
+    files.save_strategy(blt.BLTStrategy(theta=theta, omega=omega), tmp_path / 'refused.json')
+  assert not (tmp_path / 'refused.json').exists()
+
+
 def test_unreadable_files(tmp_path):
   with pytest.raises(ValueError, match='path'):
     files.load_strategy(tmp_path / 'missing.json')

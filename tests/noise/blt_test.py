@@ -37,6 +37,35 @@ def test_float64_stream_equals_noise_matrix_times_z(strategy):
   assert int(state.row) == n
 
 
+# Inverses with a negative buffer decay: jax_privacy's pair, theta_hat ~ (0.854, 0.402, -0.655), and a
+# BLT with non-monotone c, theta_hat ~ (0.687, -0.787). Alg. 3 streams C^-1 z from (theta, omega) alone;
+# its state transition diag(theta) - 1 omega^T has eigenvalues theta_hat, stable for any in (-1, 1].
+_NEGATIVE_INVERSE_DECAY = [
+    blt_mechanisms.BLTStrategy(theta=(0.9, 0.5, 0.001), omega=(0.1, 0.2, 0.5)),
+    blt_mechanisms.BLTStrategy(theta=(0.9, 0.3), omega=(0.6, 0.7)),
+]
+
+
+@pytest.mark.parametrize('strategy', _NEGATIVE_INVERSE_DECAY, ids=['jax_privacy_pair', 'non_monotone'])
+def test_stream_with_negative_inverse_decays_equals_dense_inverse_times_z(strategy):
+  n1, n2 = 70, 30
+  assert strategy.inverse()[0][-1] < 0
+  specs = stream_testing.value_specs(tf.float64)
+  seed = base.initial_seed(13)
+  rounds, state = stream_testing.run_stream(blt.BLTNoise(strategy), specs, seed, [n1, n2],
+                                            stddev=1.5)
+  expected, _ = stream_testing.expected_stream(lambda m: _dense_noise_inverse(strategy, m),
+                                               [n1, n2], specs, seed, stddev=1.5)
+  for key in specs:
+    np.testing.assert_allclose(rounds[key], expected[key], rtol=0, atol=1e-12)
+  assert int(state.row) == n1 + n2
+  # The same dense C^-1 from the inverse's own parameters (negative decays raised to signed powers).
+  theta_hat, omega_hat = strategy.inverse()
+  c_hat = np.concatenate([[1.0], [omega_hat @ theta_hat**(i - 1) for i in range(1, n1)]])
+  np.testing.assert_allclose(scipy.linalg.toeplitz(c_hat, np.zeros(n1)),
+                             _dense_noise_inverse(strategy, n1), rtol=0, atol=1e-12)
+
+
 def test_float32_stream_matches_within_1e5():
   n = 60
   specs = stream_testing.value_specs(tf.float32)
