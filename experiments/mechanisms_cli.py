@@ -15,7 +15,8 @@ Usage: `python -m dp_ftrl_tff.mechanisms optimize|evaluate|amplified|select_band
            (--noise_multiplier=S | --target_epsilon=E) [--target_delta=D] [--accountant=pld|rdp]
            [--mechanism_file=F | --mechanism=gaussian] [--json]
   select_bands --rounds=N --dataset_size=M --batch_size=B --target_epsilon=E [--target_delta=D]
-           [--accountant=pld|rdp] [--error=rms|max] [--output=FILE.npz] [--json]
+           [--accountant=pld|rdp] [--error=rms|max] [--candidates=all|pow2|H1,H2,...]
+           [--output=FILE.npz] [--json]
 
 Conventions: rounds are 0-based; `--min_sep` = b is the BLT/BandMF min-sep (TF-Privacy's
 min_separation + 1); `--max_participations` = k defaults to ceil(n / b), and the printed value is the
@@ -31,7 +32,8 @@ H = `--sampling_groups` groups, round t samples group t mod H, each member with 
 `amplified` prints epsilon (or the calibrated sigma) of ceil(N / H) Poisson-sampled Gaussian rounds,
 with sigma relative to a largest column norm of 1, or to the strategy's with `--mechanism_file`
 (which must have at most H bands). `select_bands` picks the H in 1 .. floor(M / B) minimizing
-sigma(H) * RmsLoss(H) of the optimized H-banded strategy and prints every evaluated candidate;
+sigma(H) * RmsLoss(H) of the optimized H-banded strategy (among `--candidates`: every H by default,
+the powers of two with pow2, or a list) and prints the candidate set and every evaluated candidate;
 `--output` saves the chosen strategy.
 
 Example (the BLT paper's production setting, a few seconds):

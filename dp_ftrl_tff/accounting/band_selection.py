@@ -24,11 +24,19 @@ bound uses what is monotone: the loss falls with b-hat, sigma rises with q and w
 compositions. Losses are cached per b-hat, so one selector serves several (epsilon, delta) targets.
 `exhaustive` evaluates every b-hat (for tests and small n).
 
+Candidate sets (`candidates=`): the full search above (None or 'all'), the powers of two 1, 2, 4, ...
+up to floor(m / B) ('pow2'), or any given b-hat values; a restricted set is evaluated in full. The
+BandMF paper's choices come from powers of two: with 'pow2' this objective reproduces its App. G.1
+table (n = 1024) and its Table 5 b-hat at epsilon 4 and 8 (32, 64), while the full search finds
+b-hat = 12, 21, 42 at epsilon 1, 2, 4 where Table 5 has 9, 18, 32, values within 0.9% of the full
+search's RMSE on a flat objective (docs/amplification.md).
+
 Conventions: rounds are 0-based; noise multipliers are relative to the clip norm and to a largest
 column norm of 1; the loss follows the BLT paper's RmsLoss = sens * sqrt(mean_i ||B_i||^2).
 """
 
 import dataclasses
+import numbers
 from typing import Dict, Optional, Tuple
 
 from dp_ftrl_tff import _validation
@@ -45,6 +53,9 @@ SEARCH_VALUE_DISCRETIZATION = 1e-3
 SEARCH_RTOL = 1e-4
 
 _ERRORS = ('rms', 'max')
+
+#: Named candidate sets of `BandSelector.select`: the full search, the powers of two.
+CANDIDATE_SETS = ('all', 'pow2')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +94,8 @@ class BandSelection:
     candidates: the evaluated `BandCandidate`s, by increasing num_bands.
     best: the candidate with the smallest rmse.
     strategy: the optimized `BandedStrategy` of `best` (unit column norms).
+    candidate_set: the b-hat values searched, in words: 'all 1 .. M (branch and bound)',
+      'all 1 .. M (exhaustive)', 'pow2 1, 2, ..., P' or 'given b1, b2, ...'.
   """
   target_epsilon: float
   delta: float
@@ -94,6 +107,7 @@ class BandSelection:
   candidates: Tuple[BandCandidate, ...]
   best: BandCandidate
   strategy: banded.BandedStrategy
+  candidate_set: str
 
 
 def max_bands(num_rounds: int, dataset_size: int, batch_size: int) -> int:
@@ -114,6 +128,56 @@ def coarse_grid(largest: int) -> Tuple[int, ...]:
     grid.append(b)
     b *= 2
   return tuple(grid + [largest])
+
+
+def powers_of_two(largest: int) -> Tuple[int, ...]:
+  """1, 2, 4, ... up to `largest` (the BandMF paper's b-hat grid)."""
+  largest = _validation.check_positive_int(largest, 'largest')
+  return tuple(2**i for i in range(largest.bit_length()))
+
+
+def candidate_bands(candidates, largest: int) -> Optional[Tuple[int, ...]]:
+  """The b-hat values of `candidates`, sorted and unique; None for the full search.
+
+  Args:
+    candidates: None or 'all' (the full search), 'pow2' (`powers_of_two(largest)`), or a non-empty
+      iterable of integers in 1 .. `largest`.
+    largest: the largest admissible b-hat (`max_bands`).
+
+  Raises:
+    ValueError: naming `candidates` for an unknown name, an empty set, a non-integer or a value
+      outside 1 .. `largest`.
+  """
+  largest = _validation.check_positive_int(largest, 'largest')
+  if candidates is None or (isinstance(candidates, str) and candidates == 'all'):
+    return None
+  if isinstance(candidates, str):
+    if candidates != 'pow2':
+      raise ValueError(f'`candidates` must be one of {CANDIDATE_SETS} or b-hat values, got '
+                       f'{candidates!r}.')
+    return powers_of_two(largest)
+  try:
+    values = list(candidates)
+  except TypeError:
+    raise ValueError(f'`candidates` must be one of {CANDIDATE_SETS} or an iterable of b-hat '
+                     f'values, got {candidates!r}.') from None
+  if not values:
+    raise ValueError('`candidates` must not be empty.')
+  for value in values:
+    if (isinstance(value, bool) or not isinstance(value, numbers.Integral)
+        or not 1 <= value <= largest):
+      raise ValueError(f'`candidates` must hold integers in 1 .. {largest} (min(floor(dataset_size '
+                       f'/ batch_size), num_rounds)), got {value!r}.')
+  return tuple(sorted({int(value) for value in values}))
+
+
+def describe_candidates(bands: Optional[Tuple[int, ...]], largest: int, search: str) -> str:
+  """`BandSelection.candidate_set` for the candidate b-hat `bands` (None: all of 1 .. largest)."""
+  if bands is None:
+    return f'all 1 .. {largest} ({search})'
+  if bands == powers_of_two(largest):
+    return 'pow2 ' + ', '.join(str(b) for b in bands)
+  return 'given ' + ', '.join(str(b) for b in bands)
 
 
 class BandSelector:
@@ -200,13 +264,14 @@ class BandSelector:
                          compositions=amplification.num_compositions(self.num_rounds, num_bands),
                          noise_multiplier=sigma, loss=loss, rmse=sigma * loss)
 
-  def _selection(self, target_epsilon, delta, evaluated: Dict[int, BandCandidate]) -> BandSelection:
+  def _selection(self, target_epsilon, delta, evaluated: Dict[int, BandCandidate],
+                 candidate_set: str) -> BandSelection:
     best = min(evaluated.values(), key=lambda c: (c.rmse, c.num_bands))
     return BandSelection(
         target_epsilon=float(target_epsilon), delta=float(delta), num_rounds=self.num_rounds,
         dataset_size=self.dataset_size, batch_size=self.batch_size, accountant=self.accountant,
         error=self.error, candidates=tuple(evaluated[b] for b in sorted(evaluated)), best=best,
-        strategy=self.strategy(best.num_bands))
+        strategy=self.strategy(best.num_bands), candidate_set=candidate_set)
 
   def _sigma_lower_bound(self, sampling_prob: float, compositions: int, target_epsilon: float,
                          delta: float) -> float:
@@ -220,9 +285,10 @@ class BandSelector:
     # The calibrated sigma lies within a few rtol of the exact root (its bracket is at most 2x wide).
     return self._sigmas[key] * (1.0 - 8.0 * self.rtol)
 
-  def select(self, target_epsilon: float, delta: float,
-             selection_rtol: float = 0.0) -> BandSelection:
-    """Coarse grid, then branch and bound between grid points.
+  def select(self, target_epsilon: float, delta: float, selection_rtol: float = 0.0,
+             candidates=None) -> BandSelection:
+    """The best b-hat among `candidates` (`candidate_bands`): a given set is evaluated in full;
+    the full search (None or 'all') is a coarse grid, then branch and bound between grid points.
 
     For b-hat strictly between evaluated a < c: q(b-hat) >= q(a + 1), ceil(n / b-hat) >=
     ceil(n / (c - 1)) and L(b-hat) >= L(c) (more bands never raise the optimal loss), so
@@ -235,6 +301,11 @@ class BandSelector:
     _validation.check_float_in_range(delta, 'delta', 0.0, 1.0, low_inclusive=False,
                                      high_inclusive=False)
     selection_rtol = _validation.check_nonnegative_float(selection_rtol, 'selection_rtol')
+    bands = candidate_bands(candidates, self.max_bands)
+    if bands is not None:
+      return self._selection(target_epsilon, delta, {
+          b: self.candidate(b, target_epsilon, delta) for b in bands},
+          describe_candidates(bands, self.max_bands, 'given'))
     evaluated: Dict[int, BandCandidate] = {}
 
     def evaluate(b: int) -> float:
@@ -259,25 +330,29 @@ class BandSelector:
       mid = (a + c) // 2
       evaluate(mid)
       intervals.extend(ac for ac in ((a, mid), (mid, c)) if ac[1] - ac[0] > 1)
-    return self._selection(target_epsilon, delta, evaluated)
+    return self._selection(target_epsilon, delta, evaluated,
+                           describe_candidates(None, self.max_bands, 'branch and bound'))
 
   def exhaustive(self, target_epsilon: float, delta: float) -> BandSelection:
     """Every b-hat in 1 .. `max_bands` (one optimization each; for small n)."""
     return self._selection(target_epsilon, delta, {
-        b: self.candidate(b, target_epsilon, delta) for b in range(1, self.max_bands + 1)})
+        b: self.candidate(b, target_epsilon, delta) for b in range(1, self.max_bands + 1)},
+        describe_candidates(None, self.max_bands, 'exhaustive'))
 
 
 def select_bands(target_epsilon: float, delta: float, num_rounds: int, dataset_size: int,
                  batch_size: int, *, error: str = 'rms', accountant: str = 'pld',
                  value_discretization_interval: float = SEARCH_VALUE_DISCRETIZATION,
                  rtol: float = SEARCH_RTOL, selection_rtol: float = 0.0,
-                 max_iterations: int = 100, max_seconds: Optional[float] = None) -> BandSelection:
+                 max_iterations: int = 100, max_seconds: Optional[float] = None,
+                 candidates=None) -> BandSelection:
   """The number of bands minimizing sigma(b-hat)^2 * L(b-hat) for (epsilon, delta, n, m, B).
 
-  See `BandSelector` for the arguments and the search; use one selector for several targets.
+  See `BandSelector` for the arguments and the search, `candidate_bands` for `candidates` (None:
+  every b-hat; 'pow2': the paper's grid; or given values); use one selector for several targets.
   """
   selector = BandSelector(num_rounds, dataset_size, batch_size, error=error,
                           accountant=accountant,
                           value_discretization_interval=value_discretization_interval,
                           rtol=rtol, max_iterations=max_iterations, max_seconds=max_seconds)
-  return selector.select(target_epsilon, delta, selection_rtol)
+  return selector.select(target_epsilon, delta, selection_rtol, candidates)

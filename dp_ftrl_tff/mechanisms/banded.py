@@ -160,6 +160,16 @@ class BlockLayout:
       yield start, end, left, matrix[:, :left], matrix[:, left:]
 
 
+# `RowErrors` refuses (LinAlgError) a D with a squared row error above `_MAX_ROW_ERROR`, or a
+# diagonal-block inverse entry above its square root (those entries are entries of B = D^-1, so
+# they bound a row error from below), before any product can overflow: with the window's and T's
+# entries so bounded, every forward and gradient product stays below about 1e200 times a polynomial
+# in n. The optimizer takes such a C as outside its domain: the best row errors of any workload it
+# accepts are those of C = I, at most n for the prefix sums.
+_MAX_ROW_ERROR = 1e80
+_MAX_INVERSE_ENTRY = 1e40
+
+
 class RowErrors:
   """Squared row norms of B = D^-1 for a banded lower-triangular D, and their gradient, O(n q^2).
 
@@ -191,6 +201,8 @@ class RowErrors:
       if info != 0:
         raise np.linalg.LinAlgError('singular diagonal block')
       inv = np.tril(inv)  # dtrtri leaves the (zero) strict upper triangle of its input as it was
+      if not np.max(np.abs(inv)) <= _MAX_INVERSE_ENTRY:  # also inf / NaN from dtrtri
+        raise np.linalg.LinAlgError('row errors beyond 1e80 (a numerically singular D)')
       carried = coupling @ window  # P = E W
       middle = carried @ coupling.T  # M = I + P E^T
       middle.flat[::size + 1] += 1.0
@@ -198,6 +210,8 @@ class RowErrors:
       inv_middle = inv @ middle
       own = inv_middle @ inv.T  # Z_II
       self.row_errors[start:end] = np.diagonal(own)
+      if not np.max(self.row_errors[start:end]) <= _MAX_ROW_ERROR:
+        raise np.linalg.LinAlgError('row errors beyond 1e80 (a numerically singular D)')
       self._saved.append((window, inv, carried, middle, inv_middle))
       # Next window: rows and columns max(0, end - q) .. end - 1 of Z.
       width = min(q, end)

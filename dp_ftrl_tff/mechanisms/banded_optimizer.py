@@ -55,6 +55,15 @@ _START_COLUMN_NORM = 100.0
 # (2.8 s against 3.0 s for 'rms', 4.0 s against 4.5 s for 'max', one BLAS thread).
 _LBFGS_MEMORY = 5
 
+# The banded Toeplitz stage treats a C whose inverse has a coefficient above this magnitude as
+# outside its domain (objective +inf; L-BFGS-B shortens the step). An unstable trial C (a root of
+# c(x) inside the unit circle) has inverse coefficients growing geometrically, past float64 at
+# n = 1024 for c = (1, 2); such a C has a log objective above 2 log(1e100) = 460, while the optimum's
+# is at most that of C = I, log((n + 1) / 2) (< 14 for n <= 2^20), so the optimum is never excluded,
+# and every square and product below (beta^2, r * r: at most n^2 1e200) stays finite.
+_MAX_INVERSE_COEF = 1e100
+
+
 def _row_weights(row_errors: np.ndarray, error: str) -> tuple:
   """(objective, d objective / d row_errors) for squared row errors ||B_i||^2."""
   n = row_errors.size
@@ -136,6 +145,8 @@ def _toeplitz_objective(coefs: np.ndarray, num_rounds: int, workload_coefs: np.n
   """
   n = num_rounds
   r = toeplitz_lib.inverse_coefs(coefs, n)
+  if not np.max(np.abs(r)) <= _MAX_INVERSE_COEF:  # also NaN (an overflowed series)
+    return np.inf, np.zeros_like(coefs)
   beta = np.convolve(workload_coefs, r)[:n]
   if error == 'rms':
     weights = (n - np.arange(n)) / n

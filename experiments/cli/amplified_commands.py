@@ -20,7 +20,7 @@ from experiments.cli import plan_flags
 
 #: Flags of the amplified commands only.
 AMPLIFICATION_FLAGS = ('sampling_prob', 'sampling_groups', 'dataset_size', 'batch_size',
-                       'noise_multiplier', 'target_epsilon', 'accountant')
+                       'noise_multiplier', 'target_epsilon', 'accountant', 'candidates')
 
 
 class UsageError(ValueError):
@@ -41,6 +41,9 @@ def define_flags(fv: flags.FlagValues) -> None:
   plan_flags.define_noise_flags(fv, adaptive=False)
   flags.DEFINE_enum('accountant', 'pld', list(amplification.ACCOUNTANTS),
                     'amplified, select_bands: dp_accounting accountant.', flag_values=fv)
+  flags.DEFINE_string('candidates', None, 'select_bands: the numbers of bands H to search: all '
+                      '(default; every H, by branch and bound), pow2 (1, 2, 4, ...: the BandMF '
+                      'paper\'s grid) or a comma-separated list.', flag_values=fv)
 
 
 def require(fv, *names) -> None:
@@ -134,7 +137,7 @@ def _amplified_strategy(fv, num_groups: int):
 def run_amplified(fv) -> dict:
   """The `amplified` command's record."""
   require(fv, 'rounds')
-  forbid(fv, 'amplified', 'min_sep', 'max_participations', 'fixed_epoch', 'output',
+  forbid(fv, 'amplified', 'min_sep', 'max_participations', 'fixed_epoch', 'output', 'candidates',
          *(name for name in registry.option_table() if name != 'num_bands'))
   num_groups = _sampling_groups(fv)
   _check_privacy_flags(fv, need_target=False)
@@ -172,19 +175,39 @@ def run_select_bands(fv) -> dict:
     if not fv.output.lower().endswith('.npz'):
       raise UsageError('--output for select_bands must end with .npz (a banded strategy).')
     check_output(fv.output)
+  candidates = _candidates(fv)
   memory.check_fits('banded', fv.rounds)
   selection = band_selection.select_bands(
       fv.target_epsilon, fv.target_delta, fv.rounds, fv.dataset_size, fv.batch_size,
-      error=fv.error or 'rms', accountant=fv.accountant)
+      error=fv.error or 'rms', accountant=fv.accountant, candidates=candidates)
   if fv.output:
     files.save_strategy(selection.strategy, fv.output)
   record = {'rounds': fv.rounds, 'dataset_size': fv.dataset_size, 'batch_size': fv.batch_size,
             'target_epsilon': fv.target_epsilon, 'target_delta': fv.target_delta,
-            'accountant': fv.accountant, 'error': selection.error, **selection.best.to_dict(),
+            'accountant': fv.accountant, 'error': selection.error,
+            'candidate_set': selection.candidate_set, **selection.best.to_dict(),
             'candidates': [c.to_dict() for c in selection.candidates]}
   if fv.output:
     record['output'] = fv.output
   return record
+
+
+def _candidates(fv):
+  """--candidates as `band_selection.select_bands` takes it: None, 'pow2' or a tuple of H."""
+  text = (fv.candidates or 'all').strip()
+  if text in band_selection.CANDIDATE_SETS:
+    candidates = text
+  else:
+    try:
+      candidates = tuple(int(part) for part in text.split(','))
+    except ValueError:
+      raise UsageError(f'--candidates must be all, pow2 or a comma-separated list of integers, got '
+                       f'{fv.candidates!r}.') from None
+  try:
+    return band_selection.candidate_bands(
+        candidates, band_selection.max_bands(fv.rounds, fv.dataset_size, fv.batch_size))
+  except ValueError as e:
+    raise UsageError(str(e)) from None
 
 
 def format_selection(record: dict) -> str:

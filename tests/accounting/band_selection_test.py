@@ -83,3 +83,32 @@ def test_bad_bands_and_targets(selector):
     selector.select(-1.0, 1e-6)
   with pytest.raises(ValueError, match='error'):
     band_selection.BandSelector(48, 1200, 100, error='mean')
+
+
+def test_candidate_sets(selector):
+  assert band_selection.powers_of_two(12) == (1, 2, 4, 8)
+  assert band_selection.powers_of_two(1) == (1,)
+  assert band_selection.powers_of_two(1024)[-1] == 1024
+  assert band_selection.candidate_bands(None, 12) is None
+  assert band_selection.candidate_bands('all', 12) is None
+  assert band_selection.candidate_bands('pow2', 12) == (1, 2, 4, 8)
+  assert band_selection.candidate_bands([9, 3, 9, np.int64(5)], 12) == (3, 5, 9)
+  pow2 = selector.select(8.0, 1e-6, candidates='pow2')
+  assert [c.num_bands for c in pow2.candidates] == [1, 2, 4, 8]
+  assert pow2.candidate_set == 'pow2 1, 2, 4, 8'
+  everything = selector.exhaustive(8.0, 1e-6)
+  assert everything.candidate_set == 'all 1 .. 12 (exhaustive)'
+  assert pow2.best == min((c for c in everything.candidates if c.num_bands in (1, 2, 4, 8)),
+                          key=lambda c: c.rmse)
+  given = band_selection.select_bands(8.0, 1e-6, 48, 1200, 100, candidates=(3, 7), **FAST)
+  assert [c.num_bands for c in given.candidates] == [3, 7]
+  assert given.candidate_set == 'given 3, 7'
+  assert given.best == min(everything.candidates[2], everything.candidates[6], key=lambda c: c.rmse)
+  assert selector.select(8.0, 1e-6).candidate_set == 'all 1 .. 12 (branch and bound)'
+  assert selector.select(8.0, 1e-6, candidates='all').best == everything.best
+
+
+@pytest.mark.parametrize('candidates', ['pow3', [], [0], [13], [2.0], [True], 5])
+def test_bad_candidates_name_the_parameter(selector, candidates):
+  with pytest.raises(ValueError, match='`candidates`'):
+    selector.select(1.0, 1e-6, candidates=candidates)

@@ -68,7 +68,31 @@ def test_select_bands_saves_the_chosen_strategy(capsys, tmp_path):
   assert status == 0 and 'candidates (rmse = noise_multiplier * loss):' in text
 
 
+def test_select_bands_candidates(capsys):
+  common = ('select_bands', '--rounds=24', '--dataset_size=600', '--batch_size=100',
+            '--target_epsilon=4', '--target_delta=1e-6')
+  pow2 = _json(capsys, *common, '--candidates=pow2')
+  assert pow2['candidate_set'] == 'pow2 1, 2, 4'
+  assert [c['num_bands'] for c in pow2['candidates']] == [1, 2, 4]
+  given = _json(capsys, *common, '--candidates=5,3')
+  assert given['candidate_set'] == 'given 3, 5'
+  assert [c['num_bands'] for c in given['candidates']] == [3, 5]
+  full = _json(capsys, *common)
+  assert full['candidate_set'] == 'all 1 .. 6 (branch and bound)'
+  assert _json(capsys, *common, '--candidates=all') == full
+  status, text, _ = _main(capsys, *common, '--candidates=pow2')
+  assert status == 0 and 'candidate_set     pow2 1, 2, 4' in text
+
+
 @pytest.mark.parametrize('args, message', [
+    (['select_bands', '--rounds=16', '--dataset_size=100', '--batch_size=10', '--target_epsilon=1',
+      '--candidates=2,x'], '--candidates must be all, pow2 or a comma-separated list'),
+    (['select_bands', '--rounds=16', '--dataset_size=100', '--batch_size=10', '--target_epsilon=1',
+      '--candidates=11'], '--candidates must hold integers in 1 .. 10'),
+    (['amplified', '--rounds=10', '--sampling_groups=2', '--sampling_prob=0.1', '--noise_multiplier=1',
+      '--candidates=pow2'], '--candidates does not apply to `amplified`'),
+    (['evaluate', '--rounds=16', '--min_sep=4', '--mechanism=gaussian', '--candidates=pow2'],
+     '--candidates does not apply to `evaluate`'),
     (['amplified', '--rounds=10', '--sampling_prob=0.1', '--noise_multiplier=1'],
      '--sampling_groups is required'),
     (['amplified', '--rounds=10', '--sampling_groups=2', '--sampling_prob=0.1', '--dataset_size=100',
