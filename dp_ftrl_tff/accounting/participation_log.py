@@ -6,7 +6,10 @@ path); the reader accepts any line ending.
   * `ParticipationLogWriter` (the training loop, one cohort of the min-sep client sampler per round)
     appends one round at a time and flushes to disk, so a killed run leaves a log that is complete up
     to its last finished round; a resumed run calls `truncate(first_round)` to drop the rows of rounds
-    that were logged but not checkpointed.
+    that were logged but not checkpointed. A writer that checkpoints a byte offset instead (the
+    `tff.program` data source, `dp_ftrl_tff.programs.data_source`) writes each round with
+    `append_round_at(offset, ...)`, which drops everything past the offset first: the same bytes as
+    `append_round`, and idempotent under a restart from the offset.
   * `read_participation_log` (the privacy report, `--participation_log`) parses it in one streaming
     pass into a `ParticipationLog`.
 
@@ -26,6 +29,7 @@ checked 64-bit hash (`participation_bits`).
 
 import csv
 import dataclasses
+import io
 import os
 from typing import Iterator, List, Optional, Sequence, Tuple
 
@@ -36,6 +40,18 @@ from dp_ftrl_tff.accounting import participation_bits, participation_csv
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 
 HEADER = participation_csv.HEADER
+
+
+def _csv_text(rows) -> str:
+  """`rows` as the writer's `csv.writer` (default dialect: commas, CRLF line ends) writes them."""
+  buffer = io.StringIO(newline='')
+  csv.writer(buffer).writerows(rows)
+  return buffer.getvalue()
+
+
+#: The header line as the writer writes it (ASCII); a new log is these bytes, and the first round's
+#: rows start at byte offset `len(HEADER_BYTES)`.
+HEADER_BYTES = _csv_text([HEADER]).encode('ascii')
 
 
 class ParticipationLogWriter:
@@ -67,6 +83,72 @@ class ParticipationLogWriter:
       writer.writerows((str(c), round_num) for c in client_ids)
       f.flush()
       os.fsync(f.fileno())
+
+  @property
+  def size(self) -> int:
+    """The log's length in bytes: the offset at which the next appended round starts."""
+    return os.path.getsize(self._path)
+
+  def append_round_at(self, offset: int, round_num: int, client_ids: Sequence[str]) -> int:
+    """Drops every byte from `offset` on, then writes round `round_num`'s rows there and flushes.
+
+    The rows are the bytes `append_round` writes (same csv dialect, same text encoding as `open`),
+    so a log written this way round by round equals one written with `append_round`. Writing the
+    same round at the same offset again gives the same file: a caller that checkpoints the returned
+    offset with its sampler state resumes idempotently, whatever was written after the checkpoint
+    (later rounds, a torn last line) before a crash.
+
+    Args:
+      offset: byte offset at which the round's rows start: `len(HEADER_BYTES)` for round 0, else the
+        value this method returned for the previous round. It must lie at the start of a line,
+        within the file.
+      round_num: the 0-based round of the rows.
+      client_ids: the round's cohort (possibly empty: only the truncation happens).
+
+    Returns:
+      The byte offset just past the round's rows (where the next round starts).
+
+    Raises:
+      ValueError: on a bad argument; if the file is missing, no longer starts with the header, is
+        shorter than `offset` (edited or replaced since the offset was taken), or `offset` is not at
+        the start of a line.
+    """
+    offset = _validation.check_nonnegative_int(offset, 'offset')
+    round_num = _validation.check_nonnegative_int(round_num, 'round_num')
+    if isinstance(client_ids, (str, bytes)):
+      raise ValueError(f'`client_ids` must be a sequence of ids, got {client_ids!r}.')
+    if offset < len(HEADER_BYTES):
+      raise ValueError(f'`offset`={offset} lies inside the {len(HEADER_BYTES)}-byte header of '
+                       f'{self._path}.')
+    if not os.path.isfile(self._path):
+      raise ValueError(f'The participation log {self._path} is missing.')
+    with open(self._path, 'r+b') as raw:
+      size = raw.seek(0, os.SEEK_END)
+      raw.seek(0)
+      if raw.read(len(HEADER_BYTES)) != HEADER_BYTES:
+        raise ValueError(f'{self._path} no longer starts with the participation log header '
+                         f'{HEADER_BYTES!r}: it was edited or replaced.')
+      if size < offset:
+        raise ValueError(f'The participation log {self._path} holds {size} bytes, fewer than the '
+                         f'`offset`={offset} of its writer state: it was edited or replaced.')
+      raw.seek(offset - 1)
+      if raw.read(1) != b'\n':
+        raise ValueError(f'`offset`={offset} is not at the start of a line of {self._path}: it was '
+                         'edited or replaced.')
+      # Truncate first: a crash before the write leaves the log at `offset`, which a retry from the
+      # same offset completes.
+      raw.truncate(offset)
+      raw.seek(offset)
+      # The text layer `open(path, 'a', newline='')` uses (same default encoding), so the bytes
+      # equal `append_round`'s.
+      text = io.TextIOWrapper(raw, newline='')
+      try:
+        csv.writer(text).writerows((str(c), round_num) for c in client_ids)
+        text.flush()
+        os.fsync(raw.fileno())
+        return raw.tell()
+      finally:
+        text.detach()
 
   def truncate(self, first_round: int) -> None:
     """Drops every row whose round is >= `first_round` (rounds a resumed run will redo)."""

@@ -1,0 +1,286 @@
+"""Tests of `dp_ftrl_tff.programs.data_source` beyond TFF's contract: the samplers' guarantees, the
+drivers' log bytes, restart and discard idempotence, and corrupt state."""
+
+import copy
+import json
+import struct
+
+import numpy as np
+import pytest
+
+from dp_ftrl_tff import plan as plan_lib
+from dp_ftrl_tff.accounting import participation_log
+from dp_ftrl_tff.learning import client_sampler, poisson_sampler
+from dp_ftrl_tff.mechanisms import blt
+from dp_ftrl_tff.mechanisms import participation as participation_lib
+from dp_ftrl_tff.programs import data_source
+
+IDS = [f'client-{i:03d}' for i in range(60)]
+HEADER_SIZE = len(b'client_id,round\r\n')
+Iterator = data_source.SampledClientDataSourceIterator
+
+# name -> (constructor settings, k passed to select, the drivers' sampler for the same settings)
+SETTINGS = {
+    'min_sep': (dict(clients_per_round=5, min_sep=6, max_participations=5, num_rounds=48), 5,
+                lambda ids, seed: client_sampler.ClientSampler(
+                    ids, 5, min_sep=6, max_participations=5, seed=seed, num_rounds=48)),
+    'poisson': (dict(sampling=plan_lib.Sampling('poisson', 0.1, 1, len(IDS))), 6,
+                lambda ids, seed: poisson_sampler.PoissonSampler(
+                    ids, plan_lib.Sampling('poisson', 0.1, 1, len(IDS)), seed=seed)),
+    'cyclic_poisson': (dict(sampling=plan_lib.Sampling('cyclic_poisson', 0.3, 4, len(IDS))), 5,
+                       lambda ids, seed: poisson_sampler.PoissonSampler(
+                           ids, plan_lib.Sampling('cyclic_poisson', 0.3, 4, len(IDS)),
+                           seed=seed)),
+}
+
+
+def _source(path, kind='min_sep', seed=11, ids=IDS):
+  return data_source.SampledClientDataSource(ids, participation_log=str(path), seed=seed,
+                                             **SETTINGS[kind][0])
+
+
+def _driver_log(path, kind, rounds, seed=11, ids=IDS):
+  """The log the drivers write (experiments/run/training_loop.py: `sampler.sample(t)` then
+  `ParticipationLogWriter.append_round(t, cohort)`) and their cohorts."""
+  sampler = SETTINGS[kind][2](list(ids), seed)
+  writer = participation_log.ParticipationLogWriter(str(path))
+  cohorts = []
+  for t in range(rounds):
+    cohorts.append(sampler.sample(t))
+    writer.append_round(t, cohorts[-1])
+  return path.read_bytes(), cohorts
+
+
+def test_min_sep_and_the_cap_hold_over_many_rounds(tmp_path):
+  path = tmp_path / 'participation.csv'
+  iterator = _source(path).iterator()
+  for _ in range(48):
+    assert len(iterator.select(5)) == 5
+  log = participation_log.read_participation_log(str(path))
+  declared = participation_lib.ParticipationSchema.b_min_sep(6, 5)
+  assert log.violations(declared, num_rounds=48) == []
+  assert log.num_rounds == 48 and log.num_rows == 48 * 5
+  assert log.min_sep >= 6 and log.max_participations <= 5
+  with pytest.raises(ValueError, match='num_rounds'):  # the schedule ends at round n - 1
+    iterator.select(5)
+
+
+def test_cyclic_poisson_keeps_its_groups_apart(tmp_path):
+  path = tmp_path / 'participation.csv'
+  iterator = _source(path, 'cyclic_poisson').iterator()
+  for _ in range(40):
+    iterator.select(5)
+  log = participation_log.read_participation_log(str(path))
+  assert log.violations(participation_lib.ParticipationSchema.b_min_sep(4), 40) == []
+  assert np.all(log.gap_gcds[log.min_gaps > 0] % 4 == 0)  # always a multiple of b-hat apart
+
+
+@pytest.mark.parametrize('kind', list(SETTINGS))
+def test_log_and_cohorts_equal_the_drivers(tmp_path, kind):
+  rounds = 30
+  expected, cohorts = _driver_log(tmp_path / 'driver.csv', kind, rounds)
+  iterator = _source(tmp_path / 'program.csv', kind).iterator()
+  selected = [iterator.select(SETTINGS[kind][1]) for _ in range(rounds)]
+  assert selected == cohorts
+  assert (tmp_path / 'program.csv').read_bytes() == expected
+  assert iterator.log_offset == len(expected)
+
+
+def test_ids_that_need_quoting_are_logged_as_the_drivers_log_them(tmp_path):
+  ids = ['plain', 'with,comma', 'with "quote"', 'ünïcödé', 'line\nbreak', ' space ']
+  source = data_source.SampledClientDataSource(ids, participation_log=str(tmp_path / 'p.csv'),
+                                               seed=1, clients_per_round=2, min_sep=1)
+  iterator = source.iterator()
+  sampler = client_sampler.ClientSampler(ids, 2, seed=1)
+  writer = participation_log.ParticipationLogWriter(str(tmp_path / 'd.csv'))
+  for t in range(6):
+    cohort = sampler.sample(t)
+    assert iterator.select(2) == cohort
+    writer.append_round(t, cohort)
+  assert (tmp_path / 'p.csv').read_bytes() == (tmp_path / 'd.csv').read_bytes()
+  log = participation_log.read_participation_log(str(tmp_path / 'p.csv'))
+  assert {log.client_id(c) for c in range(log.num_clients)} <= set(ids)  # read back intact
+  restored = Iterator.from_bytes(iterator.to_bytes())
+  assert restored == iterator and restored.client_ids == tuple(ids)
+
+
+@pytest.mark.parametrize('kind', list(SETTINGS))
+@pytest.mark.parametrize('saved_after, ahead', [(0, 0), (7, 0), (7, 3), (29, 1)])
+@pytest.mark.parametrize('torn', [False, True])
+def test_restart_from_bytes_gives_the_uninterrupted_log(tmp_path, kind, saved_after, ahead, torn):
+  rounds, k = 30, SETTINGS[kind][1]
+  reference_path = tmp_path / 'reference.csv'
+  reference = _source(reference_path, kind).iterator()
+  reference_cohorts = [reference.select(k) for _ in range(rounds)]
+
+  path = tmp_path / 'run.csv'
+  iterator = _source(path, kind).iterator()
+  cohorts = [iterator.select(k) for _ in range(saved_after)]
+  saved = copy.deepcopy(iterator).to_bytes()  # what train_model saves after round `saved_after`
+  for _ in range(min(ahead, rounds - saved_after)):  # work after the checkpoint, then a crash
+    iterator.select(k)
+  if torn:
+    with open(path, 'ab') as f:
+      f.write(b'client-00')
+  # The restart: the program builds its data source and a template iterator again (no side
+  # effects), then restores the saved iterator from its bytes alone.
+  template = _source(path, kind).iterator()
+  restored = type(template).from_bytes(saved)
+  assert restored.next_round == saved_after
+  cohorts += [restored.select(k) for _ in range(rounds - saved_after)]
+  assert cohorts == reference_cohorts
+  assert path.read_bytes() == reference_path.read_bytes()
+  assert restored.log_offset == reference.log_offset
+  # Every field but the log path is the uninterrupted iterator's.
+  assert _header(restored.to_bytes()) | {'participation_log': ''} == (
+      _header(reference.to_bytes()) | {'participation_log': ''})
+
+
+def _header(buffer):
+  size = struct.unpack_from('<Q', buffer, 10)[0]
+  return json.loads(buffer[18:18 + size])
+
+
+@pytest.mark.parametrize('kind', list(SETTINGS))
+def test_a_discarded_round_reselects_the_same_cohort(tmp_path, kind):
+  """train_model's discard path: deep copy, select, discard, select again from the deep copy."""
+  path = tmp_path / 'participation.csv'
+  k = SETTINGS[kind][1]
+  iterator = _source(path, kind).iterator()
+  for _ in range(3):
+    iterator.select(k)
+  previous = copy.deepcopy(iterator)
+  assert previous == iterator and previous.client_ids is iterator.client_ids  # ids shared
+  first = iterator.select(k)
+  log, state = path.read_bytes(), iterator.to_bytes()
+  assert previous.next_round == 3  # the copy did not move
+  iterator = copy.deepcopy(previous)
+  for _ in range(3):  # discarded again and again: the same round, cohort, log and state
+    assert iterator.select(k) == first
+    assert path.read_bytes() == log and iterator.to_bytes() == state
+    iterator = copy.deepcopy(previous)
+
+
+def test_poisson_rounds_can_be_empty(tmp_path):
+  sampling = plan_lib.Sampling('poisson', 0.01, 1, 20)
+  source = data_source.SampledClientDataSource(IDS[:20], participation_log=str(tmp_path / 'p.csv'),
+                                               seed=0, sampling=sampling)
+  iterator = source.iterator()
+  sizes = [len(iterator.select(0)) for _ in range(20)]
+  assert 0 in sizes and iterator.next_round == 20
+  log = participation_log.read_participation_log(str(tmp_path / 'p.csv'))
+  assert log.num_rows == sum(sizes)
+
+
+def _corrupt(buffer, what):
+  prefix, header_size = 18, struct.unpack_from('<Q', buffer, 10)[0]
+  header = _header(buffer)
+  payload = buffer[prefix + header_size:]
+
+  def with_header(**changes):
+    blob = json.dumps(header | changes).encode()
+    return buffer[:10] + struct.pack('<Q', len(blob)) + blob + payload
+
+  return {
+      'magic': b'NOTMAGIC' + buffer[8:],
+      'version': buffer[:8] + struct.pack('<H', 2) + buffer[10:],
+      'truncated_prefix': buffer[:5],
+      'truncated_header': buffer[:40],
+      'checksum': buffer[:-1] + bytes([buffer[-1] ^ 1]),
+      'not_json': buffer[:prefix] + b'{' * header_size + payload,
+      'missing_field': buffer[:10] + struct.pack('<Q', 2) + b'{}' + payload,
+      'bad_seed': with_header(seed=-3),
+      'bad_offset': with_header(log_offset=3),
+      'bad_population': with_header(population=len(IDS) + 1),
+      'sampler_kind': with_header(sampler='poisson'),
+      'not_bytes': 'a string',
+  }[what]
+
+
+@pytest.mark.parametrize('what, match', [
+    ('magic', 'magic'), ('version', 'version 2'), ('truncated_prefix', 'Truncated'),
+    ('truncated_header', 'Truncated'), ('checksum', 'SHA-256'), ('not_json', 'JSON'),
+    ('missing_field', 'lacks'), ('bad_seed', 'seed'), ('bad_offset', 'log_offset'),
+    ('bad_population', 'client_ids|min-sep state'), ('sampler_kind', 'sampler'),
+    ('not_bytes', '`buffer`')])
+def test_corrupt_bytes_raise_value_error_naming_the_problem(tmp_path, what, match):
+  iterator = _source(tmp_path / 'p.csv').iterator()
+  iterator.select(5)
+  with pytest.raises(ValueError, match=match):
+    Iterator.from_bytes(_corrupt(iterator.to_bytes(), what))
+
+
+def test_an_impossible_state_is_refused(tmp_path):
+  iterator = _source(tmp_path / 'p.csv', 'poisson').iterator()
+  buffer = iterator.to_bytes()
+  header = _header(buffer) | {'sampling': {'kind': 'poisson', 'sampling_prob': 2.0,
+                                           'num_groups': 1, 'population': len(IDS)}}
+  blob = json.dumps(header).encode()
+  size = struct.unpack_from('<Q', buffer, 10)[0]
+  with pytest.raises(ValueError, match='sampling_prob'):
+    Iterator.from_bytes(buffer[:10] + struct.pack('<Q', len(blob)) + blob + buffer[18 + size:])
+
+
+@pytest.mark.parametrize('damage, match', [
+    (lambda p: p.write_bytes(p.read_bytes()[:30]), 'fewer than'),
+    (lambda p: p.write_bytes(b'a,b\r\n' + p.read_bytes()[5:]), 'header'),
+    (lambda p: p.write_bytes(p.read_bytes()[:HEADER_SIZE] + b'x' + p.read_bytes()[HEADER_SIZE:]),
+     'start of a line'),
+    (lambda p: p.unlink(), 'missing'),
+])
+def test_a_damaged_log_is_refused_and_the_iterator_is_unchanged(tmp_path, damage, match):
+  path = tmp_path / 'p.csv'
+  iterator = _source(path).iterator()
+  for _ in range(3):
+    iterator.select(5)
+  before = iterator.to_bytes()
+  damage(path)
+  with pytest.raises(ValueError, match=match):
+    iterator.select(5)
+  assert iterator.to_bytes() == before
+
+
+def test_append_round_at_writes_the_bytes_of_append_round(tmp_path):
+  rows = [(0, ['a', 'b,c']), (1, []), (2, ['ü', 'd "e"', 'a'])]
+  appended = participation_log.ParticipationLogWriter(str(tmp_path / 'appended.csv'))
+  at = participation_log.ParticipationLogWriter(str(tmp_path / 'at.csv'))
+  offset = len(participation_log.HEADER_BYTES)
+  assert offset == HEADER_SIZE == at.size
+  for round_num, ids in rows:
+    appended.append_round(round_num, ids)
+    offset = at.append_round_at(offset, round_num, ids)
+    assert offset == at.size == appended.size
+  assert (tmp_path / 'at.csv').read_bytes() == (tmp_path / 'appended.csv').read_bytes()
+  with pytest.raises(ValueError, match='offset'):
+    at.append_round_at(3, 0, ['a'])
+  with pytest.raises(ValueError, match='client_ids'):
+    at.append_round_at(offset, 3, 'abc')
+  with pytest.raises(ValueError, match='round_num'):
+    at.append_round_at(offset, -1, ['a'])
+
+
+def _plan(**kwargs):
+  return plan_lib.RunPlan.build(blt.BLTStrategy(theta=(0.9, 0.5), omega=(0.3, 0.2)), 1.0,
+                                **kwargs)
+
+
+def test_from_plan_builds_the_plan_sampler(tmp_path):
+  min_sep = data_source.SampledClientDataSource.from_plan(
+      IDS, _plan(clients_per_round=5, clip_norm=1.0, num_rounds=48, population=len(IDS),
+                 participation=participation_lib.ParticipationSchema.b_min_sep(6, 5)),
+      str(tmp_path / 'a.csv'), 11)
+  assert min_sep.iterator() == _source(tmp_path / 'a.csv').iterator()
+  sampling = SETTINGS['cyclic_poisson'][0]['sampling']
+  cyclic = data_source.SampledClientDataSource.from_plan(
+      IDS, _plan(clients_per_round=None, clip_norm=1.0, sampling=sampling),
+      str(tmp_path / 'b.csv'), 11)
+  assert cyclic.iterator() == _source(tmp_path / 'b.csv', 'cyclic_poisson').iterator()
+  with pytest.raises(ValueError, match='population'):
+    data_source.SampledClientDataSource.from_plan(
+        IDS[:50], _plan(clients_per_round=5, clip_norm=1.0, population=len(IDS)),
+        str(tmp_path / 'c.csv'), 11)
+  with pytest.raises(ValueError, match='fractional'):
+    data_source.SampledClientDataSource.from_plan(
+        IDS, _plan(clients_per_round=2.5, clip_norm=1.0), str(tmp_path / 'c.csv'), 11)
+  with pytest.raises(ValueError, match='`plan`'):
+    data_source.SampledClientDataSource.from_plan(IDS, {'plan': 1}, str(tmp_path / 'c.csv'), 11)

@@ -1,0 +1,107 @@
+"""`tff.learning.programs.train_model` runs on `SampledClientDataSource`: its saves hold the iterator
+after r selects, a restart restores it from the saved bytes, and the log equals the drivers'."""
+
+import asyncio
+import collections
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from dp_ftrl_tff.accounting import participation_log
+from dp_ftrl_tff.learning import client_sampler
+from dp_ftrl_tff.programs import data_source
+
+NUM_CLIENTS, PER_ROUND, MIN_SEP, SEED = 12, 3, 2, 4
+
+
+def _client_data():
+  rng = np.random.default_rng(0)
+  return tff.simulation.datasets.TestClientData({
+      f'c{i:02d}': collections.OrderedDict(
+          x=rng.normal(size=(4, 2)).astype(np.float32),
+          y=rng.normal(size=(4, 1)).astype(np.float32))
+      for i in range(NUM_CLIENTS)})
+
+
+def _process(client_data):
+  spec = (tf.TensorSpec([None, 2], tf.float32), tf.TensorSpec([None, 1], tf.float32))
+
+  def model_fn():
+    keras_model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(2,))])
+    return tff.learning.models.from_keras_model(keras_model, input_spec=spec,
+                                                loss=tf.keras.losses.MeanSquaredError())
+
+  process = tff.learning.algorithms.build_weighted_fed_avg(
+      model_fn, client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1))
+  batched = client_data.preprocess(lambda ds: ds.map(lambda e: (e['x'], e['y'])).batch(2))
+  # The process takes client ids: each id becomes its dataset inside the computation.
+  return tff.simulation.compose_dataset_computation_with_learning_process(
+      batched.dataset_computation, process)
+
+
+class _DiscardOnce:
+  """should_discard_round: discards the first attempt of the `at`-th round."""
+
+  def __init__(self, at):
+    self.calls, self.at = 0, at
+
+  def __call__(self, output):
+    del output
+    self.calls += 1
+    return self.calls == self.at
+
+
+def _train(process, source, state_dir, rounds, discard=None):
+  manager = tff.program.FileProgramStateManager(str(state_dir), keep_total=0)
+  asyncio.run(tff.learning.programs.train_model(
+      train_process=process, train_data_source=source, train_per_round_clients=PER_ROUND,
+      train_total_rounds=rounds, should_discard_round=discard, program_state_manager=manager,
+      model_output_manager=tff.program.MemoryReleaseManager(), evaluation_manager=None,
+      evaluation_periodicity=1))
+  return manager
+
+
+def _template(process, source):
+  """The structure `load` restores into (as train_model builds it)."""
+
+  async def initialize():
+    return await tff.program.materialize_value(process.initialize())
+
+  return tff.learning.programs.ProgramState(asyncio.run(initialize()), 0, 0, source.iterator())
+
+
+def test_train_model_saves_restores_and_logs_like_the_drivers(tmp_path):
+  client_data = _client_data()
+  process = _process(client_data)
+  context = tff.program.NativeFederatedContext(
+      tff.backends.native.create_async_local_cpp_execution_context())
+  log_path = tmp_path / 'participation.csv'
+
+  def source():  # what a program builds on every start
+    return data_source.SampledClientDataSource(
+        client_data, participation_log=str(log_path), seed=SEED, clients_per_round=PER_ROUND,
+        min_sep=MIN_SEP, num_rounds=6)
+
+  discard = _DiscardOnce(2)  # round 2 runs twice: its cohort is re-selected from the deep copy
+  with tff.framework.get_context_stack().install(context):
+    manager = _train(process, source(), tmp_path / 'state', 3, discard=discard)
+    assert discard.calls == 4
+    template = _template(process, source())
+    for version in range(4):  # save r holds the iterator after r selects
+      saved = asyncio.run(manager.load(version, template))
+      assert saved.round_number == version and saved.data_iterator.next_round == version
+    # Work past the last save, then a crash mid-row: the restart cuts both away.
+    saved.data_iterator.select(PER_ROUND)
+    with open(log_path, 'ab') as f:
+      f.write(b'c0')
+    _train(process, source(), tmp_path / 'state', 6)
+    final = asyncio.run(manager.load_latest(template))[0]
+  assert final.data_iterator.next_round == 6
+
+  sampler = client_sampler.ClientSampler(client_data.client_ids, PER_ROUND, min_sep=MIN_SEP,
+                                         seed=SEED, num_rounds=6)
+  writer = participation_log.ParticipationLogWriter(str(tmp_path / 'driver.csv'))
+  for t in range(6):
+    writer.append_round(t, sampler.sample(t))
+  assert log_path.read_bytes() == (tmp_path / 'driver.csv').read_bytes()
