@@ -26,10 +26,11 @@ compositions. Losses are cached per b-hat, so one selector serves several (epsil
 
 Candidate sets (`candidates=`): the full search above (None or 'all'), the powers of two 1, 2, 4, ...
 up to floor(m / B) ('pow2'), or any given b-hat values; a restricted set is evaluated in full. The
-BandMF paper's choices come from powers of two: with 'pow2' this objective reproduces its App. G.1
-table (n = 1024) and its Table 5 b-hat at epsilon 4 and 8 (32, 64), while the full search finds
-b-hat = 12, 21, 42 at epsilon 1, 2, 4 where Table 5 has 9, 18, 32, values within 0.9% of the full
-search's RMSE on a flat objective (docs/amplification.md).
+BandMF paper's choices come from powers of two: with 'pow2' this objective reproduces 108 of the
+110 cells of its App. G.1 table (n = 1024; the other two are near ties) and its Table 5 b-hat at
+epsilon 4 and 8 (32, 64), while the full search finds b-hat = 12, 21, 42, 76 at epsilon 1, 2, 4, 8
+where Table 5 has 9, 18, 32, 64, within 1.2% of the full search's RMSE on a flat objective
+(docs/amplification.md).
 
 Conventions: rounds are 0-based; noise multipliers are relative to the clip norm and to a largest
 column norm of 1; the loss follows the BLT paper's RmsLoss = sens * sqrt(mean_i ||B_i||^2).
@@ -44,9 +45,14 @@ from dp_ftrl_tff.accounting import amplification
 from dp_ftrl_tff.mechanisms import banded, registry
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 
-#: PLD discretization of the calibration inside the search: 10x coarser than reports, about 10x
-#: faster; dp_accounting's pessimistic PLD stays an upper bound, so sigma errs on the safe side
-#: (about 0.1% larger than with 1e-4 at the paper's setting).
+#: PLD discretization of the calibration inside the search: SEARCH_VALUE_DISCRETIZATION times
+#: min(1, epsilon). At epsilon >= 1 that is 10x coarser than reports, about 10x faster, and sigma
+#: about 0.1% larger than with 1e-4 at the paper's setting; dp_accounting's pessimistic PLD stays
+#: an upper bound, so sigma errs on the safe side. A fixed 1e-3 is not enough below epsilon 1: the
+#: pessimistic rounding accumulates over the compositions, so at epsilon 1/32 it overstated sigma of
+#: 1024 compositions (b-hat = 1, n = 1024, q = 1/2) 2.8 times (4727 against 1715 at 1e-5) and of
+#: 512 compositions at q = 1 by 0.1%, and the search preferred fewer, larger groups for that reason
+#: alone (the App. G.1 cells at epsilon <= 1/4).
 SEARCH_VALUE_DISCRETIZATION = 1e-3
 
 #: Relative tolerance of the calibrated sigmas inside the search.
@@ -185,7 +191,7 @@ class BandSelector:
 
   def __init__(self, num_rounds: int, dataset_size: int, batch_size: int, *, error: str = 'rms',
                accountant: str = 'pld',
-               value_discretization_interval: float = SEARCH_VALUE_DISCRETIZATION,
+               value_discretization_interval: Optional[float] = None,
                rtol: float = SEARCH_RTOL, max_iterations: int = 100,
                max_seconds: Optional[float] = None):
     """Args:
@@ -194,7 +200,8 @@ class BandSelector:
       batch_size: B, the expected number of participants per round.
       error: 'rms' (the paper's) or 'max': the loss optimized and reported.
       accountant: 'pld' or 'rdp'.
-      value_discretization_interval: PLD discretization of the calibration.
+      value_discretization_interval: PLD discretization of the calibration; None (default):
+        SEARCH_VALUE_DISCRETIZATION * min(1, target_epsilon), per target.
       rtol: relative tolerance of each calibrated sigma.
       max_iterations, max_seconds: passed to the BandMF optimizer for each b-hat.
     """
@@ -204,8 +211,9 @@ class BandSelector:
     self.batch_size = int(batch_size)
     self.error = _validation.check_one_of(error, 'error', _ERRORS)
     self.accountant = _validation.check_one_of(accountant, 'accountant', amplification.ACCOUNTANTS)
-    self.value_discretization_interval = _validation.check_positive_float(
-        value_discretization_interval, 'value_discretization_interval')
+    self.value_discretization_interval = None if value_discretization_interval is None else (
+        _validation.check_positive_float(value_discretization_interval,
+                                         'value_discretization_interval'))
     self.rtol = _validation.check_float_in_range(rtol, 'rtol', 0.0, 1e-3, low_inclusive=False)
     self._optimizer_options = {
         'max_iterations': _validation.check_positive_int(max_iterations, 'max_iterations'),
@@ -247,9 +255,15 @@ class BandSelector:
     if key not in self._sigmas:
       self._sigmas[key] = amplification.amplified_noise_multiplier(
           target_epsilon, self.num_rounds, num_bands, self.sampling_prob(num_bands), delta,
-          self.accountant, value_discretization_interval=self.value_discretization_interval,
+          self.accountant, value_discretization_interval=self._discretization(target_epsilon),
           rtol=self.rtol)
     return self._sigmas[key]
+
+  def _discretization(self, target_epsilon: float) -> float:
+    """The PLD discretization of the calibrations for `target_epsilon`."""
+    if self.value_discretization_interval is not None:
+      return self.value_discretization_interval
+    return SEARCH_VALUE_DISCRETIZATION * min(1.0, float(target_epsilon))
 
   def sampling_prob(self, num_bands: int) -> float:
     """q = B / floor(m / b-hat)."""
@@ -281,7 +295,7 @@ class BandSelector:
     if key not in self._sigmas:
       self._sigmas[key] = amplification.amplified_noise_multiplier(
           target_epsilon, compositions, 1, sampling_prob, delta, self.accountant,
-          value_discretization_interval=self.value_discretization_interval, rtol=self.rtol)
+          value_discretization_interval=self._discretization(target_epsilon), rtol=self.rtol)
     # The calibrated sigma lies within a few rtol of the exact root (its bracket is at most 2x wide).
     return self._sigmas[key] * (1.0 - 8.0 * self.rtol)
 
@@ -342,7 +356,7 @@ class BandSelector:
 
 def select_bands(target_epsilon: float, delta: float, num_rounds: int, dataset_size: int,
                  batch_size: int, *, error: str = 'rms', accountant: str = 'pld',
-                 value_discretization_interval: float = SEARCH_VALUE_DISCRETIZATION,
+                 value_discretization_interval: Optional[float] = None,
                  rtol: float = SEARCH_RTOL, selection_rtol: float = 0.0,
                  max_iterations: int = 100, max_seconds: Optional[float] = None,
                  candidates=None) -> BandSelection:

@@ -11,8 +11,9 @@ import pytest
 from dp_ftrl_tff.accounting import band_selection
 from experiments.benchmarks import band_selection_bench as bench
 
-# (epochs, epsilons): the cells checked, grouped so that one selector's losses serve each column.
-G1_CELLS = [(1, (1.0, 8.0)), (4, (0.25, 4.0, 8.0)), (32, (2.0, 16.0))]
+# (epochs, epsilons): the cells checked, grouped so that one selector's losses serve each column;
+# epsilon 1/8 checks the search's PLD discretization at small epsilons (a fixed 1e-3 gave 4, not 2).
+G1_CELLS = [(1, (1.0, 8.0)), (4, (0.125, 0.25, 4.0, 8.0)), (32, (2.0, 16.0))]
 
 
 @pytest.mark.slow
