@@ -7,6 +7,10 @@ Modules:
   * `participation_log`: the `client_id,round` participation log: its format, writer and reader;
     realized min_sep and max participations.
   * `report`: the privacy report's data and computation (`PrivacyReport`, `build_report`).
+  * `report_files`: `report_from_run_files`, the report of a run from its plan, participation log,
+    metrics CSV and canary record (the one path of the drivers and the program release).
+  * `run_metrics`: what the report reads of a run's metrics CSV (SecAgg segments and wrapped
+    rounds, adaptive clipping's final clip).
   * `report_render`: the report as JSON, terminal summary, markdown checklist and plots.
   * `run_guarantee`: `plan_guarantee`, the guarantee of a `RunPlan` with a composable DpEvent.
   * `equal_privacy`: every mechanism's noise multiplier and losses at the run's privacy.

@@ -22,7 +22,8 @@ A driver run owns `<root_output_dir>/<experiment_name>/` through `RunDirectory`:
 The names of the run's files are here too (`PLAN_FILE`, `HPARAMS_FILE`, `PARTICIPATION_FILE`,
 `METRICS_FILE`, `REPORT_DIR`), with the readers of what a report takes from `metrics.csv` (the
 drivers at the end of a run and `experiments.privacy_report --plan` alike): `read_secure_segments`
-(a SecAgg run's segments and wrapped rounds) and `read_final_clip` (adaptive clipping's last clip).
+(a SecAgg run's segments and wrapped rounds) and `read_final_clip` (adaptive clipping's last clip),
+re-exported from `dp_ftrl_tff.accounting.run_metrics`.
 
 `RunDirError` (not a ValueError) is what a run cannot recover from by itself: a locked directory or
 a corrupt run file; it names the path and what to do. Linux only for the worker parts (/proc).
@@ -44,6 +45,7 @@ from typing import Callable, Optional, Sequence
 from absl import logging
 
 from dp_ftrl_tff import _atomic
+from dp_ftrl_tff.accounting import run_metrics
 from experiments.cli import tff_workers
 
 LOCK_FILE = 'run.lock'
@@ -53,10 +55,12 @@ HPARAMS_FILE = 'hparams.json'
 PARTICIPATION_FILE = 'participation.csv'
 METRICS_FILE = 'metrics.csv'
 REPORT_DIR = 'privacy_report'
-#: The per-round metric holding the aggregator's `modular_wrap` measurement (SecAgg runs).
-MODULAR_WRAP_METRIC = 'aggregator/modular_wrap'
-#: The per-round metric holding the clip the round used (the aggregator's `clip` measurement).
-CLIP_METRIC = 'aggregator/clip'
+# The metric names and readers of what a report takes from metrics.csv live in the library (a
+# tff.program program's report release reads them without importing experiments); re-exported.
+MODULAR_WRAP_METRIC = run_metrics.MODULAR_WRAP_METRIC
+CLIP_METRIC = run_metrics.CLIP_METRIC
+read_secure_segments = run_metrics.read_secure_segments
+read_final_clip = run_metrics.read_final_clip
 
 # Temp names of tff.program's file writers (`<path>_temp<random>`) and of ours (`<name>.<x>.tmp`,
 # `<name>.tmp`).
@@ -327,57 +331,3 @@ def _alive(pid: int, start) -> bool:
   """Whether process `pid` exists and (if `start` is known) is the one that started at `start`."""
   now = tff_workers.start_time(pid)
   return now is not None and (start is None or now == start)
-
-
-def read_secure_segments(metrics_csv: str) -> dict:
-  """What a SecAgg run's report needs of its `metrics.csv`: {'segments': each noise segment's clip
-  and post-rounding sensitivity clip (first round of the segment), 'wrap_rounds': the rounds whose
-  secure sum wrapped around the field}.
-
-  Raises:
-    OSError: the file cannot be read.
-    ValueError: it lacks the aggregator's columns.
-  """
-  segments, wrap_rounds = {}, []
-  with open(metrics_csv, newline='') as f:
-    for row in csv.DictReader(f):
-      try:
-        segment = int(float(row['aggregator/segment']))
-        segments.setdefault(segment, {'segment': segment, 'clip': float(row['aggregator/clip']),
-                                      'sensitivity_clip': float(row['aggregator/sensitivity_clip'])})
-        if float(row.get(MODULAR_WRAP_METRIC) or 0) > 0:
-          wrap_rounds.append(int(row['round']))
-      except (KeyError, TypeError, ValueError) as e:
-        raise ValueError(f'{metrics_csv} is not the metrics of a SecAgg run (row {row!r}: {e}).'
-                         ) from e
-  return {'segments': [segments[s] for s in sorted(segments)], 'wrap_rounds': wrap_rounds}
-
-
-def read_final_clip(metrics_csv: str) -> Optional[float]:
-  """The clip the run's last round used: `aggregator/clip` of the row of the highest `round` in
-  `metrics_csv` (adaptive clipping's final clip); None when the file does not exist, has no such
-  column or no row with a value in it.
-
-  Raises:
-    OSError: the file exists but cannot be read.
-    ValueError: a row's `round` or clip is not a number.
-  """
-  if not os.path.isfile(metrics_csv):
-    return None
-  last_round, clip = None, None
-  with open(metrics_csv, newline='') as f:
-    reader = csv.DictReader(f)
-    if CLIP_METRIC not in (reader.fieldnames or ()):
-      return None
-    for row in reader:
-      value = row.get(CLIP_METRIC)
-      if value is None or not value.strip():
-        continue
-      try:
-        round_num, value = int(float(row['round'])), float(value)
-      except (KeyError, TypeError, ValueError) as e:
-        raise ValueError(f'{metrics_csv}: row {row!r} has no numeric round and '
-                         f'{CLIP_METRIC!r} ({e}).') from e
-      if last_round is None or round_num >= last_round:
-        last_round, clip = round_num, value
-  return clip

@@ -1,6 +1,8 @@
 """The end of a driver run: its privacy report, its completion marker and the closing summary.
 
 `finish` builds the report from the run's plan, participation log and metrics with
+`accounting.report_files.report_from_run_files` (the one report path, which a `tff.program`
+program's `programs.report_release.PrivacyReportReleaseManager` calls too; it builds the report with
 `accounting.report.build_report`, the function `experiments.privacy_report --plan=RUN/plan.json
 --participation_log=RUN/participation.csv --metrics=RUN/metrics.csv [--canaries=RUN/canaries.json]`
 calls too, so the two reports agree (without --metrics the standalone report of an adaptive-clipping run lacks the final clip);
@@ -14,8 +16,8 @@ from absl import logging
 
 from dp_ftrl_tff import auditing
 from dp_ftrl_tff import plan as plan_lib
-from dp_ftrl_tff.accounting import participation_log, report_render
 from dp_ftrl_tff.accounting import report as report_lib
+from dp_ftrl_tff.accounting import report_files, report_render
 from experiments.cli import flag_parsing
 from experiments.run import console, hparams_summary, run_dir, run_summary
 from experiments.run.run_config import RunConfig
@@ -28,7 +30,7 @@ def finish(config: RunConfig, plan: plan_lib.RunPlan, accuracy_metric: str,
 
   The report (`privacy_report/`: report.json, report.md with the BLT paper's App. C checklist,
   plots, every mechanism at equal privacy) comes from the plan, the participation log and the
-  metrics through `report.build_report`, as `experiments.privacy_report --plan=RUN/plan.json
+  metrics through `report_files.report_from_run_files`, as `experiments.privacy_report --plan=RUN/plan.json
   --participation_log=RUN/participation.csv --metrics=RUN/metrics.csv` does, so the two agree.
   With adaptive clipping, `run_facts.final_clip` is the clip of the last round in metrics.csv
   (`run_dir.read_final_clip`). Its headline uses the
@@ -42,8 +44,6 @@ def finish(config: RunConfig, plan: plan_lib.RunPlan, accuracy_metric: str,
   """
   output_dir = config.output_dir
   complete = not trained and run_summary.is_complete(output_dir)
-  secure_segments = (None if plan.secure is None or plan.noise_multiplier == 0 else
-                     run_dir.read_secure_segments(os.path.join(output_dir, run_dir.METRICS_FILE)))
   hparams = None if complete else run_dir.read_json(
       os.path.join(output_dir, run_dir.HPARAMS_FILE),
       'rerun the same command: it rewrites hparams.json.')
@@ -51,14 +51,11 @@ def finish(config: RunConfig, plan: plan_lib.RunPlan, accuracy_metric: str,
   if plan.noise_multiplier == 0:
     logging.warning('Noise multiplier 0: the run has no differential-privacy guarantee.')
   else:
-    log = participation_log.read_participation_log(
-        os.path.join(output_dir, run_dir.PARTICIPATION_FILE))
-    final_clip = (run_dir.read_final_clip(os.path.join(output_dir, run_dir.METRICS_FILE))
-                  if plan.adaptive_clip else None)
-    canaries = (auditing.read_canaries(os.path.join(output_dir, auditing.CANARY_FILE))
-                if config.canary_clients else None)
-    report = report_lib.build_report(plan, log, secure_segments=secure_segments,
-                                     equal_privacy=True, final_clip=final_clip, canaries=canaries)
+    report = report_files.report_from_run_files(
+        plan, os.path.join(output_dir, run_dir.PARTICIPATION_FILE),
+        metrics=os.path.join(output_dir, run_dir.METRICS_FILE),
+        canaries=(os.path.join(output_dir, auditing.CANARY_FILE) if config.canary_clients
+                  else None))
     report_render.write_report(report, os.path.join(output_dir, run_dir.REPORT_DIR))
   if not complete:
     guarantee = None if report is None else report.guarantee
