@@ -78,6 +78,12 @@ class PrivacyReportReleaseManager(tff.program.ReleaseManager):
     if not isinstance(plots, bool):
       raise ValueError(f'`plots` must be a bool, got {plots!r}.')
     self._plots = plots
+    self._last_report = None
+
+  @property
+  def last_report(self):
+    """The `report.PrivacyReport` this manager wrote last (None before its first report)."""
+    return self._last_report
 
   def output_dir_for(self, key: int) -> Optional[str]:
     """Where the release of round `key` (1-based) writes its report; None if it writes none."""
@@ -96,6 +102,7 @@ class PrivacyReportReleaseManager(tff.program.ReleaseManager):
         plan, self._log, metrics=self._metrics, canaries=self._canaries,
         num_rounds=None if key == self._total_rounds else key)
     report_render.write_report(report, output_dir, plots=self._plots)
+    self._last_report = report
 
   async def release(self, value, key: int) -> None:
     """Writes the report due after `key` rounds (1-based), if any; see the class docstring.

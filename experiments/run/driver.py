@@ -20,7 +20,7 @@ import logging as std_logging
 import os
 import sys
 import traceback
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, Optional
 
 from absl import flags, logging
 
@@ -104,11 +104,17 @@ class Failure(Exception):
     self.error, self.exit_code = error, exit_code
 
 
+#: What trains a run: `(task, config) -> result`, raising `training_loop.SetupError` on bad input.
+RunFn = Callable[[run_config.Task, run_config.RunConfig], Dict[str, Any]]
+
+
 def run_from_flags(flag_values: flags.FlagValues,
                    build_task: Callable[[run_config.RunConfig], run_config.Task],
-                   task_settings: Callable[[flags.FlagValues], Dict[str, Any]]) -> Dict[str, Any]:
+                   task_settings: Callable[[flags.FlagValues], Dict[str, Any]],
+                   run_fn: Optional[RunFn] = None) -> Dict[str, Any]:
   """Builds the `RunConfig` and the task from parsed `flag_values` and trains (`run_main`'s
-  arguments); returns `training_loop.run`'s result.
+  arguments) with `run_fn` (default `training_loop.run`; `experiments.programs.emnist_program`
+  trains through `tff.learning.programs.train_model`); returns its result.
 
   Raises:
     Failure: bad input (exit 2) or a runtime failure (exit 1), as the driver reports it.
@@ -130,7 +136,7 @@ def run_from_flags(flag_values: flags.FlagValues,
   # so that `--help` and flag errors answer in about a second.
   from experiments.run import training_loop  # pylint: disable=g-import-not-at-top
   try:
-    return training_loop.run(task, config)
+    return (run_fn or training_loop.run)(task, config)
   except training_loop.SetupError as error:
     raise Failure(error, flag_parsing.ERROR_EXIT_CODE) from error
   except run_dir.RunDirError as error:
@@ -141,7 +147,8 @@ def run_from_flags(flag_values: flags.FlagValues,
 
 def run_main(flag_values: flags.FlagValues,
              build_task: Callable[[run_config.RunConfig], run_config.Task],
-             task_settings: Callable[[flags.FlagValues], Dict[str, Any]], usage: str) -> None:
+             task_settings: Callable[[flags.FlagValues], Dict[str, Any]], usage: str,
+             run_fn: Optional[RunFn] = None) -> None:
   """Runs a driver: parses `flag_values`, builds the `RunConfig` and the task, trains.
 
   Args:
@@ -149,6 +156,7 @@ def run_main(flag_values: flags.FlagValues,
     build_task: `RunConfig` -> `run_config.Task`.
     task_settings: parsed `flag_values` -> the driver's own settings (`RunConfig.task`).
     usage: the text `--help` prints before the flags (the driver's docstring).
+    run_fn: what trains (`run_from_flags`); default `training_loop.run`.
   """
 
   def main(argv):
@@ -165,7 +173,7 @@ def run_main(flag_values: flags.FlagValues,
       flag_parsing.exit_with_error(f'unexpected arguments {argv[1:]}', flag_values)
     set_up_logging()
     try:
-      run_from_flags(flag_values, build_task, task_settings)
+      run_from_flags(flag_values, build_task, task_settings, run_fn)
     except Failure as failure:
       _fail(failure.error, flag_values, failure.exit_code)
 

@@ -24,7 +24,8 @@ from experiments.run.run_config import RunConfig
 
 
 def finish(config: RunConfig, plan: plan_lib.RunPlan, accuracy_metric: str,
-           trained: bool) -> Optional[report_lib.PrivacyReport]:
+           trained: bool, report: Optional[report_lib.PrivacyReport] = None
+           ) -> Optional[report_lib.PrivacyReport]:
   """Writes the run's privacy report, then (when rounds were `trained` or the marker is missing)
   the completion marker, and prints the summary; returns the report (None without noise).
 
@@ -40,15 +41,17 @@ def finish(config: RunConfig, plan: plan_lib.RunPlan, accuracy_metric: str,
   the rounds whose secure sum wrapped; with `canary_clients`, the empirical epsilon of the run's
   canaries (`canaries.json`, as `privacy_report --canaries=RUN/canaries.json`). The completion marker is the TensorBoard HParams session and
   final scalars, then `summary.json`, written last and atomically (its presence means the run
-  finished).
+  finished). A `report` already written to `privacy_report/` from the same files (a `tff.program`
+  program's report release) is used as it is, not built again.
   """
   output_dir = config.output_dir
   complete = not trained and run_summary.is_complete(output_dir)
   hparams = None if complete else run_dir.read_json(
       os.path.join(output_dir, run_dir.HPARAMS_FILE),
       'rerun the same command: it rewrites hparams.json.')
-  report = None
-  if plan.noise_multiplier == 0:
+  if report is not None:
+    pass
+  elif plan.noise_multiplier == 0:
     logging.warning('Noise multiplier 0: the run has no differential-privacy guarantee.')
   else:
     report = report_files.report_from_run_files(

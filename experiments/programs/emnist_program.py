@@ -1,0 +1,361 @@
+r"""EMNIST DP-FTRL as a TFF training program: `tff.learning.programs.train_model` with our process.
+
+The run_emnist driver's task, flags, errors and run directory, trained by TFF's own program loop
+instead of the drivers' loop: the DP-FTRL process (`learning.dp_ftrl`, composed with the task's
+dataset computation so it takes client ids), `programs.data_source.SampledClientDataSource`
+(the min-sep or (cyclic) Poisson sampler, writing participation.csv), a
+`tff.program.FileProgramStateManager` (checkpoints/program_state_<r>, after every round), the
+metrics as the drivers' rows (`programs.metrics_release`: metrics.csv and tensorboard/), the privacy
+report at the last round (`programs.report_release`: privacy_report/) and the final state
+(model/training_checkpoint_round_<n>). After the last round the program evaluates the final model,
+adds the test metrics to the last metrics row and writes summary.json, as the drivers do.
+A killed program rerun with the same command resumes from its last checkpoint and ends with the
+same model, participation log and report as an uninterrupted run.
+
+Not available here (an error naming the flag, exit 2): --workers, --canary_clients, --eval_every
+(the program evaluates once, at the end), --checkpoint_every other than 1 (train_model saves every
+round), restarts of a correlated mechanism (--restart_rounds, --restart_period,
+--banded_beyond_max_rounds=restart: train_model cannot reset the server momentum), and a --rounds
+other than the run's on resume. A run directory of a driver is refused, and the reverse.
+
+Example (synthetic clients, about a minute on 2 cores; run from the repository root):
+  python -m experiments.programs.emnist_program --root_output_dir=/tmp/runs \
+      --experiment_name=program --model=tiny --mechanism=blt --rounds=6 --clients_per_round=3 \
+      --min_sep=2 --synthetic_num_clients=30 --synthetic_examples_per_client=8 \
+      --client_batch_size=8 --eval_max_examples=64
+
+"""
+
+import os
+
+# Quiet console: TensorFlow's C++ logs off unless the user set TF_CPP_MIN_LOG_LEVEL (it must be set
+# before TensorFlow is imported).
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
+
+import asyncio  # noqa: E402
+import contextlib  # noqa: E402
+import csv  # noqa: E402
+import time  # noqa: E402
+from typing import Any, Dict  # noqa: E402
+
+from absl import flags  # noqa: E402
+
+from experiments.emnist import MODELS, run_emnist  # noqa: E402
+from experiments.run import driver, driver_flags, run_config, run_dir  # noqa: E402
+
+FLAGS = flags.FlagValues()
+driver_flags.define_common_flags(FLAGS)
+flags.DEFINE_enum('model', 'fedavg_cnn', MODELS, 'EMNIST model.', flag_values=FLAGS)
+flags.DEFINE_bool('only_digits', True, '10 digit classes (else 62 classes).', flag_values=FLAGS)
+
+#: `RunConfig.task['program']` of a program run (recorded in hparams.json: a driver refuses the
+#: directory of a program run, and the program a driver's).
+PROGRAM = 'train_model'
+#: Where train_model's model output manager writes the final state.
+MODEL_DIR = 'model'
+CHECKPOINT_DIR = 'checkpoints'
+
+_NOT_HERE = 'is not available in the train_model program'
+
+
+def task_settings(fv: flags.FlagValues) -> Dict[str, Any]:
+  """run_emnist's settings plus `program`; refuses the flags train_model cannot honor.
+
+  Raises:
+    ValueError: naming the flag (the driver prints it as one line, exit 2).
+  """
+  if fv['workers'].value is not None:
+    raise ValueError(f'`workers` {_NOT_HERE}: train_model needs an asynchronous context, and '
+                     'TFF\'s multi-worker context is synchronous; run run_emnist for remote '
+                     'workers.')
+  if fv['canary_clients'].value:
+    raise ValueError(f'`canary_clients` {_NOT_HERE}: the canary process takes (dataset, canary '
+                     'index) pairs, the data source client ids; audit with run_emnist.')
+  if fv['checkpoint_every'].present and fv['checkpoint_every'].value != 1:
+    raise ValueError(f'`checkpoint_every`={fv["checkpoint_every"].value} {_NOT_HERE}: train_model '
+                     'saves the program state after every round (leave the flag out).')
+  if fv['eval_every'].present:
+    raise ValueError(f'`eval_every` {_NOT_HERE}: the program evaluates the final model once, '
+                     'after the last round (leave the flag out).')
+  return {**run_emnist.task_settings(fv), 'program': PROGRAM}
+
+
+build_task = run_emnist.build_task
+
+
+class _RoundsReleased:
+  """Which rounds' metrics (train_model's 1-based keys) were released; a save of version r waits
+  for round r's, so a checkpoint never runs ahead of metrics.csv and the report (train_model starts
+  the save and the releases of a round as concurrent background tasks)."""
+
+  def __init__(self):
+    self._events = {}
+
+  def _event(self, key: int) -> asyncio.Event:
+    return self._events.setdefault(int(key), asyncio.Event())
+
+  def mark(self, key: int) -> None:
+    self._event(key).set()
+
+  async def wait(self, key: int) -> None:
+    await self._event(key).wait()
+
+
+def _release_classes():
+  """The TFF-derived classes (TensorFlow is imported after the flags are checked)."""
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
+  class MarkingRelease(tff.program.ReleaseManager):
+    """Releases through `inner`, then marks the round released (even when the release failed:
+    its error surfaces when train_model awaits its tasks, and the save must not wait forever)."""
+
+    def __init__(self, inner, released: _RoundsReleased):
+      self._inner, self._released = inner, released
+
+    async def release(self, value, key):
+      try:
+        await self._inner.release(value, key)
+      finally:
+        self._released.mark(key)
+
+  class StateManager(tff.program.FileProgramStateManager):
+    """`FileProgramStateManager` whose save of version r >= 1 waits for round r's releases, one
+    save at a time (concurrent saves race in removing old versions: TFF's check-then-rmtree fails
+    with NotFoundError when two saves remove the same one)."""
+
+    def __init__(self, root_dir, released: _RoundsReleased, **kwargs):
+      super().__init__(root_dir, **kwargs)
+      self._released = released
+      self._lock = None
+
+    async def save(self, program_state, version):
+      if version >= 1:
+        await self._released.wait(version)
+      if self._lock is None:
+        self._lock = asyncio.Lock()
+      async with self._lock:
+        await super().save(program_state, version)
+
+  class ConsoleRelease(tff.program.ReleaseManager):
+    """Prints the drivers' round line for each released row (0-based key)."""
+
+    def __init__(self, num_rounds: int, accuracy_metric: str):
+      self._num_rounds, self._accuracy = num_rounds, accuracy_metric
+      self._started = self._last = None
+      self._count = 0
+
+    def start(self) -> None:
+      """Starts the clock (before train_model: the first round's time includes its start)."""
+      self._started = self._last = time.time()
+
+    async def release(self, value, key):
+      from experiments.run import console, training_loop  # pylint: disable=g-import-not-at-top
+      now = time.time()
+      if self._started is None:
+        self.start()
+      seconds = now - self._last
+      self._last, self._count = now, self._count + 1
+      mean = (now - self._started) / self._count
+      console.out(training_loop.round_log_line(
+          int(key), self._num_rounds, value.get('train_loss', float('nan')),
+          value.get(f'train_{self._accuracy}', float('nan')), seconds,
+          mean * (self._num_rounds - int(key) - 1)))
+
+  return MarkingRelease, StateManager, ConsoleRelease
+
+
+@contextlib.contextmanager
+def _setup_errors():
+  """ValueErrors of the set-up as the drivers' `SetupError` (one line, exit 2)."""
+  from experiments.cli import flag_parsing  # pylint: disable=g-import-not-at-top
+  from experiments.run import training_loop  # pylint: disable=g-import-not-at-top
+  try:
+    yield
+  except training_loop.SetupError:
+    raise
+  except ValueError as error:
+    raise training_loop.SetupError(flag_parsing.flag_words(str(error))) from error
+
+
+def _check_restarts(config: run_config.RunConfig, plan) -> None:
+  if not (plan.strategy.correlated and plan.restart_rounds()):
+    return
+  flag = ('restart_rounds' if config.restart_rounds is not None else
+          'restart_period' if config.restart_period is not None else
+          'restart_warmup' if config.restart_warmup is not None else 'banded_beyond_max_rounds')
+  raise ValueError(f'`{flag}`: restarts of a correlated mechanism are not available in the '
+                   'train_model program: train_model cannot reset the server momentum where a new '
+                   'segment starts; train restarts with run_emnist.')
+
+
+def _check_rounds_unchanged(config: run_config.RunConfig) -> None:
+  path = os.path.join(config.output_dir, run_dir.HPARAMS_FILE)
+  if not os.path.exists(path):
+    return
+  saved = run_dir.read_json(path, 'rerun the same command: it rewrites hparams.json.')
+  rounds = saved.get('rounds') if isinstance(saved, dict) else None
+  if rounds is not None and rounds != config.rounds:
+    raise ValueError(f'`rounds`={config.rounds}, but {config.output_dir} holds a train_model run '
+                     f'of {rounds} rounds: its data source\'s schedule is in its checkpoints; '
+                     f'resume with --rounds={rounds} or use another --experiment_name.')
+
+
+def run(task: run_config.Task, config: run_config.RunConfig) -> Dict[str, Any]:
+  """Trains (or resumes) `config`'s run through `tff.learning.programs.train_model`; the
+  `driver.run_main` `run_fn` of this binary. Returns the final metrics and the privacy report.
+
+  Raises:
+    training_loop.SetupError: bad settings, a flag train_model cannot honor, a run directory of
+      other settings (a driver's included); before any training.
+    run_dir.RunDirError: the run directory is in use or holds a corrupt run file.
+  """
+  directory = run_dir.RunDirectory(config.output_dir)
+  try:
+    return _run(task, config, directory)
+  finally:
+    directory.release(remove_if_created=True)
+
+
+def _run(task: run_config.Task, config: run_config.RunConfig,
+         directory: run_dir.RunDirectory) -> Dict[str, Any]:
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
+  from dp_ftrl_tff import aggregators  # pylint: disable=g-import-not-at-top
+  from dp_ftrl_tff.learning import dp_ftrl  # pylint: disable=g-import-not-at-top
+  from dp_ftrl_tff.programs import (  # pylint: disable=g-import-not-at-top
+    data_source,
+    metrics_release,
+    report_release,
+  )
+  from experiments.run import (  # pylint: disable=g-import-not-at-top
+    console,
+    run_report,
+    run_setup,
+    run_summary,
+    training_loop,
+  )
+
+  out = config.output_dir
+  path = lambda *names: os.path.join(out, *names)  # noqa: E731
+  with _setup_errors():
+    # One context for the whole process, before any computation (docs/distributed.md): TFF's test
+    # context runs secure sums, the local one everything else; both asynchronous, as train_model
+    # needs.
+    context = (tff.backends.test.create_async_test_cpp_execution_context()
+               if config.secure_aggregation else
+               tff.backends.native.create_async_local_cpp_execution_context())
+    tff.framework.set_default_context(tff.program.NativeFederatedContext(context))
+    directory.acquire()
+    directory.end_stale_workers()
+    run_config.check_hparams(config)
+    _check_rounds_unchanged(config)
+    resolved, strategy_unsaved = run_setup.run_strategy(config)
+    client_ids = list(task.train_data.client_ids)
+    plan = run_setup.build_plan(config, resolved, len(client_ids))
+    _check_restarts(config, plan)
+    source = data_source.SampledClientDataSource.from_plan(
+        client_ids, plan, path(run_dir.PARTICIPATION_FILE), config.seed)
+    console.out(console.header(plan, f'{config.data}: {len(client_ids)} training clients', out,
+                               task.keras_model_fn().count_params()))
+    process = dp_ftrl.build_dp_ftrl_process(
+        task.model_fn, tff.learning.optimizers.build_sgdm(config.client_learning_rate),
+        aggregator=aggregators.CorrelatedNoiseFactory(plan, noise_seed=config.noise_seed),
+        server_learning_rate=config.server_learning_rate, server_momentum=config.server_momentum)
+    # The process takes client ids: each id becomes its preprocessed dataset inside the
+    # computation (TFF's `compose_dataset_computation_with_learning_process`).
+    process = tff.simulation.compose_dataset_computation_with_learning_process(
+        task.train_data.preprocess(task.client_preprocess_fn).dataset_computation, process)
+  directory.remove_stale_temps()
+  run_setup.write_run_files(config, resolved, plan, strategy_unsaved)
+  # A kill during an append of metrics.csv leaves a torn last line (the CSV manager cannot parse
+  # it); the participation log's is cut by the data source at its checkpointed offset.
+  run_dir.drop_torn_last_line(path(run_dir.METRICS_FILE), 'round')
+
+  marking_release, state_manager_class, console_release = _release_classes()
+  released = _RoundsReleased()
+  state_manager = state_manager_class(path(CHECKPOINT_DIR), released, keep_total=3)
+  report = report_release.PrivacyReportReleaseManager(
+      path(run_dir.PLAN_FILE), path(run_dir.PARTICIPATION_FILE), path(run_dir.REPORT_DIR),
+      total_rounds=config.rounds, metrics=path(run_dir.METRICS_FILE))
+  csv_release = tff.program.CSVFileReleaseManager(path(run_dir.METRICS_FILE),
+                                                  key_fieldname='round')
+  progress = console_release(config.rounds, task.accuracy_metric)
+  metrics = marking_release(metrics_release.RoundMetricsReleaseManager(
+      [csv_release, tff.program.TensorBoardReleaseManager(path('tensorboard')), progress],
+      after_metrics=[report]), released)
+
+  async def initialize():
+    return await tff.program.materialize_value(process.initialize())
+
+  initial_state = asyncio.run(initialize())
+  directory.record_workers()  # the worker_binary exists now: a killed run's is ended on resume
+  versions = asyncio.run(state_manager.get_versions()) or []
+  done_before = max(versions, default=0)
+  trained = done_before < config.rounds
+  if done_before:
+    console.notice(f'Resuming {out} after round {done_before}/{config.rounds}.')
+  if trained:
+    run_summary.remove_summary(out)
+  per_round = int(round(plan.clients_per_round))
+  progress.start()
+  asyncio.run(tff.learning.programs.train_model(
+      train_process=process, initial_train_state=initial_state, train_data_source=source,
+      train_per_round_clients=min(per_round, len(client_ids)), train_total_rounds=config.rounds,
+      program_state_manager=state_manager,
+      model_output_manager=tff.program.SavedModelFileReleaseManager(path(MODEL_DIR), prefix=''),
+      train_metrics_manager=metrics, evaluation_manager=None, evaluation_periodicity=1))
+  directory.record_workers()
+
+  template = tff.learning.programs.ProgramState(initial_state, 0, 0, source.iterator())
+  program_state, _ = asyncio.run(state_manager.load_latest(template))
+  final_state = program_state.state
+  evaluation = training_loop.evaluate(task, _MaterializedWeights(process, final_state),
+                                      final_state, config.eval_max_examples)
+  _add_to_last_row(csv_release, path(run_dir.METRICS_FILE), config.rounds, evaluation)
+  console.out(console.eval_line(config.rounds, config.rounds, evaluation, console.spent_guarantee(
+      plan, path(run_dir.PARTICIPATION_FILE), config.rounds)))
+  privacy_report = run_report.finish(config, plan, task.accuracy_metric, trained=trained,
+                                     report=report.last_report)
+  return {'state': final_state, 'process': process, 'metrics': evaluation,
+          'privacy_report': privacy_report}
+
+
+class _MaterializedWeights:
+  """`process.get_model_weights(state)` computed in the program's asynchronous context, for
+  `training_loop.evaluate` (which calls `get_model_weights` synchronously)."""
+
+  def __init__(self, process, state):
+    import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
+    async def weights():
+      return await tff.program.materialize_value(process.get_model_weights(state))
+
+    value = asyncio.run(weights())
+    if not isinstance(value, tff.learning.models.ModelWeights):
+      value = tff.learning.models.ModelWeights(trainable=list(value[0]),
+                                               non_trainable=list(value[1]))
+    self._weights = value
+
+  def get_model_weights(self, state):
+    del state
+    return self._weights
+
+
+def _add_to_last_row(csv_release, metrics_path: str, rounds: int, values: Dict[str, float]) -> None:
+  """Rewrites round n-1's row of metrics.csv with `values` added (the drivers' final evaluation)."""
+  with open(metrics_path, newline='', encoding='utf-8') as f:
+    rows = [row for row in csv.DictReader(f) if int(row['round']) == rounds - 1]
+  if not rows:
+    raise ValueError(f'{metrics_path} has no row of the last round {rounds - 1}.')
+  row = {name: float(value) for name, value in rows[-1].items()
+         if name != 'round' and value not in ('', None)}
+  row.update(values)
+  asyncio.run(csv_release.release(row, key=rounds - 1))
+
+
+def main() -> None:
+  driver.run_main(FLAGS, build_task, task_settings, __doc__, run_fn=run)
+
+
+if __name__ == '__main__':
+  main()

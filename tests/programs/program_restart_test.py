@@ -1,0 +1,208 @@
+"""The example program `experiments.programs.emnist_program` end to end, as a subprocess.
+
+SIGKILLed once a checkpoint of round r >= 2 exists and rerun with the same command, it ends with the
+final program state (model, optimizer, noise state, sampler state), participation.csv (byte for
+byte), metrics.csv and privacy report of an uninterrupted run; the log respects min-sep and the cap;
+the report equals the `privacy_report` binary's on the run's files; no worker_binary outlives the
+runs. The flags train_model cannot honor are one-line errors (exit 2), and a driver's run directory
+and a program's refuse each other.
+
+Tiny settings (as run_dir_test.py): 30 synthetic clients, 3 per round, 6 rounds, min_sep 2, at most
+2 participations, fixed seeds. stdout/stderr go to files, never pipes (an orphaned worker_binary
+keeps a pipe open). The uninterrupted reference run starts once per module, in the background.
+"""
+
+import csv
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from dp_ftrl_tff.accounting import participation_log
+from dp_ftrl_tff.mechanisms import participation as participation_lib
+from dp_ftrl_tff.programs import data_source
+from experiments.run import run_config, run_dir
+from tests.experiments import run_dir_test
+from tests.programs import releases_test
+
+ROUNDS, MIN_SEP, CAP = 6, 2, 2
+ARGS = ('--model=tiny', '--mechanism=blt', '--noise_multiplier=0.5', f'--rounds={ROUNDS}',
+        '--clients_per_round=3', '--synthetic_num_clients=30', '--synthetic_examples_per_client=8',
+        '--client_batch_size=8', f'--min_sep={MIN_SEP}', f'--max_participations={CAP}',
+        '--noise_seed=3', '--seed=1', '--eval_max_examples=64')
+MODULE = 'experiments.programs.emnist_program'
+
+
+class Program(run_dir_test.Driver):
+  """One example-program subprocess on `<root>/<name>` (run_dir_test's driver harness)."""
+
+  def __init__(self, root, name, log_name=None, args=ARGS):
+    self.dir = os.path.join(str(root), name)
+    self.err_path = os.path.join(str(root), f'{log_name or name}.stderr')
+    self.out_path = os.path.join(str(root), f'{log_name or name}.stdout')
+    with open(self.err_path, 'w') as err, open(self.out_path, 'w') as out:
+      self.proc = subprocess.Popen(
+          [sys.executable, '-m', MODULE, f'--root_output_dir={root}', f'--experiment_name={name}',
+           *args], stdout=out, stderr=err, cwd=run_dir_test.ROOT,
+          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3'))
+    self.workers = set()
+
+
+@pytest.fixture(scope='module')
+def reference(tmp_path_factory):
+  """The uninterrupted run, started at once; call the fixture's value to wait for it."""
+  root = tmp_path_factory.mktemp('reference')
+  program = Program(root, 'run')
+  done = {}
+
+  def result():
+    if not done:
+      assert program.wait() == 0, program.stderr()[-3000:]
+      run_dir_test.assert_no_workers_left(program.workers)
+      done['dir'] = program.dir
+    return done['dir']
+
+  yield result
+  if program.proc.poll() is None:
+    program.proc.kill()
+    program.proc.wait()
+
+
+def final_state(run):
+  """The leaves of the last program state (train state incl. the noise state, round, iterator),
+  the run directory's path masked in the iterator's bytes."""
+  value = tf.saved_model.load(os.path.join(run, 'checkpoints', f'program_state_{ROUNDS}'))()
+  leaves = []
+  for leaf in tf.nest.flatten(value):  # None: train_model's next evaluation time (no evaluation)
+    leaf = np.asarray(leaf) if leaf is not None else None
+    if leaf is not None and leaf.dtype == object:
+      leaf = leaf.item()
+    if isinstance(leaf, bytes) and leaf.startswith(data_source._MAGIC):
+      leaf = _iterator_fields(leaf)
+    leaves.append(leaf)
+  return leaves
+
+
+def _iterator_fields(buffer):
+  """The data-source iterator's bytes decoded, its (absolute) log path left out."""
+  client_ids, settings, state, log_offset = data_source._unpack(buffer)
+  state = {name: np.asarray(value).tolist() for name, value in dataclasses.asdict(state).items()}
+  return (client_ids, dataclasses.replace(settings, participation_log='<log>'), state, log_offset)
+
+
+def masked_report(run):
+  with open(os.path.join(run, run_dir.REPORT_DIR, 'report.json')) as f:
+    return releases_test._masked(json.load(f))
+
+
+def assert_same_run(run, expected):
+  got, want = final_state(run), final_state(expected)
+  assert len(got) == len(want)
+  for a, b in zip(got, want, strict=True):
+    if a is None or isinstance(a, tuple):
+      assert a == b
+    else:
+      np.testing.assert_array_equal(a, b)
+  assert (run_dir_test.read_bytes(os.path.join(run, run_dir.PARTICIPATION_FILE))
+          == run_dir_test.read_bytes(os.path.join(expected, run_dir.PARTICIPATION_FILE)))
+  assert run_dir_test.metrics_rows(run) == run_dir_test.metrics_rows(expected)
+  assert [int(r['round']) for r in run_dir_test.metrics_rows(run)] == list(range(ROUNDS))
+  assert masked_report(run) == masked_report(expected)
+  for directory in (run, os.path.join(run, 'checkpoints')):
+    assert not [name for name in os.listdir(directory) if '_temp' in name or
+                name.endswith('.tmp')]
+  assert os.path.isfile(os.path.join(run, 'summary.json'))
+  assert os.path.isdir(os.path.join(run, 'model', f'training_checkpoint_round_{ROUNDS}'))
+
+
+def assert_log_respects_the_schedule(run):
+  path = os.path.join(run, run_dir.PARTICIPATION_FILE)
+  log = participation_log.read_participation_log(path)
+  assert log.violations(participation_lib.ParticipationSchema.b_min_sep(MIN_SEP, CAP),
+                        ROUNDS) == []
+  rounds = {}
+  with open(path, newline='') as f:
+    for row in csv.DictReader(f):
+      rounds.setdefault(row['client_id'], []).append(int(row['round']))
+  assert sorted({r for rs in rounds.values() for r in rs}) == list(range(ROUNDS))
+  for history in rounds.values():
+    assert len(history) <= CAP and all(b - a >= MIN_SEP for a, b in zip(history, history[1:], strict=False))
+
+
+@pytest.mark.slow  # about 60-90 s: three program runs of 6 rounds (one killed), two in parallel
+def test_sigkill_and_rerun_equals_an_uninterrupted_run(tmp_path, reference):
+  first = Program(tmp_path, 'run', 'first')
+  first.wait_for(lambda: any(first.checkpoint_exists(r) for r in range(2, ROUNDS)),
+                 'a checkpoint of round 2 or later')
+  first.poll_workers()
+  first.proc.kill()  # SIGKILL: no handler runs; its worker_binary is orphaned
+  assert first.wait() == -9
+  assert not first.checkpoint_exists(ROUNDS) and not os.path.exists(
+      os.path.join(first.dir, 'summary.json')), 'the run finished before it was killed'
+  orphans = run_dir_test.alive_workers(first.workers)
+
+  second = Program(tmp_path, 'run', 'second')
+  assert second.wait() == 0, second.stderr()[-3000:]
+  assert 'Resuming' in second.stderr()
+  if orphans:
+    assert 'worker_binary process(es) left by an earlier run' in second.stderr()
+  run_dir_test.assert_no_workers_left(first.workers | second.workers)
+  expected = reference()
+  assert_same_run(first.dir, expected)
+  assert_log_respects_the_schedule(first.dir)
+  # The program's report is the privacy_report binary's on the run's files.
+  binary = releases_test._standalone(
+      first.dir, tmp_path / 'binary', f'--participation_log={first.dir}/participation.csv')
+  assert releases_test._masked(binary) == masked_report(first.dir)
+
+  # Rerunning the finished run trains nothing and changes nothing.
+  before = run_dir_test.read_bytes(os.path.join(first.dir, run_dir.PARTICIPATION_FILE))
+  third = Program(tmp_path, 'run', 'third')
+  assert third.wait() == 0, third.stderr()[-3000:]
+  assert 'nothing to do' in third.stderr()
+  assert run_dir_test.read_bytes(os.path.join(first.dir, run_dir.PARTICIPATION_FILE)) == before
+  run_dir_test.assert_no_workers_left(third.workers)
+
+
+@pytest.mark.parametrize('flag, words', [
+    ('--workers=localhost:1', '--workers is not available in the train_model program'),
+    ('--canary_clients=4', '--canary_clients is not available in the train_model program'),
+    ('--checkpoint_every=5', '--checkpoint_every=5 is not available in the train_model program'),
+    ('--eval_every=2', '--eval_every is not available in the train_model program'),
+])
+def test_flags_train_model_cannot_honor_are_one_line_errors(tmp_path, flag, words):
+  program = Program(tmp_path, 'run', args=(*ARGS, flag))
+  assert program.wait() == 2
+  lines = program.stderr().strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith('emnist_program.py: error: '), lines
+  assert words in lines[0], lines
+  assert not os.path.exists(program.dir)
+
+
+@pytest.mark.slow  # about 20 s: TFF's start-up before the plan is checked
+def test_restarts_of_a_correlated_mechanism_are_refused(tmp_path):
+  program = Program(tmp_path, 'run', args=(*ARGS, '--restart_rounds=3'))
+  assert program.wait() == 2, program.stderr()[-3000:]
+  lines = program.stderr().strip().splitlines()
+  assert lines[-1].startswith('emnist_program.py: error: --restart_rounds: restarts of a '
+                              'correlated mechanism are not available'), lines
+  assert not os.path.exists(program.dir)
+  run_dir_test.assert_no_workers_left(program.workers)
+
+
+def test_driver_and_program_run_directories_refuse_each_other(tmp_path):
+  common = dict(root_output_dir=str(tmp_path), rounds=2)
+  driver = run_config.RunConfig(**common, task={'model': 'tiny', 'only_digits': True})
+  program = run_config.RunConfig(**common, task={'model': 'tiny', 'only_digits': True,
+                                                 'program': 'train_model'})
+  run_config.write_hparams(driver)
+  with pytest.raises(ValueError, match='holds a run with other settings .*task'):
+    run_config.check_hparams(program)
+  run_config.write_hparams(program)
+  with pytest.raises(ValueError, match='holds a run with other settings .*task'):
+    run_config.check_hparams(driver)
