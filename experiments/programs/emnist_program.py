@@ -238,13 +238,7 @@ def _run(task: run_config.Task, config: run_config.RunConfig,
   out = config.output_dir
   path = lambda *names: os.path.join(out, *names)  # noqa: E731
   with _setup_errors():
-    # One context for the whole process, before any computation (docs/distributed.md): TFF's test
-    # context runs secure sums, the local one everything else; both asynchronous, as train_model
-    # needs.
-    context = (tff.backends.test.create_async_test_cpp_execution_context()
-               if config.secure_aggregation else
-               tff.backends.native.create_async_local_cpp_execution_context())
-    tff.framework.set_default_context(tff.program.NativeFederatedContext(context))
+    # The lock first, then every check (reading only); nothing is written before they pass.
     directory.acquire()
     directory.end_stale_workers()
     run_config.check_hparams(config)
@@ -253,6 +247,13 @@ def _run(task: run_config.Task, config: run_config.RunConfig,
     client_ids = list(task.train_data.client_ids)
     plan = run_setup.build_plan(config, resolved, len(client_ids))
     _check_restarts(config, plan)
+    # One context for the whole process, once the checks passed and before any computation runs
+    # (docs/distributed.md): TFF's test context runs secure sums, the local one everything else;
+    # both asynchronous, as train_model needs.
+    context = (tff.backends.test.create_async_test_cpp_execution_context()
+               if config.secure_aggregation else
+               tff.backends.native.create_async_local_cpp_execution_context())
+    tff.framework.set_default_context(tff.program.NativeFederatedContext(context))
     source = data_source.SampledClientDataSource.from_plan(
         client_ids, plan, path(run_dir.PARTICIPATION_FILE), config.seed)
     console.out(console.header(plan, f'{config.data}: {len(client_ids)} training clients', out,

@@ -134,7 +134,7 @@ def assert_log_respects_the_schedule(run):
     assert len(history) <= CAP and all(b - a >= MIN_SEP for a, b in zip(history, history[1:], strict=False))
 
 
-@pytest.mark.slow  # about 60-90 s: three program runs of 6 rounds (one killed), two in parallel
+@pytest.mark.slow  # about 90-110 s: three program runs of 6 rounds (one killed), two in parallel
 def test_sigkill_and_rerun_equals_an_uninterrupted_run(tmp_path, reference):
   first = Program(tmp_path, 'run', 'first')
   first.wait_for(lambda: any(first.checkpoint_exists(r) for r in range(2, ROUNDS)),
@@ -184,7 +184,7 @@ def test_flags_train_model_cannot_honor_are_one_line_errors(tmp_path, flag, word
   assert not os.path.exists(program.dir)
 
 
-@pytest.mark.slow  # about 20 s: TFF's start-up before the plan is checked
+@pytest.mark.slow  # about 10 s: the BLT strategy is optimized before the plan is checked
 def test_restarts_of_a_correlated_mechanism_are_refused(tmp_path):
   program = Program(tmp_path, 'run', args=(*ARGS, '--restart_rounds=3'))
   assert program.wait() == 2, program.stderr()[-3000:]
