@@ -1,6 +1,7 @@
 """Test-session setup shared by every test directory."""
 
 import os
+import signal
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
@@ -10,3 +11,17 @@ from experiments.cli import tff_workers  # noqa: E402
 def pytest_sessionfinish(session, exitstatus):
   del session, exitstatus
   tff_workers.end_child_workers()
+
+
+def pytest_configure(config):
+  """Lets the worker_binary of every TFF context this session starts stop on SIGINT.
+
+  `make test` runs pytest through tools/in_session.sh, a background job of a non-interactive shell,
+  so pytest starts with SIGINT ignored and every process it starts inherits that. TFF's local C++
+  contexts stop their worker_binary with SIGINT and wait for it: an ignoring worker never exits and
+  the test hangs (experiments/run/secure_context.py explains the same for the drivers). A handled
+  signal is reset to its default in a child at exec, so handling it here makes workers stoppable.
+  """
+  del config
+  if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -20,6 +20,12 @@ from experiments.stackoverflow import run_stackoverflow
 from tests.experiments import conftest
 
 MECHANISMS = registry.names(streaming_only=True)
+
+
+def _one_fast(mechanisms, fast):
+  """`mechanisms` as parameters, every one but `fast` marked slow: `make test-fast` and the Bazel
+  stage run one end-to-end run per driver (about 30 s each), `make test` runs them all."""
+  return [m if m == fast else pytest.param(m, marks=pytest.mark.slow) for m in mechanisms]
 EMNIST_TASK = {'model': 'tiny', 'only_digits': True}
 SO_TASK = {'vocab_size': 50, 'embedding_size': 8, 'lstm_size': 8, 'sequence_length': 6,
            'max_elements_per_client': 8, 'word_counts': None}
@@ -53,14 +59,14 @@ def _check_run(config, result, num_rounds):
     assert report['rho'] <= report['declared']['rho'] + 1e-12
 
 
-@pytest.mark.parametrize('mechanism', MECHANISMS)
+@pytest.mark.parametrize('mechanism', _one_fast(MECHANISMS, 'blt'))
 def test_emnist_every_mechanism(config_factory, mechanism):
   config = config_factory(mechanism=mechanism, task=EMNIST_TASK)
   result = training_loop.run(run_emnist.build_task(config), config)
   _check_run(config, result, 2)
 
 
-@pytest.mark.parametrize('mechanism', MECHANISMS)
+@pytest.mark.parametrize('mechanism', _one_fast(MECHANISMS, 'banded'))
 def test_stackoverflow_every_mechanism(config_factory, mechanism):
   config = config_factory(mechanism=mechanism, task=SO_TASK)
   result = training_loop.run(run_stackoverflow.build_task(config), config)

@@ -38,14 +38,17 @@ def _without_wall_times(report: dict) -> dict:
   return json.loads(re.sub(r'\(\d+(\.\d+)?(e-?\d+)? s\)', '(wall time)', json.dumps(report)))
 
 
+# One case runs in `make test-fast` and the Bazel stage (each is a driver run, about 35 s); `make
+# test` runs them all.
 @pytest.mark.parametrize('overrides', [
-    dict(mechanism='blt', min_sep=2),
-    dict(mechanism='gaussian', sampler='poisson', clients_per_round=None, sampling_prob=0.1,
-         min_sep=1, rounds=3),
-    dict(mechanism='banded', mechanism_options={'num_bands': 2}, sampler='cyclic_poisson',
-         sampling_groups=2, clients_per_round=None, sampling_prob=0.2, min_sep=2, rounds=4),
-    dict(mechanism='gaussian', adaptive_clipping=True, clipped_count_stddev=2.0, clip_norm=0.5,
-         min_sep=2, canary_clients=10),
+    pytest.param(dict(mechanism='blt', min_sep=2), marks=pytest.mark.slow),
+    pytest.param(dict(mechanism='gaussian', sampler='poisson', clients_per_round=None,
+                      sampling_prob=0.1, min_sep=1, rounds=3), marks=pytest.mark.slow),
+    pytest.param(dict(mechanism='banded', mechanism_options={'num_bands': 2},
+                      sampler='cyclic_poisson', sampling_groups=2, clients_per_round=None,
+                      sampling_prob=0.2, min_sep=2, rounds=4), marks=pytest.mark.slow),
+    pytest.param(dict(mechanism='gaussian', adaptive_clipping=True, clipped_count_stddev=2.0,
+                      clip_norm=0.5, min_sep=2, canary_clients=10), marks=pytest.mark.slow),
     dict(mechanism='blt', min_sep=2, canary_clients=20, rounds=3),
 ], ids=['min_sep', 'poisson', 'cyclic_poisson', 'adaptive_clip_canaries', 'canaries'])
 def test_driver_report_equals_standalone_report(tmp_path, overrides):

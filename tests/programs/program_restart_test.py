@@ -174,6 +174,7 @@ def test_sigkill_and_rerun_equals_an_uninterrupted_run(tmp_path, reference):
     ('--canary_clients=4', '--canary_clients is not available in the train_model program'),
     ('--checkpoint_every=5', '--checkpoint_every=5 is not available in the train_model program'),
     ('--eval_every=2', '--eval_every is not available in the train_model program'),
+    ('--secure_aggregation', '--secure_aggregation is not available in the train_model program'),
 ])
 def test_flags_train_model_cannot_honor_are_one_line_errors(tmp_path, flag, words):
   program = Program(tmp_path, 'run', args=(*ARGS, flag))

@@ -3,10 +3,8 @@ after r selects, a restart restores it from the saved bytes, and the log equals 
 
 import asyncio
 import collections
-import signal
 
 import numpy as np
-import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -71,23 +69,6 @@ def _template(process, source):
     return await tff.program.materialize_value(process.initialize())
 
   return tff.learning.programs.ProgramState(asyncio.run(initialize()), 0, 0, source.iterator())
-
-
-@pytest.fixture(autouse=True)
-def _workers_stop_on_sigint():
-  """Starts this test's worker_binary with SIGINT at its default.
-
-  `make test` runs pytest through tools/in_session.sh, a background job of a non-interactive shell,
-  so pytest starts with SIGINT ignored, and a process it starts inherits that. The local C++ context
-  stops its worker_binary with SIGINT and waits for it: an ignoring worker never exits and the test
-  hangs (experiments/run/secure_context.py works around the same for the drivers). A handled signal
-  is reset to its default in a child at exec, so the worker started while this handler is set stops.
-  """
-  previous = signal.getsignal(signal.SIGINT)
-  if previous is signal.SIG_IGN:
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-  yield
-  signal.signal(signal.SIGINT, previous)
 
 
 def test_train_model_saves_restores_and_logs_like_the_drivers(tmp_path):
