@@ -189,7 +189,25 @@ def _ensure_log(path: str) -> None:
   participation_log_lib.ParticipationLogWriter(path)
 
 
-class SampledClientDataSourceIterator(tff.program.FederatedDataSourceIterator):
+class _ClientIdSelection:
+  """What the data source and its iterator share: the population (`_client_ids`) and the type of a
+  selection."""
+
+  _client_ids: Tuple[str, ...]
+
+  @property
+  def federated_type(self) -> tff.FederatedType:
+    """`{str}@CLIENTS`, as `tff.program.ClientIdDataSource`: one client id per client."""
+    return tff.FederatedType(np.str_, tff.CLIENTS)
+
+  @property
+  def client_ids(self) -> Tuple[str, ...]:
+    """The population, in the order the draws are made over."""
+    return self._client_ids
+
+
+class SampledClientDataSourceIterator(_ClientIdSelection,
+                                      tff.program.FederatedDataSourceIterator):
   """Selects round after round of client ids with a min-sep or (cyclic) Poisson sampler and logs
   them; see the module docstring for the restart contract and the bytes.
 
@@ -217,7 +235,6 @@ class SampledClientDataSourceIterator(tff.program.FederatedDataSourceIterator):
     self._settings = settings
     self._sampler = sampler
     self._log_offset = log_offset
-    self._federated_type = tff.FederatedType(np.str_, tff.CLIENTS)
 
   @classmethod
   def _from_parts(cls, client_ids, settings, sampler, log_offset) -> 'SampledClientDataSourceIterator':
@@ -225,16 +242,6 @@ class SampledClientDataSourceIterator(tff.program.FederatedDataSourceIterator):
     iterator = cls.__new__(cls)
     iterator._set(client_ids, settings, sampler, log_offset)
     return iterator
-
-  @property
-  def federated_type(self) -> tff.FederatedType:
-    """`{str}@CLIENTS`, as `tff.program.ClientIdDataSource`: one client id per client."""
-    return self._federated_type
-
-  @property
-  def client_ids(self) -> Tuple[str, ...]:
-    """The population, in the order the draws are made over."""
-    return self._client_ids
 
   @property
   def sampler_kind(self) -> str:
@@ -346,7 +353,7 @@ class SampledClientDataSourceIterator(tff.program.FederatedDataSourceIterator):
             f'{self._log_offset}, participation_log={self.participation_log!r})')
 
 
-class SampledClientDataSource(tff.program.FederatedDataSource):
+class SampledClientDataSource(_ClientIdSelection, tff.program.FederatedDataSource):
   """A `tff.program.FederatedDataSource` of client ids, drawn by min-sep or (cyclic) Poisson
   sampling and logged to a participation log (module docstring).
 
@@ -389,7 +396,6 @@ class SampledClientDataSource(tff.program.FederatedDataSource):
                                     max_participations, num_rounds, sampling)
     _build_sampler(self._client_ids, self._settings)  # checks the schedule and the population
     _ensure_log(self._settings.participation_log)
-    self._federated_type = tff.FederatedType(np.str_, tff.CLIENTS)
 
   @classmethod
   def from_plan(cls, population, plan: plan_lib.RunPlan, participation_log: str,
@@ -428,16 +434,6 @@ class SampledClientDataSource(tff.program.FederatedDataSource):
     return cls(client_ids, participation_log=participation_log, seed=seed,
                clients_per_round=int(plan.clients_per_round), min_sep=schema.min_sep,
                max_participations=schema.max_participations, num_rounds=plan.num_rounds)
-
-  @property
-  def federated_type(self) -> tff.FederatedType:
-    """`{str}@CLIENTS`, as `tff.program.ClientIdDataSource`."""
-    return self._federated_type
-
-  @property
-  def client_ids(self) -> Tuple[str, ...]:
-    """The population, in the order the draws are made over."""
-    return self._client_ids
 
   @property
   def participation_log(self) -> str:

@@ -13,8 +13,8 @@ the releases were started. So a program's metrics.csv reads as a driver run's
 get train_model's value and key once the round's row is written.
 
 Not in a program's rows (train_model does not pass them): the drivers' `cohort_size`,
-`round_seconds` and evaluation metrics; for an empty Poisson cohort the `train_<m>` values are TFF's
-zeros, not the drivers' NaN.
+`round_seconds` and evaluation metrics. A round without training examples (an empty Poisson
+cohort) has NaN training metrics in both (`blank_untrained`).
 """
 
 import asyncio
@@ -72,6 +72,18 @@ def round_metrics(metrics: Mapping) -> Dict[str, float]:
   return values
 
 
+def blank_untrained(row: Dict[str, float]) -> Dict[str, float]:
+  """`row` with its `train_<m>` metrics (bar the `train_num_<m>` counts) set to NaN when the round
+  trained on no example (`train_num_examples` is 0, e.g. an empty Poisson cohort): TFF reports 0
+  for a mean over no examples, which would read as a loss of 0. The drivers' and the programs' rule.
+  """
+  if row.get(TRAIN_PREFIX + 'num_examples', 1.0) != 0:
+    return row
+  return {name: (float('nan') if name.startswith(TRAIN_PREFIX) and
+                 not name.startswith(TRAIN_PREFIX + 'num_') else value)
+          for name, value in row.items()}
+
+
 class RoundMetricsReleaseManager(tff.program.ReleaseManager):
   """A `train_metrics_manager` for `train_model` that releases the drivers' metric rows.
 
@@ -113,7 +125,7 @@ class RoundMetricsReleaseManager(tff.program.ReleaseManager):
     """
     if isinstance(key, (bool, np.bool_)) or not isinstance(key, (int, np.integer)) or key < 1:
       raise ValueError(f'`key` must be train_model\'s 1-based round number, got {key!r}.')
-    row = round_metrics(value)
+    row = blank_untrained(round_metrics(value))
     # Acquiring a free asyncio.Lock does not yield, and waiters are served first in, first out: the
     # releases run in the order their tasks started.
     async with self._lock:

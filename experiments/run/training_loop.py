@@ -45,6 +45,7 @@ from dp_ftrl_tff.learning import canaries as canaries_lib
 from dp_ftrl_tff.learning import client_sampler as sampler_lib
 from dp_ftrl_tff.learning import dp_ftrl, poisson_sampler, remote_execution
 from dp_ftrl_tff.mechanisms import resolve
+from dp_ftrl_tff.programs import metrics_release
 from experiments.cli import flag_parsing
 from experiments.run import (
   console,
@@ -95,14 +96,10 @@ def modular_wrap_warning(round_num: int, config: RunConfig) -> str:
 
 
 def _round_metrics(output) -> Dict[str, float]:
-  """Flat scalar metrics of one round: `train_<metric>` and `aggregator/<measurement>`."""
-  train = output.metrics['client_work']['train']
-  values = {f'train_{k}': float(np.asarray(v)) for k, v in train.items()}
-  for name, value in tff.program.structure_utils.flatten_with_name(output.metrics['aggregator']):
-    value = np.asarray(value)
-    if value.shape == () and np.issubdtype(value.dtype, np.number):
-      values[f'aggregator/{name}'] = float(value)
-  return values
+  """Flat scalar metrics of one round: `train_<metric>` and `aggregator/<measurement>` (the rows of
+  train_model programs too: `programs.metrics_release.round_metrics`)."""
+  return metrics_release.round_metrics({'model_metrics': output.metrics['client_work']['train'],
+                                        'aggregator': output.metrics['aggregator']})
 
 
 class SetupError(ValueError):
@@ -362,10 +359,8 @@ class _Training:
     self.metrics = _round_metrics(output)
     if self.canary_files is not None:
       self._record_canaries(round_num, output.metrics['aggregator'])
+    self.metrics = metrics_release.blank_untrained(self.metrics)
     self.metrics['cohort_size'] = len(cohort)
-    if not cohort:  # TFF reports 0 for the metrics of no client: there is no training loss
-      self.metrics.update({name: float('nan') for name in self.metrics
-                           if name.startswith('train_') and not name.startswith('train_num_')})
     if self.metrics.get(MODULAR_WRAP_METRIC, 0.0) > 0:
       self.wrap_rounds.append(round_num)
       logging.warning('%s', modular_wrap_warning(round_num, self.config))

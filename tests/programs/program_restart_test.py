@@ -4,8 +4,10 @@ SIGKILLed once a checkpoint of round r >= 2 exists and rerun with the same comma
 final program state (model, optimizer, noise state, sampler state), participation.csv (byte for
 byte), metrics.csv and privacy report of an uninterrupted run; the log respects min-sep and the cap;
 the report equals the `privacy_report` binary's on the run's files; no worker_binary outlives the
-runs. The flags train_model cannot honor are one-line errors (exit 2), and a driver's run directory
-and a program's refuse each other.
+runs. SIGTERM stops it with exit status 143, and the rerun ends as an uninterrupted run. With
+Poisson sampling (empty cohorts included) the program draws the EMNIST driver's cohorts and writes
+its metrics rows and report. The flags train_model cannot honor are one-line errors (exit 2), and a
+driver's run directory and a program's refuse each other.
 
 Tiny settings (as run_dir_test.py): 30 synthetic clients, 3 per round, 6 rounds, min_sep 2, at most
 2 participations, fixed seeds. stdout/stderr go to files, never pipes (an orphaned worker_binary
@@ -16,6 +18,7 @@ import csv
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -39,15 +42,16 @@ MODULE = 'experiments.programs.emnist_program'
 
 
 class Program(run_dir_test.Driver):
-  """One example-program subprocess on `<root>/<name>` (run_dir_test's driver harness)."""
+  """One subprocess of the example program (or of another binary `module` taking its flags) on
+  `<root>/<name>` (run_dir_test's driver harness)."""
 
-  def __init__(self, root, name, log_name=None, args=ARGS):
+  def __init__(self, root, name, log_name=None, args=ARGS, module=MODULE):
     self.dir = os.path.join(str(root), name)
     self.err_path = os.path.join(str(root), f'{log_name or name}.stderr')
     self.out_path = os.path.join(str(root), f'{log_name or name}.stdout')
     with open(self.err_path, 'w') as err, open(self.out_path, 'w') as out:
       self.proc = subprocess.Popen(
-          [sys.executable, '-m', MODULE, f'--root_output_dir={root}', f'--experiment_name={name}',
+          [sys.executable, '-m', module, f'--root_output_dir={root}', f'--experiment_name={name}',
            *args], stdout=out, stderr=err, cwd=run_dir_test.ROOT,
           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3'))
     self.workers = set()
@@ -167,6 +171,51 @@ def test_sigkill_and_rerun_equals_an_uninterrupted_run(tmp_path, reference):
   assert 'nothing to do' in third.stderr()
   assert run_dir_test.read_bytes(os.path.join(first.dir, run_dir.PARTICIPATION_FILE)) == before
   run_dir_test.assert_no_workers_left(third.workers)
+
+
+@pytest.mark.slow  # about 60 s: a program run stopped by SIGTERM, then rerun
+def test_sigterm_stops_with_143_and_the_rerun_equals_an_uninterrupted_run(tmp_path, reference):
+  first = Program(tmp_path, 'run', 'first')
+  first.wait_for(lambda: any(first.checkpoint_exists(r) for r in range(1, ROUNDS)),
+                 'a checkpoint of round 1 or later')
+  first.poll_workers()
+  first.proc.send_signal(signal.SIGTERM)
+  assert first.wait() == 143, first.stderr()[-3000:]
+  assert 'Traceback' not in first.stderr()
+  assert not os.path.exists(os.path.join(first.dir, 'summary.json'))
+  run_dir_test.assert_no_workers_left(first.workers)
+  second = Program(tmp_path, 'run', 'second')
+  assert second.wait() == 0, second.stderr()[-3000:]
+  assert 'Resuming' in second.stderr()
+  run_dir_test.assert_no_workers_left(second.workers)
+  assert_same_run(first.dir, reference())
+
+
+@pytest.mark.slow  # about 60 s: a program run and a driver run of 5 rounds, in parallel
+def test_poisson_program_draws_and_trains_as_the_driver(tmp_path):
+  # Poisson cohorts at rate 0.05 of 30 clients (the default seed): rounds 0 and 3 draw no client.
+  args = ('--model=tiny', '--mechanism=gaussian', '--rounds=5', '--sampler=poisson',
+          '--sampling_prob=0.05', '--synthetic_num_clients=30', '--synthetic_examples_per_client=8',
+          '--client_batch_size=8', '--eval_max_examples=64', '--noise_seed=1')
+  (tmp_path / 'program').mkdir()
+  (tmp_path / 'driver').mkdir()
+  program = Program(tmp_path / 'program', 'run', args=args)
+  driver = Program(tmp_path / 'driver', 'run', args=args, module='experiments.emnist.run_emnist')
+  assert program.wait() == 0, program.stderr()[-3000:]
+  assert driver.wait() == 0, driver.stderr()[-3000:]
+  run_dir_test.assert_no_workers_left(program.workers | driver.workers)
+  log = run_dir_test.read_bytes(os.path.join(program.dir, run_dir.PARTICIPATION_FILE))
+  assert log == run_dir_test.read_bytes(os.path.join(driver.dir, run_dir.PARTICIPATION_FILE))
+  drawn = {int(line.split(b',')[1]) for line in log.splitlines()[1:]}
+  assert drawn == {1, 2, 4}  # the default seed's cohorts: rounds 0 and 3 are empty
+  # The same cohorts, noise and model: the same rows, bar the drivers' own cohort_size (and the
+  # wall times run_dir_test.metrics_rows leaves out); NaN training metrics in the empty rounds.
+  driver_rows = [{k: v for k, v in row.items() if k != 'cohort_size'}
+                 for row in run_dir_test.metrics_rows(driver.dir)]
+  program_rows = run_dir_test.metrics_rows(program.dir)
+  assert program_rows == driver_rows
+  assert [row['train_loss'] == 'nan' for row in program_rows] == [True, False, False, True, False]
+  assert masked_report(program.dir) == masked_report(driver.dir)
 
 
 @pytest.mark.parametrize('flag, words', [

@@ -244,3 +244,14 @@ def test_the_report_path_does_not_load_tensorflow():
           "assert 'tensorflow' not in sys.modules, 'tensorflow imported'; "
           "assert 'matplotlib' not in sys.modules, 'matplotlib imported before plotting'")
   subprocess.run([sys.executable, '-c', code], check=True, timeout=120)
+
+
+def test_a_round_without_examples_has_no_training_loss():
+  row = {'train_loss': 0.0, 'train_accuracy': 0.0, 'train_num_examples': 0.0,
+         'train_num_batches': 0.0, 'aggregator/clip': 1.0}
+  blanked = metrics_release.blank_untrained(row)
+  assert np.isnan(blanked['train_loss']) and np.isnan(blanked['train_accuracy'])
+  assert {k: v for k, v in blanked.items() if k not in ('train_loss', 'train_accuracy')} == {
+      'train_num_examples': 0.0, 'train_num_batches': 0.0, 'aggregator/clip': 1.0}
+  trained = dict(row, train_num_examples=3.0)
+  assert metrics_release.blank_untrained(trained) == trained
