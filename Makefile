@@ -18,7 +18,7 @@ $(STAMP): requirements.lock setup.py
 	@touch $(STAMP)
 
 test: install
-	$(IN_SESSION) $(PY) -m pytest $(PYTEST_ARGS)
+	$(IN_SESSION) $(PY) -m pytest --durations=40 $(PYTEST_ARGS)
 
 test-fast: install
 	$(IN_SESSION) $(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
