@@ -216,13 +216,14 @@ def run(task: run_config.Task, config: run_config.RunConfig) -> Dict[str, Any]:
   """
   directory = run_dir.RunDirectory(config.output_dir)
   try:
-    return _run(task, config, directory)
+    with contextlib.ExitStack() as scope:
+      return _run(task, config, directory, scope)
   finally:
     directory.release(remove_if_created=True)
 
 
-def _run(task: run_config.Task, config: run_config.RunConfig,
-         directory: run_dir.RunDirectory) -> Dict[str, Any]:
+def _run(task: run_config.Task, config: run_config.RunConfig, directory: run_dir.RunDirectory,
+         scope: contextlib.ExitStack) -> Dict[str, Any]:
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
   from dp_ftrl_tff import aggregators  # pylint: disable=g-import-not-at-top
@@ -252,10 +253,12 @@ def _run(task: run_config.Task, config: run_config.RunConfig,
     client_ids = list(task.train_data.client_ids)
     plan = run_setup.build_plan(config, resolved, len(client_ids))
     _check_restarts(config, plan)
-    # One context for the whole process, once the checks passed and before any computation runs
-    # (docs/distributed.md); asynchronous, as train_model needs.
-    tff.framework.set_default_context(tff.program.NativeFederatedContext(
-        tff.backends.native.create_async_local_cpp_execution_context()))
+    # One asynchronous context (train_model needs one) for the rest of this run, once the checks
+    # passed and before any computation runs; installed over the caller's and removed on return, so
+    # a caller in the same process (a test, a notebook) gets its own context back.
+    scope.enter_context(tff.framework.get_context_stack().install(
+        tff.program.NativeFederatedContext(
+            tff.backends.native.create_async_local_cpp_execution_context())))
     source = data_source.SampledClientDataSource.from_plan(
         client_ids, plan, path(run_dir.PARTICIPATION_FILE), config.seed)
     console.out(console.header(plan, f'{config.data}: {len(client_ids)} training clients', out,

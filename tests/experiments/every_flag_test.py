@@ -12,6 +12,7 @@ import io
 import warnings
 
 import pytest
+import tensorflow_federated as tff
 from absl import flags
 
 from dp_ftrl_tff import _deprecation
@@ -115,6 +116,15 @@ CASES = [*_cases('run_emnist', run_emnist.FLAGS),
          *_cases('emnist_program', emnist_program.FLAGS),
          *_cases('privacy_report', privacy_report.FLAGS),
          *_cases('mechanisms', mechanisms_cli._FLAGS)]  # pylint: disable=protected-access
+
+
+@pytest.fixture(autouse=True)
+def _context_kept():
+  """A binary's `main` or `run` leaves the caller's TFF context in place (the tests after this one
+  train in this process)."""
+  before = tff.framework.get_context_stack().current
+  yield
+  assert tff.framework.get_context_stack().current is before
 
 
 @pytest.mark.parametrize('binary,flag,value', CASES)
