@@ -182,6 +182,31 @@ def _setup_errors():
     raise training_loop.SetupError(flag_parsing.flag_words(str(error))) from error
 
 
+@contextlib.contextmanager
+def _stop_at_once():
+  """SIGINT / SIGTERM end the program at once, as a kill would (one notice line, exit 130 / 143,
+  workers ended): inside `asyncio.run` the drivers' raised `Interrupted` can land in one of
+  asyncio's callbacks, which logs and drops it, and training went on. A killed program resumes
+  from its last checkpoint (tests/programs/program_restart_test.py)."""
+  import signal  # pylint: disable=g-import-not-at-top
+
+  from experiments.cli import flag_parsing  # pylint: disable=g-import-not-at-top
+  from experiments.run import console, stop_signals  # pylint: disable=g-import-not-at-top
+
+  def handle(signum, frame):
+    del frame
+    console.notice(f'Stopped by {stop_signals.signal_name(signum)} during training; the last '
+                   'checkpoint is kept: rerun the same command to resume.')
+    flag_parsing.exit_now(128 + signum)
+
+  previous = {signum: signal.signal(signum, handle) for signum in stop_signals.SIGNALS}
+  try:
+    yield
+  finally:
+    for signum, handler in previous.items():
+      signal.signal(signum, handler)
+
+
 def _check_restarts(config: run_config.RunConfig, plan) -> None:
   if not (plan.strategy.correlated and plan.restart_rounds()):
     return
@@ -293,6 +318,7 @@ def _run(task: run_config.Task, config: run_config.RunConfig, directory: run_dir
   async def initialize():
     return await tff.program.materialize_value(process.initialize())
 
+  scope.enter_context(_stop_at_once())
   initial_state = asyncio.run(initialize())
   directory.record_workers()  # the worker_binary exists now: a killed run's is ended on resume
   versions = asyncio.run(state_manager.get_versions()) or []
