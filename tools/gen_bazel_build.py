@@ -11,6 +11,7 @@ Usage: python tools/gen_bazel_build.py [--check]
 import argparse
 import ast
 import pathlib
+import re
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -137,13 +138,29 @@ def _library_build(package: pathlib.Path, packages: set) -> str:
   return '\n'.join(blocks)
 
 
+def _imported_test_modules() -> set:
+  """The `tests/**/*_test.py` files that some test module imports (`from tests.X import Y_test`)."""
+  imported = set()
+  pattern = re.compile(r'^from (tests(?:\.\w+)*) import ([\w, ]+)$', re.M)
+  for test in ROOT.glob('tests/**/*_test.py'):
+    for package, names in pattern.findall(test.read_text()):
+      for name in (n.strip() for n in names.split(',')):
+        path = ROOT.joinpath(*package.split('.'), f'{name}.py')
+        if name.endswith('_test') and path.is_file():
+          imported.add(path)
+  return imported
+
+
 def _tests_build(directory: pathlib.Path, packages: set) -> str:
   rel = directory.relative_to(ROOT).as_posix()
   blocks = [f'{HEADER}\nload("//tests:pytest.bzl", "py_pytest")\n\n'
             'package(default_visibility = ["//visibility:public"])\n']
-  # Everything in a test directory that is not a test module (conftest, shared test helpers).
+  # Everything in a test directory that is not a test module (conftest, shared test helpers), and
+  # the test modules other tests import helpers from (also their own py_test's source).
+  imported = _imported_test_modules()
   helpers = sorted(p for p in directory.glob('*.py')
-                   if not p.name.endswith('_test.py') and p.name != 'bazel_pytest_main.py')
+                   if (not p.name.endswith('_test.py') or p in imported)
+                   and p.name != 'bazel_pytest_main.py')
   own = f'//{rel}:{_library_name(directory)}'
   helper_deps = set(_deps(helpers, packages, own))
   if rel != 'tests':
