@@ -19,7 +19,6 @@ from tests.programs import releases_test, train_model_test
 ROUNDS, PER_ROUND, SEED = 4, 3, 4
 
 
-@pytest.mark.slow  # about 35 s: a TFF context, four rounds and three reports with equal privacy
 def test_train_model_releases_the_drivers_metrics_and_report(tmp_path):
   client_data = train_model_test._client_data()
   process = train_model_test._process(client_data)
