@@ -6,7 +6,6 @@ import asyncio
 import csv
 import json
 
-import pytest
 import tensorflow_federated as tff
 
 from dp_ftrl_tff import plan as plan_lib
