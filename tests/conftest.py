@@ -6,6 +6,11 @@ import signal
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
 from experiments.cli import tff_workers  # noqa: E402
+from tests.testing import tiers  # noqa: E402
+from tests.testing.tiers import (  # noqa: E402, F401
+  pytest_collection_modifyitems,
+  pytest_runtest_call,
+)
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -22,6 +27,6 @@ def pytest_configure(config):
   the test hangs (experiments/run/secure_context.py explains the same for the drivers). A handled
   signal is reset to its default in a child at exec, so handling it here makes workers stoppable.
   """
-  del config
+  tiers.pytest_configure(config)
   if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)

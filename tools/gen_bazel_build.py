@@ -1,7 +1,7 @@
 """Writes (or checks) the Bazel BUILD files from the source tree.
 
 One `py_library` per Python package under `dp_ftrl_tff/` and `experiments/`, with deps read from the
-modules' imports, and one `py_pytest` (a py_test macro in `tests/pytest.bzl`, run by
+modules' imports and a `smoke` py_test that imports each of them, and one `py_pytest` (a py_test macro in `tests/pytest.bzl`, run by
 `tests/bazel_pytest_main.py`) per `tests/**/*_test.py` module.
 `make lint` runs this with `--check`, so the BUILD graph cannot drift from the imports.
 
@@ -135,7 +135,17 @@ def _library_build(package: pathlib.Path, packages: set) -> str:
     label = f'//{rel}:{module.stem}'
     deps = sorted(set(_deps([module], packages, label)) | {own})
     blocks.append(_py_library(module.stem, [module], deps))
+  blocks.append(_smoke_test(package, [own] + [f'//{rel}:{m.stem}' for m in separate]))
   return '\n'.join(blocks)
+
+
+def _smoke_test(package: pathlib.Path, deps) -> str:
+  """The package's `smoke` py_test: imports each of its modules under Bazel's runfiles (the one
+  thing the Bazel stage runs per package; the test suite itself runs once, in `make test`)."""
+  dotted = '.'.join(package.relative_to(ROOT).parts)
+  return (f'py_test(\n    name = "smoke",\n    size = "small",\n'
+          f'    srcs = ["//tests:bazel_smoke.py"],\n    args = ["{dotted}"],\n'
+          f'    main = "//tests:bazel_smoke.py",\n    deps = {_format_list(sorted(deps))},\n)\n')
 
 
 def _imported_test_modules() -> set:
@@ -160,13 +170,14 @@ def _tests_build(directory: pathlib.Path, packages: set) -> str:
   imported = _imported_test_modules()
   helpers = sorted(p for p in directory.glob('*.py')
                    if (not p.name.endswith('_test.py') or p in imported)
-                   and p.name != 'bazel_pytest_main.py')
+                   and p.name not in ('bazel_pytest_main.py', 'bazel_smoke.py'))
   own = f'//{rel}:{_library_name(directory)}'
   helper_deps = set(_deps(helpers, packages, own))
   if rel != 'tests':
     helper_deps.add('//tests:conftest')
   if rel == 'tests':
-    blocks.append('exports_files([\n    "bazel_pytest_main.py",\n    "pytest.bzl",\n])\n')
+    blocks.append('exports_files([\n    "bazel_pytest_main.py",\n    "bazel_smoke.py",\n'
+                  '    "pytest.bzl",\n])\n')
   blocks.append(f'py_library(\n    name = "{_library_name(directory)}",\n'
                 f'    srcs = {_format_list([p.name for p in helpers])},\n'
                 f'    deps = {_format_list(sorted(helper_deps))},\n)\n')

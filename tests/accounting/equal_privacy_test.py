@@ -9,7 +9,7 @@ import pytest
 from dp_ftrl_tff.accounting import calibration, equal_privacy, zcdp
 from dp_ftrl_tff.mechanisms import banded_optimizer, blt, registry, tree
 from dp_ftrl_tff.mechanisms import participation as participation_lib
-from tests.mechanisms import patterns
+from tests.testing import patterns
 
 P = participation_lib.ParticipationSchema
 

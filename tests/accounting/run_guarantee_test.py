@@ -1,7 +1,7 @@
 """Tests of `plan_guarantee` against independent dp_accounting computations.
 
 The independent side: the squared sensitivity by brute force over every admissible participation
-pattern (tests/mechanisms/patterns.py) of the dense strategy matrix (block diagonal over restart
+pattern (tests/testing/patterns.py) of the dense strategy matrix (block diagonal over restart
 segments), the adaptive-clipping composition rho = rho_value + rho_count written out, and the event
 built here and converted by a fresh dp_accounting PLD accountant.
 """
@@ -18,7 +18,7 @@ from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.accounting import run_guarantee, zcdp
 from dp_ftrl_tff.mechanisms import banded_optimizer, blt, gaussian, tree
 from dp_ftrl_tff.mechanisms import participation as participation_lib
-from tests.mechanisms import patterns
+from tests.testing import patterns
 
 N, MIN_SEP, K = 12, 3, 3
 DELTA = 1e-6

@@ -17,7 +17,7 @@ import pytest
 from dp_ftrl_tff.accounting import zcdp
 from dp_ftrl_tff.mechanisms import banded, blt, gaussian, tree
 from dp_ftrl_tff.mechanisms import participation as participation_lib
-from tests.mechanisms import patterns as patterns_lib
+from tests.testing import patterns as patterns_lib
 
 Schema = participation_lib.ParticipationSchema
 

@@ -174,7 +174,13 @@ def test_stale_scale_wraps_and_is_detected():
   scale = 20 * config.scale_factor(clip, NUM_CLIENTS, DIM)
   process = secure.record_aggregation_factory(config, scale, clip).create(VALUE_TYPE)
   clients = [v * (clip / np.linalg.norm(v)) for v in _clients(1.0, 1.0)]
-  (output,) = _run(process, clients, 1)
-  assert int(output['measurements']['dft']['discretize']['modular_wrap']) == 1
-  error = np.linalg.norm(np.asarray(output['result'], np.float64) - np.sum(clients, axis=0))
-  assert error > 0.5 * clip
+  # The DFT rotation's seed changes every round (and with the TF random state earlier tests of the
+  # process left behind), so a round may rarely escape the wrap: every round's flag must say whether
+  # its sum is wrong, and the stale scale must wrap in some round.
+  wrapped = []
+  for output in _run(process, clients, 4):
+    wrap = int(output['measurements']['dft']['discretize']['modular_wrap'])
+    error = np.linalg.norm(np.asarray(output['result'], np.float64) - np.sum(clients, axis=0))
+    assert wrap == int(error > 0.5 * clip), (wrap, error)
+    wrapped.append(wrap)
+  assert any(wrapped), wrapped

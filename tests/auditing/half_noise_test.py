@@ -33,7 +33,7 @@ from dp_ftrl_tff.accounting import participation_log, report, zcdp
 from dp_ftrl_tff.aggregators import CorrelatedNoiseFactory
 from dp_ftrl_tff.auditing import records, statistics
 from dp_ftrl_tff.mechanisms.participation import ParticipationSchema
-from tests.auditing import streaming
+from tests.testing import canary_streams as streaming
 
 NUM_CANARIES = 8000
 NUM_ROUNDS = streaming.NUM_ROUNDS

@@ -31,7 +31,7 @@ from dp_ftrl_tff.accounting import zcdp
 from dp_ftrl_tff.auditing import empirical, records, statistics
 from dp_ftrl_tff.mechanisms import registry
 from dp_ftrl_tff.mechanisms.participation import ParticipationSchema
-from tests.auditing import streaming
+from tests.testing import canary_streams as streaming
 
 NUM_CANARIES = 8000
 NUM_ROUNDS = streaming.NUM_ROUNDS

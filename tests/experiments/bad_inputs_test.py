@@ -3,16 +3,28 @@ or conflicting flags, a missing, corrupt, truncated, empty or wrongly typed inpu
 schedule, a size that cannot fit in memory) or 1 (a runtime failure: unwritable output), with exactly
 one line on stderr and no traceback. Plus the console of a tiny driver run (header, round, eval and summary lines on stdout).
 
-Every CLI runs as a subprocess with stdout/stderr redirected to files (an orphaned TFF worker_binary
-would keep a pipe open). The driver cases fail before any TFF computation; they run without
-TF_CPP_MIN_LOG_LEVEL, so they also check that the drivers silence TensorFlow's C++ logs by default.
+The error contract runs in-process (`binaries.run_in_process`: the binary's own entry point, its
+stderr captured, its exit turned into the code): the same parsing, validation and message as the
+binary, without an interpreter start per case. `SMOKE` repeats a few cases per binary as a
+subprocess (`binaries.run`), for what only a process shows: the exit status, a stderr of exactly
+one line with no TensorFlow C++ log noise (the drivers run without TF_CPP_MIN_LOG_LEVEL), no
+traceback. The driver cases fail before any TFF computation.
 """
 
 import json
 
 import pytest
 
-from tests.experiments.cli_testing import EMNIST, MECH, REPORT, SO, run_cli
+from tests.testing import binaries
+from tests.testing.binaries import EMNIST, MECH, REPORT, SO
+
+pytestmark = pytest.mark.integration
+
+
+def run_cli(module, args, directory=None):
+  """In-process run of a binary: (exit code, stdout, stderr)."""
+  del directory  # in-process runs write no stdout / stderr files
+  return binaries.run_in_process(module, args)
 
 TINY = ('--model=tiny', '--rounds=2', '--clients_per_round=3', '--synthetic_num_clients=30',
         '--synthetic_examples_per_client=8', '--min_sep=2')
@@ -109,13 +121,25 @@ def _case_id(case):
   return f'{module.rsplit(".", 1)[-1]}:{code}:{" ".join(args)[:60]}'
 
 
-@pytest.mark.parametrize('module, args, exit_code, fragment', CASES, ids=map(_case_id, CASES))
-def test_bad_input_is_one_line_with_its_exit_code(tmp_path, inputs_dir, module, args, exit_code,
-                                                  fragment):
+# One exit-2 and (where the binary has one) one exit-1 case of each binary, as a subprocess.
+SMOKE = [
+    (EMNIST, [*TINY, '--data=/nonexistent/emnist.sqlite'], 2, '/nonexistent/emnist.sqlite'),
+    (EMNIST, [*TINY, '--root_output_dir=/proc/no_such_dir'], 1, '/proc/no_such_dir'),
+    (SO, ['--server_momentum=1.5'], 2, 'server_momentum'),
+    (MECH, ['evaluate', '--mechanism=tree', '--rounds=0', '--min_sep=1'], 2, '--rounds'),
+    (MECH, ['optimize', '--mechanism=blt', '--rounds=10', '--min_sep=2',
+            '--output=/nonexistent/dir/blt.json'], 1, '--output'),
+    (REPORT, ['--plan=/nonexistent/plan.json', '--rounds=10', '--min_sep=1'], 2, '--plan'),
+    (REPORT, ['--mechanism=tree', '--noise_multiplier=1', '--rounds=10', '--min_sep=1',
+              '--output_dir=/proc/no_such_dir'], 1, '--output_dir'),
+]
+
+
+def _check_bad_input(run, tmp_path, inputs_dir, module, args, exit_code, fragment):
   args = [a.replace('{dir}', str(inputs_dir)) for a in args]
   if module in (EMNIST, SO) and not any(a.startswith('--root_output_dir') for a in args):
     args.insert(0, f'--root_output_dir={tmp_path / "runs"}')
-  returncode, _, stderr = run_cli(module, args, tmp_path)
+  returncode, _, stderr = run(module, args, tmp_path)
   lines = stderr.splitlines()
   assert 'Traceback' not in stderr, stderr[-3000:]
   assert len(lines) == 1, stderr[-3000:]
@@ -123,6 +147,19 @@ def test_bad_input_is_one_line_with_its_exit_code(tmp_path, inputs_dir, module, 
   assert 'error: ' in lines[0] and fragment in lines[0], lines[0]
   assert not (tmp_path / 'runs').exists()  # a failed start creates no directory
   print(f'TABLE | {module} {" ".join(args)} | {returncode} | {lines[0]}')
+
+
+@pytest.mark.parametrize('module, args, exit_code, fragment', CASES, ids=map(_case_id, CASES))
+def test_bad_input_is_one_line_with_its_exit_code(tmp_path, inputs_dir, module, args, exit_code,
+                                                  fragment):
+  _check_bad_input(run_cli, tmp_path, inputs_dir, module, args, exit_code, fragment)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize('module, args, exit_code, fragment', SMOKE, ids=map(_case_id, SMOKE))
+def test_bad_input_as_a_process_is_one_quiet_line(tmp_path, inputs_dir, module, args, exit_code,
+                                                  fragment):
+  _check_bad_input(binaries.run, tmp_path, inputs_dir, module, args, exit_code, fragment)
 
 
 def test_debug_flag_prints_the_traceback(tmp_path):
@@ -138,11 +175,12 @@ def test_debug_flag_prints_the_traceback(tmp_path):
   assert 'Traceback' in stderr and 'too large for blt' in stderr.splitlines()[-1]
 
 
+@pytest.mark.e2e
 def test_tiny_run_console(tmp_path):
   """Header, one line per round, eval lines with the epsilon spent, and the final summary on
   stdout; --target_epsilon calibrates the noise multiplier, stored in the plan."""
   root = tmp_path / 'runs'
-  returncode, stdout, stderr = run_cli(
+  returncode, stdout, stderr = binaries.run(
       EMNIST, [f'--root_output_dir={root}', *TINY, '--mechanism=blt', '--noise_seed=3',
                '--eval_every=1', '--eval_max_examples=64', '--target_epsilon=5',
                '--target_delta=1e-6'], tmp_path, timeout=600)
@@ -173,7 +211,7 @@ def test_tiny_run_console(tmp_path):
   files = {p: p.read_bytes() for p in (root / 'run').rglob('*') if p.is_file()}
   args = [f'--root_output_dir={root}', *TINY, '--mechanism=blt', '--noise_seed=3',
           '--eval_every=1', '--eval_max_examples=64', '--target_epsilon=5', '--target_delta=1e-6']
-  returncode, stdout, stderr = run_cli(EMNIST, args, tmp_path)
+  returncode, stdout, stderr = binaries.run(EMNIST, args, tmp_path)
   assert returncode == 0 and stdout == '', stderr
   assert stderr.splitlines() == [
       f'{root / "run"} holds this run, finished after round 2/2: nothing to do. Its report: '
@@ -182,7 +220,7 @@ def test_tiny_run_console(tmp_path):
   assert {p: p.read_bytes() for p in (root / 'run').rglob('*') if p.is_file()} == files
   report = root / 'run' / 'privacy_report' / 'report.json'
   report.unlink()
-  returncode, _, stderr = run_cli(EMNIST, [*args, '--force_report'], tmp_path, timeout=600)
+  returncode, _, stderr = binaries.run(EMNIST, [*args, '--force_report'], tmp_path, timeout=600)
   assert returncode == 0 and report.exists(), stderr[-3000:]
 
 
@@ -198,7 +236,7 @@ def test_experiment_name_is_one_directory_name(tmp_path, name, fragment):
   lines = stderr.splitlines()
   assert returncode == 2 and len(lines) == 1, stderr[-3000:]
   assert lines[0].startswith('run_emnist.py: error: --experiment_name ') and fragment in lines[0]
-  assert sorted(p.name for p in tmp_path.iterdir()) == ['stderr.txt', 'stdout.txt']
+  assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize('field, value', [('noise_multiplier', 'abc'), ('clients_per_round', [1])])

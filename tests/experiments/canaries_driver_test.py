@@ -14,7 +14,7 @@ from dp_ftrl_tff import auditing
 from dp_ftrl_tff.mechanisms import blt, files
 from experiments.emnist import run_emnist
 from experiments.run import training_loop
-from tests.experiments import conftest
+from tests.testing import runs
 
 EMNIST_TASK = {'model': 'tiny', 'only_digits': True}
 CANARIES = 200
@@ -31,7 +31,7 @@ def test_every_mechanism_reports_empirical_privacy(config_factory, mechanism):
   config = config_factory(mechanism=mechanism, task=EMNIST_TASK, canary_clients=CANARIES,
                           rounds=3, clients_per_round=40, eval_every=3)
   training_loop.run(run_emnist.build_task(config), config)
-  history = conftest.read_log(os.path.join(config.output_dir, 'participation.csv'))
+  history = runs.read_log(os.path.join(config.output_dir, 'participation.csv'))
   canary_ids = {c for c in history if c.startswith(training_loop.CANARY_ID_PREFIX)}
   assert canary_ids and len(history) > len(canary_ids)  # sampled with the real clients
   for rounds in history.values():

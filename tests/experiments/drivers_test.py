@@ -17,14 +17,14 @@ from dp_ftrl_tff.mechanisms import registry
 from experiments.emnist import run_emnist
 from experiments.run import training_loop
 from experiments.stackoverflow import run_stackoverflow
-from tests.experiments import conftest
+from tests.testing import runs
 
 MECHANISMS = registry.names(streaming_only=True)
 
 
 def _one_fast(mechanisms, fast):
-  """`mechanisms` as parameters, every one but `fast` marked slow: `make test-fast` and the Bazel
-  stage run one end-to-end run per driver (about 30 s each), `make test` runs them all."""
+  """`mechanisms` as parameters, every one but `fast` marked slow: `make test-fast` runs one whole
+  run per driver (about 30 s each), `make test` runs them all."""
   return [m if m == fast else pytest.param(m, marks=pytest.mark.slow) for m in mechanisms]
 EMNIST_TASK = {'model': 'tiny', 'only_digits': True}
 SO_TASK = {'vocab_size': 50, 'embedding_size': 8, 'lstm_size': 8, 'sequence_length': 6,
@@ -37,7 +37,7 @@ def _check_run(config, result, num_rounds):
     assert os.path.exists(os.path.join(out, name)), name
   assert os.listdir(os.path.join(out, 'tensorboard'))
   assert any(f.startswith('mechanism.') for f in os.listdir(out))
-  history = conftest.read_log(os.path.join(out, 'participation.csv'))
+  history = runs.read_log(os.path.join(out, 'participation.csv'))
   rounds = sorted(r for rs in history.values() for r in rs)
   assert rounds == sorted(list(range(num_rounds)) * config.clients_per_round)
   for rs in history.values():
@@ -99,7 +99,7 @@ def test_resume_gives_the_same_weights(config_factory, tmp_path):
   result = training_loop.run(run_emnist.build_task(second), second)
   for got, want in zip(_final_weights(result), expected, strict=False):
     np.testing.assert_array_equal(got, want)
-  history = conftest.read_log(os.path.join(second.output_dir, 'participation.csv'))
+  history = runs.read_log(os.path.join(second.output_dir, 'participation.csv'))
   assert 'stale_client' not in history
   assert sum(len(r) for r in history.values()) == 4 * second.clients_per_round
 
@@ -152,7 +152,7 @@ def test_banded_resume_past_its_rounds(config_factory):
   assert 'new `experiment_name`' in message
   restart = config_factory(**dict(common, rounds=4, banded_beyond_max_rounds='restart'))
   result = training_loop.run(run_emnist.build_task(restart), restart)
-  history = conftest.read_log(os.path.join(restart.output_dir, 'participation.csv'))
+  history = runs.read_log(os.path.join(restart.output_dir, 'participation.csv'))
   assert sum(len(r) for r in history.values()) == 4 * restart.clients_per_round
   with open(os.path.join(restart.output_dir, 'plan.json')) as f:
     assert json.load(f)['beyond_max_rounds'] == 'restart'
@@ -211,12 +211,12 @@ def test_secure_aggregation(tmp_path):
       '--synthetic_examples_per_client=8', '--min_sep=2', '--noise_seed=3', '--eval_every=1',
       '--eval_max_examples=64')
   assert returncode == 0, stderr[-3000:]
-  config = conftest.tiny_config(tmp_path, mechanism='blt', secure_aggregation=True,
+  config = runs.tiny_config(tmp_path, mechanism='blt', secure_aggregation=True,
                                 secure_bits=16, task=EMNIST_TASK)
   with open(os.path.join(config.output_dir, 'hparams.json')) as f:
     assert json.load(f)['secure_aggregation'] is True
   with open(os.path.join(config.output_dir, 'metrics.csv')) as f:
     header = f.readline()
   assert 'secure_upper_clipped_count' in header
-  history = conftest.read_log(os.path.join(config.output_dir, 'participation.csv'))
+  history = runs.read_log(os.path.join(config.output_dir, 'participation.csv'))
   assert sum(len(r) for r in history.values()) == 2 * config.clients_per_round

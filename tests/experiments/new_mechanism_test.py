@@ -1,6 +1,6 @@
 """A mechanism registered from outside the package works everywhere without editing any module.
 
-`tests.mechanisms.moving_sum` holds a strategy, its streaming noise and one registry entry; this
+`tests.testing.moving_sum` holds a strategy, its streaming noise and one registry entry; this
 test registers it and takes it through the mechanisms CLI, a strategy file, the aggregator factory,
 a 2-round driver run and the standalone privacy report, checking each against dense matrix math.
 """
@@ -22,8 +22,7 @@ from dp_ftrl_tff.noise import base as noise_base
 from experiments import mechanisms_cli, privacy_report
 from experiments.emnist import run_emnist
 from experiments.run import training_loop
-from tests.experiments import conftest
-from tests.mechanisms import moving_sum
+from tests.testing import moving_sum, runs
 
 
 @pytest.fixture(autouse=True)
@@ -96,7 +95,7 @@ def test_factory_stream_equals_dense_noise():
 
 
 def test_driver_run_and_its_report(tmp_path, capsys):
-  config = conftest.tiny_config(tmp_path, mechanism=moving_sum.NAME,
+  config = runs.tiny_config(tmp_path, mechanism=moving_sum.NAME,
                                 mechanism_options={'num_bands': 2},
                                 task={'model': 'tiny', 'only_digits': True})
   result = training_loop.run(run_emnist.build_task(config), config)

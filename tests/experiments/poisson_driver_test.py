@@ -14,7 +14,7 @@ from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.learning import poisson_sampler
 from experiments.emnist import run_emnist
 from experiments.run import driver_flags, run_config, run_setup, training_loop
-from tests.experiments import cli_testing, conftest
+from tests.testing import binaries, runs
 
 EMNIST_TASK = {'model': 'tiny', 'only_digits': True}
 POPULATION, Q = 30, 0.05  # a round is empty with probability 0.95^30 = 0.21
@@ -151,20 +151,20 @@ def test_cyclic_poisson_binary_runs_and_a_bad_combination_is_one_line(tmp_path):
           '--eval_max_examples=64', '--mechanism=banded', '--sampler=cyclic_poisson',
           '--sampling_prob=0.3', '--sampling_groups=2', '--experiment_name=cyclic',
           f'--root_output_dir={tmp_path / "runs"}']
-  code, stdout, stderr = cli_testing.run_cli(cli_testing.EMNIST, args, tmp_path)
+  code, stdout, stderr = binaries.run(binaries.EMNIST, args, tmp_path)
   assert code == 0, stderr[-3000:]
   assert 'cyclic_poisson sampling q=0.3, 2 groups, expected 4.5 clients per round' in stdout
   out = tmp_path / 'runs' / 'cyclic'
   plan = plan_lib.load_plan(out / 'plan.json')
   assert plan.sampling == plan_lib.Sampling('cyclic_poisson', 0.3, 2, 30)
   assert plan.strategy.num_bands <= 2  # optimized for min_sep = 2 groups
-  history = conftest.read_log(out / 'participation.csv')
+  history = runs.read_log(out / 'participation.csv')
   rounds = sorted(r for rs in history.values() for r in rs)
   # Rounds 0 and 1 draw from the two disjoint groups.
   assert all(len(rs) == 1 for rs in history.values()), history
   assert set(rounds) <= {0, 1}
-  code, _, stderr = cli_testing.run_cli(
-      cli_testing.EMNIST, [*args[:-2], '--clients_per_round=4', '--experiment_name=bad',
+  code, _, stderr = binaries.run(
+      binaries.EMNIST, [*args[:-2], '--clients_per_round=4', '--experiment_name=bad',
                                f'--root_output_dir={tmp_path / "runs"}'], tmp_path)
   assert code == 2
   assert len(stderr.strip().splitlines()) == 1 and 'Traceback' not in stderr

@@ -18,7 +18,7 @@ from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.accounting import participation_log
 from dp_ftrl_tff.mechanisms import gaussian
 from dp_ftrl_tff.mechanisms import participation as participation_lib
-from tests.experiments import cli_testing
+from tests.testing import binaries
 
 NUM_ROUNDS, MIN_SEP, SIGMA = 20, 5, 2.0
 
@@ -55,7 +55,7 @@ def _args(run, *extra):
 def test_rows_equal_empirical_privacy_of_the_files(tmp_path):
   run = tmp_path / 'run'
   run_plan, patterns = _write_run(run, 200, 1.0)
-  code, out, err = cli_testing.run_cli(cli_testing.REPORT, _args(run), tmp_path)
+  code, out, err = binaries.run(binaries.REPORT, _args(run), tmp_path)
   assert code == 0, err
   printed = json.loads(out)
   record = auditing.read_canaries(str(run / auditing.CANARY_FILE))
@@ -70,8 +70,8 @@ def test_lower_bound_above_the_accounted_epsilon_warns_on_the_console(tmp_path):
   run = tmp_path / 'run'
   _write_run(run, 10_000, 0.5, delta=1e-2)
   out_dir = tmp_path / 'report'
-  code, out, err = cli_testing.run_cli(
-      cli_testing.REPORT, _args(run, f'--output_dir={out_dir}', '--noplots', '--noequal_privacy'),
+  code, out, err = binaries.run(
+      binaries.REPORT, _args(run, f'--output_dir={out_dir}', '--noplots', '--noequal_privacy'),
       tmp_path)
   assert code == 0, err
   printed = json.loads(out)
@@ -95,8 +95,8 @@ def _error_line(err):
 def test_canaries_without_participation_log_is_a_usage_error(tmp_path):
   run = tmp_path / 'run'
   _write_run(run, 4, 1.0)
-  code, _, err = cli_testing.run_cli(
-      cli_testing.REPORT, [f'--plan={run / "plan.json"}', f'--canaries={run / "canaries.json"}'],
+  code, _, err = binaries.run(
+      binaries.REPORT, [f'--plan={run / "plan.json"}', f'--canaries={run / "canaries.json"}'],
       tmp_path)
   assert code == 2
   line = _error_line(err)
@@ -124,7 +124,7 @@ def test_bad_canary_file_is_one_line_naming_the_flag_and_path(tmp_path, damage):
       writer.append_round(t, np.zeros(8))
   args = _args(run)
   args[2] = f'--canaries={path}'
-  code, _, err = cli_testing.run_cli(cli_testing.REPORT, args, tmp_path)
+  code, _, err = binaries.run(binaries.REPORT, args, tmp_path)
   assert code == 2, err
   line = _error_line(err)
   assert line.startswith('privacy_report.py: error: --canaries: ') and str(path) in line

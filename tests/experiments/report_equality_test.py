@@ -4,7 +4,6 @@ gives the standalone report adaptive clipping's final clip, as the driver reads 
 the empirical rows of a run with canary clients."""
 
 import json
-import re
 
 import pytest
 
@@ -12,7 +11,7 @@ from dp_ftrl_tff import auditing
 from experiments import privacy_report
 from experiments.emnist import run_emnist
 from experiments.run import run_dir, training_loop
-from tests.experiments import conftest
+from tests.testing import run_files, runs
 
 EMNIST_TASK = {'model': 'tiny', 'only_digits': True}
 
@@ -31,15 +30,9 @@ def _standalone_report(run_directory, out, canaries: bool) -> dict:
   return json.loads((out / 'report.json').read_text())
 
 
-def _without_wall_times(report: dict) -> dict:
-  """The report with the optimizers' wall times (in the equal-privacy rows' sources, e.g.
-  '(0.28 s)') masked: the only figures that differ between two reports of one run (a report holds
-  no output path or timestamp)."""
-  return json.loads(re.sub(r'\(\d+(\.\d+)?(e-?\d+)? s\)', '(wall time)', json.dumps(report)))
 
 
-# One case runs in `make test-fast` and the Bazel stage (each is a driver run, about 35 s); `make
-# test` runs them all.
+# One case runs in `make test-fast` (each is a driver run, about 35 s); `make test` runs them all.
 @pytest.mark.parametrize('overrides', [
     pytest.param(dict(mechanism='blt', min_sep=2), marks=pytest.mark.slow),
     pytest.param(dict(mechanism='gaussian', sampler='poisson', clients_per_round=None,
@@ -52,12 +45,12 @@ def _without_wall_times(report: dict) -> dict:
     dict(mechanism='blt', min_sep=2, canary_clients=20, rounds=3),
 ], ids=['min_sep', 'poisson', 'cyclic_poisson', 'adaptive_clip_canaries', 'canaries'])
 def test_driver_report_equals_standalone_report(tmp_path, overrides):
-  config = conftest.tiny_config(tmp_path / 'runs', task=EMNIST_TASK, **overrides)
+  config = runs.tiny_config(tmp_path / 'runs', task=EMNIST_TASK, **overrides)
   training_loop.run(run_emnist.build_task(config), config)
   driver = json.loads((tmp_path / 'runs' / 'run' / run_dir.REPORT_DIR / 'report.json').read_text())
   standalone = _standalone_report(config.output_dir, tmp_path / 'standalone',
                                   config.canary_clients > 0)
-  assert _without_wall_times(standalone) == _without_wall_times(driver)
+  assert run_files.without_wall_times(standalone) == run_files.without_wall_times(driver)
   assert (driver['empirical_privacy'] is not None) == (config.canary_clients > 0)
   if config.sampler != 'min_sep':
     assert driver['amplified'] is not None

@@ -10,22 +10,18 @@ a checkpoint every round. stdout/stderr go to files, never pipes (an orphaned wo
 a pipe open). The uninterrupted reference run starts once per module, in the background.
 """
 
-import csv
 import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from experiments.cli import tff_workers
 from experiments.run import run_config, run_dir, run_setup
-from tests.experiments import conftest
+from tests.testing import binaries, run_files, runs
 
 ROUNDS = 6
 TIMEOUT = 600
@@ -33,68 +29,17 @@ ARGS = ('--model=tiny', '--mechanism=tree', '--noise_multiplier=0.5', f'--rounds
         '--clients_per_round=3', '--synthetic_num_clients=30', '--synthetic_examples_per_client=8',
         '--client_batch_size=8', '--min_sep=2', '--noise_seed=3', '--seed=1',
         '--checkpoint_every=1', '--eval_every=100', '--eval_max_examples=64')
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-class Driver:
-  """One EMNIST driver subprocess on `<root>/<name>`, stderr in a file; it tracks the
-  worker_binary children it saw (pid, start time) while waiting."""
-
-  def __init__(self, root, name, log_name=None):
-    self.dir = os.path.join(str(root), name)
-    self.err_path = os.path.join(str(root), f'{log_name or name}.stderr')
-    with open(self.err_path, 'w') as err:
-      self.proc = subprocess.Popen(
-          [sys.executable, '-m', 'experiments.emnist.run_emnist', f'--root_output_dir={root}',
-           f'--experiment_name={name}', *ARGS], stdout=subprocess.DEVNULL, stderr=err, cwd=ROOT,
-          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3'))
-    self.workers = set()
-
-  @property
-  def pid(self):
-    return self.proc.pid
-
-  def poll_workers(self):
-    for pid in tff_workers.child_worker_pids(self.proc.pid):
-      start = tff_workers.start_time(pid)
-      if start is not None:
-        self.workers.add((pid, start))
-
-  def wait_for(self, condition, what):
-    """Polls until `condition()`; fails if the driver exits first."""
-    deadline = time.time() + TIMEOUT
-    while not condition():
-      self.poll_workers()
-      assert self.proc.poll() is None, f'exited ({self.proc.returncode}) before {what}:\n' \
-                                       f'{self.stderr()[-3000:]}'
-      assert time.time() < deadline, f'timeout waiting for {what}'
-      time.sleep(0.05)
-
-  def wait(self):
-    deadline = time.time() + TIMEOUT
-    while self.proc.poll() is None:
-      self.poll_workers()
-      assert time.time() < deadline, 'driver timeout'
-      time.sleep(0.1)
-    return self.proc.returncode
-
-  def stderr(self):
-    with open(self.err_path) as f:
-      return f.read()
-
-  def checkpoint_exists(self, rounds):
-    return os.path.isdir(os.path.join(self.dir, 'checkpoints', f'program_state_{rounds}'))
+def Driver(root, name, log_name=None):  # noqa: N802 (a constructor, as the class it wraps)
+  """The EMNIST driver with `ARGS` as a subprocess on `<root>/<name>`."""
+  return binaries.RunningBinary(binaries.EMNIST, root, name, ARGS, log_name, timeout=TIMEOUT)
 
 
-def alive_workers(workers):
-  return [pid for pid, start in workers if tff_workers.start_time(pid) == start]
 
 
-def assert_no_workers_left(workers):
-  deadline = time.time() + 10  # SIGKILLed processes vanish asynchronously
-  while alive_workers(workers) and time.time() < deadline:
-    time.sleep(0.1)
-  assert not alive_workers(workers), f'worker_binary processes left: {alive_workers(workers)}'
+
+
 
 
 @pytest.fixture(scope='module')
@@ -107,7 +52,7 @@ def reference(tmp_path_factory):
   def result():
     if not done:
       assert driver.wait() == 0, driver.stderr()[-3000:]
-      assert_no_workers_left(driver.workers)
+      binaries.assert_no_workers_left(driver.workers)
       done['dir'] = driver.dir
     return done['dir']
 
@@ -123,14 +68,8 @@ def final_state(run):
   return [np.asarray(v) for v in tf.nest.flatten(value)]
 
 
-def metrics_rows(run):
-  with open(os.path.join(run, 'metrics.csv'), newline='') as f:
-    return [{k: v for k, v in row.items() if k != 'round_seconds'} for row in csv.DictReader(f)]
 
 
-def read_bytes(path):
-  with open(path, 'rb') as f:
-    return f.read()
 
 
 def assert_same_run(run, expected):
@@ -138,10 +77,10 @@ def assert_same_run(run, expected):
   assert len(got) == len(want)
   for a, b in zip(got, want, strict=True):
     np.testing.assert_array_equal(a, b)
-  assert metrics_rows(run) == metrics_rows(expected)
-  assert len(metrics_rows(run)) == ROUNDS
-  assert (read_bytes(os.path.join(run, 'participation.csv'))
-          == read_bytes(os.path.join(expected, 'participation.csv')))
+  assert run_files.metrics_rows(run) == run_files.metrics_rows(expected)
+  assert len(run_files.metrics_rows(run)) == ROUNDS
+  assert (run_files.read_bytes(os.path.join(run, 'participation.csv'))
+          == run_files.read_bytes(os.path.join(expected, 'participation.csv')))
   leftovers = [name for name in os.listdir(os.path.join(run, 'checkpoints')) if '_temp' in name]
   assert not leftovers
 
@@ -155,7 +94,7 @@ def test_sigterm_stops_after_the_round_and_resumes_bit_identically(tmp_path, ref
   stopped = [line for line in first.stderr().splitlines() if 'Stopped by SIGTERM' in line]
   assert len(stopped) == 1 and 'rerun the same command to resume' in stopped[0], stopped
   assert 'Traceback' not in first.stderr()
-  assert_no_workers_left(first.workers)
+  binaries.assert_no_workers_left(first.workers)
   done = int(stopped[0].split('after round ')[1].split('/')[0])
   assert 1 <= done < ROUNDS
   assert first.checkpoint_exists(done)
@@ -163,7 +102,7 @@ def test_sigterm_stops_after_the_round_and_resumes_bit_identically(tmp_path, ref
   second = Driver(tmp_path, 'run', 'second')
   assert second.wait() == 0, second.stderr()[-3000:]
   assert 'resum' in second.stderr().lower()
-  assert_no_workers_left(second.workers)
+  binaries.assert_no_workers_left(second.workers)
   assert_same_run(first.dir, reference())
 
 
@@ -181,13 +120,13 @@ def test_two_starts_one_refuses_then_sigkill_and_resume(tmp_path, reference):
   lines = loser.stderr().strip().splitlines()
   assert lines[-1].startswith('run_emnist.py: error: ') and f'PID {winner.pid}' in lines[-1], lines
   assert 'in use by another run' in lines[-1] and 'Traceback' not in loser.stderr()
-  assert_no_workers_left(loser.workers)
+  binaries.assert_no_workers_left(loser.workers)
 
   winner.wait_for(lambda: winner.checkpoint_exists(1), 'the first round\'s checkpoint')
   winner.poll_workers()
   winner.proc.kill()  # SIGKILL: no handler runs; its worker_binary is orphaned
   assert winner.wait() == -signal.SIGKILL
-  orphans = alive_workers(winner.workers)
+  orphans = binaries.alive_workers(winner.workers)
   with open(os.path.join(winner.dir, run_dir.WORKERS_FILE)) as f:
     recorded = {w['pid'] for w in json.load(f)['workers']}
   assert set(orphans) <= recorded
@@ -197,7 +136,7 @@ def test_two_starts_one_refuses_then_sigkill_and_resume(tmp_path, reference):
   assert 'resum' in resumed.stderr().lower()
   if orphans:
     assert 'worker_binary process(es) left by an earlier run' in resumed.stderr()
-  assert_no_workers_left(winner.workers | resumed.workers)
+  binaries.assert_no_workers_left(winner.workers | resumed.workers)
   assert_same_run(winner.dir, reference())
 
 
@@ -230,7 +169,7 @@ def test_torn_log_lines_are_dropped_and_a_truncated_hparams_is_one_error(tmp_pat
     text = f.read()
   with open(hparams, 'wb') as f:
     f.write(text[:len(text) // 2])
-  before = {name: read_bytes(os.path.join(corrupt, name)) for name in os.listdir(corrupt)
+  before = {name: run_files.read_bytes(os.path.join(corrupt, name)) for name in os.listdir(corrupt)
             if os.path.isfile(os.path.join(corrupt, name)) and name != run_dir.LOCK_FILE}
 
   torn_run, corrupt_run = Driver(tmp_path, 'torn'), Driver(tmp_path, 'corrupt')
@@ -239,18 +178,18 @@ def test_torn_log_lines_are_dropped_and_a_truncated_hparams_is_one_error(tmp_pat
   assert len(warnings) == 2 and any('participation.csv' in w for w in warnings), warnings
   assert any('metrics.csv' in w and '2 fields' in w for w in warnings), warnings
   for name in ('participation.csv', 'metrics.csv'):
-    assert read_bytes(os.path.join(torn, name)) == read_bytes(os.path.join(source, name)), name
+    assert run_files.read_bytes(os.path.join(torn, name)) == run_files.read_bytes(os.path.join(source, name)), name
   assert not any('_temp' in n for n in os.listdir(os.path.join(torn, 'checkpoints')))
-  assert_no_workers_left(torn_run.workers)
+  binaries.assert_no_workers_left(torn_run.workers)
 
   assert corrupt_run.wait() == 1, corrupt_run.stderr()[-3000:]
   lines = corrupt_run.stderr().strip().splitlines()
   assert lines[-1].startswith('run_emnist.py: error: '), lines[-3:]
   assert f'{hparams} is corrupt (not valid JSON' in lines[-1] and 'restore it' in lines[-1]
   assert 'Traceback' not in corrupt_run.stderr()
-  after = {name: read_bytes(os.path.join(corrupt, name)) for name in before}
+  after = {name: run_files.read_bytes(os.path.join(corrupt, name)) for name in before}
   assert after == before  # nothing but the lock's PID written before the checks pass
-  assert_no_workers_left(corrupt_run.workers)
+  binaries.assert_no_workers_left(corrupt_run.workers)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -285,7 +224,7 @@ def test_torn_last_lines(tmp_path):
 
 
 def test_corrupt_run_files_name_the_path(tmp_path):
-  config = conftest.tiny_config(tmp_path, mechanism='tree')
+  config = runs.tiny_config(tmp_path, mechanism='tree')
   os.makedirs(config.output_dir)
   resolved, unsaved = run_setup.run_strategy(config)
   assert unsaved
@@ -296,7 +235,7 @@ def test_corrupt_run_files_name_the_path(tmp_path):
                       ('plan.json', run_setup.check_plan_file),
                       (os.path.basename(saved), run_setup.run_strategy)):
     path = os.path.join(config.output_dir, name)
-    keep = read_bytes(path) if os.path.exists(path) else None
+    keep = run_files.read_bytes(path) if os.path.exists(path) else None
     with open(path, 'w') as f:
       f.write('{"mechanism": "tr')
     with pytest.raises(run_dir.CorruptRunFileError, match=f'{path} is corrupt .*restore it|'

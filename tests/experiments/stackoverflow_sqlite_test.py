@@ -11,7 +11,7 @@ import tensorflow as tf
 from experiments.run import training_loop
 from experiments.stackoverflow import data as so_data
 from experiments.stackoverflow import run_stackoverflow
-from tests.experiments import conftest
+from tests.testing import runs
 
 SENTENCES = ['how do i sort a list', 'sort the list in place', 'a list of words',
              'how to read a file', 'read the file line by line', 'zebra']
@@ -83,13 +83,13 @@ def test_preprocess_ids_match_hand_computation():
 
 
 def test_driver_runs_on_the_sqlite_file(database, tmp_path):
-  config = conftest.tiny_config(
+  config = runs.tiny_config(
       tmp_path, data=database, clients_per_round=3, min_sep=2, rounds=2,
       task={'vocab_size': 8, 'embedding_size': 4, 'lstm_size': 4, 'sequence_length': 5,
             'max_elements_per_client': 8, 'word_counts': None})
   result = training_loop.run(run_stackoverflow.build_task(config), config)
   assert np.isfinite(result['metrics']['train_loss'])
-  history = conftest.read_log(os.path.join(config.output_dir, 'participation.csv'))
+  history = runs.read_log(os.path.join(config.output_dir, 'participation.csv'))
   assert set(history) <= {f'train_{c:03d}' for c in range(12)}
 
 

@@ -21,7 +21,8 @@ import pytest
 from dp_ftrl_tff.learning import remote_execution
 from experiments import workers as workers_launcher
 from experiments.cli import tff_workers
-from experiments.run import run_config, run_setup
+from experiments.run import run_config
+from tests.testing import aggregation
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
@@ -118,58 +119,20 @@ def test_no_worker_outlives_a_killed_launcher(tmp_path):
 _AGGREGATOR_SCRIPT = r'''
 import json, sys
 from dp_ftrl_tff.learning import remote_execution
-from tests.experiments import workers_test
+from tests.testing import aggregation
 addresses = sys.argv[1].split(',')
-processes = workers_test.aggregation_processes()
+processes = aggregation.processes()
 results = {}
 for count in (1, 2, 3):
   remote_execution.set_remote_execution_context(addresses[:count])
-  results[count] = workers_test.run_three_rounds(processes)
+  results[count] = aggregation.run_three_rounds(processes)
 print(json.dumps(results))
 '''
 
 
-def aggregation_processes() -> dict:
-  """Each streaming mechanism's aggregation process (and BLT's with adaptive clipping) for float32[5]
-  client values, with a fixed noise seed: {name: process}."""
-  import tensorflow_federated as tff
-
-  from dp_ftrl_tff import aggregators
-  from dp_ftrl_tff import plan as plan_lib
-  from dp_ftrl_tff.mechanisms import registry
-
-  cases = [(name, False) for name in registry.names(streaming_only=True)] + [('blt', True)]
-  processes = {}
-  for name, adaptive in cases:
-    # The strategy a driver would build for a 3-round run (optimized where the mechanism needs it).
-    strategy = run_setup.run_strategy(run_config.RunConfig(
-        root_output_dir=os.devnull, mechanism=name, rounds=3))[0].strategy
-    plan = plan_lib.RunPlan.build(strategy, 0.5, 7, 1.0, adaptive_clip=adaptive or None)
-    processes[f'{name}{"+adaptive" if adaptive else ""}'] = aggregators.CorrelatedNoiseFactory(
-        plan, noise_seed=11).create(tff.TensorType(np.float32, [5]))
-  return processes
-
-
-def run_three_rounds(processes: dict) -> dict:
-  """Three rounds of each process on 7 fixed clients in the current TFF context:
-  {name: [[result..., clip] per round]}."""
-  rng = np.random.default_rng(7)
-  rounds = [[rng.normal(size=5).astype(np.float32) for _ in range(7)] for _ in range(3)]
-  results = {}
-  for name, process in processes.items():
-    state = process.initialize()
-    outputs = []
-    for values in rounds:
-      output = process.next(state, values)
-      state = output.state
-      outputs.append(np.asarray(output.result).tolist() + [float(output.measurements['clip'])])
-    results[name] = outputs
-  return results
-
-
 @pytest.mark.slow
 def test_every_mechanism_on_1_2_3_workers_equals_local(tmp_path):
-  local = run_three_rounds(aggregation_processes())
+  local = aggregation.run_three_rounds(aggregation.processes())
   with _workers(3, str(tmp_path)) as (addresses, _, _):
     proc = subprocess.run([sys.executable, '-c', _AGGREGATOR_SCRIPT, addresses], cwd=_ROOT,
                           env=_ENV, capture_output=True, text=True, timeout=900)

@@ -10,7 +10,7 @@ import scipy.optimize
 from dp_ftrl_tff.mechanisms import banded, banded_optimizer, base, sensitivity
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from dp_ftrl_tff.mechanisms.participation import ParticipationSchema
-from tests.mechanisms import patterns as patterns_lib
+from tests.testing import patterns as patterns_lib
 
 
 def _random_banded(n, bands, seed=0, normalize=False):

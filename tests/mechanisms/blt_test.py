@@ -15,7 +15,7 @@ import scipy.special
 
 from dp_ftrl_tff.mechanisms import base, blt, sensitivity, toeplitz
 from dp_ftrl_tff.mechanisms import participation as participation_lib
-from tests.mechanisms import patterns as patterns_lib
+from tests.testing import patterns as patterns_lib
 
 MinSep = participation_lib.ParticipationSchema.b_min_sep
 APP_A = blt.PRODUCTION_STRATEGIES

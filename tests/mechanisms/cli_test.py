@@ -9,7 +9,7 @@ import pytest
 
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from experiments import mechanisms_cli as cli
-from tests.mechanisms import patterns as patterns_lib
+from tests.testing import patterns as patterns_lib
 
 P = participation_lib.ParticipationSchema
 OPTIMIZE_BLT_KEYS = ['mechanism', 'rounds', 'min_sep', 'max_participations', 'num_buffers', 'theta',

@@ -5,7 +5,7 @@ import pytest
 
 from dp_ftrl_tff.mechanisms import base, gaussian
 from dp_ftrl_tff.mechanisms import participation as participation_lib
-from tests.mechanisms import patterns as patterns_lib
+from tests.testing import patterns as patterns_lib
 
 P = participation_lib.ParticipationSchema
 

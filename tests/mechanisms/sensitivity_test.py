@@ -17,7 +17,7 @@ import pytest
 
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from dp_ftrl_tff.mechanisms import sensitivity, toeplitz
-from tests.mechanisms import patterns as patterns_lib
+from tests.testing import patterns as patterns_lib
 
 P = participation_lib.ParticipationSchema
 SETTINGS = hypothesis.settings(deadline=None, max_examples=60)

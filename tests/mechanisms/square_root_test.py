@@ -9,7 +9,7 @@ import scipy.special
 
 from dp_ftrl_tff.mechanisms import banded, base, files, registry, sensitivity, square_root
 from dp_ftrl_tff.mechanisms import participation as participation_lib
-from tests.mechanisms import patterns as patterns_lib
+from tests.testing import patterns as patterns_lib
 
 BSR = square_root.BandedSquareRootStrategy
 BISR = square_root.BandedInverseSquareRootStrategy

@@ -11,7 +11,7 @@ from dp_ftrl_tff.mechanisms import banded as banded_mechanisms
 from dp_ftrl_tff.mechanisms import banded_optimizer, square_root
 from dp_ftrl_tff.mechanisms.participation import ParticipationSchema
 from dp_ftrl_tff.noise import banded, base
-from tests.noise import stream_testing
+from tests.testing import streams as stream_testing
 
 
 def _random_strategy(n, bands, seed=0):

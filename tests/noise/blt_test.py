@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from dp_ftrl_tff.mechanisms import blt as blt_mechanisms
 from dp_ftrl_tff.noise import base, blt
-from tests.noise import stream_testing
+from tests.testing import streams as stream_testing
 
 _APP_A_400 = blt_mechanisms.PRODUCTION_STRATEGIES[400]
 _TWO_BUFFERS = blt_mechanisms.BLTStrategy(theta=(0.995335, 0.812275), omega=(0.128293, 0.329075))

@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from dp_ftrl_tff.mechanisms import gaussian as gaussian_mechanisms
 from dp_ftrl_tff.noise import base, gaussian
-from tests.noise import stream_testing
+from tests.testing import streams as stream_testing
 
 NUM_ROUNDS = 6
 

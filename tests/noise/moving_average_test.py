@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from dp_ftrl_tff.mechanisms import square_root
 from dp_ftrl_tff.noise import base, moving_average
-from tests.noise import stream_testing
+from tests.testing import streams as stream_testing
 
 BISR = square_root.BandedInverseSquareRootStrategy
 

@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from dp_ftrl_tff.mechanisms import tree as tree_mechanism
 from dp_ftrl_tff.noise import base, tree
-from tests.noise import stream_testing
+from tests.testing import streams as stream_testing
 
 
 def _stream(noise, specs, seed, segment_lengths, stddev=1.0):

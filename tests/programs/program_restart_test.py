@@ -19,8 +19,6 @@ import dataclasses
 import json
 import os
 import signal
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -30,8 +28,7 @@ from dp_ftrl_tff.accounting import participation_log
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from dp_ftrl_tff.programs import data_source
 from experiments.run import run_config, run_dir
-from tests.experiments import run_dir_test
-from tests.programs import releases_test
+from tests.testing import binaries, run_files
 
 ROUNDS, MIN_SEP, CAP = 6, 2, 2
 ARGS = ('--model=tiny', '--mechanism=blt', '--noise_multiplier=0.5', f'--rounds={ROUNDS}',
@@ -41,20 +38,10 @@ ARGS = ('--model=tiny', '--mechanism=blt', '--noise_multiplier=0.5', f'--rounds=
 MODULE = 'experiments.programs.emnist_program'
 
 
-class Program(run_dir_test.Driver):
+def Program(root, name, log_name=None, args=ARGS, module=MODULE):  # noqa: N802
   """One subprocess of the example program (or of another binary `module` taking its flags) on
-  `<root>/<name>` (run_dir_test's driver harness)."""
-
-  def __init__(self, root, name, log_name=None, args=ARGS, module=MODULE):
-    self.dir = os.path.join(str(root), name)
-    self.err_path = os.path.join(str(root), f'{log_name or name}.stderr')
-    self.out_path = os.path.join(str(root), f'{log_name or name}.stdout')
-    with open(self.err_path, 'w') as err, open(self.out_path, 'w') as out:
-      self.proc = subprocess.Popen(
-          [sys.executable, '-m', module, f'--root_output_dir={root}', f'--experiment_name={name}',
-           *args], stdout=out, stderr=err, cwd=run_dir_test.ROOT,
-          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3'))
-    self.workers = set()
+  `<root>/<name>`."""
+  return binaries.RunningBinary(module, root, name, args, log_name)
 
 
 @pytest.fixture(scope='module')
@@ -67,7 +54,7 @@ def reference(tmp_path_factory):
   def result():
     if not done:
       assert program.wait() == 0, program.stderr()[-3000:]
-      run_dir_test.assert_no_workers_left(program.workers)
+      binaries.assert_no_workers_left(program.workers)
       done['dir'] = program.dir
     return done['dir']
 
@@ -101,7 +88,7 @@ def _iterator_fields(buffer):
 
 def masked_report(run):
   with open(os.path.join(run, run_dir.REPORT_DIR, 'report.json')) as f:
-    return releases_test._masked(json.load(f))
+    return run_files.masked_report(json.load(f))
 
 
 def assert_same_run(run, expected):
@@ -112,10 +99,10 @@ def assert_same_run(run, expected):
       assert a == b
     else:
       np.testing.assert_array_equal(a, b)
-  assert (run_dir_test.read_bytes(os.path.join(run, run_dir.PARTICIPATION_FILE))
-          == run_dir_test.read_bytes(os.path.join(expected, run_dir.PARTICIPATION_FILE)))
-  assert run_dir_test.metrics_rows(run) == run_dir_test.metrics_rows(expected)
-  assert [int(r['round']) for r in run_dir_test.metrics_rows(run)] == list(range(ROUNDS))
+  assert (run_files.read_bytes(os.path.join(run, run_dir.PARTICIPATION_FILE))
+          == run_files.read_bytes(os.path.join(expected, run_dir.PARTICIPATION_FILE)))
+  assert run_files.metrics_rows(run) == run_files.metrics_rows(expected)
+  assert [int(r['round']) for r in run_files.metrics_rows(run)] == list(range(ROUNDS))
   assert masked_report(run) == masked_report(expected)
   for directory in (run, os.path.join(run, 'checkpoints')):
     assert not [name for name in os.listdir(directory) if '_temp' in name or
@@ -148,29 +135,29 @@ def test_sigkill_and_rerun_equals_an_uninterrupted_run(tmp_path, reference):
   assert first.wait() == -9
   assert not first.checkpoint_exists(ROUNDS) and not os.path.exists(
       os.path.join(first.dir, 'summary.json')), 'the run finished before it was killed'
-  orphans = run_dir_test.alive_workers(first.workers)
+  orphans = binaries.alive_workers(first.workers)
 
   second = Program(tmp_path, 'run', 'second')
   assert second.wait() == 0, second.stderr()[-3000:]
   assert 'Resuming' in second.stderr()
   if orphans:
     assert 'worker_binary process(es) left by an earlier run' in second.stderr()
-  run_dir_test.assert_no_workers_left(first.workers | second.workers)
+  binaries.assert_no_workers_left(first.workers | second.workers)
   expected = reference()
   assert_same_run(first.dir, expected)
   assert_log_respects_the_schedule(first.dir)
   # The program's report is the privacy_report binary's on the run's files.
-  binary = releases_test._standalone(
+  binary = run_files.standalone_report(
       first.dir, tmp_path / 'binary', f'--participation_log={first.dir}/participation.csv')
-  assert releases_test._masked(binary) == masked_report(first.dir)
+  assert run_files.masked_report(binary) == masked_report(first.dir)
 
   # Rerunning the finished run trains nothing and changes nothing.
-  before = run_dir_test.read_bytes(os.path.join(first.dir, run_dir.PARTICIPATION_FILE))
+  before = run_files.read_bytes(os.path.join(first.dir, run_dir.PARTICIPATION_FILE))
   third = Program(tmp_path, 'run', 'third')
   assert third.wait() == 0, third.stderr()[-3000:]
   assert 'nothing to do' in third.stderr()
-  assert run_dir_test.read_bytes(os.path.join(first.dir, run_dir.PARTICIPATION_FILE)) == before
-  run_dir_test.assert_no_workers_left(third.workers)
+  assert run_files.read_bytes(os.path.join(first.dir, run_dir.PARTICIPATION_FILE)) == before
+  binaries.assert_no_workers_left(third.workers)
 
 
 @pytest.mark.slow  # about 60 s: a program run stopped by SIGTERM, then rerun
@@ -183,11 +170,11 @@ def test_sigterm_stops_with_143_and_the_rerun_equals_an_uninterrupted_run(tmp_pa
   assert first.wait() == 143, first.stderr()[-3000:]
   assert 'Traceback' not in first.stderr()
   assert not os.path.exists(os.path.join(first.dir, 'summary.json'))
-  run_dir_test.assert_no_workers_left(first.workers)
+  binaries.assert_no_workers_left(first.workers)
   second = Program(tmp_path, 'run', 'second')
   assert second.wait() == 0, second.stderr()[-3000:]
   assert 'Resuming' in second.stderr()
-  run_dir_test.assert_no_workers_left(second.workers)
+  binaries.assert_no_workers_left(second.workers)
   assert_same_run(first.dir, reference())
 
 
@@ -203,16 +190,16 @@ def test_poisson_program_draws_and_trains_as_the_driver(tmp_path):
   driver = Program(tmp_path / 'driver', 'run', args=args, module='experiments.emnist.run_emnist')
   assert program.wait() == 0, program.stderr()[-3000:]
   assert driver.wait() == 0, driver.stderr()[-3000:]
-  run_dir_test.assert_no_workers_left(program.workers | driver.workers)
-  log = run_dir_test.read_bytes(os.path.join(program.dir, run_dir.PARTICIPATION_FILE))
-  assert log == run_dir_test.read_bytes(os.path.join(driver.dir, run_dir.PARTICIPATION_FILE))
+  binaries.assert_no_workers_left(program.workers | driver.workers)
+  log = run_files.read_bytes(os.path.join(program.dir, run_dir.PARTICIPATION_FILE))
+  assert log == run_files.read_bytes(os.path.join(driver.dir, run_dir.PARTICIPATION_FILE))
   drawn = {int(line.split(b',')[1]) for line in log.splitlines()[1:]}
   assert drawn == {1, 2, 4}  # the default seed's cohorts: rounds 0 and 3 are empty
   # The same cohorts, noise and model: the same rows, bar the drivers' own cohort_size (and the
-  # wall times run_dir_test.metrics_rows leaves out); NaN training metrics in the empty rounds.
+  # wall times run_files.metrics_rows leaves out); NaN training metrics in the empty rounds.
   driver_rows = [{k: v for k, v in row.items() if k != 'cohort_size'}
-                 for row in run_dir_test.metrics_rows(driver.dir)]
-  program_rows = run_dir_test.metrics_rows(program.dir)
+                 for row in run_files.metrics_rows(driver.dir)]
+  program_rows = run_files.metrics_rows(program.dir)
   assert program_rows == driver_rows
   assert [row['train_loss'] == 'nan' for row in program_rows] == [True, False, False, True, False]
   assert masked_report(program.dir) == masked_report(driver.dir)
@@ -242,7 +229,7 @@ def test_restarts_of_a_correlated_mechanism_are_refused(tmp_path):
   assert lines[-1].startswith('emnist_program.py: error: --restart_rounds: restarts of a '
                               'correlated mechanism are not available'), lines
   assert not os.path.exists(program.dir)
-  run_dir_test.assert_no_workers_left(program.workers)
+  binaries.assert_no_workers_left(program.workers)
 
 
 def test_driver_and_program_run_directories_refuse_each_other(tmp_path):

@@ -18,8 +18,7 @@ from dp_ftrl_tff.accounting import report_files, run_metrics
 from dp_ftrl_tff.mechanisms import blt, gaussian
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from dp_ftrl_tff.programs import data_source, metrics_release, report_release
-from experiments import privacy_report
-from tests.experiments import report_equality_test
+from tests.testing import run_files
 
 IDS = [f'client-{i:03d}' for i in range(60)]
 ROUNDS = 6
@@ -71,24 +70,8 @@ def _run_files(run_dir, kind: str, plan: plan_lib.RunPlan, rounds: int = ROUNDS,
   return log_path
 
 
-def _standalone(run_dir, out, *extra) -> dict:
-  """The report of `experiments.privacy_report` on the run's files (report_equality_test's way)."""
-  privacy_report.FLAGS.unparse_flags()
-  try:
-    privacy_report.FLAGS(['privacy_report', f'--plan={run_dir}/plan.json',
-                          f'--metrics={run_dir}/metrics.csv', f'--output_dir={out}', '--json',
-                          *extra])
-    assert privacy_report.main(['privacy_report']) == 0
-  finally:
-    privacy_report.FLAGS.unparse_flags()
-  return json.loads((out / 'report.json').read_text())
 
 
-def _masked(report: dict) -> dict:
-  report = report_equality_test._without_wall_times(report)
-  if report.get('observed'):
-    report['observed']['path'] = '<log>'
-  return report
 
 
 @pytest.mark.parametrize('kind', ['min_sep', 'poisson'])
@@ -99,9 +82,9 @@ def test_program_report_equals_the_binary_report(tmp_path, kind):
       total_rounds=ROUNDS, metrics=f'{run}/metrics.csv', plots=False)
   log_path = _run_files(run, kind, _plan(kind), after_metrics=[report])
   program = json.loads((run / 'privacy_report' / 'report.json').read_text())
-  binary = _standalone(run, tmp_path / 'binary', f'--participation_log={log_path}')
-  assert report_equality_test._without_wall_times(program) == \
-      report_equality_test._without_wall_times(binary)
+  binary = run_files.standalone_report(run, tmp_path / 'binary', f'--participation_log={log_path}')
+  assert run_files.without_wall_times(program) == \
+      run_files.without_wall_times(binary)
   assert sorted(p.name for p in (run / 'privacy_report').iterdir()) == ['report.json', 'report.md']
   if kind == 'poisson':
     assert program['amplified'] is not None
@@ -126,11 +109,11 @@ def test_every_k_writes_reports_of_the_first_rounds(tmp_path):
   short = tmp_path / 'short'
   short_log = _run_files(short, 'min_sep', plan, rounds=4)
   intermediate = json.loads((run / 'out' / 'round_4' / 'report.json').read_text())
-  binary = _standalone(short, tmp_path / 'binary', f'--participation_log={short_log}',
+  binary = run_files.standalone_report(short, tmp_path / 'binary', f'--participation_log={short_log}',
                        '--rounds=4')
-  assert _masked(intermediate) == _masked(binary)
+  assert run_files.masked_report(intermediate) == run_files.masked_report(binary)
   final = json.loads((run / 'out' / 'report.json').read_text())
-  assert _masked(final) != _masked(intermediate)
+  assert run_files.masked_report(final) != run_files.masked_report(intermediate)
 
 
 def _rows(path):

@@ -12,15 +12,14 @@ from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.mechanisms import blt
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from dp_ftrl_tff.programs import data_source, metrics_release, report_release
-from tests.experiments import report_equality_test
-from tests.programs import releases_test, train_model_test
+from tests.testing import programs, run_files
 
 ROUNDS, PER_ROUND, SEED = 4, 3, 4
 
 
 def test_train_model_releases_the_drivers_metrics_and_report(tmp_path):
-  client_data = train_model_test._client_data()
-  process = train_model_test._process(client_data)
+  client_data = programs.client_data()
+  process = programs.regression_process(client_data)
   plan = plan_lib.RunPlan.build(
       blt.BLTStrategy(theta=(0.9, 0.5), omega=(0.3, 0.2)), 1.0, PER_ROUND, 1.0,
       num_rounds=ROUNDS, population=len(client_data.client_ids),
@@ -54,7 +53,7 @@ def test_train_model_releases_the_drivers_metrics_and_report(tmp_path):
   assert sorted(p.name for p in (run / 'privacy_report').iterdir()) == [
       'report.json', 'report.md', 'round_2']
   program = json.loads((run / 'privacy_report' / 'report.json').read_text())
-  binary = releases_test._standalone(run, tmp_path / 'binary',
+  binary = run_files.standalone_report(run, tmp_path / 'binary',
                                      f'--participation_log={run}/participation.csv')
-  assert report_equality_test._without_wall_times(program) == \
-      report_equality_test._without_wall_times(binary)
+  assert run_files.without_wall_times(program) == \
+      run_files.without_wall_times(binary)

@@ -2,42 +2,15 @@
 after r selects, a restart restores it from the saved bytes, and the log equals the drivers'."""
 
 import asyncio
-import collections
 
-import numpy as np
-import tensorflow as tf
 import tensorflow_federated as tff
 
 from dp_ftrl_tff.accounting import participation_log
 from dp_ftrl_tff.learning import client_sampler
 from dp_ftrl_tff.programs import data_source
+from tests.testing import programs
 
 NUM_CLIENTS, PER_ROUND, MIN_SEP, SEED = 12, 3, 2, 4
-
-
-def _client_data():
-  rng = np.random.default_rng(0)
-  return tff.simulation.datasets.TestClientData({
-      f'c{i:02d}': collections.OrderedDict(
-          x=rng.normal(size=(4, 2)).astype(np.float32),
-          y=rng.normal(size=(4, 1)).astype(np.float32))
-      for i in range(NUM_CLIENTS)})
-
-
-def _process(client_data):
-  spec = (tf.TensorSpec([None, 2], tf.float32), tf.TensorSpec([None, 1], tf.float32))
-
-  def model_fn():
-    keras_model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(2,))])
-    return tff.learning.models.from_keras_model(keras_model, input_spec=spec,
-                                                loss=tf.keras.losses.MeanSquaredError())
-
-  process = tff.learning.algorithms.build_weighted_fed_avg(
-      model_fn, client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1))
-  batched = client_data.preprocess(lambda ds: ds.map(lambda e: (e['x'], e['y'])).batch(2))
-  # The process takes client ids: each id becomes its dataset inside the computation.
-  return tff.simulation.compose_dataset_computation_with_learning_process(
-      batched.dataset_computation, process)
 
 
 class _DiscardOnce:
@@ -72,8 +45,8 @@ def _template(process, source):
 
 
 def test_train_model_saves_restores_and_logs_like_the_drivers(tmp_path):
-  client_data = _client_data()
-  process = _process(client_data)
+  client_data = programs.client_data()
+  process = programs.regression_process(client_data)
   context = tff.program.NativeFederatedContext(
       tff.backends.native.create_async_local_cpp_execution_context())
   log_path = tmp_path / 'participation.csv'

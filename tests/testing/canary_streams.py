@@ -24,7 +24,7 @@ import tensorflow as tf
 from dp_ftrl_tff.auditing import estimates
 from dp_ftrl_tff.mechanisms import banded_optimizer, blt, registry
 from dp_ftrl_tff.noise import base
-from tests.mechanisms import patterns as patterns_lib
+from tests.testing import patterns as patterns_lib
 
 DIMENSION = 2**15
 NUM_ROUNDS = 14
