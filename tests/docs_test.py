@@ -35,6 +35,8 @@ import time
 
 import pytest
 
+pytestmark = pytest.mark.unit
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DOCUMENTS = sorted([ROOT / 'README.md', *(ROOT / 'docs').rglob('*.md')])
 PYTHON = ('python',)
@@ -206,6 +208,7 @@ _RUN_DOCUMENTS = sorted({b.document for b in _all_blocks() if b.runs})
 _SKIPPED = [b for b in _all_blocks() if b.skip_reason is not None]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize('document', _RUN_DOCUMENTS)
 def test_document_blocks_run(document, tmp_path):
   start = time.perf_counter()
@@ -260,6 +263,7 @@ def test_extraction_handles_markers(tmp_path):
     extract_blocks(doc, root=tmp_path)
 
 
+@pytest.mark.e2e
 def test_runner_on_a_small_document(tmp_path):
   doc = tmp_path / 'doc.md'
   doc.write_text('<!-- docs-test: python\nimport pathlib\nx = 41\n-->\n\n'

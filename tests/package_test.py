@@ -5,6 +5,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.e2e
+
 
 @pytest.mark.parametrize('module', ['dp_ftrl_tff.mechanisms', 'dp_ftrl_tff.accounting'])
 def test_imports_without_tensorflow(module):

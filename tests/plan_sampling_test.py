@@ -7,6 +7,8 @@ import pytest
 from dp_ftrl_tff import plan
 from dp_ftrl_tff.mechanisms import blt
 
+pytestmark = pytest.mark.unit
+
 BLT = blt.BLTStrategy(theta=(0.9, 0.5), omega=(0.3, 0.2))
 
 

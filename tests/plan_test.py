@@ -12,6 +12,8 @@ import tensorflow_federated as tff
 from dp_ftrl_tff import plan
 from dp_ftrl_tff.mechanisms import banded, blt, gaussian, tree
 
+pytestmark = pytest.mark.unit
+
 BLT = blt.BLTStrategy(theta=(0.9, 0.5), omega=(0.3, 0.2))
 BANDED = banded.BandedStrategy.from_toeplitz([1.0, 0.5, 0.25], num_rounds=8)
 

@@ -12,6 +12,8 @@ import pytest
 from dp_ftrl_tff.accounting import amplification, zcdp
 from dp_ftrl_tff.mechanisms import banded, blt, gaussian, tree
 
+pytestmark = pytest.mark.unit
+
 
 def _direct_epsilon(sigma, q, count, delta, accountant, interval=1e-4):
   """epsilon of `count` Poisson-subsampled Gaussians, composed by the accountant one by one."""
@@ -77,8 +79,8 @@ def test_noise_multiplier_round_trip(accountant, epsilon, rounds, bands, q):
 TABLE5 = [(1.0, 9, 0.79118), (2.0, 18, 0.64708), (4.0, 32, 0.52224), (8.0, 64, 0.43490),
           (1.0, 1, 0.37313),
           # DP-SGD at larger epsilon: 2052 compositions of a wide PLD, about 5 s each.
-          pytest.param(2.0, 1, 0.30481, marks=pytest.mark.slow),
-          pytest.param(16.0, 1, 0.16876, marks=pytest.mark.slow)]
+          pytest.param(2.0, 1, 0.30481, marks=pytest.mark.paper),
+          pytest.param(16.0, 1, 0.16876, marks=pytest.mark.paper)]
 
 
 @pytest.mark.parametrize('epsilon, bands, z', TABLE5)

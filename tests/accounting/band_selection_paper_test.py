@@ -1,4 +1,4 @@
-"""The BandMF paper's numbers of bands, reproduced on its grid, the powers of two (slow).
+"""The BandMF paper's numbers of bands, reproduced on its grid, the powers of two (paper tier).
 
 App. G.1 (n = 1024, m / B = n / epochs, delta 1e-6): the optimal b-hat of several (epsilon, epochs)
 cells, including the jump to b-hat = n / epochs (no amplification) at epsilon >= 8 and a cell at 32
@@ -11,12 +11,13 @@ import pytest
 from dp_ftrl_tff.accounting import band_selection
 from experiments.benchmarks import band_selection_bench as bench
 
+pytestmark = pytest.mark.paper
+
 # (epochs, epsilons): the cells checked, grouped so that one selector's losses serve each column;
 # epsilon 1/8 checks the search's PLD discretization at small epsilons (a fixed 1e-3 gave 4, not 2).
 G1_CELLS = [(1, (1.0, 8.0)), (4, (0.125, 0.25, 4.0, 8.0)), (32, (2.0, 16.0))]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize('epochs, epsilons', G1_CELLS)
 def test_g1_cells_on_powers_of_two(epochs, epsilons):
   selector = bench.g1_selector(epochs)
@@ -27,7 +28,6 @@ def test_g1_cells_on_powers_of_two(epochs, epsilons):
     assert selection.best.num_bands == bench.PAPER_G1[epsilon][column], (epsilon, epochs)
 
 
-@pytest.mark.slow
 def test_table5_at_epsilon_4_and_8_on_powers_of_two():
   selector = band_selection.BandSelector(bench.ROUNDS, bench.DATASET_SIZE, bench.BATCH_SIZE)
   for epsilon in (4.0, 8.0):

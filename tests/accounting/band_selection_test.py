@@ -10,6 +10,8 @@ import pytest
 
 from dp_ftrl_tff.accounting import amplification, band_selection
 
+pytestmark = pytest.mark.unit
+
 # Small settings, a coarse PLD grid (an upper bound all the same) to keep calibrations fast.
 FAST = dict(value_discretization_interval=1e-2)
 

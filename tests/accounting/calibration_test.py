@@ -10,6 +10,8 @@ from scipy import stats
 
 from dp_ftrl_tff.accounting import calibration, zcdp
 
+pytestmark = pytest.mark.unit
+
 
 def _independent_epsilon(sigma, sens_sq, delta, conversion):
   """epsilon of one Gaussian with noise multiplier sigma / sens, straight from dp_accounting."""

@@ -11,6 +11,8 @@ from dp_ftrl_tff.mechanisms import banded_optimizer, blt, registry, tree
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from tests.testing import patterns
 
+pytestmark = pytest.mark.unit
+
 P = participation_lib.ParticipationSchema
 
 

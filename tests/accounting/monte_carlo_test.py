@@ -22,6 +22,8 @@ import scipy.special
 from dp_ftrl_tff.accounting import monte_carlo, monte_carlo_schemes
 from dp_ftrl_tff.mechanisms import banded, gaussian, tree
 
+pytestmark = pytest.mark.unit
+
 
 def _pld_epsilon(events, delta):
   """PLD epsilon of the composition of (event, count) pairs (pessimistic discretization 1e-3: its
@@ -42,6 +44,7 @@ def _assert_covers(result, reference, max_width):
   assert result.epsilon_upper - result.epsilon_lower < max_width, result
 
 
+@pytest.mark.e2e
 def test_import_does_not_load_tensorflow():
   code = ('import sys; import dp_ftrl_tff.accounting as accounting; '
           'from dp_ftrl_tff.accounting import monte_carlo; '

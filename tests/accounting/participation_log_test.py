@@ -10,6 +10,8 @@ import pytest
 from dp_ftrl_tff.accounting import participation_bits, participation_log
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 
+pytestmark = pytest.mark.unit
+
 Schema = participation_lib.ParticipationSchema
 
 

@@ -23,6 +23,8 @@ from dp_ftrl_tff.accounting import participation_log as log_lib
 from dp_ftrl_tff.mechanisms import blt, gaussian
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 
+pytestmark = pytest.mark.unit
+
 Schema = participation_lib.ParticipationSchema
 
 NUM_ROUNDS, MIN_SEP, MAX_PARTICIPATIONS = 20, 5, 4

@@ -11,6 +11,8 @@ from dp_ftrl_tff.accounting import report, report_render
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from dp_ftrl_tff.mechanisms import tree
 
+pytestmark = pytest.mark.unit
+
 Schema = participation_lib.ParticipationSchema
 
 

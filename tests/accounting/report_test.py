@@ -13,6 +13,8 @@ from dp_ftrl_tff.accounting import participation_log as log_lib
 from dp_ftrl_tff.mechanisms import banded, blt, gaussian, tree
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 
+pytestmark = pytest.mark.unit
+
 Schema = participation_lib.ParticipationSchema
 
 

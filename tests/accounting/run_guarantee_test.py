@@ -20,6 +20,8 @@ from dp_ftrl_tff.mechanisms import banded_optimizer, blt, gaussian, tree
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from tests.testing import patterns
 
+pytestmark = pytest.mark.unit
+
 N, MIN_SEP, K = 12, 3, 3
 DELTA = 1e-6
 # PLD's pessimistic discretization rounds each privacy loss up to a grid of this width: two

@@ -19,9 +19,12 @@ from dp_ftrl_tff.mechanisms import banded, blt, gaussian, tree
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from tests.testing import patterns as patterns_lib
 
+pytestmark = pytest.mark.unit
+
 Schema = participation_lib.ParticipationSchema
 
 
+@pytest.mark.e2e
 def test_import_does_not_load_tensorflow():
   code = ('import sys; import dp_ftrl_tff.accounting, dp_ftrl_tff.accounting.zcdp, '
           'dp_ftrl_tff.accounting.calibration, dp_ftrl_tff.accounting.participation_log, '

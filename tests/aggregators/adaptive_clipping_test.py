@@ -3,12 +3,15 @@
 import math
 
 import numpy as np
+import pytest
 import tensorflow as tf
 import tensorflow_privacy as tfp
 
 from dp_ftrl_tff import plan
 from dp_ftrl_tff.aggregators import adaptive_clipping
 from dp_ftrl_tff.noise import base, gaussian
+
+pytestmark = pytest.mark.unit
 
 
 def test_gboard_schedule_matches_tf_privacy_indicator():

@@ -8,6 +8,8 @@ from dp_ftrl_tff import plan
 from dp_ftrl_tff.aggregators import clipping
 from dp_ftrl_tff.mechanisms.gaussian import GaussianStrategy
 
+pytestmark = pytest.mark.unit
+
 
 def _value(a, b):
   return [tf.constant(a, tf.float32), tf.constant(b, tf.float64)]

@@ -29,6 +29,8 @@ from dp_ftrl_tff.mechanisms import square_root as square_root_mechanisms
 from dp_ftrl_tff.mechanisms import tree as tree_mechanisms
 from dp_ftrl_tff.noise import base
 
+pytestmark = pytest.mark.integration
+
 NUM_ROUNDS = 8
 SEED = 1234
 BIG_DIM = 100_000
@@ -187,6 +189,7 @@ def test_adaptive_clip_changes_only_at_restarts(adaptive_process):
       clip = estimate
 
 
+@pytest.mark.unit
 def test_adaptive_noise_multiplier_is_inflated():
   factory = CorrelatedNoiseFactory.blt(1.0, 20, None, strategy=BLT, adaptive_clip=True)
   expected = plan.inflated_noise_multiplier(1.0, 1.0)
@@ -218,6 +221,7 @@ def test_checkpoint_round_trip_and_resume_bit_for_bit(tmp_path):
   assert b'"blt"' in restored.mechanism
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize('kwargs, name', [
     ({'noise_multiplier': -1.0}, 'noise_multiplier'),
     ({'clients_per_round': 0}, 'clients_per_round'),
@@ -239,6 +243,7 @@ def test_invalid_parameters_are_named(kwargs, name):
     CorrelatedNoiseFactory.gaussian(**args)
 
 
+@pytest.mark.unit
 def test_invalid_strategy_and_options_are_named():
   with pytest.raises(ValueError, match='strategy'):
     CorrelatedNoiseFactory.banded(1.0, 10, 1.0, strategy=BLT)
@@ -250,6 +255,7 @@ def test_invalid_strategy_and_options_are_named():
     CorrelatedNoiseFactory.tree(1.0, 10, 1.0, restarts=0)
 
 
+@pytest.mark.unit
 def test_blt_from_theta_omega_and_file(tmp_path):
   from dp_ftrl_tff.mechanisms import files
   by_params = CorrelatedNoiseFactory.blt(1.0, 10, 1.0, theta=BLT.theta, omega=BLT.omega)
@@ -259,6 +265,7 @@ def test_blt_from_theta_omega_and_file(tmp_path):
   assert by_params.strategy == BLT and by_file.strategy == BLT
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize('value_type', [tff.TensorType(np.int32, [3]),
                                         tff.StructType([tff.TensorType(np.float32, [2])]),
                                         tff.TensorType(np.float32, [None])])
@@ -334,6 +341,7 @@ def test_secure_matches_plain_within_discretization_bound(bits):
   assert 1.0 < sensitivity <= 1.0 + gamma * math.sqrt(config.padded_dim(dim)) + 1e-4
 
 
+@pytest.mark.unit
 def test_deprecated_tree_argument_names_still_work():
   with pytest.warns(DeprecationWarning, match='use_efficient'):
     factory = CorrelatedNoiseFactory.tree(1.0, 10, 1.0, efficient=False)

@@ -13,6 +13,8 @@ from dp_ftrl_tff.aggregators import CorrelatedNoiseFactory, SecureAggregation
 from dp_ftrl_tff.mechanisms import banded as banded_mechanisms
 from dp_ftrl_tff.mechanisms import blt as blt_mechanisms
 
+pytestmark = pytest.mark.integration
+
 NUM_CLIENTS = 5
 BANDED = banded_mechanisms.BandedStrategy.from_toeplitz([1.0, 0.5], num_rounds=4)
 BLT = blt_mechanisms.BLTStrategy(theta=(0.9, 0.5), omega=(0.3, 0.2))

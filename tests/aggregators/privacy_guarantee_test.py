@@ -9,6 +9,8 @@ from dp_ftrl_tff import accounting
 from dp_ftrl_tff.aggregators import CorrelatedNoiseFactory
 from dp_ftrl_tff.mechanisms import blt
 
+pytestmark = pytest.mark.unit
+
 
 def test_gaussian_factory_guarantee_is_the_independent_event():
   factory = CorrelatedNoiseFactory.gaussian(noise_multiplier=8.0, clients_per_round=10,

@@ -15,7 +15,10 @@ from dp_ftrl_tff.aggregators import (
   secure,
 )
 
+pytestmark = pytest.mark.integration
 
+
+@pytest.mark.unit
 def test_inflated_clip_matches_the_ddg_bound():
   # Kairouz et al. 2021, Thm. 1 with beta = 0: ||rounded|| <= c + gamma sqrt(d).
   bound = float(secure.inflated_clip(1.0, 0.01, 0.0, 400).numpy())

@@ -12,7 +12,10 @@ from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.auditing import empirical, records
 from dp_ftrl_tff.mechanisms import registry
 
+pytestmark = pytest.mark.unit
 
+
+@pytest.mark.e2e
 def test_import_does_not_load_tensorflow():
   code = ("import sys; import dp_ftrl_tff.auditing; "
           "assert 'tensorflow' not in sys.modules, 'tensorflow imported'")

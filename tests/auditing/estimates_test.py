@@ -12,6 +12,8 @@ import scipy.stats
 from dp_ftrl_tff.accounting import zcdp
 from dp_ftrl_tff.auditing import estimates
 
+pytestmark = pytest.mark.unit
+
 
 def _exact_sample(seed: int, size: int, mean: float, std: float) -> np.ndarray:
   """Random draws standardized so the sample mean and std (ddof=1) are exactly `mean` and `std`."""

@@ -35,6 +35,8 @@ from dp_ftrl_tff.auditing import records, statistics
 from dp_ftrl_tff.mechanisms.participation import ParticipationSchema
 from tests.testing import canary_streams as streaming
 
+pytestmark = pytest.mark.integration
+
 NUM_CANARIES = 8000
 NUM_ROUNDS = streaming.NUM_ROUNDS
 SCHEMA = ParticipationSchema.b_min_sep(4, 3)

@@ -8,6 +8,8 @@ import pytest
 
 from dp_ftrl_tff.auditing import records
 
+pytestmark = pytest.mark.unit
+
 IDS = ('client/7', 'client,8')  # a comma inside an id is fine: ids live in the JSON file
 
 

@@ -11,6 +11,8 @@ from dp_ftrl_tff.mechanisms import registry
 from dp_ftrl_tff.mechanisms.participation import ParticipationSchema
 from dp_ftrl_tff.settings import RestartSchedule
 
+pytestmark = pytest.mark.unit
+
 
 def test_threat_models_are_described():
   assert set(statistics.THREAT_MODEL_TEXT) == set(statistics.THREAT_MODELS)

@@ -33,6 +33,8 @@ from dp_ftrl_tff.mechanisms import registry
 from dp_ftrl_tff.mechanisms.participation import ParticipationSchema
 from tests.testing import canary_streams as streaming
 
+pytestmark = pytest.mark.unit
+
 NUM_CANARIES = 8000
 NUM_ROUNDS = streaming.NUM_ROUNDS
 SCHEMA = ParticipationSchema.b_min_sep(4, 3)

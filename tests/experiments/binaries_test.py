@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.e2e
+
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BINARIES = sorted(
     ['experiments.emnist.run_emnist', 'experiments.stackoverflow.run_stackoverflow',

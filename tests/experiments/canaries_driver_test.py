@@ -16,6 +16,8 @@ from experiments.emnist import run_emnist
 from experiments.run import training_loop
 from tests.testing import runs
 
+pytestmark = pytest.mark.integration
+
 EMNIST_TASK = {'model': 'tiny', 'only_digits': True}
 CANARIES = 200
 
@@ -76,6 +78,7 @@ def test_resume_gives_the_same_canary_files(config_factory, tmp_path):
   assert _report(second)['empirical_privacy'] == _report(straight)['empirical_privacy']
 
 
+@pytest.mark.unit
 def test_a_client_named_like_a_canary_is_an_error(config_factory):
   config = config_factory(task=EMNIST_TASK, canary_clients=2)
   task = run_emnist.build_task(config)
@@ -97,6 +100,7 @@ class _Renamed:
                                                     self.client_ids[0] else client_id)
 
 
+@pytest.mark.unit
 def test_secure_aggregation_with_canaries_is_refused(config_factory):
   with pytest.raises(ValueError, match='canary_clients.*secure_aggregation'):
     config_factory(task=EMNIST_TASK, canary_clients=2, secure_aggregation=True)

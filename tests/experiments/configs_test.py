@@ -17,6 +17,8 @@ from experiments.emnist import run_emnist
 from experiments.run import driver_flags, run_setup, training_loop
 from experiments.stackoverflow import run_stackoverflow
 
+pytestmark = pytest.mark.unit
+
 CONFIG_DIR = os.path.join(os.path.dirname(__file__), '..', '..', 'configs')
 # Training populations of the real datasets (TFF's documentation).
 POPULATIONS = {'emnist': 3383, 'stackoverflow': 342477}
@@ -85,6 +87,7 @@ def test_synthetic_flagfile_states_its_epsilon(path, tmp_path):
   assert guarantee.epsilon == pytest.approx(epsilon, abs=0.006)
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 @pytest.mark.parametrize('path', SYNTHETIC)
 def test_synthetic_flagfile_runs_two_rounds(path, tmp_path):

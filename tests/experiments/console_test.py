@@ -11,6 +11,8 @@ from dp_ftrl_tff.mechanisms import gaussian
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from experiments.run import console
 
+pytestmark = pytest.mark.unit
+
 Schema = participation_lib.ParticipationSchema
 
 

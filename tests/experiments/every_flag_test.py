@@ -23,6 +23,8 @@ from experiments.programs import emnist_program
 from experiments.run import driver
 from experiments.stackoverflow import run_stackoverflow
 
+pytestmark = pytest.mark.unit
+
 #: Flags whose type admits no generic invalid value: the value to give instead.
 INVALID = {
     'mechanism': 'dpsgd',

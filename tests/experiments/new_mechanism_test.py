@@ -24,6 +24,8 @@ from experiments.emnist import run_emnist
 from experiments.run import training_loop
 from tests.testing import moving_sum, runs
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture(autouse=True)
 def registered():
@@ -53,6 +55,7 @@ def _dense_sensitivity_squared(c: np.ndarray, schema) -> float:
   return best
 
 
+@pytest.mark.unit
 def test_cli_evaluate_matches_dense_math(capsys, tmp_path):
   n, schema = 12, participation_lib.ParticipationSchema(4, 3)
   strategy = moving_sum.MovingSumStrategy(3)

@@ -16,6 +16,8 @@ from experiments.emnist import run_emnist
 from experiments.run import driver_flags, run_config, run_setup, training_loop
 from tests.testing import binaries, runs
 
+pytestmark = pytest.mark.unit
+
 EMNIST_TASK = {'model': 'tiny', 'only_digits': True}
 POPULATION, Q = 30, 0.05  # a round is empty with probability 0.95^30 = 0.21
 
@@ -52,6 +54,7 @@ def _poisson_settings(seed):
               min_sep=1, seed=seed, synthetic_num_clients=POPULATION, mechanism='blt')
 
 
+@pytest.mark.integration
 def test_poisson_run_logs_the_seeded_cohorts_and_runs_empty_rounds(config_factory):
   seed = _seed_with_an_empty_round(3)
   config = config_factory(rounds=3, **_poisson_settings(seed))
@@ -78,6 +81,7 @@ def test_poisson_run_logs_the_seeded_cohorts_and_runs_empty_rounds(config_factor
   assert result['privacy_report'] is not None
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_poisson_run_resumes_with_the_same_cohorts(config_factory):
   seed = _seed_with_an_empty_round(3)
@@ -144,6 +148,7 @@ def test_amplification_warning_only_for_strategies_sampling_cannot_amplify():
       two_bands, plan_lib.Sampling('poisson', 0.1, 1, 30))
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_cyclic_poisson_binary_runs_and_a_bad_combination_is_one_line(tmp_path):
   args = ['--model=tiny', '--rounds=2', '--synthetic_num_clients=30',

@@ -15,6 +15,8 @@ from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.accounting import report, report_render
 from dp_ftrl_tff.mechanisms import banded, files, gaussian, participation
 
+pytestmark = pytest.mark.e2e
+
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -43,6 +45,7 @@ def _report(strategy, schema, sampling=None, **kwargs):
   return report.build_report(run_plan, **kwargs)
 
 
+@pytest.mark.unit
 def test_build_report_adds_the_amplified_guarantee_next_to_the_headline():
   strategy = _banded()
   schema = participation.ParticipationSchema(min_sep=4)
@@ -61,6 +64,7 @@ def test_build_report_adds_the_amplified_guarantee_next_to_the_headline():
   assert 'BandMF paper Thm. 4' in report_render.to_markdown(sampled)
 
 
+@pytest.mark.unit
 def test_build_report_refuses_more_bands_than_groups_and_groups_without_probability():
   schema = participation.ParticipationSchema(min_sep=2)
   with pytest.raises(ValueError, match='3 bands but `num_groups`=2'):

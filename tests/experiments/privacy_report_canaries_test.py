@@ -20,6 +20,8 @@ from dp_ftrl_tff.mechanisms import gaussian
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from tests.testing import binaries
 
+pytestmark = pytest.mark.e2e
+
 NUM_ROUNDS, MIN_SEP, SIGMA = 20, 5, 2.0
 
 

@@ -13,6 +13,8 @@ import pytest
 from dp_ftrl_tff.accounting import report_render
 from dp_ftrl_tff.mechanisms import banded, blt, files, participation
 
+pytestmark = pytest.mark.e2e
+
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 

@@ -13,6 +13,8 @@ from experiments.emnist import run_emnist
 from experiments.run import run_dir, training_loop
 from tests.testing import run_files, runs
 
+pytestmark = pytest.mark.integration
+
 EMNIST_TASK = {'model': 'tiny', 'only_digits': True}
 
 

@@ -23,6 +23,8 @@ import tensorflow as tf
 from experiments.run import run_config, run_dir, run_setup
 from tests.testing import binaries, run_files, runs
 
+pytestmark = pytest.mark.unit
+
 ROUNDS = 6
 TIMEOUT = 600
 ARGS = ('--model=tiny', '--mechanism=tree', '--noise_multiplier=0.5', f'--rounds={ROUNDS}',
@@ -85,6 +87,7 @@ def assert_same_run(run, expected):
   assert not leftovers
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_sigterm_stops_after_the_round_and_resumes_bit_identically(tmp_path, reference):
   first = Driver(tmp_path, 'run', 'first')
@@ -106,6 +109,7 @@ def test_sigterm_stops_after_the_round_and_resumes_bit_identically(tmp_path, ref
   assert_same_run(first.dir, reference())
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_two_starts_one_refuses_then_sigkill_and_resume(tmp_path, reference):
   a, b = Driver(tmp_path, 'run', 'a'), Driver(tmp_path, 'run', 'b')
@@ -153,6 +157,7 @@ def _copy_run(source, root, name):
   return target
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_torn_log_lines_are_dropped_and_a_truncated_hparams_is_one_error(tmp_path, reference):
   source = reference()

@@ -11,6 +11,8 @@ import pytest
 from experiments.run import run_dir, run_summary
 from experiments.sweeps import run_table
 
+pytestmark = pytest.mark.unit
+
 
 def _make_run(root, name, *, noise_multiplier, epsilon, mechanism='blt', rounds=3, accuracy=0.5):
   """A finished run directory: metrics.csv with `rounds` rows, then its summary."""
@@ -88,6 +90,7 @@ def test_table_columns_swept_settings_and_plot(tmp_path):
     run_table.plot_accuracy_vs_epsilon(table, 'eval_loss', png)
 
 
+@pytest.mark.e2e
 def test_summarize_binary_writes_csv_markdown_and_png(tmp_path):
   root = str(tmp_path / 'sweep')
   _make_run(root, 'a', noise_multiplier=1.0, epsilon=3.0, accuracy=0.6)

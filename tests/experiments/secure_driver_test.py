@@ -19,6 +19,8 @@ from dp_ftrl_tff.aggregators import SecureAggregation
 from experiments.cli import flag_parsing
 from experiments.emnist import models as emnist_models
 
+pytestmark = pytest.mark.e2e
+
 TINY_RUN = ('--model=tiny', '--clients_per_round=3', '--synthetic_num_clients=30',
             '--synthetic_examples_per_client=8', '--min_sep=2', '--noise_seed=3',
             '--eval_max_examples=64', '--secure_aggregation', '--secure_bits=16')

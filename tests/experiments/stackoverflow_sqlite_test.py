@@ -13,6 +13,8 @@ from experiments.stackoverflow import data as so_data
 from experiments.stackoverflow import run_stackoverflow
 from tests.testing import runs
 
+pytestmark = pytest.mark.unit
+
 SENTENCES = ['how do i sort a list', 'sort the list in place', 'a list of words',
              'how to read a file', 'read the file line by line', 'zebra']
 
@@ -82,6 +84,7 @@ def test_preprocess_ids_match_hand_computation():
   np.testing.assert_array_equal(short['y'][0], [2, ids['eos'], 0, 0])
 
 
+@pytest.mark.integration
 def test_driver_runs_on_the_sqlite_file(database, tmp_path):
   config = runs.tiny_config(
       tmp_path, data=database, clients_per_round=3, min_sep=2, rounds=2,

@@ -6,6 +6,8 @@ import pytest
 
 from experiments.sweeps import sweep_grid
 
+pytestmark = pytest.mark.unit
+
 
 def test_grid_text_is_the_cartesian_product_in_order():
   points = sweep_grid.parse_grid_text('noise_multiplier=0.5,1.0; mechanism=blt,banded')

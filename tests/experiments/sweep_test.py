@@ -13,6 +13,8 @@ import pytest
 
 from experiments.run import run_summary
 
+pytestmark = pytest.mark.e2e
+
 TINY = ['--model=tiny', '--rounds=2', '--clients_per_round=3', '--client_batch_size=8',
         '--synthetic_num_clients=30', '--synthetic_examples_per_client=8', '--min_sep=2',
         '--mechanism=gaussian', '--checkpoint_every=1', '--eval_every=1', '--eval_max_examples=64',

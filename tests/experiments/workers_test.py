@@ -24,6 +24,8 @@ from experiments.cli import tff_workers
 from experiments.run import run_config
 from tests.testing import aggregation
 
+pytestmark = pytest.mark.e2e
+
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
 
@@ -53,6 +55,7 @@ def _alive(pid: int) -> bool:
   return tff_workers.start_time(pid) is not None
 
 
+@pytest.mark.unit
 def test_parse_worker_addresses():
   assert remote_execution.parse_worker_addresses(' a:1, b.example:8000,[::1]:9 ') == (
       'a:1', 'b.example:8000', '[::1]:9')
@@ -63,6 +66,7 @@ def test_parse_worker_addresses():
       remote_execution.parse_worker_addresses(bad, 'workers')
 
 
+@pytest.mark.unit
 def test_run_config_checks_workers(tmp_path):
   config = run_config.RunConfig(root_output_dir=str(tmp_path), workers='localhost:1, localhost:2')
   assert config.workers == 'localhost:1,localhost:2'

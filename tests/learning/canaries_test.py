@@ -17,6 +17,8 @@ from dp_ftrl_tff.learning import dp_ftrl
 from dp_ftrl_tff.mechanisms import gaussian
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 
+pytestmark = pytest.mark.integration
+
 INPUTS = 9999  # d = INPUTS + 1 (the bias) = 10^4 weights
 SPEC = collections.OrderedDict(x=tf.TensorSpec([None, INPUTS], tf.float32),
                                y=tf.TensorSpec([None, 1], tf.float32))
@@ -146,6 +148,7 @@ def _estimate_band(num_canaries, accounted):
   return low, high
 
 
+@pytest.mark.unit
 def test_inputs_are_checked():
   with pytest.raises(ValueError, match='num_canaries'):
     canaries_lib.Canaries(0, seed=1, norm=1.0)

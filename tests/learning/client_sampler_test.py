@@ -9,6 +9,8 @@ from hypothesis import strategies as st
 
 from dp_ftrl_tff.learning import client_sampler
 
+pytestmark = pytest.mark.unit
+
 
 def _ids(n):
   return [f'c{i:04d}' for i in range(n)]

@@ -9,6 +9,8 @@ import tensorflow_federated as tff
 
 from dp_ftrl_tff.learning import dp_ftrl
 
+pytestmark = pytest.mark.integration
+
 SPEC = collections.OrderedDict(x=tf.TensorSpec([None, 2], tf.float32),
                                y=tf.TensorSpec([None, 1], tf.float32))
 
@@ -68,6 +70,7 @@ def test_restart_keeps_model_and_zeroes_momentum(process):
   assert len(calls) == 1
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize('kwargs, match', [
     (dict(server_learning_rate=0.0), 'server_learning_rate'),
     (dict(server_learning_rate=1.0, server_momentum=1.0), 'server_momentum'),

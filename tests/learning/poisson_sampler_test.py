@@ -14,6 +14,8 @@ import scipy.stats
 from dp_ftrl_tff import plan
 from dp_ftrl_tff.learning import poisson_sampler
 
+pytestmark = pytest.mark.unit
+
 ALPHA = 1e-9
 
 

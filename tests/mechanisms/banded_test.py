@@ -12,6 +12,8 @@ from dp_ftrl_tff.mechanisms import participation as participation_lib
 from dp_ftrl_tff.mechanisms.participation import ParticipationSchema
 from tests.testing import patterns as patterns_lib
 
+pytestmark = pytest.mark.unit
+
 
 def _random_banded(n, bands, seed=0, normalize=False):
   rng = np.random.default_rng(seed)

@@ -8,6 +8,8 @@ import pytest
 import dp_ftrl_tff.mechanisms as mechanisms
 from dp_ftrl_tff.mechanisms import banded, banded_optimizer, base, blt, files, gaussian, tree
 
+pytestmark = pytest.mark.unit
+
 
 def _momentum_by_impulses(n, momentum, learning_rates):
   """Column s of A: the model displacement theta_0 - theta_{t+1} when x = e_s, by the SGDM recursion."""

@@ -17,6 +17,8 @@ from dp_ftrl_tff.mechanisms import base, blt, sensitivity, toeplitz
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from tests.testing import patterns as patterns_lib
 
+pytestmark = pytest.mark.unit
+
 MinSep = participation_lib.ParticipationSchema.b_min_sep
 APP_A = blt.PRODUCTION_STRATEGIES
 # Table 3 setting (StackOverflow): n = 2052 rounds, min-sep b = 342, k = 6 participations.
@@ -715,6 +717,7 @@ def test_config_round_trip_and_copy_pastable_str():
     blt.BLTStrategy.from_config({'mechanism': 'blt', 'theta': [0.5], 'omega': [0.1], 'x': 1})
 
 
+@pytest.mark.e2e
 def test_mechanisms_blt_does_not_import_tensorflow_or_jax():
   import subprocess
   import sys

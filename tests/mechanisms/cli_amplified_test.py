@@ -9,6 +9,8 @@ import pytest
 from dp_ftrl_tff.mechanisms import banded, files
 from experiments import mechanisms_cli as cli
 
+pytestmark = pytest.mark.unit
+
 
 def _main(capsys, *args):
   status = cli.main(['mechanisms', *args])

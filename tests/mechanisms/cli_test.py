@@ -11,6 +11,8 @@ from dp_ftrl_tff.mechanisms import participation as participation_lib
 from experiments import mechanisms_cli as cli
 from tests.testing import patterns as patterns_lib
 
+pytestmark = pytest.mark.e2e
+
 P = participation_lib.ParticipationSchema
 OPTIMIZE_BLT_KEYS = ['mechanism', 'rounds', 'min_sep', 'max_participations', 'num_buffers', 'theta',
                      'omega', 'max_loss', 'rms_loss', 'sensitivity_squared', 'seconds']
@@ -103,6 +105,7 @@ def test_subprocess_errors_are_one_line_without_traceback():
     assert flag in proc.stderr and 'Traceback' not in proc.stderr
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize('args,flag', [
     (['evaluate', '--mechanism=tree', '--min_sep=3'], '--rounds'),
     (['evaluate', '--mechanism=tree', '--rounds=10'], '--min_sep'),
@@ -146,6 +149,7 @@ def test_errors_name_the_flag(capsys, args, flag):
   assert flag in lines[0]
 
 
+@pytest.mark.unit
 def test_evaluate_mechanism_must_match_file(tmp_path, capsys):
   path = tmp_path / 'g.json'
   path.write_text(json.dumps({'mechanism': 'gaussian'}))
@@ -158,6 +162,7 @@ def test_evaluate_mechanism_must_match_file(tmp_path, capsys):
   assert out['sensitivity_squared'] == 2.0 and out['mechanism'] == 'gaussian'
 
 
+@pytest.mark.unit
 def test_banded_file_rounds_limit(tmp_path, capsys):
   path = tmp_path / 'b.npz'
   assert cli.main(['prog', 'optimize', '--mechanism=banded', '--rounds=6', '--num_bands=2',
@@ -168,6 +173,7 @@ def test_banded_file_rounds_limit(tmp_path, capsys):
   assert '--rounds' in capsys.readouterr().err
 
 
+@pytest.mark.unit
 def test_help_exits_zero(capsys):
   assert cli.main(['prog', '--help']) == 0
   assert 'optimize' in capsys.readouterr().out
@@ -184,6 +190,7 @@ def test_deprecated_flag_names_and_default_bands(tmp_path):
   assert out['num_bands'] == 3
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize('mechanism', ['bsr', 'bisr'])
 def test_square_root_evaluate_optimize_and_errors(mechanism, tmp_path, capsys):
   """evaluate --num_bands against dense math and brute force; optimize builds the closed form with

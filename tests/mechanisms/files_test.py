@@ -9,6 +9,8 @@ import pytest
 from dp_ftrl_tff.mechanisms import banded, base, blt, files, gaussian, tree
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 
+pytestmark = pytest.mark.unit
+
 P = participation_lib.ParticipationSchema
 THETA = [0.9999999999921251, 0.9944453083640997, 0.8985923474607591, 0.4912001418098778]
 OMEGA = [0.0070314825502323835, 0.10613806907600574, 0.1898159060327625, 0.1966594748073734]

@@ -6,6 +6,8 @@ import pytest
 from dp_ftrl_tff.mechanisms import banded, memory
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 
+pytestmark = pytest.mark.unit
+
 
 def test_estimates_are_quadratic_only_where_a_matrix_is_materialized():
   assert memory.estimate_bytes('banded', 1000) == 32 * 1000**2

@@ -12,6 +12,8 @@ import pytest
 from dp_ftrl_tff.mechanisms import gaussian, sensitivity, toeplitz, tree
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 
+pytestmark = pytest.mark.unit
+
 P = participation_lib.ParticipationSchema
 
 APP_A = {

@@ -8,6 +8,8 @@ import pytest
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from tests.testing import patterns as patterns_lib
 
+pytestmark = pytest.mark.unit
+
 P = participation_lib.ParticipationSchema
 
 

@@ -7,6 +7,8 @@ from dp_ftrl_tff.mechanisms import banded, blt, files, gaussian, registry, squar
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from tests.testing import patterns as patterns_lib
 
+pytestmark = pytest.mark.unit
+
 STRATEGIES = {
     'gaussian': gaussian.GaussianStrategy(),
     'tree': tree.TreeStrategy('vanilla'),

@@ -19,6 +19,8 @@ from dp_ftrl_tff.mechanisms import participation as participation_lib
 from dp_ftrl_tff.mechanisms import sensitivity, toeplitz
 from tests.testing import patterns as patterns_lib
 
+pytestmark = pytest.mark.unit
+
 P = participation_lib.ParticipationSchema
 SETTINGS = hypothesis.settings(deadline=None, max_examples=60)
 THETA_400 = np.array([0.9999999999921251, 0.9944453083640997, 0.8985923474607591, 0.4912001418098778])

@@ -11,6 +11,8 @@ from dp_ftrl_tff.mechanisms import banded, base, files, registry, sensitivity, s
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from tests.testing import patterns as patterns_lib
 
+pytestmark = pytest.mark.unit
+
 BSR = square_root.BandedSquareRootStrategy
 BISR = square_root.BandedInverseSquareRootStrategy
 MinSep = participation_lib.ParticipationSchema.b_min_sep

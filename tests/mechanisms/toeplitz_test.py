@@ -8,6 +8,8 @@ import scipy.linalg
 
 from dp_ftrl_tff.mechanisms import toeplitz
 
+pytestmark = pytest.mark.unit
+
 # BLT paper App. A, b = 400 production parameters (theta, omega).
 THETA_400 = np.array([0.9999999999921251, 0.9944453083640997, 0.8985923474607591, 0.4912001418098778])
 OMEGA_400 = np.array([0.0070314825502323835, 0.10613806907600574, 0.1898159060327625,

@@ -21,6 +21,8 @@ from dp_ftrl_tff.mechanisms import base, tree
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from tests.testing import patterns as patterns_lib
 
+pytestmark = pytest.mark.unit
+
 P = participation_lib.ParticipationSchema
 
 

@@ -13,6 +13,8 @@ from dp_ftrl_tff.mechanisms.participation import ParticipationSchema
 from dp_ftrl_tff.noise import banded, base
 from tests.testing import streams as stream_testing
 
+pytestmark = pytest.mark.unit
+
 
 def _random_strategy(n, bands, seed=0):
   rng = np.random.default_rng(seed)
@@ -141,6 +143,7 @@ def test_graph_mode_matches_eager():
                                  atol=1e-7)
 
 
+@pytest.mark.integration
 def test_inside_tff_computation():
   pytest.importorskip('tensorflow_federated')
   strategy, c = _random_strategy(6, 3, seed=10)

@@ -11,6 +11,8 @@ from dp_ftrl_tff.mechanisms import blt as blt_mechanisms
 from dp_ftrl_tff.noise import base, blt
 from tests.testing import streams as stream_testing
 
+pytestmark = pytest.mark.unit
+
 _APP_A_400 = blt_mechanisms.PRODUCTION_STRATEGIES[400]
 _TWO_BUFFERS = blt_mechanisms.BLTStrategy(theta=(0.995335, 0.812275), omega=(0.128293, 0.329075))
 
@@ -122,6 +124,7 @@ def test_graph_mode_matches_eager():
     np.testing.assert_allclose(np.reshape(graph_second[key], -1), eager[key][1], rtol=1e-6)
 
 
+@pytest.mark.integration
 def test_inside_tff_computation():
   pytest.importorskip('tensorflow_federated')
   specs = collections.OrderedDict(w=tf.TensorSpec([5], tf.float32))

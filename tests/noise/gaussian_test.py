@@ -8,6 +8,8 @@ from dp_ftrl_tff.mechanisms import gaussian as gaussian_mechanisms
 from dp_ftrl_tff.noise import base, gaussian
 from tests.testing import streams as stream_testing
 
+pytestmark = pytest.mark.unit
+
 NUM_ROUNDS = 6
 
 

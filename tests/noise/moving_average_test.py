@@ -11,6 +11,8 @@ from dp_ftrl_tff.mechanisms import square_root
 from dp_ftrl_tff.noise import base, moving_average
 from tests.testing import streams as stream_testing
 
+pytestmark = pytest.mark.unit
+
 BISR = square_root.BandedInverseSquareRootStrategy
 
 
@@ -54,6 +56,7 @@ def test_changing_stddev_scales_each_draw():
   np.testing.assert_allclose(np.stack(got), expected, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.integration
 def test_float32_graph_mode_and_tff_match_dense():
   strategy = BISR(5)
   noise = moving_average.MovingAverageNoise(strategy)

@@ -16,6 +16,8 @@ from dp_ftrl_tff.mechanisms import tree as tree_mechanism
 from dp_ftrl_tff.noise import base, tree
 from tests.testing import streams as stream_testing
 
+pytestmark = pytest.mark.unit
+
 
 def _stream(noise, specs, seed, segment_lengths, stddev=1.0):
   """The flattened stream [rounds, coords] of a tree noise run and its final state."""
@@ -118,6 +120,7 @@ def test_too_many_rounds_fail():
     noise.next(state, tf.constant(1.0))
 
 
+@pytest.mark.integration
 def test_runs_inside_tff_computation():
   pytest.importorskip('tensorflow_federated')
   specs = stream_testing.value_specs(tf.float32)
@@ -133,6 +136,7 @@ def test_runs_inside_tff_computation():
   assert np.max(np.abs(streamed - expected)) <= 1e-5 * np.max(np.abs(expected))
 
 
+@pytest.mark.integration
 def test_dynamic_depth_state_checkpoint_round_trip(tmp_path):
   # The saved stack (2 live levels) is deeper than the template state (0 levels): the restored state
   # must carry the saved depth and continue the stream bit for bit.

@@ -18,6 +18,8 @@ from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.learning import poisson_sampler
 from dp_ftrl_tff.programs import data_source
 
+pytestmark = pytest.mark.unit
+
 IDS = [f'client-{i:02d}' for i in range(12)]
 POISSON = plan_lib.Sampling('poisson', 0.5, 1, len(IDS))
 CYCLIC = plan_lib.Sampling('cyclic_poisson', 0.9, 3, len(IDS))

@@ -15,6 +15,8 @@ from dp_ftrl_tff.mechanisms import blt
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from dp_ftrl_tff.programs import data_source
 
+pytestmark = pytest.mark.unit
+
 IDS = [f'client-{i:03d}' for i in range(60)]
 HEADER_SIZE = len(b'client_id,round\r\n')
 Iterator = data_source.SampledClientDataSourceIterator

@@ -30,6 +30,8 @@ from dp_ftrl_tff.programs import data_source
 from experiments.run import run_config, run_dir
 from tests.testing import binaries, run_files
 
+pytestmark = pytest.mark.e2e
+
 ROUNDS, MIN_SEP, CAP = 6, 2, 2
 ARGS = ('--model=tiny', '--mechanism=blt', '--noise_multiplier=0.5', f'--rounds={ROUNDS}',
         '--clients_per_round=3', '--synthetic_num_clients=30', '--synthetic_examples_per_client=8',
@@ -232,6 +234,7 @@ def test_restarts_of_a_correlated_mechanism_are_refused(tmp_path):
   binaries.assert_no_workers_left(program.workers)
 
 
+@pytest.mark.unit
 def test_driver_and_program_run_directories_refuse_each_other(tmp_path):
   common = dict(root_output_dir=str(tmp_path), rounds=2)
   driver = run_config.RunConfig(**common, task={'model': 'tiny', 'only_digits': True})

@@ -20,6 +20,8 @@ from dp_ftrl_tff.mechanisms import participation as participation_lib
 from dp_ftrl_tff.programs import data_source, metrics_release, report_release
 from tests.testing import run_files
 
+pytestmark = pytest.mark.unit
+
 IDS = [f'client-{i:03d}' for i in range(60)]
 ROUNDS = 6
 WRAP_ROUND = 3  # 0-based round whose secure sum wraps in the fake metrics
@@ -220,6 +222,7 @@ def test_bad_arguments_raise_value_error_naming_the_parameter(tmp_path):
     run_metrics.read_final_clip(f'{tmp_path}/run/metrics.csv', max_rounds=0)
 
 
+@pytest.mark.e2e
 def test_the_report_path_does_not_load_tensorflow():
   """The one report path stays in `accounting` (no TensorFlow): the CLI and launch owners use it."""
   code = ('import sys; import dp_ftrl_tff.accounting.report_files, '

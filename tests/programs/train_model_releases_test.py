@@ -6,6 +6,7 @@ import asyncio
 import csv
 import json
 
+import pytest
 import tensorflow_federated as tff
 
 from dp_ftrl_tff import plan as plan_lib
@@ -13,6 +14,8 @@ from dp_ftrl_tff.mechanisms import blt
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from dp_ftrl_tff.programs import data_source, metrics_release, report_release
 from tests.testing import programs, run_files
+
+pytestmark = pytest.mark.integration
 
 ROUNDS, PER_ROUND, SEED = 4, 3, 4
 

@@ -3,12 +3,15 @@ after r selects, a restart restores it from the saved bytes, and the log equals 
 
 import asyncio
 
+import pytest
 import tensorflow_federated as tff
 
 from dp_ftrl_tff.accounting import participation_log
 from dp_ftrl_tff.learning import client_sampler
 from dp_ftrl_tff.programs import data_source
 from tests.testing import programs
+
+pytestmark = pytest.mark.integration
 
 NUM_CLIENTS, PER_ROUND, MIN_SEP, SEED = 12, 3, 2, 4
 
