@@ -190,6 +190,14 @@ def test_epsilon_from_rho_rejects_bad_input(kwargs, name):
     zcdp.epsilon_from_rho(**kwargs)
 
 
+@pytest.mark.parametrize('sens_sq, sigma, name', [
+    (1.0, 0.0, 'noise_multiplier'), (1.0, -1.0, 'noise_multiplier'),
+    (1.0, float('nan'), 'noise_multiplier'), (-1.0, 1.0, 'sensitivity_squared')])
+def test_rho_from_sensitivity_rejects_bad_input(sens_sq, sigma, name):
+  with pytest.raises(ValueError, match=name):
+    zcdp.rho_from_sensitivity(sens_sq, sigma)
+
+
 def test_guarantee_rejects_bad_input():
   strategy = gaussian.GaussianStrategy()
   with pytest.raises(ValueError, match='noise_multiplier'):
