@@ -173,7 +173,7 @@ def _tests_build(directory: pathlib.Path, packages: set) -> str:
                    and p.name not in ('bazel_pytest_main.py', 'bazel_smoke.py'))
   own = f'//{rel}:{_library_name(directory)}'
   helper_deps = set(_deps(helpers, packages, own))
-  if rel != 'tests':
+  if rel not in ('tests', 'tests/testing'):  # tests/conftest.py imports tests/testing's tiers
     helper_deps.add('//tests:conftest')
   if rel == 'tests':
     blocks.append('exports_files([\n    "bazel_pytest_main.py",\n    "bazel_smoke.py",\n'

@@ -8,8 +8,6 @@ dominates the time.
 import csv
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -18,7 +16,7 @@ from dp_ftrl_tff.mechanisms import registry
 from experiments.emnist import run_emnist
 from experiments.run import training_loop
 from experiments.stackoverflow import run_stackoverflow
-from tests.testing import runs
+from tests.testing import binaries, runs
 
 pytestmark = pytest.mark.integration
 
@@ -190,15 +188,10 @@ def test_rerun_with_other_settings_fails(config_factory):
 
 
 def _run_driver(tmp_path, *args):
-  """Runs the EMNIST driver CLI; stdout/stderr go to files, not pipes (an orphaned TFF
-  worker_binary would keep a pipe open forever). Returns (exit code, stderr text)."""
-  err_path = tmp_path / 'stderr.txt'
-  with open(err_path, 'w') as err:
-    proc = subprocess.run(
-        [sys.executable, '-m', 'experiments.emnist.run_emnist', f'--root_output_dir={tmp_path}',
-         *args], stdout=subprocess.DEVNULL, stderr=err, timeout=600,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3'))
-  return proc.returncode, err_path.read_text()
+  """Runs the EMNIST driver CLI; returns (exit code, stderr text)."""
+  returncode, _, stderr = binaries.run(binaries.EMNIST, [f'--root_output_dir={tmp_path}', *args],
+                                       tmp_path, timeout=600)
+  return returncode, stderr
 
 
 @pytest.mark.e2e

@@ -3,9 +3,6 @@ against dp_accounting, and `python -m experiments.privacy_report --sampling_prob
 or a `--plan` with random sampling (run as subprocesses)."""
 
 import json
-import os
-import subprocess
-import sys
 
 import dp_accounting
 import numpy as np
@@ -14,15 +11,14 @@ import pytest
 from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.accounting import report, report_render
 from dp_ftrl_tff.mechanisms import banded, files, gaussian, participation
+from tests.testing import binaries
 
 pytestmark = pytest.mark.e2e
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _run(*args):
-  return subprocess.run([sys.executable, '-m', 'experiments.privacy_report', *args], cwd=_ROOT,
-                        capture_output=True, text=True, timeout=300)
+  return binaries.run_process(binaries.REPORT, args)
 
 
 def _banded(n=24, bands=3):

@@ -3,24 +3,20 @@
 import csv
 import hashlib
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from dp_ftrl_tff.accounting import report_render
 from dp_ftrl_tff.mechanisms import banded, blt, files, participation
+from tests.testing import binaries
 
 pytestmark = pytest.mark.e2e
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _run(*args):
-  return subprocess.run([sys.executable, '-m', 'experiments.privacy_report', *args], cwd=_ROOT,
-                        capture_output=True, text=True, timeout=300)
+  return binaries.run_process(binaries.REPORT, args)
 
 
 def test_writes_report_files_and_json_keys(tmp_path):

@@ -1,14 +1,13 @@
 """Tests for the `python -m dp_ftrl_tff.mechanisms` CLI: subprocess runs and in-process error cases."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from experiments import mechanisms_cli as cli
+from tests.testing import binaries
 from tests.testing import patterns as patterns_lib
 
 pytestmark = pytest.mark.e2e
@@ -22,8 +21,7 @@ LOSS_KEYS = ['max_loss', 'rms_loss', 'sensitivity_squared']
 
 
 def _run(*args):
-  return subprocess.run([sys.executable, '-m', 'dp_ftrl_tff.mechanisms', *args],
-                        capture_output=True, text=True, timeout=300, check=False)
+  return binaries.run_process(binaries.MECH, args)
 
 
 def _run_json(*args):

@@ -1,8 +1,8 @@
 """The one harness for the project's binaries: as a subprocess, or in-process through their `main`.
 
-* `run(module, args, directory)`: `python -m module args` in a subprocess, stdout and stderr
-  redirected to files in `directory` (an orphaned TFF worker_binary would keep a pipe open), stdin
-  closed. For what only a process shows: exit codes as the shell sees them, signals, TF's C++ log
+* `run(module, args, directory)` (or `run_process`, the same as a `CompletedProcess`): `python -m
+  module args` in a subprocess, stdout and stderr redirected to files in `directory` (an orphaned
+  TFF worker_binary would keep a pipe open), stdin closed. For what only a process shows: exit codes as the shell sees them, signals, TF's C++ log
   noise, files left on disk.
 * `start(module, args, directory)`: the same, running (a `Popen`), for kill and concurrency tests.
 * `run_in_process(module, args)`: the binary's own entry point in this process, with stdout and
@@ -17,6 +17,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -42,16 +43,28 @@ def command(module: str, args) -> list:
   return [sys.executable, '-m', module, *map(str, args)]
 
 
-def run(module: str, args, directory, timeout: float = 300, **extra_env):
-  """Runs `python -m module args`; returns (exit code, stdout text, stderr text)."""
-  directory = os.fspath(directory)
-  out_path = os.path.join(directory, 'stdout.txt')
-  err_path = os.path.join(directory, 'stderr.txt')
-  with open(out_path, 'w') as out, open(err_path, 'w') as err:
-    proc = subprocess.run(command(module, args), cwd=ROOT, stdout=out, stderr=err,
-                          stdin=subprocess.DEVNULL, timeout=timeout, env=env(module, **extra_env))
-  with open(out_path) as out, open(err_path) as err:
-    return proc.returncode, out.read(), err.read()
+def run(module: str, args, directory=None, timeout: float = 300, **extra_env):
+  """Runs `python -m module args`; returns (exit code, stdout text, stderr text). The output files
+  are `directory`/stdout.txt and stderr.txt (a temporary directory when None)."""
+  proc = run_process(module, args, directory, timeout, **extra_env)
+  return proc.returncode, proc.stdout, proc.stderr
+
+
+def run_process(module: str, args, directory=None, timeout: float = 300,
+                **extra_env) -> subprocess.CompletedProcess:
+  """`run` as a `subprocess.CompletedProcess` (returncode, stdout, stderr as text)."""
+  with contextlib.ExitStack() as stack:
+    if directory is None:
+      directory = stack.enter_context(tempfile.TemporaryDirectory())
+    directory = os.fspath(directory)
+    out_path = os.path.join(directory, 'stdout.txt')
+    err_path = os.path.join(directory, 'stderr.txt')
+    with open(out_path, 'w') as out, open(err_path, 'w') as err:
+      proc = subprocess.run(command(module, args), cwd=ROOT, stdout=out, stderr=err,
+                            stdin=subprocess.DEVNULL, timeout=timeout,
+                            env=env(module, **extra_env))
+    with open(out_path) as out, open(err_path) as err:
+      return subprocess.CompletedProcess(proc.args, proc.returncode, out.read(), err.read())
 
 
 def start(module: str, args, directory, **extra_env) -> subprocess.Popen:
