@@ -44,7 +44,7 @@ def _parse(path, *args):
     fv.unparse_flags()
 
 
-@pytest.mark.parametrize('path', sorted(glob.glob(os.path.join(CONFIG_DIR, '*.cfg'))))
+@pytest.mark.parametrize('path', sorted(glob.glob(os.path.join(CONFIG_DIR, '*.cfg'))), ids=os.path.basename)
 def test_flagfile_is_valid(path, tmp_path):
   driver = run_stackoverflow if 'stackoverflow' in os.path.basename(path) else run_emnist
   fv = driver.FLAGS
@@ -62,7 +62,7 @@ def test_flagfile_is_valid(path, tmp_path):
     assert config.task['vocab_size'] == 10000 and config.task['lstm_size'] == 670
 
 
-@pytest.mark.parametrize('path', PAPER_SCALE)
+@pytest.mark.parametrize('path', PAPER_SCALE, ids=os.path.basename)
 def test_paper_scale_flagfile_has_a_synthetic_companion(path):
   companion = path[:-len('.cfg')] + SYNTHETIC_SUFFIX
   assert companion in SYNTHETIC, f'{os.path.basename(companion)} is missing'
@@ -71,7 +71,7 @@ def test_paper_scale_flagfile_has_a_synthetic_companion(path):
   assert synthetic.adaptive_clipping == paper.adaptive_clipping
 
 
-@pytest.mark.parametrize('path', SYNTHETIC)
+@pytest.mark.parametrize('path', SYNTHETIC, ids=os.path.basename)
 def test_synthetic_flagfile_states_its_epsilon(path, tmp_path):
   with open(path) as f:
     stated = re.findall(r'^# .*epsilon=(\d+\.\d+) at delta=(\S+) ', f.read(), re.MULTILINE)
@@ -89,7 +89,7 @@ def test_synthetic_flagfile_states_its_epsilon(path, tmp_path):
 
 @pytest.mark.integration
 @pytest.mark.slow
-@pytest.mark.parametrize('path', SYNTHETIC)
+@pytest.mark.parametrize('path', SYNTHETIC, ids=os.path.basename)
 def test_synthetic_flagfile_runs_two_rounds(path, tmp_path):
   # The documented command (README, docs/training.md) with `--rounds=2` and a tiny eval appended.
   config = _parse(path, f'--root_output_dir={tmp_path}', '--rounds=2', '--eval_max_examples=64')
