@@ -1,8 +1,8 @@
 """Writes (or checks) the Bazel BUILD files from the source tree.
 
 One `py_library` per Python package under `dp_ftrl_tff/` and `experiments/`, with deps read from the
-modules' imports and a `smoke` py_test that imports each of them, and one `py_pytest` (a py_test macro in `tests/pytest.bzl`, run by
-`tests/bazel_pytest_main.py`) per `tests/**/*_test.py` module.
+modules' imports and a `smoke` py_test that imports each of them, and one `py_pytest` (a py_test
+macro in `tests/pytest.bzl`, run by `tests/bazel_pytest_main.py`) per `tests/**/*_test.py` module.
 `make lint` runs this with `--check`, so the BUILD graph cannot drift from the imports.
 
 Usage: python tools/gen_bazel_build.py [--check]
@@ -163,8 +163,9 @@ def _imported_test_modules() -> set:
 
 def _tests_build(directory: pathlib.Path, packages: set) -> str:
   rel = directory.relative_to(ROOT).as_posix()
-  blocks = [f'{HEADER}\nload("//tests:pytest.bzl", "py_pytest")\n\n'
-            'package(default_visibility = ["//visibility:public"])\n']
+  tests = sorted(directory.glob('*_test.py'))
+  load = 'load("//tests:pytest.bzl", "py_pytest")\n\n' if tests else ''
+  blocks = [f'{HEADER}\n{load}package(default_visibility = ["//visibility:public"])\n']
   # Everything in a test directory that is not a test module (conftest, shared test helpers), and
   # the test modules other tests import helpers from (also their own py_test's source).
   imported = _imported_test_modules()
@@ -182,7 +183,7 @@ def _tests_build(directory: pathlib.Path, packages: set) -> str:
                 f'    srcs = {_format_list([p.name for p in helpers])},\n'
                 f'    deps = {_format_list(sorted(helper_deps))},\n)\n')
   size = 'large' if directory.name in LONG_TEST_DIRS else 'medium'
-  for test in sorted(directory.glob('*_test.py')):
+  for test in tests:
     deps = sorted(set(_deps([test], packages, None)) | {own})
     blocks.append(f'py_pytest(\n    name = "{test.stem}",\n    size = "{size}",\n'
                   f'    deps = {_format_list(deps)},\n)\n')

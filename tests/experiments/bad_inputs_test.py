@@ -20,12 +20,6 @@ from tests.testing.binaries import EMNIST, MECH, REPORT, SO
 
 pytestmark = pytest.mark.integration
 
-
-def run_cli(module, args, directory=None):
-  """In-process run of a binary: (exit code, stdout, stderr)."""
-  del directory  # in-process runs write no stdout / stderr files
-  return binaries.run_in_process(module, args)
-
 TINY = ('--model=tiny', '--rounds=2', '--clients_per_round=3', '--synthetic_num_clients=30',
         '--synthetic_examples_per_client=8', '--min_sep=2')
 
@@ -139,7 +133,7 @@ def _check_bad_input(run, tmp_path, inputs_dir, module, args, exit_code, fragmen
   args = [a.replace('{dir}', str(inputs_dir)) for a in args]
   if module in (EMNIST, SO) and not any(a.startswith('--root_output_dir') for a in args):
     args.insert(0, f'--root_output_dir={tmp_path / "runs"}')
-  returncode, _, stderr = run(module, args, tmp_path)
+  returncode, _, stderr = run(module, args)
   lines = stderr.splitlines()
   assert 'Traceback' not in stderr, stderr[-3000:]
   assert len(lines) == 1, stderr[-3000:]
@@ -152,7 +146,8 @@ def _check_bad_input(run, tmp_path, inputs_dir, module, args, exit_code, fragmen
 @pytest.mark.parametrize('module, args, exit_code, fragment', CASES, ids=map(_case_id, CASES))
 def test_bad_input_is_one_line_with_its_exit_code(tmp_path, inputs_dir, module, args, exit_code,
                                                   fragment):
-  _check_bad_input(run_cli, tmp_path, inputs_dir, module, args, exit_code, fragment)
+  _check_bad_input(binaries.run_in_process, tmp_path, inputs_dir, module, args, exit_code,
+                   fragment)
 
 
 @pytest.mark.e2e
@@ -162,15 +157,15 @@ def test_bad_input_as_a_process_is_one_quiet_line(tmp_path, inputs_dir, module, 
   _check_bad_input(binaries.run, tmp_path, inputs_dir, module, args, exit_code, fragment)
 
 
-def test_debug_flag_prints_the_traceback(tmp_path):
-  returncode, _, stderr = run_cli(MECH, ['evaluate', '--mechanism=blt', '--theta=0.9',
-                                         '--omega=0.1', '--rounds=1000000000', '--min_sep=1',
-                                         '--debug'], tmp_path)
+def test_debug_flag_prints_the_traceback():
+  returncode, _, stderr = binaries.run_in_process(
+      MECH, ['evaluate', '--mechanism=blt', '--theta=0.9', '--omega=0.1', '--rounds=1000000000',
+             '--min_sep=1', '--debug'])
   assert returncode == 2
   assert 'Traceback' in stderr and stderr.splitlines()[-1].startswith('mechanisms: error: --rounds=')
-  returncode, _, stderr = run_cli(REPORT, ['--mechanism=blt', '--noise_multiplier=1',
-                                           '--rounds=1000000000', '--min_sep=1', '--debug'],
-                                  tmp_path)
+  returncode, _, stderr = binaries.run_in_process(
+      REPORT, ['--mechanism=blt', '--noise_multiplier=1', '--rounds=1000000000', '--min_sep=1',
+               '--debug'])
   assert returncode == 2
   assert 'Traceback' in stderr and 'too large for blt' in stderr.splitlines()[-1]
 
@@ -231,8 +226,8 @@ def test_tiny_run_console(tmp_path):
 ])
 def test_experiment_name_is_one_directory_name(tmp_path, name, fragment):
   root = tmp_path / 'runs'
-  returncode, _, stderr = run_cli(EMNIST, [f'--root_output_dir={root}', *TINY,
-                                           f'--experiment_name={name}'], tmp_path)
+  returncode, _, stderr = binaries.run_in_process(
+      EMNIST, [f'--root_output_dir={root}', *TINY, f'--experiment_name={name}'])
   lines = stderr.splitlines()
   assert returncode == 2 and len(lines) == 1, stderr[-3000:]
   assert lines[0].startswith('run_emnist.py: error: --experiment_name ') and fragment in lines[0]
@@ -252,8 +247,8 @@ def test_plan_field_of_the_wrong_type_is_one_line_naming_plan_and_path(tmp_path,
   config[field] = value
   path.write_text(json.dumps(config))
   out = tmp_path / 'report_out'
-  returncode, stdout, stderr = run_cli(REPORT, [f'--plan={path}', '--min_sep=2',
-                                                f'--output_dir={out}'], tmp_path)
+  returncode, stdout, stderr = binaries.run_in_process(
+      REPORT, [f'--plan={path}', '--min_sep=2', f'--output_dir={out}'])
   lines = stderr.splitlines()
   assert returncode == 2 and len(lines) == 1, stderr[-3000:]
   assert 'error: --plan' in lines[0] and str(path) in lines[0] and f"'{field}'" in lines[0], lines[0]
@@ -325,7 +320,7 @@ def test_corrupt_driver_input_names_flag_and_path(tmp_path, module, flag, name, 
                                         *TINY[1:])
   args = [f'--root_output_dir={root}', *tiny, f'--{flag}={paths[name]}',
           *(a.replace('{dir}', str(tmp_path / 'inputs')) for a in extra)]
-  returncode, stdout, stderr = run_cli(module, args, tmp_path)
+  returncode, stdout, stderr = binaries.run_in_process(module, args)
   lines = stderr.splitlines()
   assert returncode == 2 and len(lines) == 1, stderr[-3000:]
   assert f'error: --{flag}' in lines[0] and str(paths[name]) in lines[0], lines[0]
@@ -365,7 +360,7 @@ def test_corrupt_report_input_names_flag_and_path(tmp_path, flag, name, extra):
   out = tmp_path / 'report_out'
   args = [f'--{flag}={paths[name]}', *(a.replace('{plan}', str(plan)) for a in extra),
           f'--output_dir={out}']
-  returncode, stdout, stderr = run_cli(REPORT, args, tmp_path)
+  returncode, stdout, stderr = binaries.run_in_process(REPORT, args)
   lines = stderr.splitlines()
   assert returncode == 2 and len(lines) == 1, stderr[-3000:]
   assert f'error: --{flag}' in lines[0] and str(paths[name]) in lines[0], lines[0]
@@ -375,8 +370,8 @@ def test_corrupt_report_input_names_flag_and_path(tmp_path, flag, name, extra):
 @pytest.mark.parametrize('name', ['list.json', 'truncated.npz', 'garbage.sqlite', 'empty.sqlite'])
 def test_corrupt_mechanism_file_of_the_mechanisms_cli_names_flag_and_path(tmp_path, name):
   paths = _corrupt_inputs(tmp_path / 'inputs')
-  returncode, stdout, stderr = run_cli(MECH, ['evaluate', f'--mechanism_file={paths[name]}',
-                                              '--rounds=10', '--min_sep=1'], tmp_path)
+  returncode, stdout, stderr = binaries.run_in_process(
+      MECH, ['evaluate', f'--mechanism_file={paths[name]}', '--rounds=10', '--min_sep=1'])
   lines = stderr.splitlines()
   assert returncode == 2 and len(lines) == 1, stderr[-3000:]
   assert 'error: --mechanism_file' in lines[0] and str(paths[name]) in lines[0], lines[0]

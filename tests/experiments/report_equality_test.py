@@ -32,8 +32,6 @@ def _standalone_report(run_directory, out, canaries: bool) -> dict:
   return json.loads((out / 'report.json').read_text())
 
 
-
-
 # One case runs in `make test-fast` (each is a driver run, about 35 s); `make test` runs them all.
 @pytest.mark.parametrize('overrides', [
     pytest.param(dict(mechanism='blt', min_sep=2), marks=pytest.mark.slow),

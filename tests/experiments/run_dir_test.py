@@ -38,12 +38,6 @@ def Driver(root, name, log_name=None):  # noqa: N802 (a constructor, as the clas
   return binaries.RunningBinary(binaries.EMNIST, root, name, ARGS, log_name, timeout=TIMEOUT)
 
 
-
-
-
-
-
-
 @pytest.fixture(scope='module')
 def reference(tmp_path_factory):
   """The uninterrupted run, started at once; call the fixture's value to wait for it."""
@@ -68,10 +62,6 @@ def final_state(run):
   """The last checkpoint's leaves (model, optimizer, aggregator noise state, sampler state)."""
   value = tf.saved_model.load(os.path.join(run, 'checkpoints', f'program_state_{ROUNDS}'))()
   return [np.asarray(v) for v in tf.nest.flatten(value)]
-
-
-
-
 
 
 def assert_same_run(run, expected):

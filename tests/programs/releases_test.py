@@ -72,10 +72,6 @@ def _run_files(run_dir, kind: str, plan: plan_lib.RunPlan, rounds: int = ROUNDS,
   return log_path
 
 
-
-
-
-
 @pytest.mark.parametrize('kind', ['min_sep', 'poisson'])
 def test_program_report_equals_the_binary_report(tmp_path, kind):
   run = tmp_path / 'run'

@@ -2,9 +2,9 @@
 
 * `run(module, args, directory)` (or `run_process`, the same as a `CompletedProcess`): `python -m
   module args` in a subprocess, stdout and stderr redirected to files in `directory` (an orphaned
-  TFF worker_binary would keep a pipe open), stdin closed. For what only a process shows: exit codes as the shell sees them, signals, TF's C++ log
-  noise, files left on disk.
-* `start(module, args, directory)`: the same, running (a `Popen`), for kill and concurrency tests.
+  TFF worker_binary would keep a pipe open), stdin closed. For what only a process shows: exit
+  codes as the shell sees them, signals, TF's C++ log noise, files left on disk.
+* `RunningBinary`: a driver or the example program running, for kill, resume and concurrency tests.
 * `run_in_process(module, args)`: the binary's own entry point in this process, with stdout and
   stderr captured and its process exit turned into the returned code. For error contracts: the same
   parsing, validation and one-line message as the binary, without an interpreter start per case.
@@ -65,16 +65,6 @@ def run_process(module: str, args, directory=None, timeout: float = 300,
                             env=env(module, **extra_env))
     with open(out_path) as out, open(err_path) as err:
       return subprocess.CompletedProcess(proc.args, proc.returncode, out.read(), err.read())
-
-
-def start(module: str, args, directory, **extra_env) -> subprocess.Popen:
-  """Starts `python -m module args` with stdout / stderr in `directory`/stdout.txt, stderr.txt."""
-  directory = os.fspath(directory)
-  os.makedirs(directory, exist_ok=True)
-  with open(os.path.join(directory, 'stdout.txt'), 'w') as out, open(
-      os.path.join(directory, 'stderr.txt'), 'w') as err:
-    return subprocess.Popen(command(module, args), cwd=ROOT, stdout=out, stderr=err,
-                            stdin=subprocess.DEVNULL, env=env(module, **extra_env))
 
 
 @contextlib.contextmanager

@@ -15,7 +15,6 @@ the fixture's own users, which are integration or e2e tests by construction.
 docs/TESTING.md documents the tiers, their budgets and commands.
 """
 
-import json
 import os
 import subprocess
 import sys
@@ -123,7 +122,7 @@ def pytest_collection_modifyitems(config, items):
   for parent in parents.values():
     parent.own_markers[:] = [m for m in parent.own_markers if m.name not in TIERS]
     # pytest also keeps a module's `pytestmark` in its keywords; the item's own marker now says it.
-  if missing and not os.environ.get('DP_FTRL_TIER_AUDIT'):
+  if missing:
     raise pytest.UsageError('tests without a tier marker (unit, integration, e2e, paper; see '
                             'docs/TESTING.md): ' + ', '.join(missing[:10]))
 
@@ -137,7 +136,6 @@ def pytest_runtest_call(item):
     result = yield
   finally:
     _WATCH.active = False
-    _audit(item)
   tier = tier_of(item)
   started = _WATCH.commands
   if tier == 'unit' and (_WATCH.computations or started):
@@ -150,13 +148,3 @@ def pytest_runtest_call(item):
                 '(docs/TESTING.md)', pytrace=False)
   return result
 
-
-def _audit(item):
-  """With DP_FTRL_TIER_AUDIT=FILE, appends what each test did (one JSON line) for tools/."""
-  path = os.environ.get('DP_FTRL_TIER_AUDIT')
-  if not path:
-    return
-  started = _WATCH.commands
-  with open(path, 'a') as f:
-    f.write(json.dumps({'nodeid': item.nodeid, 'tier': tier_of(item), 'subprocesses': len(started),
-                        'computations': _WATCH.computations}) + '\n')
