@@ -175,6 +175,7 @@ def main(argv: Sequence[str]) -> int:
     return 0
   try:
     _FLAGS.unparse_flags()
+    flag_parsing.check_flagfiles(argv)
     positional = _FLAGS(argv)[1:]
     flag_aliases.apply_aliases(_FLAGS)
     if len(positional) != 1 or positional[0] not in COMMANDS:

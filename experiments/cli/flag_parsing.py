@@ -13,7 +13,7 @@ import logging as std_logging
 import os
 import re
 import sys
-from typing import Callable, List, NoReturn, Optional
+from typing import Callable, List, NoReturn, Optional, Sequence
 
 from absl import flags
 
@@ -25,6 +25,8 @@ ERROR_EXIT_CODE = 2
 #: corrupt run file (`experiments.run.run_dir.RunDirError`).
 RUNTIME_ERROR_EXIT_CODE = 1
 _BACKTICKED = re.compile(r'`([A-Za-z_][A-Za-z0-9_]*)`')
+#: absl's flagfile directive: `--flagfile=F` or `-flagfile=F` (group 1: F), or `--flagfile` alone.
+_FLAGFILE = re.compile(r'^--?flagfile(?:=(.*))?$', re.DOTALL)
 
 #: The library's name of a setting -> the flag that sets it, where the two differ.
 FLAG_NAMES = {
@@ -106,15 +108,67 @@ def exit_now(exit_code: int, stderr_text: str = '') -> NoReturn:
   os._exit(exit_code)
 
 
+class FlagfileError(flags.Error):
+  """A `--flagfile` that cannot be read, or that includes itself (directly or through others)."""
+
+
+def _flagfile_names(args: Sequence[str], in_file: bool) -> List[str]:
+  """The files that `args` (command-line arguments, or the raw lines of a flagfile) name with
+  --flagfile, as absl reads them: `--flagfile=F` or `-flagfile=F` (F stripped, `~` expanded), on the
+  command line also `--flagfile F`, up to a `--`; an empty F is ignored."""
+  names = []
+  for i, arg in enumerate(args):
+    if arg == '--' and not in_file:
+      break
+    match = _FLAGFILE.match(arg)
+    if match and match.group(1) is not None:
+      names.append(match.group(1).strip())
+    elif match and not in_file and i + 1 < len(args):
+      names.append(args[i + 1])
+  return [os.path.expanduser(name) for name in names if name]
+
+
+def check_flagfiles(argv: Sequence[str]) -> None:
+  """Checks every `--flagfile` of `argv` (argv[0] is the program) and the ones they include before
+  absl reads them: absl reports a file it cannot open as `ERROR:: Unable to open flagfile: ...` and
+  skips a circular include with a warning of its own, going on with the other flags.
+
+  Raises:
+    FlagfileError: naming the file that cannot be read (and why) or the circle of includes.
+  """
+
+  def check(path: str, including: tuple) -> None:
+    real = os.path.realpath(path)
+    reals = [r for _, r in including]
+    if real in reals:
+      circle = ' -> '.join([p for p, _ in including[reals.index(real):]] + [path])
+      raise FlagfileError(f'--flagfile={path} includes itself ({circle}); remove the --flagfile '
+                          'line that closes the circle.')
+    try:
+      with open(path, encoding='utf-8') as f:
+        lines = f.readlines()
+    except (OSError, UnicodeDecodeError) as error:
+      reason = error.strerror if isinstance(error, OSError) else 'not a UTF-8 text file'
+      where = f' (included by {including[-1][0]})' if including else ''
+      raise FlagfileError(f'--flagfile={path}{where}: cannot read it: {reason}.') from None
+    for name in _flagfile_names(lines, in_file=True):
+      check(name, including + ((path, real),))
+
+  for name in _flagfile_names(argv[1:], in_file=False):
+    check(name, ())
+
+
 def flags_parser(flag_values: flags.FlagValues, usage: str) -> Callable[[List[str]], List[str]]:
   """An absl `flags_parser` for `flag_values`: `--help` prints `usage` and every flag, a flag error
-  is one line on stderr (`exit_with_error`); absl's own flags (`--verbosity`, ...) still work."""
+  (a `--flagfile` that cannot be read or includes itself too: `check_flagfiles`) is one line on
+  stderr (`exit_with_error`); absl's own flags (`--verbosity`, ...) still work."""
 
   def parse(argv: List[str]) -> List[str]:
     if any(arg in ('-h', '--help', '-help', '--helpfull', '-?') for arg in argv[1:]):
       print(f'{usage}\nFlags:\n{flag_values.get_help()}')
       sys.exit(0)
     try:
+      check_flagfiles(argv)
       # The binary's flags first; what remains (absl's own, e.g. --verbosity) goes to absl's global
       # FLAGS, which `app.run` requires parsed.
       remaining = flag_values(argv, known_only=True)

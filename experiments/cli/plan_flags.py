@@ -37,6 +37,8 @@ def _mechanism_help(streaming_only: bool) -> str:
 
 
 def _option_help(option: registry.Option, owners) -> str:
+  if not owners:
+    return f'{option.help} Applies to none of the mechanisms of this binary.'
   defaults = ('' if option.kind == 'bool' or len(owners) == 1 else
               ' Defaults: ' + ', '.join(f'{name}: {registry.entry(name).option(option.name).default}'
                                         for name in owners) + '.')
@@ -74,9 +76,11 @@ def define_mechanism_flags(fv: flags.FlagValues, *, default: Optional[str] = Non
                     'Accept a --mechanism_file optimized for other rounds / min_sep / '
                     'max_participations (with a warning in the report) instead of refusing it.',
                     flag_values=fv)
+  # Every option is a flag (`mechanism_options` reads them all); its help names only the
+  # mechanisms this binary's --mechanism accepts (a driver's --completion: not tree_full).
   for name, (option, owners) in registry.option_table().items():
     if name not in fv:
-      _define_option(option, owners, fv)
+      _define_option(option, tuple(o for o in owners if o in names()), fv)
 
 
 def mechanism_options(fv: flags.FlagValues) -> Dict[str, Any]:

@@ -12,6 +12,13 @@ adds the test metrics to the last metrics row and writes summary.json, as the dr
 A killed program rerun with the same command resumes from its last checkpoint and ends with the
 same model, participation log and report as an uninterrupted run.
 
+SIGINT / SIGTERM stop the program at once, as a kill would (one line, exit 130 / 143), not after
+the current round and its checkpoint as the drivers do (the exit codes below are the drivers'):
+train_model writes round r's checkpoint only after round r's metrics row and console line, so the
+console can show rounds whose checkpoint was not written yet; the rerun resumes from the last
+checkpoint and trains those rounds again. A finished run is not trained on with a larger --rounds:
+another --rounds than the run's is refused (exit 2; use another --experiment_name).
+
 Not available here (an error naming the flag, exit 2): --workers, --canary_clients,
 --secure_aggregation (TFF 0.87's asynchronous test context fails on the process's state), --eval_every
 (the program evaluates once, at the end), --checkpoint_every other than 1 (train_model saves every

@@ -26,6 +26,7 @@ SO = 'experiments.stackoverflow.run_stackoverflow'
 PROGRAM = 'experiments.programs.emnist_program'
 MECH = 'dp_ftrl_tff.mechanisms'
 REPORT = 'experiments.privacy_report'
+DEMO = 'experiments.demo'
 DRIVERS = (EMNIST, SO)
 
 
@@ -114,6 +115,9 @@ def _entry_point(module: str):
       argv = flag_parsing.flags_parser(privacy_report.FLAGS, privacy_report.__doc__)(sys.argv)
       sys.exit(privacy_report.main(argv))
     return 'privacy_report.py', report_main, privacy_report.FLAGS
+  if module == DEMO:
+    from experiments import demo
+    return 'demo.py', demo.run, demo.FLAGS
   if module == MECH:
     from experiments import mechanisms_cli
     return ('mechanisms_cli.py', lambda: sys.exit(mechanisms_cli.main(sys.argv)),
