@@ -18,6 +18,12 @@ adaptive clipping, the final clip comes from --metrics only: add --metrics=RUN/m
 driver's report exactly). Add --canaries=RUN/canaries.json (a run with --canary_clients; needs
 --participation_log) for the empirical privacy of its canaries beside the accounted epsilon.
 --rounds, --min_sep, --max_participations and --target_delta given with --plan replace the plan's.
+The files must be able to belong to one run (else exit 2 naming the flag): every round of the
+--participation_log holds at least a min-sep plan's clients_per_round rows, and without --rounds
+the log reaches the plan's last round (missing rows would understate epsilon); --canaries was
+written for this plan (its population and plan digest), its canaries and the log's clients fit in
+the plan's population, its ids are distinct and its cosines in [-1, 1]. The empirical epsilon is
+printed only with at least 50 seen canaries (docs/auditing.md).
 
 Without --mechanism_file or parameters, --mechanism=blt is the BLT paper's production BLT (App. A,
 b = 400); other mechanisms that need parameters need them. A --mechanism_file must be optimized for
@@ -250,7 +256,10 @@ def build_from_flags(fv) -> report.PrivacyReport:
         secure_segments=_secure_segments(fv, run_plan),
         equal_privacy=fv.equal_privacy and bool(fv.output_dir),
         require_amplification=not fv.plan, final_clip=_final_clip(fv, run_plan),
-        canaries=canaries)
+        canaries=canaries, log_complete=bool(fv.plan) and not fv['rounds'].present)
+  except report.LogMismatchError as e:  # rows missing, or the log of another run
+    raise InputFileError(f'`participation_log`: {fv.participation_log} cannot be the log of '
+                         f'--plan: {e.reason}') from None
   except report.CanaryMismatchError as e:  # a canary file of another run
     raise InputFileError(f'`canaries`: {fv.canaries}: {e.reason}') from None
 

@@ -165,6 +165,8 @@ def _read_quoted(path: str, seed: int) -> participation_bits.LogArrays:
         continue
       if len(row) != 2:
         raise ValueError(f'{path}:{line_num}: expected 2 fields `client_id,round`, got {row!r}.')
+      if not row[0]:  # as the unquoted path: an empty id is no client
+        raise ValueError(f'{path}:{line_num}: the client id is empty.')
       try:
         rounds.append(int(row[1]))
       except ValueError:

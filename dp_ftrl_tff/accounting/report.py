@@ -225,6 +225,46 @@ def _check_inputs(plan: plan_lib.RunPlan, log: Optional[log_lib.ParticipationLog
     raise ValueError('The participation log has no rows.')
 
 
+class LogMismatchError(ValueError):
+  """A participation log that cannot be the log of the plan the report is of: it would state the
+  guarantee of fewer participations than the run had (an understated epsilon).
+
+  Attributes:
+    reason: the mismatch in words, without the parameter's name (a CLI adds its flag and path).
+  """
+
+  def __init__(self, reason: str):
+    super().__init__(f'`log`: {reason}')
+    self.reason = reason
+
+
+def check_log_of_plan(plan: plan_lib.RunPlan, log: log_lib.ParticipationLog, *,
+                      complete: bool) -> None:
+  """Raises `LogMismatchError` when `log` cannot be the participation log of `plan`.
+
+  A min-sep plan (no random sampling, a `clients_per_round`) draws exactly `clients_per_round`
+  clients in every round (`learning.client_sampler`), so each of the log's rounds 0 .. R-1 must
+  hold at least that many rows (Poisson and cyclic Poisson cohorts are random: no such check).
+  With `complete` (a finished run's report, its rounds not given explicitly), the log must also
+  reach the plan's last round: rows of later rounds that are missing would lower epsilon.
+  """
+  if plan.sampling is None and plan.clients_per_round is not None:
+    short = np.flatnonzero(log.round_counts < plan.clients_per_round)
+    if short.size:
+      r = int(short[0])
+      raise LogMismatchError(
+          f'round {r} has {int(log.round_counts[r])} rows, but the plan\'s min-sep sampler draws '
+          f'exactly {plan.clients_per_round:g} clients every round ({short.size} of the log\'s '
+          f'{log.num_rounds} rounds are short): rows are missing, so it would understate epsilon. '
+          'Use the run\'s whole participation log.')
+  if complete and plan.num_rounds is not None and log.num_rounds < plan.num_rounds:
+    raise LogMismatchError(
+        f'it ends at round {log.num_rounds - 1}, but the plan has {plan.num_rounds} rounds: the '
+        'rows of the later rounds are missing, so it would understate epsilon. Use the run\'s '
+        'whole participation log, or give the number of rounds the log covers explicitly (the '
+        'report of the first rounds).')
+
+
 def headline_setting(plan: plan_lib.RunPlan, log: Optional[log_lib.ParticipationLog]) -> tuple:
   """(n, the headline schema, 'declared' or 'observed', `ObservedParticipation` or None).
 
@@ -300,6 +340,28 @@ def _amplified(plan: plan_lib.RunPlan, headline: zcdp.Guarantee,
       sampling.sampling_prob, headline.delta, restart_rounds=restarts), []
 
 
+#: How the warning of a target delta too small for the PLD accountant begins.
+SMALL_DELTA_WARNING_START = 'the target delta'
+
+
+def zcdp_epsilon_bound(rho: float, delta: float) -> float:
+  """The standard zCDP conversion (Bun & Steinke 2016, Prop. 1.3): rho-zCDP implies
+  (rho + 2 sqrt(rho log(1/delta)), delta)-DP. Looser than the PLD, but finite at any delta > 0."""
+  return rho + 2.0 * np.sqrt(rho * np.log(1.0 / delta))
+
+
+def _delta_warnings(headline: zcdp.Guarantee) -> List[str]:
+  """A warning when the PLD gives epsilon inf at a finite rho: the delta is below what it resolves
+  (its tail truncation, about 1e-15), not an infinite loss; the zCDP bound stands beside it."""
+  if np.isfinite(headline.epsilon) or not np.isfinite(headline.rho):
+    return []
+  return [f'{SMALL_DELTA_WARNING_START} {headline.delta:g} is too small for the PLD accountant '
+          '(it resolves deltas down to about 1e-15), so its epsilon is inf; the zCDP bound '
+          f'(rho + 2 sqrt(rho ln(1/delta)), rho = {headline.rho:.6g}) gives epsilon <= '
+          f'{zcdp_epsilon_bound(headline.rho, headline.delta):.6g} at this delta. A larger target '
+          'delta gives a PLD epsilon.']
+
+
 def _noise_warnings(plan: plan_lib.RunPlan, headline: zcdp.Guarantee,
                     exact: bool) -> Tuple[Optional[float], List[str]]:
   """(adaptive clipping's value noise multiplier or None, warnings about the noise)."""
@@ -320,7 +382,7 @@ def build_report(plan: plan_lib.RunPlan, log: Optional[log_lib.ParticipationLog]
                  equal_privacy: bool = False, require_amplification: bool = False,
                  final_clip: Optional[float] = None,
                  canaries: Optional[auditing.CanaryRecord] = None,
-                 confidence: float = 0.95) -> PrivacyReport:
+                 confidence: float = 0.95, log_complete: bool = False) -> PrivacyReport:
   """Builds the privacy report of a run plan.
 
   Args:
@@ -343,12 +405,17 @@ def build_report(plan: plan_lib.RunPlan, log: Optional[log_lib.ParticipationLog]
       canaries are clients of the log, their rounds come from it). A fixed noise seed changes
       nothing here: the rows are computed as usual.
     confidence: of the empirical lower bounds, in (0, 1).
+    log_complete: the log must reach the plan's last round (a finished run's report whose rounds
+      were not given explicitly); see `check_log_of_plan`, which checks every log.
 
   Raises:
-    ValueError: on bad arguments (naming the parameter); `CanaryMismatchError` (a ValueError) when
-      `canaries` cannot be of this run.
+    ValueError: on bad arguments (naming the parameter); `LogMismatchError` (a ValueError) when
+      `log` cannot be the plan's; `CanaryMismatchError` (a ValueError) when `canaries` cannot be
+      of this run.
   """
   _check_inputs(plan, log)
+  if log is not None:
+    check_log_of_plan(plan, log, complete=log_complete)
   confidence = _validation.check_float_in_range(confidence, 'confidence', 0.0, 1.0,
                                                 low_inclusive=False, high_inclusive=False)
   if canaries is not None:
@@ -362,6 +429,7 @@ def build_report(plan: plan_lib.RunPlan, log: Optional[log_lib.ParticipationLog]
   _check_rounds(plan, num_rounds)
   headline = zcdp.guarantee_for_plan(plan, num_rounds, schema)
   warnings: List[str] = [FIXED_SEED_WARNING] if plan.noise_seed_fixed else []
+  warnings += _delta_warnings(headline)
   if observed is not None:
     warnings += [f'participation log violates the declared schema: {v}'
                  for v in observed.violations]
@@ -421,17 +489,46 @@ class CanaryMismatchError(ValueError):
     self.reason = reason
 
 
-def _empirical_rows(plan: plan_lib.RunPlan, record: auditing.CanaryRecord,
-                    log: log_lib.ParticipationLog, num_rounds: int, delta: float,
-                    confidence: float) -> Tuple[auditing.EmpiricalRow, ...]:
-  """`auditing.empirical_privacy` of the run's canaries, their rounds read from `log`."""
+def _check_canaries_of_run(plan: plan_lib.RunPlan, record: auditing.CanaryRecord,
+                           log: log_lib.ParticipationLog, num_rounds: int,
+                           canary_ids: np.ndarray) -> None:
+  """Raises `CanaryMismatchError` when `record` cannot be the canaries of the run of `plan` and
+  `log` (`canary_ids`: the log's rows of the canaries, per row)."""
+  if len(set(record.client_ids)) != record.num_seen:
+    raise CanaryMismatchError('it lists a canary id twice: canary ids must be distinct.')
+  if record.plan_sha256 is not None and record.plan_sha256 != auditing.plan_digest(plan):
+    raise CanaryMismatchError(
+        'it was written for another plan (its "plan_sha256" is not the digest of this plan\'s '
+        'mechanism, noise, clip, cohorts and population): it is of another run.')
+  population = plan.population
+  if population is not None:
+    if record.population is not None and record.population != population:
+      raise CanaryMismatchError(
+          f'it was written for a population of {record.population} clients, the plan has '
+          f'{population}: it is of another run.')
+    # The canaries are clients of the population, and so is every client of the log.
+    clients = log.num_clients + record.num_seen - len(set(canary_ids.tolist()))
+    if clients > population:
+      raise CanaryMismatchError(
+          f'its {record.num_seen} canaries and the participation log\'s {log.num_clients} clients '
+          f'make {clients} distinct clients, more than the plan\'s population of {population}: '
+          'it is of another run.')
   if record.num_rounds != num_rounds:
     raise CanaryMismatchError(
         f'the canary record holds {record.num_rounds} rounds, the run {num_rounds} (its plan and '
         'participation log): it is truncated or of another run.')
+
+
+def _empirical_rows(plan: plan_lib.RunPlan, record: auditing.CanaryRecord,
+                    log: log_lib.ParticipationLog, num_rounds: int, delta: float,
+                    confidence: float) -> Tuple[auditing.EmpiricalRow, ...]:
+  """`auditing.empirical_privacy` of the run's canaries (their rounds read from `log`), without the
+  rows of fewer than `auditing.MIN_SEEN_CANARIES` seen canaries."""
   ids, rounds = log.rows_of(record.client_ids)
+  _check_canaries_of_run(plan, record, log, num_rounds, ids)
   participation = auditing.canary_participation(record, ids, rounds)
-  return auditing.empirical_privacy(plan, record, participation, delta, confidence)
+  rows = auditing.empirical_privacy(plan, record, participation, delta, confidence)
+  return tuple(row for row in rows if row.canaries_seen >= auditing.MIN_SEEN_CANARIES)
 
 
 def confidence_text(confidence: float) -> str:
@@ -444,9 +541,12 @@ def _empirical_comparison(rows: Tuple[auditing.EmpiricalRow, ...], epsilon: floa
   """(warnings, notes) comparing the empirical rows with the accounted (headline) `epsilon`."""
   warnings, notes = [], []
   if not rows:
-    notes.append(f'{EMPIRICAL_NOTE_STARTS[1]}: of the {record.num_seen} canaries, fewer than 2 '
-                 f'took part in the {record.num_rounds} recorded rounds (per the participation '
-                 'log).')
+    notes.append(f'{EMPIRICAL_NOTE_STARTS[1]}: of the {record.num_seen} canaries, fewer than '
+                 f'{auditing.MIN_SEEN_CANARIES} took part in the {record.num_rounds} recorded rounds '
+                 f'(per the participation log); an estimate needs at least '
+                 f'{auditing.MIN_SEEN_CANARIES} seen canaries (with fewer it is typically off by 2x '
+                 'or more: docs/auditing.md), so give the run enough canary clients that '
+                 f'{auditing.MIN_SEEN_CANARIES} of them are sampled.')
   few = [row for row in rows if row.canaries_seen < FEW_CANARIES]
   if few:
     notes.append(f'{EMPIRICAL_NOTE_STARTS[2]} took part ({few[0].canaries_seen} seen in '

@@ -60,8 +60,10 @@ def report_from_run_files(plan: Union[plan_lib.RunPlan, str, os.PathLike],
 
   Raises:
     ValueError: naming the parameter, on a plan without noise, a bad `num_rounds`, a missing
-      `metrics` for a SecAgg run, or unreadable files (as their readers raise); OSError when a file
-      cannot be read.
+      `metrics` for a SecAgg run, unreadable files (as their readers raise), a participation log
+      that cannot be the plan's (`report.check_log_of_plan`; without `num_rounds` it must reach the
+      plan's last round) or canaries that cannot be the run's, naming the file; OSError when a
+      file cannot be read.
   """
   if isinstance(plan, (str, os.PathLike)):
     plan = plan_lib.load_plan(os.fspath(plan))
@@ -92,5 +94,12 @@ def report_from_run_files(plan: Union[plan_lib.RunPlan, str, os.PathLike],
   final_clip = (run_metrics.read_final_clip(metrics, max_rounds=num_rounds)
                 if plan.adaptive_clip and metrics is not None else None)
   canary_record = None if canaries is None else auditing.read_canaries(os.fspath(canaries))
-  return report_lib.build_report(plan, log, secure_segments=secure_segments, equal_privacy=True,
-                                 final_clip=final_clip, canaries=canary_record)
+  try:
+    return report_lib.build_report(plan, log, secure_segments=secure_segments, equal_privacy=True,
+                                   final_clip=final_clip, canaries=canary_record,
+                                   log_complete=num_rounds is None)
+  except report_lib.LogMismatchError as e:
+    raise ValueError(f'`participation_log`: {os.fspath(participation_log)} cannot be the log of '
+                     f'this plan: {e.reason}') from None
+  except report_lib.CanaryMismatchError as e:
+    raise ValueError(f'`canaries`: {os.fspath(canaries)}: {e.reason}') from None

@@ -10,7 +10,7 @@ aggregator's measurements as `aggregator/<name>` columns. The report needs two t
 
 import csv
 import os
-from typing import Optional
+from typing import List, Optional, Tuple
 
 #: The per-round metric holding the aggregator's `modular_wrap` measurement (SecAgg runs).
 MODULAR_WRAP_METRIC = 'aggregator/modular_wrap'
@@ -28,8 +28,37 @@ def _check_max_rounds(max_rounds: Optional[int]) -> Optional[int]:
   return max_rounds
 
 
-def _round_of(row) -> int:
-  return int(float(row[ROUND_COLUMN]))
+def _rows(metrics_csv: str) -> Tuple[List[str], List[Tuple[int, int, dict]]]:
+  """(the header, the (line number, round, row) of every data row) of `metrics_csv` (one row per
+  round: small), checked: a header with a `round` column, every row with the header's number of
+  fields (a torn last line is not a row to read) and a non-negative integer round.
+
+  Raises:
+    ValueError: naming the file and the line.
+  """
+  with open(metrics_csv, newline='') as f:
+    reader = csv.reader(f)
+    header = next(reader, None)
+    if not header or ROUND_COLUMN not in header:
+      raise ValueError(f'{metrics_csv} is not a metrics CSV: its header '
+                       f'{",".join(header or [])!r} has no {ROUND_COLUMN!r} column.')
+    round_index = header.index(ROUND_COLUMN)
+    rows = []
+    for fields in reader:
+      if not fields:
+        continue
+      if len(fields) != len(header):
+        raise ValueError(f'{metrics_csv}:{reader.line_num}: {len(fields)} fields, the header has '
+                         f'{len(header)} (a torn or damaged row).')
+      try:
+        round_num = float(fields[round_index])
+        if not round_num.is_integer() or round_num < 0:
+          raise ValueError
+      except ValueError:
+        raise ValueError(f'{metrics_csv}:{reader.line_num}: round {fields[round_index]!r} is not '
+                         'a non-negative integer.') from None
+      rows.append((reader.line_num, int(round_num), dict(zip(header, fields, strict=True))))
+  return header, rows
 
 
 def read_secure_segments(metrics_csv: str, *, max_rounds: Optional[int] = None) -> dict:
@@ -44,30 +73,32 @@ def read_secure_segments(metrics_csv: str, *, max_rounds: Optional[int] = None) 
 
   Raises:
     OSError: the file cannot be read.
-    ValueError: it lacks the aggregator's columns; `max_rounds` is not a positive int.
+    ValueError: it does not parse as a metrics CSV (no `round` column, a row with another number
+      of fields than the header or a round that is not an integer, naming the line) or lacks the
+      aggregator's columns; `max_rounds` is not a positive int.
   """
   max_rounds = _check_max_rounds(max_rounds)
   segments, wrap_rounds = {}, []
-  with open(metrics_csv, newline='') as f:
-    for row in csv.DictReader(f):
-      try:
-        if max_rounds is not None and _round_of(row) >= max_rounds:
-          continue
-        segment = int(float(row['aggregator/segment']))
-        segments.setdefault(segment, {'segment': segment, 'clip': float(row['aggregator/clip']),
-                                      'sensitivity_clip': float(row['aggregator/sensitivity_clip'])})
-        if float(row.get(MODULAR_WRAP_METRIC) or 0) > 0:
-          wrap_rounds.append(int(row[ROUND_COLUMN]))
-      except (KeyError, TypeError, ValueError) as e:
-        raise ValueError(f'{metrics_csv} is not the metrics of a SecAgg run (row {row!r}: {e}).'
-                         ) from e
+  _, rows = _rows(metrics_csv)
+  for line, round_num, row in rows:
+    if max_rounds is not None and round_num >= max_rounds:
+      continue
+    try:
+      segment = int(float(row['aggregator/segment']))
+      segments.setdefault(segment, {'segment': segment, 'clip': float(row['aggregator/clip']),
+                                    'sensitivity_clip': float(row['aggregator/sensitivity_clip'])})
+      if float(row.get(MODULAR_WRAP_METRIC) or 0) > 0:
+        wrap_rounds.append(round_num)
+    except (KeyError, TypeError, ValueError) as e:
+      raise ValueError(f'{metrics_csv} is not the metrics of a SecAgg run (line {line}: {e}).'
+                       ) from e
   return {'segments': [segments[s] for s in sorted(segments)], 'wrap_rounds': wrap_rounds}
 
 
 def read_final_clip(metrics_csv: str, *, max_rounds: Optional[int] = None) -> Optional[float]:
   """The clip the run's last round used: `aggregator/clip` of the row of the highest `round` in
   `metrics_csv` (adaptive clipping's final clip); None when the file does not exist, has no such
-  column or no row with a value in it.
+  column or no row with a value in it. The whole file must parse as a metrics CSV.
 
   Args:
     metrics_csv: the run's metrics CSV.
@@ -75,27 +106,26 @@ def read_final_clip(metrics_csv: str, *, max_rounds: Optional[int] = None) -> Op
 
   Raises:
     OSError: the file exists but cannot be read.
-    ValueError: a row's `round` or clip is not a number; `max_rounds` is not a positive int.
+    ValueError: it does not parse as a metrics CSV (no `round` column, a row with another number
+      of fields than the header, naming the line) or a row's `round` or clip is not a number;
+      `max_rounds` is not a positive int.
   """
   max_rounds = _check_max_rounds(max_rounds)
   if not os.path.isfile(metrics_csv):
     return None
+  header, rows = _rows(metrics_csv)
+  if CLIP_METRIC not in header:
+    return None
   last_round, clip = None, None
-  with open(metrics_csv, newline='') as f:
-    reader = csv.DictReader(f)
-    if CLIP_METRIC not in (reader.fieldnames or ()):
-      return None
-    for row in reader:
-      value = row.get(CLIP_METRIC)
-      if value is None or not value.strip():
-        continue
-      try:
-        round_num, value = int(float(row[ROUND_COLUMN])), float(value)
-      except (KeyError, TypeError, ValueError) as e:
-        raise ValueError(f'{metrics_csv}: row {row!r} has no numeric round and '
-                         f'{CLIP_METRIC!r} ({e}).') from e
-      if max_rounds is not None and round_num >= max_rounds:
-        continue
-      if last_round is None or round_num >= last_round:
-        last_round, clip = round_num, value
+  for line, round_num, row in rows:
+    value = row[CLIP_METRIC]
+    if not value.strip() or (max_rounds is not None and round_num >= max_rounds):
+      continue
+    try:
+      value = float(value)
+    except ValueError:
+      raise ValueError(f'{metrics_csv}:{line}: {CLIP_METRIC!r} {value!r} is not a number.'
+                       ) from None
+    if last_round is None or round_num >= last_round:
+      last_round, clip = round_num, value
   return clip

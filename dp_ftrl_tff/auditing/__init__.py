@@ -7,12 +7,13 @@ Importing this package never imports TensorFlow (a test checks it).
 """
 
 from dp_ftrl_tff.auditing.empirical import EmpiricalRow, canary_participation, empirical_privacy
-from dp_ftrl_tff.auditing.estimates import epsilon_lower_bound, estimate_epsilon
+from dp_ftrl_tff.auditing.estimates import MIN_SEEN_CANARIES, epsilon_lower_bound, estimate_epsilon
 from dp_ftrl_tff.auditing.records import (
     CANARY_FILE,
     PROJECTIONS_FILE,
     CanaryFilesWriter,
     CanaryRecord,
+    plan_digest,
     read_canaries,
 )
 from dp_ftrl_tff.auditing.statistics import (
@@ -23,8 +24,8 @@ from dp_ftrl_tff.auditing.statistics import (
 )
 
 __all__ = [
-    'CANARY_FILE', 'PROJECTIONS_FILE', 'THREAT_MODELS', 'THREAT_MODEL_TEXT', 'CanaryFilesWriter',
+    'CANARY_FILE', 'MIN_SEEN_CANARIES', 'PROJECTIONS_FILE', 'THREAT_MODELS', 'THREAT_MODEL_TEXT', 'CanaryFilesWriter',
     'CanaryRecord', 'EmpiricalRow', 'canary_participation', 'canary_statistics',
     'empirical_privacy', 'epsilon_lower_bound', 'estimate_epsilon', 'plan_noise_matrix',
-    'read_canaries',
+    'plan_digest', 'read_canaries',
 ]

@@ -276,7 +276,8 @@ class _Training:
           task.train_data.create_tf_dataset_for_client(first)).take(0)
       self.canary_files = auditing.CanaryFilesWriter(
           config.output_dir, setup.canaries.num_canaries, setup.canaries.seed,
-          list(self.canary_index), _trainable_size(setup.process, self.initial_state))
+          list(self.canary_index), _trainable_size(setup.process, self.initial_state),
+          plan=setup.plan)
 
   def _path(self, name: str) -> str:
     return os.path.join(self.config.output_dir, name)

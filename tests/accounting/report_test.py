@@ -302,7 +302,7 @@ def test_no_client_participated_twice_is_said_not_a_small_min_sep():
   """Three rounds of distinct clients in a run declared 5-min-sep: the realized schema is single
   participation (written min_sep = 3), which must not read as a violation of min_sep 5."""
   log = log_lib.ParticipationLog.from_arrays(['a', 'b', 'c', 'd'], [0, 1, 1, 2])
-  result = report.build_report(_run_plan(), log)
+  result = report.build_report(_run_plan(clients_per_round=1), log)
   assert result.no_client_participated_twice and result.warnings == ()
   observed = report_render.to_dict(result)['observed']
   assert observed['min_sep'] is None and observed['participated_twice'] is False
@@ -312,8 +312,8 @@ def test_no_client_participated_twice_is_said_not_a_small_min_sep():
   summary = report_render.summary(result)
   assert 'no client participated twice yet' in summary.splitlines()[0]
   assert 'min_sep=' not in summary and 'min_separation=' not in summary
-  repeated = report.build_report(
-      _run_plan(), log_lib.ParticipationLog.from_arrays(['a', 'b', 'a'], [0, 1, 6]))
+  repeated = report.build_report(_run_plan(clients_per_round=1), log_lib.ParticipationLog.from_arrays(
+      ['a', 'b', 'c', 'd', 'e', 'f', 'a'], [0, 1, 2, 3, 4, 5, 6]))
   assert not repeated.no_client_participated_twice
   assert report_render.to_dict(repeated)['observed']['participated_twice'] is True
   markdown = report_render.to_markdown(repeated)

@@ -163,3 +163,25 @@ def test_bad_arguments_name_the_parameter(function, seen, unseen, delta, name):
 def test_bad_confidence(confidence):
   with pytest.raises(ValueError, match='`confidence`'):
     estimates.epsilon_lower_bound([1.0, 2.0], [0.0, 1.0], 1e-5, confidence)
+
+
+def _ratios(num_canaries, trials=200):
+  """Estimates over the accounted epsilon of a Gaussian mechanism that adds exactly the accounted
+  noise (rho = 1: seen scores N(sqrt(2), 1), unseen N(0, 1)) at delta 1e-10, seeded."""
+  accounted = zcdp.epsilon_from_rho(1.0, 1e-10, 'gaussian')
+  rng = np.random.default_rng(num_canaries)
+  return np.array([estimates.estimate_epsilon(rng.normal(np.sqrt(2.0), 1.0, num_canaries),
+                                              rng.normal(0.0, 1.0, num_canaries), 1e-10)
+                   for _ in range(trials)]) / accounted
+
+
+def test_min_seen_canaries_is_where_the_estimate_stops_being_off_by_a_factor():
+  # The reason for MIN_SEEN_CANARIES (docs/auditing.md): below it the estimate of an exactly
+  # accounted mechanism is typically far above the accounted epsilon, at it within 1.6x.
+  at_minimum = _ratios(estimates.MIN_SEEN_CANARIES)
+  assert np.median(at_minimum) < 1.6 and np.quantile(at_minimum, 0.975) < 3.0
+  few = _ratios(10)  # the issue's 2-9 seen canaries gave 590 and 3.4e4 against 9.6
+  assert np.median(few) > 2.5 and np.quantile(few, 0.975) > 10
+  # And a lower bound could show little: with the scores fully separated, at most ~2.26.
+  separated = estimates.epsilon_lower_bound(np.arange(50.0) + 1e3, np.arange(50.0), 1e-10)
+  assert 2.0 < separated < 2.5

@@ -94,9 +94,12 @@ def _audit(name: str, seed: int, noise_fraction: float):
   record = records.CanaryRecord(client_ids=client_ids, seed=seed, dimension=streaming.DIMENSION,
                                 round_projections=projections, final_cosines=None)
   rounds = np.flatnonzero(u)
+  # One-time clients fill every round to the plan's cohort (a min-sep log has no short round).
+  once = [f'once{r}' for r in range(NUM_ROUNDS)]
   log = participation_log.ParticipationLog.from_arrays(
-      np.concatenate([np.repeat(client_ids, rounds.size), ['filler'] * len(FILLER_ROUNDS)]),
-      np.concatenate([np.tile(rounds, NUM_CANARIES), FILLER_ROUNDS]).astype(np.int64))
+      np.concatenate([np.repeat(client_ids, rounds.size), ['filler'] * len(FILLER_ROUNDS), once]),
+      np.concatenate([np.tile(rounds, NUM_CANARIES), FILLER_ROUNDS,
+                      np.arange(NUM_ROUNDS)]).astype(np.int64))
   privacy = report.build_report(plan, log, canaries=record)
   # The headline is the realized participation of the log: the declared schema, the accounted eps.
   assert privacy.participation_source == 'observed'

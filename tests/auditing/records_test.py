@@ -6,15 +6,20 @@ import os
 import numpy as np
 import pytest
 
+from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.auditing import records
+from dp_ftrl_tff.mechanisms import banded, blt, gaussian
 
 pytestmark = pytest.mark.unit
 
 IDS = ('client/7', 'client,8')  # a comma inside an id is fine: ids live in the JSON file
+PLAN = plan_lib.RunPlan.build(gaussian.GaussianStrategy(), 1.0, 2, 1.0, num_rounds=5,
+                              population=10)
 
 
-def _writer(directory):
-  return records.CanaryFilesWriter(directory, seen=2, seed=5, client_ids=IDS, dimension=100)
+def _writer(directory, plan=PLAN):
+  return records.CanaryFilesWriter(directory, seen=2, seed=5, client_ids=IDS, dimension=100,
+                                   plan=plan)
 
 
 def _write_rounds(writer, projections, first=0):
@@ -37,7 +42,9 @@ def test_round_trip_is_exact(tmp_path):
   np.testing.assert_array_equal(record.round_projections, projections)  # repr: bit-exact
   np.testing.assert_array_equal(record.final_cosines, cosines)
   metadata = json.loads((tmp_path / records.CANARY_FILE).read_text())
-  assert metadata['format'] == 1 and metadata['norm'] == 'clip' and metadata['unseen'] == 2
+  assert metadata['format'] == 2 and metadata['norm'] == 'clip' and metadata['unseen'] == 2
+  assert metadata['population'] == record.population == 10
+  assert metadata['plan_sha256'] == record.plan_sha256 == records.plan_digest(PLAN)
   header = (tmp_path / records.PROJECTIONS_FILE).read_text().split('\n')[0]
   assert header == 'round,p0,p1,p2,p3'
 
@@ -83,17 +90,18 @@ def _corrupt(tmp_path, metadata=None, csv=None):
 
 
 def _metadata(**changes):
-  metadata = {'format': 1, 'seen': 2, 'unseen': 2, 'seed': 5, 'norm': 'clip',
-              'client_ids': list(IDS), 'dimension': 100, 'final_model_cosines': None}
+  metadata = {'format': 2, 'seen': 2, 'unseen': 2, 'seed': 5, 'norm': 'clip',
+              'client_ids': list(IDS), 'dimension': 100, 'population': 10,
+              'plan_sha256': records.plan_digest(PLAN), 'final_model_cosines': None}
   metadata.update(changes)
   return json.dumps(metadata)
 
 
 @pytest.mark.parametrize('metadata,csv,what', [
-    ('{"format": 1', None, 'cannot read'),
+    ('{"format": 2', None, 'cannot read'),
     ('[]', None, 'keys'),
     (_metadata(extra=1), None, 'keys'),
-    (_metadata(format=2), None, 'format'),
+    (_metadata(format=1), None, 'format'),
     (_metadata(unseen=3), None, '"seen"'),
     (_metadata(seen=0, unseen=0), None, '"seen"'),
     (_metadata(client_ids=['a']), None, 'client_ids'),
@@ -101,6 +109,12 @@ def _metadata(**changes):
     (_metadata(seed=-1), None, 'seed'),
     (_metadata(final_model_cosines=[1.0]), None, 'final_model_cosines'),
     (_metadata(final_model_cosines=['a', 1, 2, 3]), None, 'final_model_cosines'),
+    (_metadata(client_ids=['a', 'a']), None, 'twice'),
+    (_metadata(final_model_cosines=[0.5, -5.0, 0.0, 0.0]), None, '[-1, 1]'),
+    (_metadata(final_model_cosines=[1e308, 0.0, 0.0, 0.0]), None, '[-1, 1]'),
+    (_metadata(population=1), None, '"population"'),
+    (_metadata(population='10'), None, '"population"'),
+    (_metadata(plan_sha256='abc'), None, '"plan_sha256"'),
     (None, 'round,p0,p1\n', 'header'),
     (None, 'round,p0,p1,p2,p3\n1,1,2,3,4\n', 'row 2'),
     (None, 'round,p0,p1,p2,p3\n0,1,2,3,4\n0,1,2,3,4\n', 'row 3'),
@@ -127,9 +141,13 @@ def test_missing_files(tmp_path):
 @pytest.mark.parametrize('kwargs,name', [
     ({'directory': ''}, 'directory'), ({'seen': 0}, 'seen'), ({'seed': -1}, 'seed'),
     ({'client_ids': ['a']}, 'client_ids'), ({'client_ids': 'ab'}, 'client_ids'),
-    ({'dimension': 0}, 'dimension')])
+    ({'dimension': 0}, 'dimension'), ({'client_ids': ['a', 'a']}, 'client_ids'),
+    ({'plan': None}, 'plan'),
+    ({'plan': plan_lib.RunPlan.build(gaussian.GaussianStrategy(), 1.0, 1, 1.0, population=1)},
+     'client_ids')])
 def test_writer_bad_arguments(tmp_path, kwargs, name):
-  arguments = {'directory': tmp_path, 'seen': 2, 'seed': 5, 'client_ids': IDS, 'dimension': 100}
+  arguments = {'directory': tmp_path, 'seen': 2, 'seed': 5, 'client_ids': IDS, 'dimension': 100,
+               'plan': PLAN}
   arguments.update(kwargs)
   with pytest.raises(ValueError, match=f'`{name}`'):
     records.CanaryFilesWriter(**arguments)
@@ -148,5 +166,33 @@ def test_writer_methods_bad_arguments(tmp_path):
     writer.truncate(-1)
   with pytest.raises(ValueError, match='`cosines`'):
     writer.write_final([0.0])
+  with pytest.raises(ValueError, match=r'`cosines` must be cosines in \[-1, 1\], got -5.0'):
+    writer.write_final([0.0, -5.0, 0.0, 0.0])
   with pytest.raises(ValueError, match='`path`'):
     records.read_canaries('')
+
+
+def test_a_cosine_rounded_past_one_is_clipped(tmp_path):
+  writer = _writer(tmp_path)
+  writer.write_metadata()
+  writer.write_final([1 + 1e-9, -1 - 1e-9, 0.5, 0.0])
+  np.testing.assert_array_equal(records.read_canaries(writer.path).final_cosines,
+                                [1.0, -1.0, 0.5, 0.0])
+
+
+@pytest.mark.parametrize('plan', [
+    PLAN,
+    plan_lib.RunPlan.build(blt.PRODUCTION_STRATEGIES[400], 2.0, 50, 1.0, adaptive_clip=True,
+                           num_rounds=2000, population=5000, noise_seed_fixed=False),
+    plan_lib.RunPlan.for_accounting(banded.BandedStrategy.from_toeplitz([1.0, 0.5, 0.25], 16), 1.0,
+                                    num_rounds=16)])
+def test_plan_digest_is_the_plan_files_and_ignores_the_replaceable_setting(tmp_path, plan):
+  plan_lib.save_plan(plan, tmp_path / 'plan.json')
+  digest = records.plan_digest(plan)
+  assert records.plan_digest(plan_lib.load_plan(tmp_path / 'plan.json')) == digest
+  config = plan.to_config()
+  replaced = plan_lib.RunPlan.from_config({**config, 'num_rounds': 7, 'participation': None,
+                                           'target_delta': 1e-3})
+  assert records.plan_digest(replaced) == digest
+  noisier = plan_lib.RunPlan.from_config({**config, 'noise_multiplier': 3.0})
+  assert records.plan_digest(noisier) != digest

@@ -38,7 +38,8 @@ def _write_run(directory, num_canaries, noise_scale, delta=1e-3, seed=0):
     patterns[i, i % MIN_SEP::MIN_SEP] = 1.0
   rng = np.random.default_rng(seed)
   log = participation_log.ParticipationLogWriter(str(directory / 'participation.csv'))
-  canaries = auditing.CanaryFilesWriter(directory, num_canaries, seed, canary_ids, 1000)
+  canaries = auditing.CanaryFilesWriter(directory, num_canaries, seed, canary_ids, 1000,
+                                        plan=run_plan)
   canaries.write_metadata()
   for t in range(NUM_ROUNDS):
     log.append_round(t, [f'other{t}'] + [c for c, p in zip(canary_ids, patterns[:, t],
@@ -121,7 +122,8 @@ def test_bad_canary_file_is_one_line_naming_the_flag_and_path(tmp_path, damage):
   elif damage == 'no_file':
     path = run / 'nothing.json'
   else:  # canaries of a longer run than the participation log and plan: 25 rounds
-    writer = auditing.CanaryFilesWriter(run, 4, 0, [f'canary{i}' for i in range(4)], 1000)
+    writer = auditing.CanaryFilesWriter(run, 4, 0, [f'canary{i}' for i in range(4)], 1000,
+                                        plan=plan_lib.load_plan(run / 'plan.json'))
     for t in range(NUM_ROUNDS, 25):
       writer.append_round(t, np.zeros(8))
   args = _args(run)
