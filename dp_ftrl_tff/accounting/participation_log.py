@@ -150,13 +150,6 @@ class ParticipationLogWriter:
       finally:
         text.detach()
 
-  def truncate(self, first_round: int) -> None:
-    """Drops every row whose round is >= `first_round` (rounds a resumed run will redo)."""
-    first_round = _validation.check_nonnegative_int(first_round, 'first_round')
-    with open(self._path, newline='') as f:
-      rows = [row for row in csv.DictReader(f) if int(row['round']) < first_round]
-    self._rewrite([(row['client_id'], row['round']) for row in rows])
-
   def _rewrite(self, rows) -> None:
     temp_path = self._path + '.tmp'
     with open(temp_path, 'w', newline='') as f:

@@ -34,9 +34,10 @@ HELP_NOTES = """
 Logs: WARNING and above on stderr; absl's --verbosity=0 (not listed below) shows the INFO logs.
 Exit codes: 0 ok; 2 bad input (flags, settings, input files such as --data or --mechanism_file, a
 --rounds too large for memory); 1 runtime failure (I/O, a run directory in use by another run, a
-corrupt file of the run directory); 130 / 143 stopped by SIGINT / SIGTERM (after the current round
-and its checkpoint). Rerunning a finished run writes nothing and exits 0 (--force_report rewrites
-its report). An error is one line `<program>: error: ...` on stderr; --debug adds the traceback.
+corrupt file of the run directory); 130 / 143 stopped by SIGINT / SIGTERM (a driver: after the
+current round and its checkpoint; the train_model program: at once, see above). Rerunning a
+finished run writes nothing and exits 0 (--force_report rewrites its report). An error is one
+line `<program>: error: ...` on stderr; --debug adds the traceback.
 Docs: docs/training.md.
 """
 
@@ -89,9 +90,13 @@ def _finished(config: run_config.RunConfig) -> bool:
   if run_summary.read_summary(config.output_dir).get('rounds') != config.rounds:
     return False
   report = os.path.join(config.output_dir, run_dir.REPORT_DIR, 'report.md')
+  # The train_model program refuses another --rounds (its data source's schedule is in its
+  # checkpoints); a driver trains on.
+  more = ('another --rounds is refused: train longer under another --experiment_name'
+          if config.task.get('program') else 'a larger --rounds trains on')
   console.notice(f'{config.output_dir} holds this run, finished after round {config.rounds}/'
                  f'{config.rounds}: nothing to do. Its report: {report} (--force_report rewrites '
-                 'it; a larger --rounds trains on).')
+                 f'it; {more}).')
   return True
 
 

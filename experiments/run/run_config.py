@@ -318,7 +318,7 @@ def check_hparams(config: RunConfig) -> None:
     run_dir.CorruptRunFileError: `hparams.json` is not valid JSON.
   """
   path = os.path.join(config.output_dir, run_dir.HPARAMS_FILE)
-  current = _hparams_document(config)
+  current = hparams_document(config)
   if not os.path.exists(path):
     return
   saved = run_dir.read_json(path, _HPARAMS_REMEDY)
@@ -351,16 +351,16 @@ def write_hparams(config: RunConfig) -> str:
   """Writes `hparams.json` atomically (after `check_hparams`); returns its path."""
   path = os.path.join(config.output_dir, run_dir.HPARAMS_FILE)
   os.makedirs(config.output_dir, exist_ok=True)
-  _atomic.write_text(path, json.dumps(_hparams_document(config), indent=2, sort_keys=True))
+  _atomic.write_text(path, json.dumps(hparams_document(config), indent=2, sort_keys=True))
   return path
 
 
-def _hparams_document(config: RunConfig) -> dict:
+def hparams_document(config: RunConfig) -> dict:
   return json.loads(json.dumps(dataclasses.asdict(config)))
 
 
 #: The hparams of a run with every default (`root_output_dir` is not compared on resume).
-_DEFAULT_HPARAMS = _hparams_document(RunConfig(root_output_dir='.'))
+_DEFAULT_HPARAMS = hparams_document(RunConfig(root_output_dir='.'))
 
 
 def check_and_write_hparams(config: RunConfig) -> None:

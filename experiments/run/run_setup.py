@@ -54,9 +54,11 @@ def _saved_plan_source(output_dir: str) -> Optional[resolve.StrategySource]:
   return None if source is None else resolve.StrategySource.from_config(source)
 
 
-def run_strategy(config: run_config.RunConfig) -> Tuple[resolve.ResolvedStrategy, bool]:
+def run_strategy(config: run_config.RunConfig, recorded_plan: Optional[dict] = None
+                 ) -> Tuple[resolve.ResolvedStrategy, bool]:
   """(the run's strategy and its source, whether it still has to be saved in the run directory),
-  writing nothing.
+  writing nothing. On resume, `recorded_plan` is the plan the latest checkpoint's record holds
+  (`checkpoint_records`): the saved strategy's source comes from it, not from plan.json.
 
   Raises:
     ValueError: a strategy of another kind than `mechanism`, a file for another setting, ...
@@ -64,7 +66,12 @@ def run_strategy(config: run_config.RunConfig) -> Tuple[resolve.ResolvedStrategy
     run_dir.CorruptRunFileError: the run directory's mechanism file or plan cannot be read.
   """
   saved = saved_strategy_path(config.output_dir)
-  source = _saved_plan_source(config.output_dir)
+  if recorded_plan is None:
+    source = _saved_plan_source(config.output_dir)
+  else:
+    recorded_source = recorded_plan.get('strategy_source')
+    source = None if recorded_source is None else resolve.StrategySource.from_config(
+        recorded_source)
   if saved is None:
     resolved = resolve.resolve_strategy(
         config.mechanism, strategy=config.mechanism_file, options=config.mechanism_options,

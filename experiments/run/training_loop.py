@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime
+import json
 import os
 import time
 from typing import Any, Dict, List, Optional
@@ -48,6 +49,7 @@ from dp_ftrl_tff.mechanisms import resolve
 from dp_ftrl_tff.programs import metrics_release
 from experiments.cli import flag_parsing
 from experiments.run import (
+  checkpoint_records,
   console,
   remote_workers,
   run_config,
@@ -135,6 +137,8 @@ class _Setup:
   sampler: Any
   canaries: Optional[canaries_lib.Canaries]
   canary_ids: List[str]
+  resumption: checkpoint_records.Resumption
+  rebuild: List[str]  # run files to rebuild from the verified settings (`check_files`)
 
 
 def _set_up(task: Task, config: RunConfig, directory: run_dir.RunDirectory) -> _Setup:
@@ -154,9 +158,17 @@ def _set_up(task: Task, config: RunConfig, directory: run_dir.RunDirectory) -> _
     # The lock first, then every check (reading only); nothing is written before they pass.
     directory.acquire()
     directory.end_stale_workers()
-    run_config.check_hparams(config)
-    resolved, strategy_unsaved = run_setup.run_strategy(config)
+    # A resumed run is checked against its checkpoint's record, never against hparams.json or
+    # plan.json alone (they may be gone or replaced; they are rewritten from the record's settings).
+    resumption = checkpoint_records.find_resumption(config.output_dir)
+    if resumption.fresh:
+      run_config.check_hparams(config)
+    rebuild = checkpoint_records.check_files(config.output_dir, resumption)
+    resolved, strategy_unsaved = run_setup.run_strategy(config, resumption.record and
+                                                        resumption.record['plan'])
     plan = run_setup.build_plan(config, resolved, len(client_ids))
+    checkpoint_records.check_settings(resumption, run_config.hparams_document(config),
+                                      _plan_document(plan), run_config.RESUMABLE_CHANGES)
     if sampler is None:
       sampler = poisson_sampler.PoissonSampler(client_ids, plan.sampling, seed=config.seed)
     # The header before the process: TFF takes most of the start-up to build it (10-20 s).
@@ -169,7 +181,12 @@ def _set_up(task: Task, config: RunConfig, directory: run_dir.RunDirectory) -> _
         server_learning_rate=config.server_learning_rate, server_momentum=config.server_momentum,
         canaries=canaries)
   return _Setup(plan, resolved, strategy_unsaved, process, client_ids, sampler, canaries,
-                canary_ids)
+                canary_ids, resumption, rebuild)
+
+
+def _plan_document(plan: plan_lib.RunPlan) -> dict:
+  """The plan as its JSON file holds it (what a checkpoint's record compares)."""
+  return json.loads(json.dumps(plan.to_config()))
 
 
 #: The id of canary client i is CANARY_ID_PREFIX + its 5-digit index.
@@ -283,33 +300,51 @@ class _Training:
     return os.path.join(self.config.output_dir, name)
 
   def checkpoint(self, done: int) -> None:
+    """Saves the state after `done` rounds, then its record of the run's files
+    (`checkpoint_records`): a checkpoint counts only once its record is written."""
     asyncio.run(self.state_manager.save({'learning': self.state,
                                          'sampler': self.sampler.state.to_dict()}, done))
+    checkpoint_records.write_record(self.config.output_dir, done,
+                                    run_config.hparams_document(self.config),
+                                    _plan_document(self.setup.plan))
 
   def restore(self) -> int:
-    """Loads the latest checkpoint (or saves round 0's) and trims the logs to it; returns the
-    first round to train."""
-    structure = {'learning': self.initial_state, 'sampler': self.sampler.state.to_dict()}
-    loaded, start_round = asyncio.run(self.state_manager.load_latest(structure))
-    if loaded is None:
-      start_round = 0
-      self.checkpoint(0)
+    """Loads the checkpoint the run resumes from (`_Setup.resumption`, its files checked) and trims
+    the logs to its record, or starts the logs and saves round 0's checkpoint; returns the first
+    round to train."""
+    resumption, output_dir = self.setup.resumption, self.config.output_dir
+    checkpoint_records.set_aside(output_dir, resumption)
+    if resumption.fresh:  # a run killed while creating the log leaves a torn header
+      run_dir.drop_torn_last_line(self._path(run_dir.PARTICIPATION_FILE), 'round')
     else:
-      self.state = loaded['learning']
-      self.sampler.load_state(type(self.sampler.state).from_dict(loaded['sampler']))
-      console.notice(f'Resuming {self.config.output_dir} after round {start_round}/'
-                     f'{self.config.rounds}.')
-    if start_round < self.config.rounds:  # more rounds to train: not complete until they are
-      run_summary.remove_summary(self.config.output_dir)
-    # A run killed while appending leaves a torn last line: dropped (with a warning) before reading.
-    run_dir.drop_torn_last_line(self._path(run_dir.PARTICIPATION_FILE), 'round')
+      checkpoint_records.trim_files(output_dir, resumption)
+    # A run killed while appending to metrics.csv leaves a torn last line (of a round it redoes).
     run_dir.drop_torn_last_line(self._path(run_dir.METRICS_FILE), 'round')
     self.log = participation_log.ParticipationLogWriter(self._path(run_dir.PARTICIPATION_FILE))
-    self.log.truncate(start_round)
-    if self.canary_files is not None:
-      if start_round == 0:
-        self.canary_files.write_metadata()
-      self.canary_files.truncate(start_round)
+    if self.canary_files is not None and (resumption.fresh or
+                                          checkpoint_records.CANARY_METADATA in self.setup.rebuild):
+      if not resumption.fresh:
+        logging.warning('%s is missing or altered: rebuilt from the run\'s settings.',
+                        self.canary_files.path)
+      self.canary_files.write_metadata()
+    if resumption.fresh:
+      self.checkpoint(0)
+      return 0
+    checkpoint_records.check_files(output_dir, resumption)  # the rebuilt files too
+    start_round = resumption.round_num
+    structure = {'learning': self.initial_state, 'sampler': self.sampler.state.to_dict()}
+    try:
+      loaded = asyncio.run(self.state_manager.load(start_round, structure))
+    except Exception as error:  # noqa: BLE001 (TFF's SavedModel reader raises many kinds)
+      raise run_dir.corrupt_file_error(
+          checkpoint_records.checkpoint_path(output_dir, start_round),
+          f'{type(error).__name__}: {error}', 'start a new run with another --experiment_name.'
+      ) from error
+    self.state = loaded['learning']
+    self.sampler.load_state(type(self.sampler.state).from_dict(loaded['sampler']))
+    console.notice(f'Resuming {output_dir} after round {start_round}/{self.config.rounds}.')
+    if start_round < self.config.rounds:  # more rounds to train: not complete until they are
+      run_summary.remove_summary(output_dir)
     return start_round
 
   def train(self, start_round: int, stop: stop_signals.StopSignals) -> None:

@@ -2,12 +2,16 @@
 
 SIGTERM and SIGKILL mid-run, then a resume, give the same final weights, metrics and participation
 log as an uninterrupted run; two runs on one directory: one refuses with exit status 1 naming the
-other's PID; torn last lines of the logs are dropped on resume; a truncated hparams.json is a
-one-line error; no worker_binary of a driver outlives it (or, after SIGKILL, the next run).
+other's PID; torn last lines of the logs are dropped on resume; no worker_binary of a driver
+outlives it (or, after SIGKILL, the next run). The damage table: each run file deleted, truncated
+or replaced by the same file of another run, then the same command again: the run resumes to the
+uninterrupted run's results (files rebuilt from the checkpoint's record, a damaged checkpoint set
+aside) or stops with one line naming the file, never a smaller epsilon.
 
-Tiny settings (as in drivers_test.py): 30 synthetic clients, 3 per round, 6 rounds, fixed seeds,
-a checkpoint every round. stdout/stderr go to files, never pipes (an orphaned worker_binary keeps
-a pipe open). The uninterrupted reference run starts once per module, in the background.
+Tiny settings (as in drivers_test.py): 30 synthetic clients and 2 canaries, 3 per round, 6 rounds,
+fixed seeds, a checkpoint every round. stdout/stderr go to files, never pipes (an orphaned
+worker_binary keeps a pipe open). The uninterrupted reference run and another run (other seeds,
+whose files replace ours in the damage table) start once per module, in the background.
 """
 
 import json
@@ -30,19 +34,32 @@ TIMEOUT = 600
 ARGS = ('--model=tiny', '--mechanism=tree', '--noise_multiplier=0.5', f'--rounds={ROUNDS}',
         '--clients_per_round=3', '--synthetic_num_clients=30', '--synthetic_examples_per_client=8',
         '--client_batch_size=8', '--min_sep=2', '--noise_seed=3', '--seed=1',
-        '--checkpoint_every=1', '--eval_every=100', '--eval_max_examples=64')
+        '--checkpoint_every=1', '--eval_every=100', '--eval_max_examples=64',
+        '--canary_clients=2')
+OTHER_RUN = ('--seed=2', '--noise_seed=4')
 
 
-def Driver(root, name, log_name=None):  # noqa: N802 (a constructor, as the class it wraps)
-  """The EMNIST driver with `ARGS` as a subprocess on `<root>/<name>`."""
-  return binaries.RunningBinary(binaries.EMNIST, root, name, ARGS, log_name, timeout=TIMEOUT)
+def Driver(root, name, log_name=None, extra=()):  # noqa: N802 (a constructor, as the class it wraps)
+  """The EMNIST driver with `ARGS` (then `extra`) as a subprocess on `<root>/<name>`."""
+  return binaries.RunningBinary(binaries.EMNIST, root, name, ARGS + tuple(extra), log_name,
+                                timeout=TIMEOUT)
 
 
 @pytest.fixture(scope='module')
 def reference(tmp_path_factory):
   """The uninterrupted run, started at once; call the fixture's value to wait for it."""
-  root = tmp_path_factory.mktemp('reference')
-  driver = Driver(root, 'run')
+  yield from _background_run(tmp_path_factory, 'reference')
+
+
+@pytest.fixture(scope='module')
+def other(tmp_path_factory):
+  """Another finished run (other seeds), started at once; call the fixture's value to wait."""
+  yield from _background_run(tmp_path_factory, 'other', OTHER_RUN)
+
+
+def _background_run(tmp_path_factory, name, extra=()):
+  root = tmp_path_factory.mktemp(name)
+  driver = Driver(root, 'run', extra=extra)
   done = {}
 
   def result():
@@ -149,7 +166,7 @@ def _copy_run(source, root, name):
 
 @pytest.mark.e2e
 @pytest.mark.slow
-def test_torn_log_lines_are_dropped_and_a_truncated_hparams_is_one_error(tmp_path, reference):
+def test_torn_log_lines_are_dropped(tmp_path, reference):
   source = reference()
   torn = _copy_run(source, tmp_path, 'torn')
   os.remove(os.path.join(torn, 'summary.json'))  # killed: not finished
@@ -158,33 +175,142 @@ def test_torn_log_lines_are_dropped_and_a_truncated_hparams_is_one_error(tmp_pat
   with open(os.path.join(torn, 'metrics.csv'), 'a') as f:
     f.write(f'{ROUNDS},2.3\n')  # a row that does not parse (2 fields)
   os.makedirs(os.path.join(torn, 'checkpoints', f'program_state_{ROUNDS + 1}_temp1234'))
-  corrupt = _copy_run(source, tmp_path, 'corrupt')
-  hparams = os.path.join(corrupt, 'hparams.json')
-  with open(hparams, 'rb') as f:
-    text = f.read()
-  with open(hparams, 'wb') as f:
-    f.write(text[:len(text) // 2])
-  before = {name: run_files.read_bytes(os.path.join(corrupt, name)) for name in os.listdir(corrupt)
-            if os.path.isfile(os.path.join(corrupt, name)) and name != run_dir.LOCK_FILE}
 
-  torn_run, corrupt_run = Driver(tmp_path, 'torn'), Driver(tmp_path, 'corrupt')
+  torn_run = Driver(tmp_path, 'torn')
   assert torn_run.wait() == 0, torn_run.stderr()[-3000:]
   warnings = [line for line in torn_run.stderr().splitlines() if 'torn last line' in line]
-  assert len(warnings) == 2 and any('participation.csv' in w for w in warnings), warnings
-  assert any('metrics.csv' in w and '2 fields' in w for w in warnings), warnings
+  assert len(warnings) == 1 and 'metrics.csv' in warnings[0] and '2 fields' in warnings[0], warnings
   for name in ('participation.csv', 'metrics.csv'):
     assert run_files.read_bytes(os.path.join(torn, name)) == run_files.read_bytes(os.path.join(source, name)), name
   assert not any('_temp' in n for n in os.listdir(os.path.join(torn, 'checkpoints')))
   binaries.assert_no_workers_left(torn_run.workers)
 
-  assert corrupt_run.wait() == 1, corrupt_run.stderr()[-3000:]
-  lines = corrupt_run.stderr().strip().splitlines()
-  assert lines[-1].startswith('run_emnist.py: error: '), lines[-3:]
-  assert f'{hparams} is corrupt (not valid JSON' in lines[-1] and 'restore it' in lines[-1]
-  assert 'Traceback' not in corrupt_run.stderr()
-  after = {name: run_files.read_bytes(os.path.join(corrupt, name)) for name in before}
-  assert after == before  # nothing but the lock's PID written before the checks pass
-  binaries.assert_no_workers_left(corrupt_run.workers)
+
+# ------------------------------------------------------------------------------------------------
+# The damage table: a run killed during its last round (checkpoint 5 is its latest), or a finished
+# one, with one of its files deleted, truncated or replaced by the same file of the other run.
+
+DAMAGES = ('deleted', 'truncated', 'replaced')
+# What the checkpoint's record cannot rebuild: the logs and the metrics.
+REFUSED_FILES = ('participation.csv', 'metrics.csv', 'canaries.csv')
+# What is rewritten from the record's verified settings on every start.
+REBUILT_FILES = ('hparams.json', 'plan.json', 'canaries.json')
+
+
+def _interrupted_copy(source, root, name):
+  """A copy of the finished run as killed during its last round: its last checkpoint and record,
+  summary and report gone; its logs still hold the last round's rows."""
+  target = os.path.join(str(root), name)
+  shutil.copytree(source, target)
+  shutil.rmtree(os.path.join(target, 'checkpoints', f'program_state_{ROUNDS}'))
+  os.remove(os.path.join(target, 'checkpoints', f'record_{ROUNDS}.json'))
+  os.remove(os.path.join(target, 'summary.json'))
+  shutil.rmtree(os.path.join(target, run_dir.REPORT_DIR))
+  return target
+
+
+def _damage(path, damage, other_path):
+  """Deletes the file or directory at `path`, truncates it (a directory: its largest file) to half
+  its bytes, or replaces it by `other_path`."""
+  is_dir = os.path.isdir(path)
+  if damage == 'deleted':
+    (shutil.rmtree if is_dir else os.remove)(path)
+  elif damage == 'truncated':
+    target = path if not is_dir else max(
+        (os.path.join(d, n) for d, _, names in os.walk(path) for n in names), key=os.path.getsize)
+    with open(target, 'r+b') as f:
+      f.truncate(os.path.getsize(target) // 2)
+  else:
+    (shutil.rmtree if is_dir else os.remove)(path)
+    (shutil.copytree if is_dir else shutil.copyfile)(other_path, path)
+
+
+def _files(run):
+  return {name: run_files.read_bytes(os.path.join(run, name)) for name in sorted(os.listdir(run))
+          if os.path.isfile(os.path.join(run, name)) and name != run_dir.LOCK_FILE}
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize('name', REFUSED_FILES)
+def test_a_damaged_log_is_refused_naming_it(tmp_path, reference, other, name):
+  for damage in DAMAGES:
+    run = _interrupted_copy(reference(), tmp_path, damage)
+    path = os.path.join(run, name)
+    _damage(path, damage, os.path.join(other(), name))
+    before = _files(run)
+    code, _, err = binaries.run_in_process(binaries.EMNIST, ARGS + (
+        f'--root_output_dir={tmp_path}', f'--experiment_name={damage}'))
+    lines = err.strip().splitlines()
+    assert code == 1, (damage, err[-3000:])
+    assert lines[-1].startswith(f'run_emnist.py: error: {path} does not hold what checkpoint '
+                                f'{ROUNDS - 1} recorded'), (damage, lines[-3:])
+    assert 'start a new run with another --experiment_name' in lines[-1]
+    assert 'Traceback' not in err
+    assert _files(run) == before, damage  # nothing written: the run was not resumed
+
+
+@pytest.mark.integration
+def test_other_settings_are_refused_without_hparams_json(tmp_path, reference):
+  run = _interrupted_copy(reference(), tmp_path, 'run')
+  os.remove(os.path.join(run, 'hparams.json'))
+  args = [a for a in ARGS if not a.startswith('--noise_multiplier')]
+  code, _, err = binaries.run_in_process(binaries.EMNIST, args + [
+      '--noise_multiplier=5', f'--root_output_dir={tmp_path}', '--experiment_name=run'])
+  assert code == 2, err[-3000:]
+  last = err.strip().splitlines()[-1]
+  assert last.startswith('run_emnist.py: error: the run was trained up to checkpoint 5 with other '
+                         'settings (noise_multiplier: 0.5 -> 5.0'), last
+  assert 'checkpoints/record_5.json' in last and not os.path.exists(os.path.join(run, 'hparams.json'))
+
+
+def _assert_same_results(run, source):
+  assert_same_run(run, source)
+  for name in ('canaries.csv', 'plan.json'):
+    assert run_files.read_bytes(os.path.join(run, name)) == run_files.read_bytes(
+        os.path.join(source, name)), name
+  settings = [json.load(open(os.path.join(r, 'hparams.json'))) for r in (run, source)]
+  for document in settings:
+    del document['root_output_dir'], document['experiment_name']
+  assert settings[0] == settings[1]
+  reports = [json.load(open(os.path.join(r, run_dir.REPORT_DIR, 'report.json')))
+             for r in (run, source)]
+  assert reports[0]['epsilon'] == reports[1]['epsilon'] and reports[0]['rho'] == reports[1]['rho']
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+@pytest.mark.parametrize('damage', DAMAGES)
+def test_damaged_settings_files_are_rebuilt_from_the_checkpoint(tmp_path, reference, other, damage):
+  source = reference()
+  run = _interrupted_copy(source, tmp_path, 'run')
+  for name in REBUILT_FILES:
+    _damage(os.path.join(run, name), damage, os.path.join(other(), name))
+  driver = Driver(tmp_path, 'run')
+  assert driver.wait() == 0, driver.stderr()[-3000:]
+  assert f'Resuming {run} after round {ROUNDS - 1}/{ROUNDS}' in driver.stderr()
+  assert 'canaries.json is missing or altered: rebuilt' in driver.stderr()
+  binaries.assert_no_workers_left(driver.workers)
+  _assert_same_results(run, source)
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+@pytest.mark.parametrize('damage', DAMAGES)
+def test_a_damaged_checkpoint_is_set_aside_and_the_run_resumes_from_the_previous(
+    tmp_path, reference, other, damage):
+  source = reference()
+  run = _copy_run(source, tmp_path, 'run')
+  os.remove(os.path.join(run, 'summary.json'))
+  latest = os.path.join(run, 'checkpoints', f'program_state_{ROUNDS}')
+  _damage(latest, damage, os.path.join(other(), 'checkpoints', f'program_state_{ROUNDS}'))
+  driver = Driver(tmp_path, 'run')
+  assert driver.wait() == 0, driver.stderr()[-3000:]
+  assert f'Resuming {run} after round {ROUNDS - 1}/{ROUNDS}' in driver.stderr()
+  if damage != 'deleted':
+    assert f'Checkpoint {latest} cannot be trusted' in driver.stderr()
+    assert os.listdir(os.path.join(run, 'checkpoints', 'set_aside')) == [f'program_state_{ROUNDS}']
+  binaries.assert_no_workers_left(driver.workers)
+  _assert_same_results(run, source)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -1,0 +1,354 @@
+"""What a driver run's checkpoint vouches for: the settings it trained with and the run's files.
+
+Right after `checkpoints/program_state_<r>` is saved, `checkpoints/record_<r>.json` is written
+atomically. It holds:
+  * `checkpoint`: the SHA-256 of the checkpoint's files, so a checkpoint damaged or replaced after
+    it was saved no longer matches its record;
+  * `settings`: the run's hparams document (as in hparams.json) and `plan`: its plan (as in
+    plan.json), so a resume compares the new command with what trained, never with a hparams.json
+    or plan.json that may be gone or replaced;
+  * `files`: what the run's other files held after round r: the strategy file's SHA-256; for the
+    append-only logs (participation.csv, canaries.csv) their byte length and the SHA-256 of those
+    bytes; for metrics.csv (tff.program's CSV release manager rewrites it whole when a column
+    appears) its number of rows and the SHA-256 of their non-empty fields; for canaries.json the
+    SHA-256 of its metadata without the final-model cosines (written after the last checkpoint).
+
+On resume, `find_resumption` takes the latest checkpoint whose record is intact and matches
+it. A checkpoint without an intact record (damaged, replaced, or saved by a run killed before it
+wrote the record) is named in a warning and moved to `checkpoints/set_aside/`, and the run falls
+back to the previous one. `check_files` then compares the run's files with the record: a missing,
+shorter or altered log or strategy file is a `RunDirError` naming the file (nothing is derived from
+the new command's flags); `trim_files` drops what the logs hold past the record (rounds that were
+not checkpointed, a torn last line). hparams.json and plan.json are rewritten from the verified
+settings on every start, and canaries.json is rebuilt when it no longer matches, so a deleted or
+replaced copy of those comes back exactly.
+
+Why not in the checkpoint itself: `tff.program.FileProgramStateManager` loads a state only with
+the structure of the built process, and these checks must run before the 10-20 s of building it.
+"""
+
+import csv
+import dataclasses
+import hashlib
+import io
+import json
+import os
+import re
+from typing import Dict, List, Optional
+
+from absl import logging
+
+from dp_ftrl_tff import _atomic
+from experiments.run import run_dir, run_setup
+
+#: The record format this module writes and reads.
+FORMAT = 'dp_ftrl_tff.checkpoint_record.v1'
+CHECKPOINT_PREFIX = 'program_state_'
+SET_ASIDE_DIR = 'set_aside'
+_RECORD = re.compile(r'^record_(\d+)\.json$')
+_REMEDY = ('restore it from a backup of the run, or start a new run with another '
+           '--experiment_name; the run was not resumed.')
+
+# Files whose bytes only grow between checkpoints (the rows of later rounds are appended).
+APPEND_ONLY = (run_dir.PARTICIPATION_FILE, 'canaries.csv')
+CANARY_METADATA = 'canaries.json'
+# Plan fields that a resumed command may change (they follow run_config.RESUMABLE_CHANGES: rounds,
+# target delta, beyond-max-rounds policy, setting-mismatch permission); every other field
+# determines how the checkpointed rounds were trained and must stay as recorded.
+RESUMABLE_PLAN_FIELDS = ('num_rounds', 'target_delta', 'beyond_max_rounds', 'participation',
+                         'calibration', 'strategy_source')
+
+
+# Where the run directory lies is not how it trained: a run copied or moved elsewhere resumes.
+LOCATION_SETTINGS = ('root_output_dir', 'experiment_name')
+
+
+def checkpoints_dir(output_dir: str) -> str:
+  return os.path.join(output_dir, 'checkpoints')
+
+
+def checkpoint_path(output_dir: str, round_num: int) -> str:
+  return os.path.join(checkpoints_dir(output_dir), f'{CHECKPOINT_PREFIX}{round_num}')
+
+
+def record_path(output_dir: str, round_num: int) -> str:
+  return os.path.join(checkpoints_dir(output_dir), f'record_{round_num}.json')
+
+
+def _sha256(data: bytes) -> str:
+  return hashlib.sha256(data).hexdigest()
+
+
+def _read(path: str) -> Optional[bytes]:
+  try:
+    with open(path, 'rb') as f:
+      return f.read()
+  except FileNotFoundError:
+    return None
+
+
+def tree_digest(path: str) -> str:
+  """The SHA-256 of a directory's files (relative paths, sizes and contents, in sorted order)."""
+  digest = hashlib.sha256()
+  for root, dirs, names in os.walk(path):
+    dirs.sort()
+    for name in sorted(names):
+      file_path = os.path.join(root, name)
+      with open(file_path, 'rb') as f:
+        data = f.read()
+      digest.update(f'{os.path.relpath(file_path, path)}\0{len(data)}\0'.encode())
+      digest.update(data)
+  return digest.hexdigest()
+
+
+def metrics_rows_digest(data: bytes, num_rounds: int) -> Dict[str, object]:
+  """{'rows': number of rows of rounds < `num_rounds`, 'sha256': digest of their non-empty fields}
+  of metrics.csv's bytes `data`; raises ValueError if they do not parse."""
+  text = data.decode('utf-8')
+  rows = []
+  for row in csv.DictReader(io.StringIO(text)):
+    round_field = row.get('round')
+    try:
+      round_num = int(round_field)
+    except (TypeError, ValueError):
+      raise ValueError(f'a row whose round is {round_field!r}') from None
+    if round_num < num_rounds:
+      rows.append({k: v for k, v in row.items() if k is not None and v not in ('', None)})
+  return {'rows': len(rows),
+          'sha256': _sha256(json.dumps(rows, sort_keys=True).encode('utf-8'))}
+
+
+def canary_metadata_digest(data: bytes) -> str:
+  """The SHA-256 of canaries.json's metadata without its final-model cosines; ValueError if it is
+  not a JSON object."""
+  document = json.loads(data.decode('utf-8'))
+  if not isinstance(document, dict):
+    raise ValueError('not a JSON object')
+  document = {k: v for k, v in document.items() if k != 'final_model_cosines'}
+  return _sha256(json.dumps(document, sort_keys=True).encode('utf-8'))
+
+
+def strategy_file_name(output_dir: str) -> Optional[str]:
+  """The basename of the strategy file the run saved (mechanism.json / .npz), or None."""
+  path = run_setup.saved_strategy_path(output_dir)
+  return None if path is None else os.path.basename(path)
+
+
+def describe_files(output_dir: str, round_num: int) -> Dict[str, dict]:
+  """What the run's files hold now, after `round_num` rounds (see the module docstring)."""
+  files = {}
+  strategy = strategy_file_name(output_dir)
+  if strategy is not None:
+    files[strategy] = {'sha256': _sha256(_read(os.path.join(output_dir, strategy)))}
+  for name in APPEND_ONLY:
+    data = _read(os.path.join(output_dir, name))
+    if data is not None:
+      files[name] = {'size': len(data), 'sha256': _sha256(data)}
+  metrics = _read(os.path.join(output_dir, run_dir.METRICS_FILE))
+  if metrics is not None:
+    files[run_dir.METRICS_FILE] = metrics_rows_digest(metrics, round_num)
+  canaries = _read(os.path.join(output_dir, CANARY_METADATA))
+  if canaries is not None:
+    files[CANARY_METADATA] = {'sha256': canary_metadata_digest(canaries)}
+  return files
+
+
+def write_record(output_dir: str, round_num: int, settings: dict, plan: dict) -> None:
+  """Writes `record_<round_num>.json` for the checkpoint just saved, and removes the records of
+  checkpoints that `tff.program` has since removed."""
+  record = {'format': FORMAT, 'round': round_num,
+            'checkpoint': tree_digest(checkpoint_path(output_dir, round_num)),
+            'settings': settings, 'plan': plan,
+            'files': describe_files(output_dir, round_num)}
+  _atomic.write_text(record_path(output_dir, round_num), json.dumps(record, indent=1) + '\n')
+  for other in _record_rounds(output_dir):
+    if not os.path.isdir(checkpoint_path(output_dir, other)):
+      os.remove(record_path(output_dir, other))
+
+
+def _record_rounds(output_dir: str) -> List[int]:
+  directory = checkpoints_dir(output_dir)
+  if not os.path.isdir(directory):
+    return []
+  return sorted(int(m.group(1)) for m in map(_RECORD.match, os.listdir(directory)) if m)
+
+
+def _checkpoint_rounds(output_dir: str) -> List[int]:
+  directory = checkpoints_dir(output_dir)
+  if not os.path.isdir(directory):
+    return []
+  rounds = []
+  for name in os.listdir(directory):
+    if name.startswith(CHECKPOINT_PREFIX) and name[len(CHECKPOINT_PREFIX):].isdigit():
+      rounds.append(int(name[len(CHECKPOINT_PREFIX):]))
+  return sorted(rounds)
+
+
+@dataclasses.dataclass(frozen=True)
+class Resumption:
+  """Where a run starts: after checkpoint `round_num` with its `record` (a dict as `write_record`
+  wrote it), or from scratch (`record` None, `round_num` 0). `untrusted` lists (round, why) of the
+  later checkpoints without an intact record, which `set_aside` moves away."""
+  round_num: int
+  record: Optional[dict]
+  untrusted: tuple
+
+  @property
+  def fresh(self) -> bool:
+    return self.record is None
+
+
+def _record_problem(output_dir: str, round_num: int) -> Optional[str]:
+  """Why checkpoint `round_num` cannot be trusted, or None when its record is intact and matches."""
+  path = record_path(output_dir, round_num)
+  data = _read(path)
+  if data is None:
+    return f'it has no record ({os.path.basename(path)} is missing)'
+  try:
+    record = json.loads(data.decode('utf-8'))
+  except (UnicodeDecodeError, json.JSONDecodeError):
+    return f'its record {os.path.basename(path)} is not valid JSON'
+  if (not isinstance(record, dict) or record.get('format') != FORMAT
+      or record.get('round') != round_num
+      or not all(isinstance(record.get(k), dict) for k in ('settings', 'plan', 'files'))):
+    return f'its record {os.path.basename(path)} is not a record of this checkpoint'
+  if tree_digest(checkpoint_path(output_dir, round_num)) != record.get('checkpoint'):
+    return 'its files differ from what its record says was saved (damaged or replaced)'
+  return None
+
+
+def _has_rows(path: str) -> bool:
+  """Whether the CSV file at `path` holds anything past its header line."""
+  data = _read(path)
+  return data is not None and data.find(b'\n') not in (-1, len(data) - 1)
+
+
+def find_resumption(output_dir: str) -> Resumption:
+  """Where the run in `output_dir` resumes: its latest checkpoint with an intact, matching record
+  (reading only).
+
+  Raises:
+    run_dir.RunDirError: the logs hold trained rounds, but no checkpoint has an intact record
+      (nothing to resume from exactly; a fresh start would overwrite them).
+  """
+  untrusted = []
+  for round_num in reversed(_checkpoint_rounds(output_dir)):
+    problem = _record_problem(output_dir, round_num)
+    if problem is None:
+      with open(record_path(output_dir, round_num), encoding='utf-8') as f:
+        return Resumption(round_num, json.load(f), tuple(untrusted))
+    untrusted.append((round_num, problem))
+  logs = [name for name in (run_dir.PARTICIPATION_FILE, run_dir.METRICS_FILE)
+          if _has_rows(os.path.join(output_dir, name))]
+  if logs:
+    detail = '; '.join(f'{checkpoint_path(output_dir, r)}: {why}' for r, why in untrusted)
+    raise run_dir.RunDirError(
+        f'{output_dir} holds trained rounds ({", ".join(logs)}) but no intact checkpoint to '
+        'resume them from (' + (detail or f'{checkpoints_dir(output_dir)} holds none') +
+        f'); {_REMEDY}')
+  return Resumption(0, None, tuple(untrusted))
+
+
+def set_aside(output_dir: str, resumption: Resumption) -> None:
+  """Moves the checkpoints without an intact record to `checkpoints/set_aside/` with a warning
+  naming each: the run redoes their rounds, and nothing is deleted."""
+  for round_num, problem in resumption.untrusted:
+    source = checkpoint_path(output_dir, round_num)
+    target_dir = os.path.join(checkpoints_dir(output_dir), SET_ASIDE_DIR)
+    os.makedirs(target_dir, exist_ok=True)
+    target = os.path.join(target_dir, os.path.basename(source))
+    suffix = 1
+    while os.path.exists(target):
+      target = os.path.join(target_dir, f'{os.path.basename(source)}.{suffix}')
+      suffix += 1
+    os.replace(source, target)
+    logging.warning('Checkpoint %s cannot be trusted: %s. Moved it to %s; the run resumes from '
+                    '%s instead.', source, problem, target,
+                    'the start' if resumption.fresh else f'checkpoint {resumption.round_num}')
+
+
+def check_settings(resumption: Resumption, settings: dict, plan: dict,
+                   resumable_settings) -> None:
+  """Raises ValueError when the command's `settings` (hparams document) or `plan` (plan config)
+  differ from what the checkpoint `resumption` resumes from trained with, but for the resumable ones."""
+  if resumption.fresh:
+    return
+  recorded = resumption.record['settings']
+  ignored = set(resumable_settings) | set(LOCATION_SETTINGS)
+  changed = sorted(k for k in set(recorded) | set(settings)
+                   if k not in ignored and recorded.get(k) != settings.get(k))
+  if not changed:
+    recorded_plan = resumption.record['plan']
+    changed = sorted(k for k in set(recorded_plan) | set(plan)
+                     if k not in RESUMABLE_PLAN_FIELDS and recorded_plan.get(k) != plan.get(k))
+    recorded, settings = recorded_plan, plan
+  if changed:
+    details = ', '.join(f'{k}: {recorded.get(k)!r} -> {settings.get(k)!r}' for k in changed)
+    raise ValueError(
+        f'the run was trained up to checkpoint {resumption.round_num} with other settings ({details}, '
+        f'as {record_path("", resumption.round_num).lstrip(os.sep)} records); use the same settings '
+        'to resume, or another --experiment_name.')
+
+
+def _file_error(path: str, problem: str, round_num: int) -> run_dir.RunDirError:
+  return run_dir.CorruptRunFileError(
+      f'{path} does not hold what checkpoint {round_num} recorded ({problem}); {_REMEDY}')
+
+
+def check_files(output_dir: str, resumption: Resumption) -> List[str]:
+  """Checks the run's files against the checkpoint `resumption` resumes from's record (reading only); returns the names
+  of files to rebuild from the verified settings (canaries.json that is missing or altered).
+
+  Raises:
+    run_dir.CorruptRunFileError: a log, metrics.csv or the strategy file is missing, shorter than
+      recorded, or differs from the record (naming the file).
+  """
+  round_num, rebuild = resumption.round_num, []
+  if resumption.fresh:
+    return rebuild
+  for name, expected in resumption.record['files'].items():
+    path = os.path.join(output_dir, name)
+    data = _read(path)
+    if name == CANARY_METADATA:
+      try:
+        intact = data is not None and canary_metadata_digest(data) == expected['sha256']
+      except (UnicodeDecodeError, ValueError):
+        intact = False
+      if not intact:
+        rebuild.append(name)
+      continue
+    if data is None:
+      raise _file_error(path, 'it is missing', round_num)
+    if name == run_dir.METRICS_FILE:
+      try:
+        found = metrics_rows_digest(data, round_num)
+      except (UnicodeDecodeError, ValueError, csv.Error) as error:
+        raise _file_error(path, f'it does not parse: {error}', round_num) from None
+      if found['rows'] != expected['rows']:
+        raise _file_error(path, f'{found["rows"]} rows of rounds 1-{round_num}, recorded '
+                          f'{expected["rows"]}', round_num)
+      if found['sha256'] != expected['sha256']:
+        raise _file_error(path, f'the rows of rounds 1-{round_num} were altered', round_num)
+    elif 'size' in expected:
+      if len(data) < expected['size']:
+        raise _file_error(path, f'{len(data)} bytes, recorded {expected["size"]}', round_num)
+      if _sha256(data[:expected['size']]) != expected['sha256']:
+        raise _file_error(path, f'its first {expected["size"]} bytes were altered', round_num)
+    elif _sha256(data) != expected['sha256']:
+      raise _file_error(path, 'its contents were altered', round_num)
+  return rebuild
+
+
+def trim_files(output_dir: str, resumption: Resumption) -> None:
+  """Drops what the append-only logs hold past the checkpoint `resumption` resumes from's record (the rows of rounds that
+  were not checkpointed, a torn last line); call after `check_files`, with the lock held."""
+  for name in APPEND_ONLY:
+    expected = resumption.record['files'].get(name)
+    path = os.path.join(output_dir, name)
+    if expected is None:
+      continue
+    if os.path.getsize(path) > expected['size']:
+      with open(path, 'r+b') as f:
+        f.truncate(expected['size'])
+        f.flush()
+        os.fsync(f.fileno())
