@@ -13,7 +13,8 @@
 
 `CanaryFilesWriter` appends one round at a time and flushes to disk (like the participation log), so
 a killed run leaves rows complete up to its last finished round, at most with a torn last line that
-the reader drops; a resumed run calls `truncate(first_round)`.
+the reader drops. Rows only grow, so a resumed driver run cuts the CSV back to the byte length its
+checkpoint recorded (`experiments/run/checkpoint_records.py`).
 """
 
 import dataclasses
@@ -130,14 +131,6 @@ class CanaryFilesWriter:
       f.write(line)
       f.flush()
       os.fsync(f.fileno())
-
-  def truncate(self, first_round: int) -> None:
-    """Drops the rows of rounds >= `first_round` (rounds a resumed run will redo) and a torn line."""
-    first_round = _validation.check_nonnegative_int(first_round, 'first_round')
-    with open(self._projections_path, encoding='utf-8') as f:
-      lines = f.read().split('\n')
-    kept = [line + '\n' for line in lines[1:-1] if int(line.split(',', 1)[0]) < first_round]
-    _atomic.write_text(self._projections_path, _header(2 * self._seen) + ''.join(kept))
 
   def write_final(self, cosines) -> None:
     """Records the final model delta's cosines with the 2N directions in `canaries.json` (rounding

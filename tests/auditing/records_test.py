@@ -49,23 +49,24 @@ def test_round_trip_is_exact(tmp_path):
   assert header == 'round,p0,p1,p2,p3'
 
 
-def test_truncate_and_resume_reproduce_the_bytes(tmp_path):
+def test_rows_only_grow_so_a_cut_at_a_rounds_length_resumes_to_the_same_bytes(tmp_path):
   projections = np.random.default_rng(1).normal(size=(4, 5))
   writer = _writer(tmp_path)
   writer.write_metadata()
-  _write_rounds(writer, projections)
+  _write_rounds(writer, projections[:, :3])
+  after_three = (tmp_path / records.PROJECTIONS_FILE).read_bytes()
+  _write_rounds(writer, projections, first=3)
   full = (tmp_path / records.PROJECTIONS_FILE).read_bytes()
-  writer.truncate(3)
+  assert full.startswith(after_three)
+  (tmp_path / records.PROJECTIONS_FILE).write_bytes(after_three)  # a resume's cut
   assert records.read_canaries(writer.path).num_rounds == 3
   resumed = _writer(tmp_path)
   resumed.write_metadata()  # keeps the CSV
   _write_rounds(resumed, projections, first=3)
   assert (tmp_path / records.PROJECTIONS_FILE).read_bytes() == full
-  writer.truncate(0)
-  assert records.read_canaries(writer.path).round_projections.shape == (4, 0)
 
 
-def test_torn_last_line_is_dropped_and_truncated(tmp_path):
+def test_torn_last_line_is_dropped_by_the_reader(tmp_path):
   projections = np.random.default_rng(2).normal(size=(4, 2))
   writer = _writer(tmp_path)
   writer.write_metadata()
@@ -74,8 +75,6 @@ def test_torn_last_line_is_dropped_and_truncated(tmp_path):
     f.write('2,0.5,0.')  # a killed writer
   record = records.read_canaries(writer.path)
   np.testing.assert_array_equal(record.round_projections, projections)
-  writer.truncate(5)
-  assert (tmp_path / records.PROJECTIONS_FILE).read_text().endswith('\n')
 
 
 def _corrupt(tmp_path, metadata=None, csv=None):
@@ -162,8 +161,6 @@ def test_writer_methods_bad_arguments(tmp_path):
     writer.append_round(0, [0.0] * 3)
   with pytest.raises(ValueError, match='`projections`'):
     writer.append_round(0, [0.0, 0.0, 0.0, np.inf])
-  with pytest.raises(ValueError, match='`first_round`'):
-    writer.truncate(-1)
   with pytest.raises(ValueError, match='`cosines`'):
     writer.write_final([0.0])
   with pytest.raises(ValueError, match=r'`cosines` must be cosines in \[-1, 1\], got -5.0'):
