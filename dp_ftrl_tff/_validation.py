@@ -71,15 +71,25 @@ def check_one_of(value, name: str, allowed) -> object:
   return value
 
 
-def check_float_array(value, name: str, ndim: int) -> np.ndarray:
+#: The largest magnitude of a strategy's coefficient (`check_float_array(..., max_abs=...)`): a
+#: sensitivity sums k squares of column norms over up to n^2 such entries, at most 1e200 n^2 k,
+#: which stays finite in float64 (max 1.8e308) for any n and k up to 1e50.
+MAX_COEFFICIENT = 1e100
+
+
+def check_float_array(value, name: str, ndim: int, max_abs: Optional[float] = None) -> np.ndarray:
   """Returns `value` as a float64 ndarray; raises ValueError unless it converts, has `ndim`
-  dimensions, at least one entry, and only finite entries."""
+  dimensions, at least one entry, only finite entries, and (with `max_abs`) none of larger
+  magnitude."""
   try:
     array = np.array(value, dtype=np.float64)
-  except (TypeError, ValueError) as e:
+  except (TypeError, ValueError, OverflowError) as e:
     raise ValueError(f'`{name}` must be a {ndim}-D array of real numbers, got {value!r}.') from e
   if array.ndim != ndim or array.size == 0:
     raise ValueError(f'`{name}` must be a non-empty {ndim}-D array, got shape {array.shape}.')
   if not np.all(np.isfinite(array)):
     raise ValueError(f'`{name}` must be finite.')
+  if max_abs is not None and np.max(np.abs(array)) > max_abs:
+    raise ValueError(f'`{name}` has an entry of magnitude {np.max(np.abs(array)):g}, above '
+                     f'{max_abs:g} (its squares and sums would overflow float64).')
   return array

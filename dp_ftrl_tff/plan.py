@@ -58,7 +58,8 @@ class RunPlan:
 
   Attributes:
     strategy: the mechanism's `Strategy` (its `name` is the registry key).
-    noise_multiplier: sigma >= 0, the accounted noise multiplier (relative to the clip, on the sum).
+    noise_multiplier: sigma, the accounted noise multiplier (relative to the clip, on the sum): 0
+      or in [1e-100, 1e100] (`plan_checks.MIN_NOISE_MULTIPLIER`, `MAX_NOISE_MULTIPLIER`).
     clients_per_round: m > 0, the fixed denominator of the mean (None: accounting only).
     clip_norm: zeta > 0, the fixed clip, or the initial clip with adaptive clipping (None:
       accounting only).
@@ -124,7 +125,8 @@ class RunPlan:
 
     Args:
       strategy: a registered `Strategy` with a streaming noise state.
-      noise_multiplier: sigma >= 0.
+      noise_multiplier: sigma: 0 (no noise) or in [1e-100, 1e100]
+        (`plan_checks.check_noise_multiplier`).
       clients_per_round: m > 0; with `sampling`, None or its `expected_clients_per_round`.
       clip_norm: the fixed clip; with `adaptive_clip` the initial clip, or None.
       adaptive_clip: None or False (fixed clip), True (Gboard defaults) or an `AdaptiveClipping`.
@@ -191,7 +193,7 @@ class RunPlan:
       if m is None:
         raise ValueError('`clients_per_round` must be given: a positive number, or None with a '
                          '`sampling` of known population (its expected cohort size).')
-    sigma = _validation.check_nonnegative_float(noise_multiplier, 'noise_multiplier')
+    sigma = plan_checks.check_noise_multiplier(noise_multiplier)
     if m is not None:
       m = _validation.check_positive_float(m, 'clients_per_round')
     if clip_norm is not None:

@@ -24,6 +24,25 @@ from dp_ftrl_tff.settings import (
 
 CALIBRATION_TARGETS = ('target_epsilon', 'target_rho')
 
+#: The range of a non-zero noise multiplier sigma: sigma^2 lies in [1e-200, 1e200], so
+#: rho = sens^2 / (2 sigma^2) is a finite, non-zero float64 number for every squared sensitivity in
+#: [1e-100, 1e100] (float64 spans 2.2e-308 .. 1.8e308; Python's sigma**2 overflows above 1.3e154
+#: and underflows to 0 below 1.5e-154). Whether the accountant converts the plan's rho is checked
+#: where the sensitivity is known (`accounting.zcdp.MAX_RHO`).
+MIN_NOISE_MULTIPLIER = 1e-100
+MAX_NOISE_MULTIPLIER = 1e100
+
+
+def check_noise_multiplier(noise_multiplier) -> float:
+  """sigma as float: 0 (no noise) or in [`MIN_NOISE_MULTIPLIER`, `MAX_NOISE_MULTIPLIER`]; else a
+  ValueError naming `noise_multiplier`."""
+  sigma = _validation.check_nonnegative_float(noise_multiplier, 'noise_multiplier')
+  if sigma != 0.0 and not MIN_NOISE_MULTIPLIER <= sigma <= MAX_NOISE_MULTIPLIER:
+    raise ValueError(f'`noise_multiplier`={sigma:g} is outside [{MIN_NOISE_MULTIPLIER:g}, '
+                     f'{MAX_NOISE_MULTIPLIER:g}] (or 0 for no noise): its rho-zCDP sens^2 / '
+                     '(2 sigma^2) would overflow or underflow float64.')
+  return sigma
+
 
 def check_sampling(sampling) -> Optional[Sampling]:
   """`sampling` (a `Sampling` or None); ValueError otherwise."""

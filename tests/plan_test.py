@@ -274,3 +274,26 @@ def test_wrong_nested_field_names_the_plan_field(tmp_path, field, value, fragmen
   with pytest.raises(plan.InvalidPlanFileError, match=fragment) as raised:
     plan.load_plan(path)
   assert f"field '{field}'" in str(raised.value) and str(path) in str(raised.value)
+
+
+@pytest.mark.parametrize('sigma', [1e300, 1e-300, 1e101, 1e-101])
+def test_noise_multiplier_outside_the_float64_range_is_refused(sigma):
+  with pytest.raises(ValueError, match=r'`noise_multiplier`=.* is outside \[1e-100, 1e\+100\]'):
+    plan.RunPlan.build(BLT, sigma, 10, 1.0)
+  assert plan.RunPlan.build(BLT, 1e-100, 10, 1.0).noise_multiplier == 1e-100
+  assert plan.RunPlan.build(BLT, 0.0, 10, 1.0).noise_multiplier == 0.0
+
+
+@pytest.mark.parametrize('field, value, fragment', [
+    ('noise_multiplier', 1e308, "field 'noise_multiplier'|`noise_multiplier`=1e\\+308"),
+    ('strategy', {'mechanism': 'blt', 'theta': [0.9], 'omega': [1e300]}, 'omega'),
+])
+def test_plan_file_with_an_extreme_value_is_one_line_naming_the_file(tmp_path, field, value,
+                                                                     fragment):
+  path = tmp_path / 'plan.json'
+  config = plan.RunPlan.build(BLT, 1.0, 10, 1.0, num_rounds=4).to_config()
+  config[field] = value
+  path.write_text(json.dumps(config))
+  with pytest.raises(plan.InvalidPlanFileError, match=fragment) as error:
+    plan.load_plan(path)
+  assert str(path) in str(error.value) and '\n' not in str(error.value)

@@ -44,6 +44,12 @@ DEFAULT_VALUE_DISCRETIZATION = 1e-4
 #: Default relative tolerance of `amplified_noise_multiplier` on sigma.
 DEFAULT_RTOL = 1e-7
 
+#: Widenings by 1.25 of `amplified_noise_multiplier`'s upper end past the exact Gaussian's sigma
+#: (87 times in all): PLD and RDP overstate the exact epsilon by far less, so a target still not
+#: met there is one the accountant cannot reach (RDP on TF-Privacy's orders stays above about
+#: log(1 / delta) / 62 however large sigma is).
+_MAX_WIDENING = 20
+
 
 def num_compositions(num_rounds: int, num_groups: int) -> int:
   """ceil(n / b-hat): the DP-SGD rounds the amplified run is equivalent to."""
@@ -117,7 +123,8 @@ def amplified_epsilon(noise_multiplier: float, rounds: int, bands: int, sampling
   """epsilon at `delta` of `amplified_event` (see its arguments).
 
   Args:
-    noise_multiplier: sigma > 0 relative to a largest column norm of 1.
+    noise_multiplier: sigma relative to a largest column norm of 1, at least
+      `min_noise_multiplier(rounds, bands, sampling_prob)` (ValueError naming it otherwise).
     rounds, bands, sampling_prob: n, b-hat and q as in `amplified_event`.
     delta: in (0, 1).
     accountant: 'pld' (dp_accounting's PLD, pessimistic) or 'rdp' (TF-Privacy's orders).
@@ -125,6 +132,11 @@ def amplified_epsilon(noise_multiplier: float, rounds: int, bands: int, sampling
   """
   event = amplified_event(noise_multiplier, rounds, bands, sampling_prob)
   delta = _check_delta(delta)
+  floor = min_noise_multiplier(rounds, bands, sampling_prob)
+  if noise_multiplier < floor:
+    raise ValueError(f'`noise_multiplier`={noise_multiplier:g} is below {floor:.4g}, the smallest '
+                     f'the accountant takes here (rho-zCDP {zcdp.MAX_RHO:g} per event, '
+                     '`min_noise_multiplier`): its privacy loss distribution would be too large.')
   acc = _accountant(accountant, value_discretization_interval)
   acc.compose(event)
   return float(acc.get_epsilon(delta))
@@ -137,12 +149,16 @@ def amplified_noise_multiplier(target_epsilon: float, rounds: int, bands: int,
   """The smallest sigma (to `rtol` relative) with `amplified_epsilon` <= `target_epsilon`.
 
   The bracket's upper end is the unamplified sigma, sqrt(ceil(n / b-hat)) times the single-Gaussian
-  sigma on the exact tradeoff curve (sampling only lowers epsilon), widened until its epsilon meets
-  the target; the lower end halves from there until epsilon exceeds it. Then
-  `dp_accounting.calibrate_dp_mechanism`, which steps to the safe side of the root.
+  sigma on the exact tradeoff curve (sampling only lowers epsilon), widened (at most
+  `_MAX_WIDENING` times) until its epsilon meets the target; the lower end halves from there until
+  epsilon exceeds it, but not below `min_noise_multiplier` (the unamplified run's rho-zCDP is
+  `zcdp.MAX_RHO` there: the accountant's range). Then `dp_accounting.calibrate_dp_mechanism`, which
+  steps to the safe side of the root.
 
   Args:
-    target_epsilon: > 0.
+    target_epsilon: in [`calibration.MIN_TARGET_EPSILON`, `calibration.max_epsilon(delta)`], and
+      above the epsilon at `min_noise_multiplier` (else a ValueError naming it: no sigma in the
+      accountant's range meets it).
     rounds, bands, sampling_prob, delta, accountant, value_discretization_interval: as in
       `amplified_epsilon`.
     rtol: relative tolerance on sigma (brentq's xtol is rtol times the bracket's upper end).
@@ -150,9 +166,9 @@ def amplified_noise_multiplier(target_epsilon: float, rounds: int, bands: int,
   Returns:
     sigma relative to a largest column norm of 1, never below what `target_epsilon` needs.
   """
-  epsilon = _validation.check_positive_float(target_epsilon, 'target_epsilon')
   rounds, bands, q = _check_setting(rounds, bands, sampling_prob)
   delta = _check_delta(delta)
+  epsilon = calibration.check_target_epsilon(target_epsilon, delta)
   _validation.check_one_of(accountant, 'accountant', ACCOUNTANTS)
   rtol = _validation.check_float_in_range(rtol, 'rtol', 0.0, 0.1, low_inclusive=False)
 
@@ -162,17 +178,41 @@ def amplified_noise_multiplier(target_epsilon: float, rounds: int, bands: int,
 
   high = math.sqrt(num_compositions(rounds, bands)) * calibration.noise_multiplier_for_epsilon(
       epsilon, 1.0, delta, conversion='gaussian')
+  widenings = 0
   while gap(high) > 0:  # PLD / RDP are upper bounds on the exact curve: a small widening may remain
+    widenings += 1
+    if widenings > _MAX_WIDENING:
+      raise ValueError(f'`target_epsilon`={epsilon:g} at delta {delta:g} is not reachable with the '
+                       f'{accountant} accountant: its epsilon stays above the target at '
+                       f'{1.25**_MAX_WIDENING:.0f} times the exact Gaussian\'s noise multiplier; give '
+                       'a larger target' + (' or use the pld accountant.' if accountant == 'rdp'
+                                            else '.'))
     high *= 1.25
-  low = high / 2
-  while gap(low) <= 0:
-    high, low = low, low / 2
-  return float(dp_accounting.calibrate_dp_mechanism(
+  floor = min_noise_multiplier(rounds, bands, q)
+  low = max(high / 2, floor)
+  while (low_gap := gap(low)) <= 0:
+    if low <= floor:
+      raise ValueError(f'`target_epsilon`={epsilon:g} is not reachable: even at noise multiplier '
+                       f'{floor:.4g} (the smallest the accountant takes, `min_noise_multiplier`), '
+                       f'epsilon is only {low_gap + epsilon:.4g}; give a smaller target.')
+    high, low = low, max(low / 2, floor)
+  return calibration.calibrate(
       make_fresh_accountant=lambda: _accountant(accountant, value_discretization_interval),
       make_event_from_param=lambda sigma: amplified_event(sigma, rounds, bands, q),
       target_epsilon=epsilon, target_delta=delta,
       bracket_interval=dp_accounting.ExplicitBracketInterval(low, high),
-      tol=rtol * high))
+      tol=rtol * high, accountant=accountant)
+
+
+def min_noise_multiplier(rounds: int, bands: int, sampling_prob: float) -> float:
+  """The smallest noise multiplier (relative to a largest column norm of 1) the accountant takes:
+  one whose event has rho-zCDP `zcdp.MAX_RHO`, the size limit of its privacy loss distribution
+  (`zcdp.check_rho`). Without sampling (q = 1) the ceil(n / b-hat) Gaussian rounds are one Gaussian
+  event, sqrt(ceil(n / b-hat) / (2 MAX_RHO)); with sampling each round is its own event,
+  1 / sqrt(2 MAX_RHO) (about 0.0707), and the composition's distribution spreads about as far as
+  its epsilon."""
+  count = num_compositions(rounds, bands) if sampling_prob == 1.0 else 1
+  return math.sqrt(count / (2.0 * zcdp.MAX_RHO))
 
 
 # ---------------------------------------------------------------------------------------------------

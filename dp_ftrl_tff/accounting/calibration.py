@@ -16,6 +16,10 @@ The 'gaussian' conversion (exact tradeoff curve) has no dp_accounting accountant
 `calibrate_dp_mechanism` for it: its root is found here with scipy's brentq in log sigma, then stepped
 to the safe side the same way. Noise multipliers are relative to the clip norm; sensitivities are
 computed with clip norm 1.
+
+Bounds: a target epsilon lies in [`MIN_TARGET_EPSILON`, `max_epsilon(delta)`] and a target rho in
+(0, `zcdp.MAX_RHO`]: the search stays inside the accountant's range, and a target outside it is a
+ValueError naming `target_epsilon` (or `target_rho`) with the bound, never an unbounded search.
 """
 
 import math
@@ -36,10 +40,44 @@ _RTOL = 1e-10
 #: Start of the search bracket below the exact-Gaussian root (epsilon is well over the target there).
 _BRACKET = 1e-3
 
+#: The smallest target epsilon: ten steps of the PLD's value discretization (1e-4, dp_accounting's
+#: default). Below it the pessimistic rounding (up to one step) dominates the target: at 1e-4
+#: dp_accounting's calibration finds no root, at 1e-5 it returns 5000 times the noise needed.
+MIN_TARGET_EPSILON = 1e-3
+
+
+def max_epsilon(delta: float = zcdp.DEFAULT_DELTA) -> float:
+  """The largest target epsilon at `delta` that calibration meets: the exact-Gaussian epsilon of
+  rho = `zcdp.MAX_RHO` (about 184 at delta 1e-10, 167 at 1e-5). The PLD's epsilon is above the exact
+  one, so the calibrated rho stays within `zcdp.MAX_RHO`."""
+  return zcdp.epsilon_from_rho(zcdp.MAX_RHO, delta, 'gaussian')
+
+
+def check_target_epsilon(target_epsilon, delta) -> float:
+  """`target_epsilon` as float; a ValueError naming it unless it lies in [`MIN_TARGET_EPSILON`,
+  `max_epsilon(delta)`] (`delta` checked by the caller)."""
+  epsilon = _validation.check_positive_float(target_epsilon, 'target_epsilon')
+  if epsilon < MIN_TARGET_EPSILON:
+    raise ValueError(f'`target_epsilon`={epsilon:g} is below {MIN_TARGET_EPSILON:g}, ten steps of '
+                     'the PLD accountant\'s 1e-4 discretization, whose rounding would dominate it.')
+  largest = max_epsilon(delta)
+  if epsilon > largest:
+    raise ValueError(f'`target_epsilon`={epsilon:g} is above {largest:.4g}, the largest epsilon at '
+                     f'delta {delta:g} that calibration meets (rho-zCDP {zcdp.MAX_RHO:g}, beyond '
+                     'which the accountant computes no epsilon); give a smaller target.')
+  return epsilon
+
+
+def _check_target_rho(target_rho) -> float:
+  rho = _validation.check_positive_float(target_rho, 'target_rho')
+  return zcdp.check_rho(rho, f'`target_rho`={rho:g}',
+                        f'a `target_rho` of at most {zcdp.MAX_RHO:g}')
+
 
 def noise_multiplier_for_rho(target_rho: float, sensitivity_squared: float) -> float:
-  """sigma = sqrt(sens^2 / (2 rho)): the noise multiplier that gives exactly `target_rho`."""
-  rho = _validation.check_positive_float(target_rho, 'target_rho')
+  """sigma = sqrt(sens^2 / (2 rho)): the noise multiplier that gives exactly `target_rho` (in
+  (0, `zcdp.MAX_RHO`])."""
+  rho = _check_target_rho(target_rho)
   sens_sq = _validation.check_positive_float(sensitivity_squared, 'sensitivity_squared')
   return _noise_multiplier_for_rho(rho, sens_sq)
 
@@ -49,11 +87,11 @@ def _noise_multiplier_for_rho(rho: float, sens_sq: float) -> float:
 
 
 def _check_epsilon_target(target_epsilon, delta, conversion) -> float:
-  epsilon = _validation.check_positive_float(target_epsilon, 'target_epsilon')
+  _validation.check_positive_float(target_epsilon, 'target_epsilon')
   _validation.check_float_in_range(delta, 'delta', 0.0, 1.0, low_inclusive=False,
                                    high_inclusive=False)
   _validation.check_one_of(conversion, 'conversion', zcdp.CONVERSIONS)
-  return epsilon
+  return check_target_epsilon(target_epsilon, delta)
 
 
 def _epsilon(sens_sq: float, sigma: float, delta: float, conversion: str) -> float:
@@ -68,7 +106,8 @@ def _noise_multiplier_on_gaussian_curve(epsilon: float, sens_sq: float, delta: f
   # The zCDP bound eps <= rho + 2 sqrt(rho log(1/delta)) meets the target at rho_low, so that sigma
   # is always enough; widen geometrically in case of rounding at either end.
   log_term = math.log(1.0 / delta)
-  rho_low = (math.sqrt(log_term + epsilon) - math.sqrt(log_term))**2
+  # (sqrt(L + eps) - sqrt(L))^2, in a form that does not cancel to 0 for a small eps.
+  rho_low = (epsilon / (math.sqrt(log_term + epsilon) + math.sqrt(log_term)))**2
   high = 0.5 * math.log(sens_sq / (2.0 * rho_low))
   low = high - 1.0
   while gap(low) <= 0:
@@ -88,7 +127,7 @@ def noise_multiplier_for_epsilon(target_epsilon: float, sensitivity_squared: flo
   """The noise multiplier (relative to the clip norm) that meets `target_epsilon` at `delta`.
 
   Args:
-    target_epsilon: > 0.
+    target_epsilon: in [`MIN_TARGET_EPSILON`, `max_epsilon(delta)`].
     sensitivity_squared: sens^2 > 0 of the whole run (clip norm 1).
     delta: in (0, 1).
     conversion: 'pld', 'gaussian' or 'rdp' (see `zcdp.epsilon_from_rho`).
@@ -108,7 +147,7 @@ def _noise_multiplier_for_epsilon(epsilon: float, sens_sq: float, delta: float,
   sigma_gaussian = _noise_multiplier_on_gaussian_curve(epsilon, sens_sq, delta)
   if conversion == 'gaussian':
     return sigma_gaussian
-  return float(dp_accounting.calibrate_dp_mechanism(
+  return calibrate(
       make_fresh_accountant=lambda: zcdp.make_accountant(conversion),
       make_event_from_param=lambda sigma: zcdp.gaussian_event(
           zcdp.rho_from_sensitivity(sens_sq, sigma)),
@@ -116,7 +155,20 @@ def _noise_multiplier_for_epsilon(epsilon: float, sens_sq: float, delta: float,
       bracket_interval=dp_accounting.LowerEndpointAndGuess(
           lower_endpoint=sigma_gaussian * (1.0 - _BRACKET),
           initial_guess=sigma_gaussian * (1.0 + _BRACKET)),
-      tol=_RTOL * sigma_gaussian))
+      tol=_RTOL * sigma_gaussian, accountant=conversion)
+
+
+def calibrate(*, accountant: str, **kwargs) -> float:
+  """`dp_accounting.calibrate_dp_mechanism(**kwargs)` as a float; its failures (no bracket within
+  2^30 of the guess, no root: the `accountant`'s epsilon never reaches the target) are a ValueError
+  naming `target_epsilon`."""
+  try:
+    return float(dp_accounting.calibrate_dp_mechanism(**kwargs))
+  except (dp_accounting.mechanism_calibration.NoBracketIntervalFoundError,
+          dp_accounting.mechanism_calibration.NoOptimumFoundError) as e:
+    raise ValueError(f'`target_epsilon`={kwargs["target_epsilon"]:g} at delta '
+                     f'{kwargs["target_delta"]:g} is not reachable with the {accountant} '
+                     f'accountant ({e}); give a larger target.') from e
 
 
 def rho_for_epsilon(target_epsilon: float, delta: float = zcdp.DEFAULT_DELTA,
@@ -126,7 +178,7 @@ def rho_for_epsilon(target_epsilon: float, delta: float = zcdp.DEFAULT_DELTA,
   The calibrated noise multiplier at sensitivity 1, as rho = 1 / (2 sigma^2).
 
   Args:
-    target_epsilon: > 0.
+    target_epsilon: in [`MIN_TARGET_EPSILON`, `max_epsilon(delta)`].
     delta: in (0, 1).
     conversion: 'pld', 'gaussian' or 'rdp' (see `zcdp.epsilon_from_rho`).
   """
@@ -148,22 +200,23 @@ def calibrate_plan(plan: plan_lib.RunPlan, *, target_epsilon: Optional[float] = 
 
   Args:
     plan: the `RunPlan` (its noise multiplier is replaced).
-    target_epsilon, target_rho: exactly one, > 0.
+    target_epsilon, target_rho: exactly one: a target epsilon in [`MIN_TARGET_EPSILON`,
+      `max_epsilon(delta)`] or a target rho in (0, `zcdp.MAX_RHO`].
     participation: the `ParticipationSchema` to calibrate for, or None.
     num_rounds: n, or None.
   """
   if (target_epsilon is None) == (target_rho is None):
     raise ValueError('Exactly one of `target_epsilon`, `target_rho` must be given.')
+  delta = zcdp.DEFAULT_DELTA if plan.target_delta is None else plan.target_delta
   if target_rho is None:
-    target, name = _validation.check_positive_float(target_epsilon, 'target_epsilon'), 'target_epsilon'
+    target, name = check_target_epsilon(target_epsilon, delta), 'target_epsilon'
   else:
-    target, name = _validation.check_positive_float(target_rho, 'target_rho'), 'target_rho'
+    target, name = _check_target_rho(target_rho), 'target_rho'
   sens_sq = zcdp.plan_sensitivity_squared(plan, num_rounds, participation)
   if not sens_sq > 0:
     raise ValueError(f'The plan\'s `sensitivity_squared` must be positive, got {sens_sq!r}.')
   if name == 'target_rho':
     sigma = _noise_multiplier_for_rho(target, sens_sq)
   else:
-    delta = zcdp.DEFAULT_DELTA if plan.target_delta is None else plan.target_delta
     sigma = _noise_multiplier_for_epsilon(target, sens_sq, delta, 'pld')
   return plan.with_noise_multiplier(sigma, {name: target})

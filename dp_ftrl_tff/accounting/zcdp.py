@@ -36,10 +36,11 @@ import dp_accounting
 import numpy as np
 import scipy.optimize
 import scipy.special
+from dp_accounting.pld import privacy_loss_mechanism
 
 from dp_ftrl_tff import _validation
 from dp_ftrl_tff import plan as plan_lib
-from dp_ftrl_tff.mechanisms import base
+from dp_ftrl_tff.mechanisms import base, memory
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from dp_ftrl_tff.mechanisms.base import check_restart_rounds, segment_lengths  # noqa: F401
 
@@ -51,6 +52,47 @@ TF_PRIVACY_RDP_ORDERS = tuple([1 + x / 10.0 for x in range(1, 100)] + list(range
 
 DEFAULT_DELTA = 1e-10
 
+#: The largest rho-zCDP whose epsilon is computed. The PLD of one Gaussian event at dp_accounting's
+#: default discretization 1e-4 has (eps_upper - eps_lower) / 1e-4 points, about
+#: (2 rho + 16 sqrt(2 rho)) / 1e-4: 4.8e6 points at rho = 100 (0.67 GB at `PLD_BYTES_PER_POINT`,
+#: tens of seconds), growing linearly with rho. A rho above 100 means epsilon above 100 at any delta
+#: below 0.1 (epsilon > rho there): no meaningful guarantee, so it is refused rather than computed.
+MAX_RHO = 100.0
+
+#: Bytes the PLD accountant allocates per point of its distribution (tracemalloc peak of
+#: `epsilon_from_rho` at rho = 1 .. 1000: 139 .. 152 bytes; a lower bound).
+PLD_BYTES_PER_POINT = 140
+
+
+class AccountingLimitError(ValueError):
+  """A rho-zCDP above `MAX_RHO`: its epsilon is not computed (see `check_rho`)."""
+
+
+def pld_points(rho: float) -> float:
+  """Points of the PLD accountant's distribution for one Gaussian event of rho-zCDP `rho` > 0 (its
+  connect-the-dots bounds at the default truncation, over the 1e-4 discretization); inf when the
+  noise multiplier 1 / sqrt(2 rho) is not a positive float64."""
+  noise = 1.0 / math.sqrt(2.0 * rho) if math.isfinite(rho) else 0.0
+  if not noise > 0:
+    return math.inf
+  bounds = privacy_loss_mechanism.GaussianPrivacyLoss(noise, sensitivity=1.0).connect_dots_bounds()
+  return (bounds.epsilon_upper - bounds.epsilon_lower) / 1e-4
+
+
+def check_rho(rho: float, what: str = '`rho`', remedy: str = 'a smaller `rho`') -> float:
+  """Returns `rho`; raises `AccountingLimitError` when it exceeds `MAX_RHO` (or is not finite),
+  with the PLD's memory arithmetic: `what` names the origin of rho (e.g. '`noise_multiplier`=0.01
+  gives rho-zCDP 5000'), `remedy` what to change."""
+  if math.isfinite(rho) and rho <= MAX_RHO:
+    return rho
+  points, limit = pld_points(rho), pld_points(MAX_RHO)
+  raise AccountingLimitError(
+      f'{what}, above the {MAX_RHO:g} whose epsilon is computed: its privacy loss distribution '
+      f'would need {points:.3g} points (about {memory.format_bytes(points * PLD_BYTES_PER_POINT)} at '
+      f'{PLD_BYTES_PER_POINT} bytes each; rho {MAX_RHO:g} needs {limit:.3g}, '
+      f'{memory.format_bytes(limit * PLD_BYTES_PER_POINT)}), and epsilon would exceed rho; use '
+      f'{remedy}.')
+
 
 def _check_delta(delta) -> float:
   return _validation.check_float_in_range(delta, 'delta', 0.0, 1.0, low_inclusive=False,
@@ -58,10 +100,18 @@ def _check_delta(delta) -> float:
 
 
 def rho_from_sensitivity(sensitivity_squared: float, noise_multiplier: float) -> float:
-  """rho = sens^2 / (2 sigma^2) (clip norm 1, sigma relative to the clip norm)."""
+  """rho = sens^2 / (2 sigma^2) (clip norm 1, sigma relative to the clip norm); inf when it
+  overflows float64."""
   sens_sq = _validation.check_nonnegative_float(sensitivity_squared, 'sensitivity_squared')
   sigma = _validation.check_positive_float(noise_multiplier, 'noise_multiplier')
-  return sens_sq / (2.0 * sigma**2)
+  return _rho(sens_sq, sigma)
+
+
+def _rho(sens_sq: float, sigma: float) -> float:
+  """sens^2 / (2 sigma^2) in numpy float64: inf on overflow, 0 on underflow, never an exception
+  (Python's sigma**2 raises OverflowError above 1.3e154 and ZeroDivisionError once it underflows)."""
+  with np.errstate(over='ignore', under='ignore', divide='ignore'):
+    return float(np.float64(sens_sq) / (2.0 * np.float64(sigma) * np.float64(sigma)))
 
 
 def effective_noise_multiplier(sensitivity_squared: float, noise_multiplier: float) -> float:
@@ -128,10 +178,16 @@ def epsilon_from_rho(rho: float, delta: float = DEFAULT_DELTA, conversion: str =
 
   Returns:
     epsilon as a float.
+
+  Raises:
+    AccountingLimitError: `rho` above `MAX_RHO` with the 'pld' conversion (its distribution would
+      be too large; the other conversions are closed forms).
   """
   rho = _validation.check_nonnegative_float(rho, 'rho')
   delta = _check_delta(delta)
   _validation.check_one_of(conversion, 'conversion', CONVERSIONS)
+  if conversion == 'pld':
+    check_rho(rho, f'`rho`={rho:g}')
   return _epsilon(rho, delta, conversion, value_discretization_interval, orders)
 
 
@@ -224,6 +280,11 @@ def guarantee(strategy: base.Strategy, num_rounds: int,
 
   Returns:
     A `Guarantee`.
+
+  Raises:
+    AccountingLimitError: with the 'pld' conversion, the run's rho exceeds `MAX_RHO`, naming the
+      noise multiplier that would do (the closed forms convert any rho: the DP-FTRL paper's RDP
+      epsilon 363.66 has rho 248).
   """
   if not isinstance(strategy, base.Strategy):
     raise ValueError(f'`strategy` must be a mechanisms Strategy, got {strategy!r}.')
@@ -245,14 +306,17 @@ def guarantee_for_plan(plan: plan_lib.RunPlan, num_rounds: Optional[int] = None,
 
   Raises:
     ValueError: the plan adds no noise (it has no DP guarantee), or lacks the rounds or the
-      participation and none is given.
+      participation and none is given; `AccountingLimitError` when its rho exceeds `MAX_RHO`,
+      whatever the conversion.
   """
   num_rounds, participation = _plan_setting(plan, num_rounds, participation)
   if plan.noise_multiplier == 0:
     raise ValueError('`plan` has noise_multiplier 0: the run adds no noise and has no DP guarantee.')
   delta = DEFAULT_DELTA if plan.target_delta is None else plan.target_delta
+  # Every conversion: a run's header (a closed form) must not promise what its report (the PLD)
+  # cannot compute.
   return _guarantee(plan.strategy, num_rounds, participation, plan.noise_multiplier, delta,
-                    tuple(plan.restart_rounds(num_rounds)), conversion)
+                    tuple(plan.restart_rounds(num_rounds)), conversion, any_conversion=True)
 
 
 def plan_sensitivity_squared(plan: plan_lib.RunPlan, num_rounds: Optional[int] = None,
@@ -284,11 +348,17 @@ def _plan_setting(plan, num_rounds, participation) -> tuple:
 
 def _guarantee(strategy: base.Strategy, num_rounds: int,
                participation: participation_lib.ParticipationSchema, sigma: float, delta: float,
-               restarts: tuple, conversion: str) -> Guarantee:
-  """`guarantee` of checked arguments (`restarts` sorted, distinct, in (0, n))."""
+               restarts: tuple, conversion: str, any_conversion: bool = False) -> Guarantee:
+  """`guarantee` of checked arguments (`restarts` sorted, distinct, in (0, n)); with
+  `any_conversion` rho is checked against `MAX_RHO` whatever the conversion."""
   sens_sq = _sensitivity_squared(strategy, base.lengths_between(num_rounds, restarts),
                                  participation)
-  rho = sens_sq / (2.0 * sigma**2)
+  rho = _rho(sens_sq, sigma)
+  if conversion == 'pld' or any_conversion:
+    check_rho(rho, f'`noise_multiplier`={sigma:g} gives rho-zCDP {rho:.4g} over {num_rounds} '
+              f'`rounds` (squared sensitivity {sens_sq:.4g})',
+              f'a `noise_multiplier` of at least {math.sqrt(sens_sq / (2 * MAX_RHO)):.4g} (or '
+              'fewer `rounds`)' if math.isfinite(sens_sq) else 'fewer `rounds`')
   return Guarantee(mechanism=strategy.name, num_rounds=num_rounds, participation=participation,
                    restart_rounds=restarts, sensitivity_squared=sens_sq, noise_multiplier=sigma,
                    rho=rho, epsilon=_epsilon(rho, delta, conversion), delta=delta,

@@ -41,8 +41,10 @@ ROW_BLOCK = 64
 
 
 def _check_band_rows(band_rows) -> np.ndarray:
-  """Validates band rows R (n, b-hat): finite, R[t, 0] > 0, R[t, j] = 0 for t - j < 0."""
-  band_rows = _validation.check_float_array(band_rows, 'band_rows', ndim=2)
+  """Validates band rows R (n, b-hat): finite, of magnitude at most `_validation.MAX_COEFFICIENT`,
+  R[t, 0] > 0, R[t, j] = 0 for t - j < 0."""
+  band_rows = _validation.check_float_array(band_rows, 'band_rows', ndim=2,
+                                          max_abs=_validation.MAX_COEFFICIENT)
   if band_rows.shape[1] > band_rows.shape[0]:
     raise ValueError(f'`band_rows` has {band_rows.shape[1]} bands for {band_rows.shape[0]} rounds.')
   if np.any(band_rows[:, 0] <= 0):

@@ -50,8 +50,10 @@ _ERRORS = ('max', 'rms')
 
 
 def _check_vector(values, name: str, length: Optional[int] = None) -> np.ndarray:
-  """Returns `values` as a finite 1-D float64 array with at least one entry (and `length` if given)."""
-  array = _validation.check_float_array(values, name, ndim=1)
+  """Returns `values` as a finite 1-D float64 array with at least one entry (and `length` if given),
+  each of magnitude at most `_validation.MAX_COEFFICIENT` (the coefficients c_i are sums of d
+  omega_j theta_j^(i-1), and the sensitivity sums their squares)."""
+  array = _validation.check_float_array(values, name, ndim=1, max_abs=_validation.MAX_COEFFICIENT)
   if length is not None and array.size != length:
     raise ValueError(f'`{name}` must have {length} entries (one per buffer), got {array.size}.')
   return array
@@ -185,7 +187,8 @@ class BLTStrategy(base.ToeplitzStrategy):
   Attributes:
     theta: buffer decays, each in (0, 1] (C's own; the decays theta_hat of C^-1 lie in (-1, 1] and may
       be negative, see `inverse`).
-    omega: output scales, finite (the paper's BLTs have omega > 0 and sum(omega) <= 1, which makes c
+    omega: output scales, finite and of magnitude at most `_validation.MAX_COEFFICIENT` = 1e100
+      (the paper's BLTs have omega > 0 and sum(omega) <= 1, which makes c
       non-negative and non-increasing, the condition of Thm. 3.1 under which `sensitivity_squared`
       is exact; this includes every `optimize_blt` result).
   """

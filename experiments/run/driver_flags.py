@@ -15,6 +15,7 @@ from typing import Any, Dict
 
 from absl import flags
 
+from dp_ftrl_tff.mechanisms import memory
 from experiments.cli import flag_aliases, plan_flags
 from experiments.run import run_config
 
@@ -101,7 +102,9 @@ def _define_clip_and_secure_flags(fv: flags.FlagValues) -> None:
 
 
 def config_from_flags(fv: flags.FlagValues, task_settings: Dict[str, Any]) -> run_config.RunConfig:
-  """A `RunConfig` from the parsed common flags plus the driver's own settings."""
+  """A `RunConfig` from the parsed common flags plus the driver's own settings; a
+  `--canary_clients` whose canaries cannot fit in memory is a `memory.MemoryLimitError` (a
+  ValueError naming the flag and the arithmetic) before anything is built."""
   special = ('task', 'mechanism_options', 'restart_rounds')
   values = {f.name: fv[f.name].value for f in dataclasses.fields(run_config.RunConfig)
             if f.name not in special}
@@ -110,6 +113,8 @@ def config_from_flags(fv: flags.FlagValues, task_settings: Dict[str, Any]) -> ru
       raise ValueError('`target_epsilon` excludes `noise_multiplier` (the noise multiplier is '
                        'calibrated to the target): give only one of them.')
     values['noise_multiplier'] = None
-  return run_config.RunConfig(**values, mechanism_options=plan_flags.mechanism_options(fv),
-                              restart_rounds=plan_flags.restart_rounds(fv.restart_rounds),
-                              task=dict(task_settings))
+  config = run_config.RunConfig(**values, mechanism_options=plan_flags.mechanism_options(fv),
+                                restart_rounds=plan_flags.restart_rounds(fv.restart_rounds),
+                                task=dict(task_settings))
+  memory.check_canaries_fit(config.canary_clients, config.rounds)
+  return config

@@ -18,7 +18,7 @@ import json
 import os
 from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple
 
-from dp_ftrl_tff import _atomic, _validation
+from dp_ftrl_tff import _atomic, _validation, plan_checks
 from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.accounting import zcdp
 from dp_ftrl_tff.learning import remote_execution
@@ -130,7 +130,7 @@ class RunConfig:
     _validation.check_float_in_range(self.server_momentum, 'server_momentum', 0.0, 1.0,
                                      high_inclusive=False)
     if self.target_epsilon is None:
-      _validation.check_nonnegative_float(self.noise_multiplier, 'noise_multiplier')
+      plan_checks.check_noise_multiplier(self.noise_multiplier)
     else:
       _validation.check_positive_float(self.target_epsilon, 'target_epsilon')
       if self.noise_multiplier is not None:

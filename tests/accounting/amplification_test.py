@@ -150,3 +150,23 @@ def test_bad_inputs_name_the_parameter(kwargs, name):
   args.update(kwargs)
   with pytest.raises(ValueError, match=name):
     amplification.amplified_epsilon(**args)
+
+
+@pytest.mark.parametrize('target', [1e6, 1e-5])
+def test_amplified_calibration_refuses_a_target_outside_the_range_at_once(target):
+  with pytest.raises(ValueError, match=r'`target_epsilon`='):
+    amplification.amplified_noise_multiplier(target, 100, 2, 0.1, 1e-10)
+
+
+def test_amplified_epsilon_refuses_a_noise_multiplier_below_the_accountant_range():
+  floor = amplification.min_noise_multiplier(100, 2, 0.1)
+  assert math.isclose(floor, 1 / math.sqrt(2 * zcdp.MAX_RHO))
+  assert amplification.min_noise_multiplier(100, 2, 1.0) == math.sqrt(50 / (2 * zcdp.MAX_RHO))
+  with pytest.raises(ValueError, match=r'`noise_multiplier`=1e-20 is below 0\.07071'):
+    amplification.amplified_epsilon(1e-20, 100, 2, 0.1, 1e-10)
+
+
+def test_rdp_target_below_its_floor_is_refused_not_searched_forever():
+  """RDP on TF-Privacy's orders never goes below about log(1/delta) / 62 (0.37 at 1e-10)."""
+  with pytest.raises(ValueError, match=r'`target_epsilon`=0\.01 .* not reachable with the rdp'):
+    amplification.amplified_noise_multiplier(0.01, 10, 1, 1.0, 1e-10, 'rdp')

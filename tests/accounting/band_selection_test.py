@@ -127,3 +127,10 @@ def test_search_discretization_follows_small_epsilons():
   assert fine * (1 - 1e-3) <= sigma <= fine * 1.01
   coarse = band_selection.BandSelector(1024, 2, 1, value_discretization_interval=1e-3)
   assert coarse.noise_multiplier(1, 1 / 32, 1e-6) > 2 * fine
+
+
+def test_an_unreachable_target_is_refused_before_any_optimization():
+  selector = band_selection.BandSelector(100, 1000, 10)
+  with pytest.raises(ValueError, match=r'`target_epsilon`=1e\+06 is above'):
+    selector.select(1e6, 1e-10)
+  assert not selector._strategies  # nothing was optimized

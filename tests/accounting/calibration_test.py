@@ -77,3 +77,26 @@ def test_gboard_rounded_rho_recovers_paper_epsilon():
 def test_rejects_bad_input(call, name):
   with pytest.raises(ValueError, match=name):
     call()
+
+
+@pytest.mark.parametrize('target, fragment', [
+    (1e6, r'`target_epsilon`=1e\+06 is above 189\.1, the largest epsilon at delta 1e-10'),
+    (1e-5, r'`target_epsilon`=1e-05 is below 0\.001'),
+    (1e-300, r'`target_epsilon`=1e-300 is below 0\.001'),
+])
+def test_target_epsilon_outside_the_accountant_range_is_refused(target, fragment):
+  for conversion in ('pld', 'gaussian'):
+    with pytest.raises(ValueError, match=fragment):
+      calibration.noise_multiplier_for_epsilon(target, 1.0, conversion=conversion)
+
+
+def test_targets_at_the_ends_of_the_range_calibrate():
+  largest = calibration.max_epsilon(1e-10)
+  sigma = calibration.noise_multiplier_for_epsilon(largest, 1.0)
+  assert zcdp.rho_from_sensitivity(1.0, sigma) <= zcdp.MAX_RHO
+  assert calibration.noise_multiplier_for_epsilon(calibration.MIN_TARGET_EPSILON, 1.0) > 0
+
+
+def test_target_rho_above_the_accountant_limit_is_refused():
+  with pytest.raises(zcdp.AccountingLimitError, match=r'`target_rho`=1e\+06'):
+    calibration.noise_multiplier_for_rho(1e6, 1.0)

@@ -14,6 +14,7 @@ import sys
 import numpy as np
 import pytest
 
+from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.accounting import zcdp
 from dp_ftrl_tff.mechanisms import banded, blt, gaussian, tree
 from dp_ftrl_tff.mechanisms import participation as participation_lib
@@ -280,3 +281,32 @@ def test_segment_lengths():
   assert zcdp.segment_lengths(10, [7, 3, 3]) == (3, 4, 3)
   assert list(itertools.accumulate(zcdp.segment_lengths(2000, range(128, 2000, 1024)))) == [
       128, 1152, 2000]
+
+
+def test_rho_above_the_accountant_limit_is_refused_with_the_pld_arithmetic():
+  assert zcdp.pld_points(zcdp.MAX_RHO) < 5e6
+  with pytest.raises(zcdp.AccountingLimitError, match=r'`rho`=5e\+08, above the 100 .* 1e\+13 '
+                     r'points \(about 1\.4 PB'):
+    zcdp.epsilon_from_rho(5e8)
+  assert math.isfinite(zcdp.epsilon_from_rho(5e8, conversion='gaussian'))  # a closed form
+
+
+@pytest.mark.parametrize('sigma, rounds', [(1e-20, 10), (1.0, 10**9)])
+def test_guarantee_beyond_the_accountant_names_the_noise_multiplier(sigma, rounds):
+  """A Gaussian plan of 1e9 rounds and a noise multiplier of 1e-20 are refused with the PLD's
+  memory arithmetic and the noise multiplier that would do; a plan's guarantee whatever the
+  conversion (the drivers' header uses the exact Gaussian curve)."""
+  participation = participation_lib.ParticipationSchema(min_sep=1)
+  match = r'`noise_multiplier`=.* gives rho-zCDP .* points .* use a `noise_multiplier` of at least'
+  with pytest.raises(zcdp.AccountingLimitError, match=match):
+    zcdp.guarantee(gaussian.GaussianStrategy(), rounds, participation, sigma)
+  run_plan = plan_lib.RunPlan.for_accounting(gaussian.GaussianStrategy(), sigma,
+                                             num_rounds=rounds, participation=participation)
+  for conversion in ('pld', 'gaussian', 'rdp'):
+    with pytest.raises(zcdp.AccountingLimitError, match=match):
+      zcdp.guarantee_for_plan(run_plan, conversion=conversion)
+
+
+def test_rho_of_extreme_noise_multipliers_is_a_number_not_an_exception():
+  assert zcdp.rho_from_sensitivity(1.0, 1e300) == 0.0
+  assert zcdp.rho_from_sensitivity(1.0, 1e-300) == math.inf

@@ -216,3 +216,20 @@ def test_file_sha256_is_the_digest_of_the_bytes(tmp_path):
   assert files.file_sha256(path) == hashlib.sha256(path.read_bytes()).hexdigest()
   with pytest.raises(ValueError, match='path'):
     files.file_sha256(tmp_path / 'missing.json')
+
+
+def test_banded_file_with_an_overflowing_entry_is_refused(tmp_path):
+  path = str(tmp_path / 'banded.npz')
+  files.save_strategy(banded.BandedStrategy.from_toeplitz([1.0, 0.5], num_rounds=4), path)
+  with np.load(path) as data:
+    arrays = dict(data)
+  arrays['config/band_rows'][2, 1] = 1e300
+  np.savez(path, **arrays)
+  # The binaries name the file (`resolve`: --mechanism_file PATH is corrupt ...).
+  with pytest.raises(ValueError, match=r'band_rows.*1e\+300, above 1e\+100'):
+    files.read_strategy_file(path)
+
+
+def test_blt_omega_above_the_coefficient_bound_is_refused():
+  with pytest.raises(ValueError, match=r'`omega` has an entry of magnitude 1e\+300'):
+    blt.BLTStrategy(theta=(0.9,), omega=(1e300,))

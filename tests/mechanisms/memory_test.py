@@ -35,3 +35,15 @@ def test_banded_estimate_bounds_what_evaluation_allocates():
   peak = tracemalloc.get_traced_memory()[1]
   tracemalloc.stop()
   assert peak >= 0.9 * memory.estimate_bytes('banded', n)  # a lower bound of the real need
+
+
+def test_canary_estimate_and_refusal_name_the_flag_and_the_memory():
+  assert memory.estimate_canary_bytes(1000, 20) == 1000 * (152 + 16 * 20)
+  memory.check_canaries_fit(1000, 20, available=10**9)
+  with pytest.raises(memory.MemoryLimitError, match=r'--canary_clients=1000000000 is too large: '
+                     r'.*about 472\.0 GB \(152 N \+ 16 N n bytes.*only 1\.0 GB'):
+    memory.check_canaries_fit(10**9, 20, available=10**9)
+
+
+def test_format_bytes_of_astronomical_sizes_stays_short():
+  assert memory.format_bytes(1.75e46) == '1.75e+28 EB'
