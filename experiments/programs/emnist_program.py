@@ -135,9 +135,9 @@ def _release_classes():
     save at a time (concurrent saves race in removing old versions: TFF's check-then-rmtree fails
     with NotFoundError when two saves remove the same one)."""
 
-    def __init__(self, root_dir, released: _RoundsReleased, **kwargs):
+    def __init__(self, root_dir, released: _RoundsReleased, after_save, **kwargs):
       super().__init__(root_dir, **kwargs)
-      self._released = released
+      self._released, self._after_save = released, after_save
       self._lock = None
 
     async def save(self, program_state, version):
@@ -147,6 +147,7 @@ def _release_classes():
         self._lock = asyncio.Lock()
       async with self._lock:
         await super().save(program_state, version)
+        self._after_save(version)  # the checkpoint's record (experiments.run.checkpoint_records)
 
   class ConsoleRelease(tff.program.ReleaseManager):
     """Prints the drivers' round line for each released row (0-based key)."""
@@ -225,11 +226,16 @@ def _check_restarts(config: run_config.RunConfig, plan) -> None:
                    'segment starts; train restarts with run_emnist.')
 
 
-def _check_rounds_unchanged(config: run_config.RunConfig) -> None:
+def _check_rounds_unchanged(config: run_config.RunConfig, recorded_settings) -> None:
+  """A resumed program keeps its rounds: those its checkpoint's record holds (`recorded_settings`),
+  else hparams.json's."""
   path = os.path.join(config.output_dir, run_dir.HPARAMS_FILE)
-  if not os.path.exists(path):
+  if recorded_settings is not None:
+    saved = recorded_settings
+  elif os.path.exists(path):
+    saved = run_dir.read_json(path, 'rerun the same command: it rewrites hparams.json.')
+  else:
     return
-  saved = run_dir.read_json(path, 'rerun the same command: it rewrites hparams.json.')
   rounds = saved.get('rounds') if isinstance(saved, dict) else None
   if rounds is not None and rounds != config.rounds:
     raise ValueError(f'`rounds`={config.rounds}, but {config.output_dir} holds a train_model run '
@@ -266,6 +272,7 @@ def _run(task: run_config.Task, config: run_config.RunConfig, directory: run_dir
     report_release,
   )
   from experiments.run import (  # pylint: disable=g-import-not-at-top
+    checkpoint_records,
     console,
     run_report,
     run_setup,
@@ -279,11 +286,19 @@ def _run(task: run_config.Task, config: run_config.RunConfig, directory: run_dir
     # The lock first, then every check (reading only); nothing is written before they pass.
     directory.acquire()
     directory.end_stale_workers()
-    run_config.check_hparams(config)
-    _check_rounds_unchanged(config)
-    resolved, strategy_unsaved = run_setup.run_strategy(config)
+    # A resume is checked against its checkpoint's record, not against hparams.json alone.
+    resumption = checkpoint_records.find_resumption(out)
+    if resumption.fresh:
+      run_config.check_hparams(config)
+    _check_rounds_unchanged(config, resumption.record and resumption.record['settings'])
+    checkpoint_records.check_files(out, resumption)
+    resolved, strategy_unsaved = run_setup.run_strategy(config, resumption.record and
+                                                        resumption.record['plan'])
     client_ids = list(task.train_data.client_ids)
     plan = run_setup.build_plan(config, resolved, len(client_ids))
+    settings = run_config.hparams_document(config)
+    checkpoint_records.check_settings(resumption, settings, checkpoint_records.plan_document(plan),
+                                      run_config.RESUMABLE_CHANGES)
     _check_restarts(config, plan)
     # One asynchronous context (train_model needs one) for the rest of this run, once the checks
     # passed and before any computation runs; installed over the caller's and removed on return, so
@@ -304,6 +319,7 @@ def _run(task: run_config.Task, config: run_config.RunConfig, directory: run_dir
     process = tff.simulation.compose_dataset_computation_with_learning_process(
         task.train_data.preprocess(task.client_preprocess_fn).dataset_computation, process)
   directory.remove_stale_temps()
+  checkpoint_records.set_aside(out, resumption)
   run_setup.write_run_files(config, resolved, plan, strategy_unsaved)
   # A kill during an append of metrics.csv leaves a torn last line (the CSV manager cannot parse
   # it); the participation log's is cut by the data source at its checkpointed offset.
@@ -311,7 +327,12 @@ def _run(task: run_config.Task, config: run_config.RunConfig, directory: run_dir
 
   marking_release, state_manager_class, console_release = _release_classes()
   released = _RoundsReleased()
-  state_manager = state_manager_class(path(CHECKPOINT_DIR), released, keep_total=3)
+  # The record binds the strategy file and the participation log's bytes so far (the data source
+  # cuts the log back to its checkpointed offset on resume; the record proves what lies before it).
+  state_manager = state_manager_class(
+      path(CHECKPOINT_DIR), released, lambda version: checkpoint_records.write_record(
+          out, version, settings, checkpoint_records.plan_document(plan),
+          files=(checkpoint_records.STRATEGY_FILE, run_dir.PARTICIPATION_FILE)), keep_total=3)
   report = report_release.PrivacyReportReleaseManager(
       path(run_dir.PLAN_FILE), path(run_dir.PARTICIPATION_FILE), path(run_dir.REPORT_DIR),
       total_rounds=config.rounds, metrics=path(run_dir.METRICS_FILE))

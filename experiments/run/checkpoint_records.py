@@ -63,6 +63,11 @@ RESUMABLE_PLAN_FIELDS = ('num_rounds', 'target_delta', 'beyond_max_rounds', 'par
 LOCATION_SETTINGS = ('root_output_dir', 'experiment_name')
 
 
+def plan_document(plan) -> dict:
+  """A `RunPlan` as its JSON file holds it (what a record stores and compares)."""
+  return json.loads(json.dumps(plan.to_config()))
+
+
 def checkpoints_dir(output_dir: str) -> str:
   return os.path.join(output_dir, 'checkpoints')
 
@@ -134,32 +139,42 @@ def strategy_file_name(output_dir: str) -> Optional[str]:
   return None if path is None else os.path.basename(path)
 
 
-def describe_files(output_dir: str, round_num: int) -> Dict[str, dict]:
-  """What the run's files hold now, after `round_num` rounds (see the module docstring)."""
+#: Everything `describe_files` can describe: the strategy file (named `STRATEGY_FILE` here), the
+#: append-only logs, metrics.csv and canaries.json.
+STRATEGY_FILE = 'strategy'
+ALL_FILES = (STRATEGY_FILE,) + APPEND_ONLY + (run_dir.METRICS_FILE, CANARY_METADATA)
+
+
+def describe_files(output_dir: str, round_num: int, names=ALL_FILES) -> Dict[str, dict]:
+  """What the run's files among `names` hold now, after `round_num` rounds (see the module
+  docstring); a file the run has not written yet is left out."""
   files = {}
-  strategy = strategy_file_name(output_dir)
+  strategy = strategy_file_name(output_dir) if STRATEGY_FILE in names else None
   if strategy is not None:
     files[strategy] = {'sha256': _sha256(_read(os.path.join(output_dir, strategy)))}
   for name in APPEND_ONLY:
-    data = _read(os.path.join(output_dir, name))
+    data = _read(os.path.join(output_dir, name)) if name in names else None
     if data is not None:
       files[name] = {'size': len(data), 'sha256': _sha256(data)}
-  metrics = _read(os.path.join(output_dir, run_dir.METRICS_FILE))
+  metrics = _read(os.path.join(output_dir, run_dir.METRICS_FILE)) if (
+      run_dir.METRICS_FILE in names) else None
   if metrics is not None:
     files[run_dir.METRICS_FILE] = metrics_rows_digest(metrics, round_num)
-  canaries = _read(os.path.join(output_dir, CANARY_METADATA))
+  canaries = _read(os.path.join(output_dir, CANARY_METADATA)) if CANARY_METADATA in names else None
   if canaries is not None:
     files[CANARY_METADATA] = {'sha256': canary_metadata_digest(canaries)}
   return files
 
 
-def write_record(output_dir: str, round_num: int, settings: dict, plan: dict) -> None:
-  """Writes `record_<round_num>.json` for the checkpoint just saved, and removes the records of
-  checkpoints that `tff.program` has since removed."""
+def write_record(output_dir: str, round_num: int, settings: dict, plan: dict,
+                 files=ALL_FILES) -> None:
+  """Writes `record_<round_num>.json` for the checkpoint just saved, describing the run's `files`
+  (names of `ALL_FILES`), and removes the records of checkpoints `tff.program` has since removed."""
+  round_num = int(round_num)  # train_model's versions are numpy integers
   record = {'format': FORMAT, 'round': round_num,
             'checkpoint': tree_digest(checkpoint_path(output_dir, round_num)),
             'settings': settings, 'plan': plan,
-            'files': describe_files(output_dir, round_num)}
+            'files': describe_files(output_dir, round_num, files)}
   _atomic.write_text(record_path(output_dir, round_num), json.dumps(record, indent=1) + '\n')
   for other in _record_rounds(output_dir):
     if not os.path.isdir(checkpoint_path(output_dir, other)):

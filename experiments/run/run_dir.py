@@ -11,7 +11,7 @@ A driver run owns `<root_output_dir>/<experiment_name>/` through `RunDirectory`:
   * Append-only logs (`participation.csv`, `metrics.csv`): a run killed during an append can leave
     a torn last line (no trailing newline, or a row that does not parse); `drop_torn_last_line`
     drops it on resume with a logged warning. Rows of rounds that were not checkpointed are dropped
-    by their writers (`ParticipationLogWriter.truncate`, the CSV release manager's key order).
+    on resume (`checkpoint_records.trim_files`, the CSV release manager's key order).
   * `workers.json`: the PIDs (and start times) of the TFF `worker_binary` children of the run's
     process. A run that was SIGKILLed leaves its workers alive (re-parented); the next run on the
     directory ends the recorded ones whose parent is dead (`end_stale_workers`).

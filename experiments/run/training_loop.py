@@ -9,7 +9,9 @@ into `<root_output_dir>/<experiment_name>/`:
     everything that determines the privacy guarantee (`experiments.run.run_setup`);
   * `mechanism.json` / `mechanism.npz`: the strategy used (loaded, optimized at start, or built);
   * `checkpoints/program_state_<r>`: `tff.program.FileProgramStateManager` states after r rounds
-    (learning state incl. aggregator noise state, and the client sampler's state);
+    (learning state incl. aggregator noise state, and the client sampler's state), each with
+    `checkpoints/record_<r>.json`, what it vouches for (`experiments.run.checkpoint_records`: a
+    resume is checked against it);
   * `participation.csv`: the participation log `client_id,round` (0-based rounds);
   * with `canary_clients`: `canaries.json` and `canaries.csv`, the canaries' ids, seed and
     per-round projections (`dp_ftrl_tff.auditing.records`; docs/auditing.md);
@@ -30,7 +32,6 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime
-import json
 import os
 import time
 from typing import Any, Dict, List, Optional
@@ -168,7 +169,7 @@ def _set_up(task: Task, config: RunConfig, directory: run_dir.RunDirectory) -> _
                                                         resumption.record['plan'])
     plan = run_setup.build_plan(config, resolved, len(client_ids))
     checkpoint_records.check_settings(resumption, run_config.hparams_document(config),
-                                      _plan_document(plan), run_config.RESUMABLE_CHANGES)
+                                      checkpoint_records.plan_document(plan), run_config.RESUMABLE_CHANGES)
     if sampler is None:
       sampler = poisson_sampler.PoissonSampler(client_ids, plan.sampling, seed=config.seed)
     # The header before the process: TFF takes most of the start-up to build it (10-20 s).
@@ -182,11 +183,6 @@ def _set_up(task: Task, config: RunConfig, directory: run_dir.RunDirectory) -> _
         canaries=canaries)
   return _Setup(plan, resolved, strategy_unsaved, process, client_ids, sampler, canaries,
                 canary_ids, resumption, rebuild)
-
-
-def _plan_document(plan: plan_lib.RunPlan) -> dict:
-  """The plan as its JSON file holds it (what a checkpoint's record compares)."""
-  return json.loads(json.dumps(plan.to_config()))
 
 
 #: The id of canary client i is CANARY_ID_PREFIX + its 5-digit index.
@@ -229,8 +225,9 @@ def run(task: Task, config: RunConfig) -> Dict[str, Any]:
     SetupError (a ValueError): on bad settings, an impossible schedule, an unknown or mismatched
       mechanism, a run directory holding a run with other settings, or an execution context that
       cannot run secure sums, a `mechanism_file` that cannot be read; before any training.
-    run_dir.RunDirError: the run directory is in use by another run (its PID in the message) or
-      holds a corrupt run file (hparams.json, plan.json, the mechanism file); before any training.
+    run_dir.RunDirError: the run directory is in use by another run (its PID in the message),
+      holds a corrupt run file (hparams.json, plan.json, the mechanism file), or a file that does
+      not hold what the checkpoint it resumes from recorded; before any training.
     stop_signals.Interrupted: on SIGINT or SIGTERM; during training only after the current round
       and its checkpoint (see experiments/run/stop_signals.py). A rerun resumes bit-identically.
   """
@@ -306,7 +303,7 @@ class _Training:
                                          'sampler': self.sampler.state.to_dict()}, done))
     checkpoint_records.write_record(self.config.output_dir, done,
                                     run_config.hparams_document(self.config),
-                                    _plan_document(self.setup.plan))
+                                    checkpoint_records.plan_document(self.setup.plan))
 
   def restore(self) -> int:
     """Loads the checkpoint the run resumes from (`_Setup.resumption`, its files checked) and trims

@@ -43,16 +43,18 @@ def test_bad_input_leaves_an_existing_run_directory_as_it_was(tmp_path, bad_flag
   assert os.listdir(tmp_path / 'root') == ['X']
 
 
+@pytest.mark.e2e
 def test_run_directory_in_use_is_refused_naming_its_pid_and_kept(tmp_path):
+  # The demo as a subprocess while this process holds the run's lock, as a running driver does.
   run = tmp_path / 'root' / 'X'
   _someones_run(run)
   holder = run_dir.RunDirectory(str(run))
-  holder.acquire()  # flock: a second descriptor of this process conflicts like another process
+  holder.acquire()
   try:
     before = _contents(run)
-    code, _, stderr = binaries.run_in_process(
+    code, _, stderr = binaries.run(
         binaries.DEMO, [f'--root_output_dir={tmp_path / "root"}', '--experiment_name=X',
-                        '--rounds=2'])
+                        '--rounds=2'], directory=tmp_path)
     assert code == 1, stderr
     assert len(stderr.strip().splitlines()) == 1, stderr
     assert f'PID {os.getpid()}' in stderr and 'in use' in stderr, stderr

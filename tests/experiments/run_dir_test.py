@@ -210,11 +210,16 @@ def _interrupted_copy(source, root, name):
 
 
 def _damage(path, damage, other_path):
-  """Deletes the file or directory at `path`, truncates it (a directory: its largest file) to half
-  its bytes, or replaces it by `other_path`."""
+  """Deletes the file or directory at `path`, removes its first row, truncates it (a directory: its
+  largest file) to half its bytes, or replaces it by `other_path`."""
   is_dir = os.path.isdir(path)
   if damage == 'deleted':
     (shutil.rmtree if is_dir else os.remove)(path)
+  elif damage == 'early row removed':  # a CSV file without the row after its header's first
+    with open(path, 'rb') as f:
+      lines = f.read().split(b'\n')
+    with open(path, 'wb') as f:
+      f.write(b'\n'.join(lines[:1] + lines[2:]))
   elif damage == 'truncated':
     target = path if not is_dir else max(
         (os.path.join(d, n) for d, _, names in os.walk(path) for n in names), key=os.path.getsize)
@@ -233,13 +238,13 @@ def _files(run):
 @pytest.mark.integration
 @pytest.mark.parametrize('name', REFUSED_FILES)
 def test_a_damaged_log_is_refused_naming_it(tmp_path, reference, other, name):
-  for damage in DAMAGES:
-    run = _interrupted_copy(reference(), tmp_path, damage)
+  for damage in DAMAGES + ('early row removed',):
+    run = _interrupted_copy(reference(), tmp_path, damage.replace(' ', '_'))
     path = os.path.join(run, name)
     _damage(path, damage, os.path.join(other(), name))
     before = _files(run)
     code, _, err = binaries.run_in_process(binaries.EMNIST, ARGS + (
-        f'--root_output_dir={tmp_path}', f'--experiment_name={damage}'))
+        f'--root_output_dir={tmp_path}', f'--experiment_name={os.path.basename(run)}'))
     lines = err.strip().splitlines()
     assert code == 1, (damage, err[-3000:])
     assert lines[-1].startswith(f'run_emnist.py: error: {path} does not hold what checkpoint '

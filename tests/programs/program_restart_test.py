@@ -1,6 +1,7 @@
 """The example program `experiments.programs.emnist_program` end to end, as a subprocess.
 
-SIGKILLed once a checkpoint of round r >= 2 exists and rerun with the same command, it ends with the
+SIGKILLed once a checkpoint of round r >= 2 exists, its latest checkpoint damaged (set aside on
+resume: the previous one resumes), and rerun with the same command, it ends with the
 final program state (model, optimizer, noise state, sampler state), participation.csv (byte for
 byte), metrics.csv and privacy report of an uninterrupted run; the log respects min-sep and the cap;
 the report equals the `privacy_report` binary's on the run's files; no worker_binary outlives the
@@ -18,6 +19,7 @@ import csv
 import dataclasses
 import json
 import os
+import shutil
 import signal
 
 import numpy as np
@@ -138,10 +140,20 @@ def test_sigkill_and_rerun_equals_an_uninterrupted_run(tmp_path, reference):
   assert not first.checkpoint_exists(ROUNDS) and not os.path.exists(
       os.path.join(first.dir, 'summary.json')), 'the run finished before it was killed'
   orphans = binaries.alive_workers(first.workers)
+  # Its latest checkpoint damaged too (a file cut short): set aside, the previous one resumes.
+  checkpoints = os.path.join(first.dir, 'checkpoints')
+  latest = max((n for n in os.listdir(checkpoints) if n.startswith('program_state_')
+                and n[len('program_state_'):].isdigit()), key=lambda n: int(n.split('_')[-1]))
+  largest = max((os.path.join(d, n) for d, _, names in os.walk(os.path.join(checkpoints, latest))
+                 for n in names), key=os.path.getsize)
+  with open(largest, 'r+b') as f:
+    f.truncate(os.path.getsize(largest) // 2)
 
   second = Program(tmp_path, 'run', 'second')
   assert second.wait() == 0, second.stderr()[-3000:]
   assert 'Resuming' in second.stderr()
+  assert f'Checkpoint {os.path.join(checkpoints, latest)} cannot be trusted' in second.stderr()
+  assert os.listdir(os.path.join(checkpoints, 'set_aside')) == [latest]
   if orphans:
     assert 'worker_binary process(es) left by an earlier run' in second.stderr()
   binaries.assert_no_workers_left(first.workers | second.workers)
@@ -246,3 +258,31 @@ def test_driver_and_program_run_directories_refuse_each_other(tmp_path):
   run_config.write_hparams(program)
   with pytest.raises(ValueError, match='holds a run with other settings .*task'):
     run_config.check_hparams(driver)
+
+
+@pytest.mark.integration
+def test_a_resume_is_checked_against_the_checkpoints_record(tmp_path, reference):
+  """Killed in its last round, then hparams.json deleted and --noise_multiplier changed: refused
+  (the record holds the settings that trained); a participation log cut short: refused naming it."""
+  run = os.path.join(str(tmp_path), 'run')
+  shutil.copytree(reference(), run)
+  shutil.rmtree(os.path.join(run, 'checkpoints', f'program_state_{ROUNDS}'))
+  os.remove(os.path.join(run, 'checkpoints', f'record_{ROUNDS}.json'))
+  os.remove(os.path.join(run, 'summary.json'))
+  os.remove(os.path.join(run, 'hparams.json'))
+  place = (f'--root_output_dir={tmp_path}', '--experiment_name=run')
+  args = [a for a in ARGS if not a.startswith('--noise_multiplier')] + ['--noise_multiplier=5']
+  code, _, err = binaries.run_in_process(MODULE, args + list(place))
+  assert code == 2, err[-3000:]
+  last = err.strip().splitlines()[-1]
+  assert (f'trained up to checkpoint {ROUNDS - 1} with other settings (noise_multiplier: 0.5 -> '
+          '5.0' in last and 'checkpoints/record_5.json' in last), last
+
+  log = os.path.join(run, 'participation.csv')
+  with open(log, 'r+b') as f:
+    f.truncate(os.path.getsize(log) // 2)
+  code, _, err = binaries.run_in_process(MODULE, list(ARGS) + list(place))
+  assert code == 1, err[-3000:]
+  last = err.strip().splitlines()[-1]
+  assert f'{log} does not hold what checkpoint {ROUNDS - 1} recorded' in last, last
+  assert 'Traceback' not in err

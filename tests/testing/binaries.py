@@ -31,10 +31,10 @@ DRIVERS = (EMNIST, SO)
 
 
 def env(module: str, **extra) -> dict:
-  """The environment of a binary's subprocess: the drivers run without TF_CPP_MIN_LOG_LEVEL (they
-  must be quiet on their own), and `extra` variables are added."""
+  """The environment of a binary's subprocess: the drivers, the program and the demo run without
+  TF_CPP_MIN_LOG_LEVEL (they must be quiet on their own), and `extra` variables are added."""
   environment = dict(os.environ)
-  if module in DRIVERS + (PROGRAM,):
+  if module in DRIVERS + (PROGRAM, DEMO):
     environment.pop('TF_CPP_MIN_LOG_LEVEL', None)
   environment.update(extra)
   return environment
@@ -115,6 +115,9 @@ def _entry_point(module: str):
       argv = flag_parsing.flags_parser(privacy_report.FLAGS, privacy_report.__doc__)(sys.argv)
       sys.exit(privacy_report.main(argv))
     return 'privacy_report.py', report_main, privacy_report.FLAGS
+  if module == PROGRAM:
+    from experiments.programs import emnist_program
+    return 'emnist_program.py', emnist_program.main, emnist_program.FLAGS
   if module == DEMO:
     from experiments import demo
     return 'demo.py', demo.run, demo.FLAGS
@@ -197,7 +200,11 @@ class RunningBinary:
       return f.read()
 
   def checkpoint_exists(self, rounds):
-    return os.path.isdir(os.path.join(self.dir, 'checkpoints', f'program_state_{rounds}'))
+    """Whether the checkpoint after `rounds` rounds and its record exist (a checkpoint counts on
+    resume once its record is written: experiments/run/checkpoint_records.py)."""
+    checkpoints = os.path.join(self.dir, 'checkpoints')
+    return (os.path.isdir(os.path.join(checkpoints, f'program_state_{rounds}'))
+            and os.path.isfile(os.path.join(checkpoints, f'record_{rounds}.json')))
 
 
 def alive_workers(workers):
