@@ -1,4 +1,4 @@
-"""What a driver run's checkpoint vouches for: the settings it trained with and the run's files.
+"""What a run's checkpoint vouches for: the settings it trained with and the run's files.
 
 Right after `checkpoints/program_state_<r>` is saved, `checkpoints/record_<r>.json` is written
 atomically. It holds:
@@ -23,6 +23,10 @@ not checkpointed, a torn last line). hparams.json and plan.json are rewritten fr
 settings on every start, and canaries.json is rebuilt when it no longer matches, so a deleted or
 replaced copy of those comes back exactly.
 
+The drivers record every file; the train_model program (experiments/programs/emnist_program.py)
+records its strategy file and participation log (its final evaluation rewrites the last metrics
+row after the last checkpoint).
+
 Why not in the checkpoint itself: `tff.program.FileProgramStateManager` loads a state only with
 the structure of the built process, and these checks must run before the 10-20 s of building it.
 """
@@ -38,7 +42,7 @@ from typing import Dict, List, Optional
 
 from absl import logging
 
-from dp_ftrl_tff import _atomic
+from dp_ftrl_tff import _atomic, auditing
 from experiments.run import run_dir, run_setup
 
 #: The record format this module writes and reads.
@@ -50,15 +54,13 @@ _REMEDY = ('restore it from a backup of the run, or start a new run with another
            '--experiment_name; the run was not resumed.')
 
 # Files whose bytes only grow between checkpoints (the rows of later rounds are appended).
-APPEND_ONLY = (run_dir.PARTICIPATION_FILE, 'canaries.csv')
-CANARY_METADATA = 'canaries.json'
+APPEND_ONLY = (run_dir.PARTICIPATION_FILE, auditing.PROJECTIONS_FILE)
+CANARY_METADATA = auditing.CANARY_FILE
 # Plan fields that a resumed command may change (they follow run_config.RESUMABLE_CHANGES: rounds,
 # target delta, beyond-max-rounds policy, setting-mismatch permission); every other field
 # determines how the checkpointed rounds were trained and must stay as recorded.
 RESUMABLE_PLAN_FIELDS = ('num_rounds', 'target_delta', 'beyond_max_rounds', 'participation',
                          'calibration', 'strategy_source')
-
-
 # Where the run directory lies is not how it trained: a run copied or moved elsewhere resumes.
 LOCATION_SETTINGS = ('root_output_dir', 'experiment_name')
 
