@@ -288,17 +288,15 @@ def _run(task: run_config.Task, config: run_config.RunConfig, directory: run_dir
     directory.end_stale_workers()
     # A resume is checked against its checkpoint's record, not against hparams.json alone.
     resumption = checkpoint_records.find_resumption(out)
-    if resumption.fresh:
-      run_config.check_hparams(config)
+    checkpoint_records.check_settings(resumption, config)
     _check_rounds_unchanged(config, resumption.record and resumption.record['settings'])
     checkpoint_records.check_files(out, resumption)
     resolved, strategy_unsaved = run_setup.run_strategy(config, resumption.record and
                                                         resumption.record['plan'])
     client_ids = list(task.train_data.client_ids)
     plan = run_setup.build_plan(config, resolved, len(client_ids))
+    checkpoint_records.check_plan(resumption, checkpoint_records.plan_document(plan))
     settings = run_config.hparams_document(config)
-    checkpoint_records.check_settings(resumption, settings, checkpoint_records.plan_document(plan),
-                                      run_config.RESUMABLE_CHANGES)
     _check_restarts(config, plan)
     # One asynchronous context (train_model needs one) for the rest of this run, once the checks
     # passed and before any computation runs; installed over the caller's and removed on return, so

@@ -43,7 +43,7 @@ from typing import Dict, List, Optional
 from absl import logging
 
 from dp_ftrl_tff import _atomic, auditing
-from experiments.run import run_dir, run_setup
+from experiments.run import run_config, run_dir, run_setup
 
 #: The record format this module writes and reads.
 FORMAT = 'dp_ftrl_tff.checkpoint_record.v1'
@@ -61,7 +61,7 @@ CANARY_METADATA = auditing.CANARY_FILE
 # determines how the checkpointed rounds were trained and must stay as recorded.
 RESUMABLE_PLAN_FIELDS = ('num_rounds', 'target_delta', 'beyond_max_rounds', 'participation',
                          'calibration', 'strategy_source')
-# Where the run directory lies is not how it trained: a run copied or moved elsewhere resumes.
+# Where the run directory lies (see `changeable_settings`).
 LOCATION_SETTINGS = ('root_output_dir', 'experiment_name')
 
 
@@ -242,35 +242,44 @@ def _has_rows(path: str) -> bool:
 
 def find_resumption(output_dir: str) -> Resumption:
   """Where the run in `output_dir` resumes: its latest checkpoint with an intact, matching record
-  (reading only).
+  (reading only). Later checkpoints without one, and later records whose checkpoint is gone, are
+  listed in `untrusted`.
 
   Raises:
     run_dir.RunDirError: the logs hold trained rounds, but no checkpoint has an intact record
       (nothing to resume from exactly; a fresh start would overwrite them).
   """
-  untrusted = []
-  for round_num in reversed(_checkpoint_rounds(output_dir)):
+  checkpoints = _checkpoint_rounds(output_dir)
+  untrusted = [(r, 'it is missing (its record remains)') for r in _record_rounds(output_dir)
+               if r not in checkpoints]
+  for round_num in reversed(checkpoints):
     problem = _record_problem(output_dir, round_num)
     if problem is None:
       with open(record_path(output_dir, round_num), encoding='utf-8') as f:
-        return Resumption(round_num, json.load(f), tuple(untrusted))
+        record = json.load(f)
+      return Resumption(round_num, record, tuple(sorted(
+          (r, why) for r, why in untrusted if r > round_num)))
     untrusted.append((round_num, problem))
   logs = [name for name in (run_dir.PARTICIPATION_FILE, run_dir.METRICS_FILE)
           if _has_rows(os.path.join(output_dir, name))]
   if logs:
-    detail = '; '.join(f'{checkpoint_path(output_dir, r)}: {why}' for r, why in untrusted)
+    detail = '; '.join(f'{checkpoint_path(output_dir, r)}: {why}' for r, why in sorted(untrusted))
     raise run_dir.RunDirError(
         f'{output_dir} holds trained rounds ({", ".join(logs)}) but no intact checkpoint to '
         'resume them from (' + (detail or f'{checkpoints_dir(output_dir)} holds none') +
         f'); {_REMEDY}')
-  return Resumption(0, None, tuple(untrusted))
+  return Resumption(0, None, tuple(sorted(untrusted)))
 
 
 def set_aside(output_dir: str, resumption: Resumption) -> None:
   """Moves the checkpoints without an intact record to `checkpoints/set_aside/` with a warning
-  naming each: the run redoes their rounds, and nothing is deleted."""
+  naming each (a missing one is only named): the run redoes their rounds, and nothing is deleted."""
+  resumes = 'the start' if resumption.fresh else f'checkpoint {resumption.round_num}'
   for round_num, problem in resumption.untrusted:
     source = checkpoint_path(output_dir, round_num)
+    if not os.path.isdir(source):
+      logging.warning('Checkpoint %s %s; the run resumes from %s.', source, problem, resumes)
+      continue
     target_dir = os.path.join(checkpoints_dir(output_dir), SET_ASIDE_DIR)
     os.makedirs(target_dir, exist_ok=True)
     target = os.path.join(target_dir, os.path.basename(source))
@@ -280,36 +289,58 @@ def set_aside(output_dir: str, resumption: Resumption) -> None:
       suffix += 1
     os.replace(source, target)
     logging.warning('Checkpoint %s cannot be trusted: %s. Moved it to %s; the run resumes from '
-                    '%s instead.', source, problem, target,
-                    'the start' if resumption.fresh else f'checkpoint {resumption.round_num}')
+                    '%s instead.', source, problem, target, resumes)
 
 
-def check_settings(resumption: Resumption, settings: dict, plan: dict,
-                   resumable_settings) -> None:
-  """Raises ValueError when the command's `settings` (hparams document) or `plan` (plan config)
-  differ from what the checkpoint `resumption` resumes from trained with, but for the resumable ones."""
-  if resumption.fresh:
-    return
-  recorded = resumption.record['settings']
-  ignored = set(resumable_settings) | set(LOCATION_SETTINGS)
-  changed = sorted(k for k in set(recorded) | set(settings)
-                   if k not in ignored and recorded.get(k) != settings.get(k))
-  if not changed:
-    recorded_plan = resumption.record['plan']
-    changed = sorted(k for k in set(recorded_plan) | set(plan)
-                     if k not in RESUMABLE_PLAN_FIELDS and recorded_plan.get(k) != plan.get(k))
-    recorded, settings = recorded_plan, plan
+def changeable_settings(settings: dict) -> frozenset:
+  """The settings (hparams keys) a resumed command may change: `run_config.RESUMABLE_CHANGES`, and
+  for a driver run the directory's location (a driver run copied or moved elsewhere resumes; the
+  train_model program's data source holds its log's absolute path, so its run stays where it
+  started)."""
+  program = isinstance(settings.get('task'), dict) and settings['task'].get('program')
+  return frozenset(run_config.RESUMABLE_CHANGES) | frozenset(
+      () if program else LOCATION_SETTINGS)
+
+
+def _refuse_changes(resumption: Resumption, recorded: dict, current: dict, unchecked) -> None:
+  changed = sorted(k for k in set(recorded) | set(current)
+                   if k not in unchecked and recorded.get(k) != current.get(k))
   if changed:
-    details = ', '.join(f'{k}: {recorded.get(k)!r} -> {settings.get(k)!r}' for k in changed)
+    details = ', '.join(f'{k}: {recorded.get(k)!r} -> {current.get(k)!r}' for k in changed)
     raise ValueError(
-        f'the run was trained up to checkpoint {resumption.round_num} with other settings ({details}, '
-        f'as {record_path("", resumption.round_num).lstrip(os.sep)} records); use the same settings '
-        'to resume, or another --experiment_name.')
+        f'the run was trained up to checkpoint {resumption.round_num} with other settings '
+        f'({details}, as {record_path("", resumption.round_num).lstrip(os.sep)} records); use the '
+        'same settings to resume, or another --experiment_name.')
+
+
+def check_settings(resumption: Resumption, config: run_config.RunConfig) -> None:
+  """Raises ValueError when the command's settings (`config`) differ from those the checkpoint
+  `resumption` resumes from trained with, but for `changeable_settings`; a run without a checkpoint
+  is checked against its hparams.json (`run_config.check_hparams`).
+
+  Raises:
+    ValueError: other settings.
+    run_dir.CorruptRunFileError: (a run without a checkpoint) hparams.json is not valid JSON.
+  """
+  if resumption.fresh:
+    run_config.check_hparams(config)
+    return
+  _refuse_changes(resumption, resumption.record['settings'], run_config.hparams_document(config),
+                  changeable_settings(resumption.record['settings']))
+
+
+def check_plan(resumption: Resumption, plan: dict) -> None:
+  """Raises ValueError when the command's `plan` (`plan_document`) differs from the plan the
+  checkpoint `resumption` resumes from trained with, but for `RESUMABLE_PLAN_FIELDS` (e.g. a
+  calibrated noise multiplier that another --target_delta would change)."""
+  if not resumption.fresh:
+    _refuse_changes(resumption, resumption.record['plan'], plan, RESUMABLE_PLAN_FIELDS)
 
 
 def _file_error(path: str, problem: str, round_num: int) -> run_dir.RunDirError:
   return run_dir.CorruptRunFileError(
-      f'{path} does not hold what checkpoint {round_num} recorded ({problem}); {_REMEDY}')
+      f'{path} does not hold what checkpoint {round_num} recorded ({problem}, see '
+      f'{record_path("", round_num).lstrip(os.sep)}); {_REMEDY}')
 
 
 def check_files(output_dir: str, resumption: Resumption) -> List[str]:
@@ -342,10 +373,11 @@ def check_files(output_dir: str, resumption: Resumption) -> List[str]:
       except (UnicodeDecodeError, ValueError, csv.Error) as error:
         raise _file_error(path, f'it does not parse: {error}', round_num) from None
       if found['rows'] != expected['rows']:
-        raise _file_error(path, f'{found["rows"]} rows of rounds 1-{round_num}, recorded '
+        raise _file_error(path, f'{found["rows"]} rows for the first {round_num} rounds, recorded '
                           f'{expected["rows"]}', round_num)
       if found['sha256'] != expected['sha256']:
-        raise _file_error(path, f'the rows of rounds 1-{round_num} were altered', round_num)
+        raise _file_error(path, f'the rows of the first {round_num} rounds were altered',
+                          round_num)
     elif 'size' in expected:
       if len(data) < expected['size']:
         raise _file_error(path, f'{len(data)} bytes, recorded {expected["size"]}', round_num)

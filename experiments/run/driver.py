@@ -27,7 +27,15 @@ from absl import flags, logging
 from dp_ftrl_tff.learning import remote_execution
 from dp_ftrl_tff.mechanisms import memory
 from experiments.cli import flag_parsing, tff_workers
-from experiments.run import console, driver_flags, run_config, run_dir, run_summary, stop_signals
+from experiments.run import (
+  checkpoint_records,
+  console,
+  driver_flags,
+  run_config,
+  run_dir,
+  run_summary,
+  stop_signals,
+)
 
 #: What `--help` of every driver prints after the driver's docstring.
 HELP_NOTES = """
@@ -86,7 +94,9 @@ def _finished(config: run_config.RunConfig) -> bool:
   ValueError; one that trained fewer rounds is not finished (the run trains the rest)."""
   if not run_summary.is_complete(config.output_dir):
     return False
-  run_config.check_hparams(config)
+  # The settings its last checkpoint trained with (hparams.json's without one): a finished run's
+  # hparams.json may be gone or replaced as well.
+  checkpoint_records.check_settings(checkpoint_records.find_resumption(config.output_dir), config)
   if run_summary.read_summary(config.output_dir).get('rounds') != config.rounds:
     return False
   report = os.path.join(config.output_dir, run_dir.REPORT_DIR, 'report.md')

@@ -162,14 +162,12 @@ def _set_up(task: Task, config: RunConfig, directory: run_dir.RunDirectory) -> _
     # A resumed run is checked against its checkpoint's record, never against hparams.json or
     # plan.json alone (they may be gone or replaced; they are rewritten from the record's settings).
     resumption = checkpoint_records.find_resumption(config.output_dir)
-    if resumption.fresh:
-      run_config.check_hparams(config)
+    checkpoint_records.check_settings(resumption, config)
     rebuild = checkpoint_records.check_files(config.output_dir, resumption)
     resolved, strategy_unsaved = run_setup.run_strategy(config, resumption.record and
                                                         resumption.record['plan'])
     plan = run_setup.build_plan(config, resolved, len(client_ids))
-    checkpoint_records.check_settings(resumption, run_config.hparams_document(config),
-                                      checkpoint_records.plan_document(plan), run_config.RESUMABLE_CHANGES)
+    checkpoint_records.check_plan(resumption, checkpoint_records.plan_document(plan))
     if sampler is None:
       sampler = poisson_sampler.PoissonSampler(client_ids, plan.sampling, seed=config.seed)
     # The header before the process: TFF takes most of the start-up to build it (10-20 s).

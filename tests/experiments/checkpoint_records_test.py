@@ -2,17 +2,21 @@
 what it refuses, what it trims. The drivers' and the program's damage tables run end to end in
 run_dir_test.py and program_restart_test.py."""
 
+import dataclasses
 import json
 import os
+import shutil
 
 import pytest
 
 from experiments.run import checkpoint_records as records
-from experiments.run import run_dir
+from experiments.run import run_config, run_dir
+from tests.testing import runs
 
 pytestmark = pytest.mark.unit
 
-SETTINGS = {'noise_multiplier': 1.0, 'rounds': 6, 'experiment_name': 'a', 'root_output_dir': '/x'}
+CONFIG = runs.tiny_config('/x', experiment_name='a', noise_multiplier=1.0)
+SETTINGS = run_config.hparams_document(CONFIG)
 PLAN = {'noise_multiplier': 1.0, 'num_rounds': 6, 'clip_norm': 1.0}
 
 
@@ -74,8 +78,8 @@ def test_a_checkpoint_without_an_intact_record_is_set_aside(run, damage):
     (run_dir.PARTICIPATION_FILE, 'deleted', 'it is missing'),
     (run_dir.PARTICIPATION_FILE, 'cut', '26 bytes, recorded 36'),
     (run_dir.PARTICIPATION_FILE, 'edited', 'its first 36 bytes were altered'),
-    (run_dir.METRICS_FILE, 'cut', '1 rows of rounds 1-2, recorded 2'),
-    (run_dir.METRICS_FILE, 'edited', 'the rows of rounds 1-2 were altered'),
+    (run_dir.METRICS_FILE, 'cut', '1 rows for the first 2 rounds, recorded 2'),
+    (run_dir.METRICS_FILE, 'edited', 'the rows of the first 2 rounds were altered'),
 ])
 def test_a_damaged_log_is_refused_naming_it(run, name, damage, problem):
   path = os.path.join(run, name)
@@ -90,8 +94,9 @@ def test_a_damaged_log_is_refused_naming_it(run, name, damage, problem):
   with pytest.raises(run_dir.CorruptRunFileError) as error:
     records.check_files(run, records.find_resumption(run))
   assert str(error.value) == (
-      f'{path} does not hold what checkpoint 2 recorded ({problem}); restore it from a backup of '
-      'the run, or start a new run with another --experiment_name; the run was not resumed.')
+      f'{path} does not hold what checkpoint 2 recorded ({problem}, see checkpoints/record_2.json); '
+      'restore it from a backup of the run, or start a new run with another --experiment_name; the '
+      'run was not resumed.')
 
 
 def test_metrics_rows_digest_ignores_a_column_added_later():
@@ -109,6 +114,16 @@ def test_logs_with_trained_rounds_but_no_checkpoint_are_refused(run):
     records.find_resumption(run)
 
 
+def test_a_missing_checkpoint_whose_record_remains_is_named(run, caplog):
+  shutil.rmtree(records.checkpoint_path(run, 2))
+  resumption = records.find_resumption(run)
+  assert resumption.round_num == 1 and resumption.untrusted == (
+      (2, 'it is missing (its record remains)'),)
+  records.set_aside(run, resumption)
+  assert 'program_state_2 it is missing (its record remains); the run resumes from checkpoint 1' in (
+      caplog.text)
+
+
 def test_a_fresh_directory_starts_fresh(tmp_path):
   resumption = records.find_resumption(str(tmp_path))
   assert resumption.fresh and resumption.round_num == 0
@@ -117,13 +132,23 @@ def test_a_fresh_directory_starts_fresh(tmp_path):
 
 def test_settings_are_compared_with_the_record_but_the_resumable_ones_and_the_location(run):
   resumption = records.find_resumption(run)
-  moved = dict(SETTINGS, rounds=8, experiment_name='b', root_output_dir='/y')
-  records.check_settings(resumption, moved, dict(PLAN, num_rounds=8), ('rounds',))
+  records.check_settings(resumption, dataclasses.replace(
+      CONFIG, rounds=8, root_output_dir='/y', experiment_name='b'))  # a driver run moved
   with pytest.raises(ValueError, match=r'checkpoint 2 with other settings \(noise_multiplier: 1.0 '
                      r'-> 5.0, as checkpoints/record_2.json records\)'):
-    records.check_settings(resumption, dict(SETTINGS, noise_multiplier=5.0), PLAN, ('rounds',))
+    records.check_settings(resumption, dataclasses.replace(CONFIG, noise_multiplier=5.0))
+  records.check_plan(resumption, dict(PLAN, num_rounds=8))
   with pytest.raises(ValueError, match=r'\(clip_norm: 1.0 -> 2.0'):
-    records.check_settings(resumption, SETTINGS, dict(PLAN, clip_norm=2.0), ('rounds',))
+    records.check_plan(resumption, dict(PLAN, clip_norm=2.0))
+
+
+def test_a_program_run_stays_where_it_started():
+  # Its data source holds the participation log's absolute path.
+  program = run_config.hparams_document(dataclasses.replace(
+      CONFIG, task={**CONFIG.task, 'program': 'train_model'}))
+  assert 'root_output_dir' in records.changeable_settings(SETTINGS)
+  assert 'root_output_dir' not in records.changeable_settings(program)
+  assert 'rounds' in records.changeable_settings(program)
 
 
 def test_records_of_removed_checkpoints_are_removed(run):

@@ -235,7 +235,7 @@ def _files(run):
           if os.path.isfile(os.path.join(run, name)) and name != run_dir.LOCK_FILE}
 
 
-@pytest.mark.integration
+@pytest.mark.e2e  # in-process, on copies of the module's subprocess runs
 @pytest.mark.parametrize('name', REFUSED_FILES)
 def test_a_damaged_log_is_refused_naming_it(tmp_path, reference, other, name):
   for damage in DAMAGES + ('early row removed',):
@@ -254,18 +254,23 @@ def test_a_damaged_log_is_refused_naming_it(tmp_path, reference, other, name):
     assert _files(run) == before, damage  # nothing written: the run was not resumed
 
 
-@pytest.mark.integration
-def test_other_settings_are_refused_without_hparams_json(tmp_path, reference):
-  run = _interrupted_copy(reference(), tmp_path, 'run')
+@pytest.mark.e2e  # in-process, on copies of the module's subprocess runs
+@pytest.mark.parametrize('finished', [False, True])
+def test_other_settings_are_refused_without_hparams_json(tmp_path, reference, finished):
+  source = reference()
+  run = (shutil.copytree(source, os.path.join(str(tmp_path), 'run')) if finished else
+         _interrupted_copy(source, tmp_path, 'run'))
   os.remove(os.path.join(run, 'hparams.json'))
   args = [a for a in ARGS if not a.startswith('--noise_multiplier')]
   code, _, err = binaries.run_in_process(binaries.EMNIST, args + [
       '--noise_multiplier=5', f'--root_output_dir={tmp_path}', '--experiment_name=run'])
   assert code == 2, err[-3000:]
   last = err.strip().splitlines()[-1]
-  assert last.startswith('run_emnist.py: error: the run was trained up to checkpoint 5 with other '
-                         'settings (noise_multiplier: 0.5 -> 5.0'), last
-  assert 'checkpoints/record_5.json' in last and not os.path.exists(os.path.join(run, 'hparams.json'))
+  checkpoint = ROUNDS if finished else ROUNDS - 1
+  assert last.startswith(f'run_emnist.py: error: the run was trained up to checkpoint {checkpoint} '
+                         'with other settings (noise_multiplier: 0.5 -> 5.0'), last
+  assert f'checkpoints/record_{checkpoint}.json' in last
+  assert not os.path.exists(os.path.join(run, 'hparams.json'))
 
 
 def _assert_same_results(run, source):

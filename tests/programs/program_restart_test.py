@@ -260,10 +260,10 @@ def test_driver_and_program_run_directories_refuse_each_other(tmp_path):
     run_config.check_hparams(driver)
 
 
-@pytest.mark.integration
+@pytest.mark.e2e  # in-process, on copies of the module's subprocess runs
 def test_a_resume_is_checked_against_the_checkpoints_record(tmp_path, reference):
   """Killed in its last round, then hparams.json deleted and --noise_multiplier changed: refused
-  (the record holds the settings that trained); a participation log cut short: refused naming it."""
+  (the record holds the settings that trained); the run copied elsewhere: refused."""
   run = os.path.join(str(tmp_path), 'run')
   shutil.copytree(reference(), run)
   shutil.rmtree(os.path.join(run, 'checkpoints', f'program_state_{ROUNDS}'))
@@ -278,11 +278,10 @@ def test_a_resume_is_checked_against_the_checkpoints_record(tmp_path, reference)
   assert (f'trained up to checkpoint {ROUNDS - 1} with other settings (noise_multiplier: 0.5 -> '
           '5.0' in last and 'checkpoints/record_5.json' in last), last
 
-  log = os.path.join(run, 'participation.csv')
-  with open(log, 'r+b') as f:
-    f.truncate(os.path.getsize(log) // 2)
+  # The same command on the copy: refused too, since a program run stays where it started (its
+  # data source holds the participation log's absolute path); nothing is written.
   code, _, err = binaries.run_in_process(MODULE, list(ARGS) + list(place))
-  assert code == 1, err[-3000:]
+  assert code == 2, err[-3000:]
   last = err.strip().splitlines()[-1]
-  assert f'{log} does not hold what checkpoint {ROUNDS - 1} recorded' in last, last
-  assert 'Traceback' not in err
+  assert 'with other settings (root_output_dir: ' in last and 'Traceback' not in err, last
+  assert not os.path.exists(os.path.join(run, 'hparams.json'))
