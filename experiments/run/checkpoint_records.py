@@ -50,6 +50,7 @@ FORMAT = 'dp_ftrl_tff.checkpoint_record.v1'
 CHECKPOINT_PREFIX = 'program_state_'
 SET_ASIDE_DIR = 'set_aside'
 _RECORD = re.compile(r'^record_(\d+)\.json$')
+_CHECKPOINT = re.compile(rf'^{CHECKPOINT_PREFIX}(\d+)$')
 _REMEDY = ('restore it from a backup of the run, or start a new run with another '
            '--experiment_name; the run was not resumed.')
 
@@ -151,20 +152,20 @@ def describe_files(output_dir: str, round_num: int, names=ALL_FILES) -> Dict[str
   """What the run's files among `names` hold now, after `round_num` rounds (see the module
   docstring); a file the run has not written yet is left out."""
   files = {}
-  strategy = strategy_file_name(output_dir) if STRATEGY_FILE in names else None
-  if strategy is not None:
-    files[strategy] = {'sha256': _sha256(_read(os.path.join(output_dir, strategy)))}
-  for name in APPEND_ONLY:
-    data = _read(os.path.join(output_dir, name)) if name in names else None
-    if data is not None:
+  for name in names:
+    if name == STRATEGY_FILE:
+      name = strategy_file_name(output_dir)
+    data = None if name is None else _read(os.path.join(output_dir, name))
+    if data is None:
+      continue
+    if name in APPEND_ONLY:
       files[name] = {'size': len(data), 'sha256': _sha256(data)}
-  metrics = _read(os.path.join(output_dir, run_dir.METRICS_FILE)) if (
-      run_dir.METRICS_FILE in names) else None
-  if metrics is not None:
-    files[run_dir.METRICS_FILE] = metrics_rows_digest(metrics, round_num)
-  canaries = _read(os.path.join(output_dir, CANARY_METADATA)) if CANARY_METADATA in names else None
-  if canaries is not None:
-    files[CANARY_METADATA] = {'sha256': canary_metadata_digest(canaries)}
+    elif name == run_dir.METRICS_FILE:
+      files[name] = metrics_rows_digest(data, round_num)
+    elif name == CANARY_METADATA:
+      files[name] = {'sha256': canary_metadata_digest(data)}
+    else:
+      files[name] = {'sha256': _sha256(data)}
   return files
 
 
@@ -178,27 +179,16 @@ def write_record(output_dir: str, round_num: int, settings: dict, plan: dict,
             'settings': settings, 'plan': plan,
             'files': describe_files(output_dir, round_num, files)}
   _atomic.write_text(record_path(output_dir, round_num), json.dumps(record, indent=1) + '\n')
-  for other in _record_rounds(output_dir):
+  for other in _rounds(output_dir, _RECORD):
     if not os.path.isdir(checkpoint_path(output_dir, other)):
       os.remove(record_path(output_dir, other))
 
 
-def _record_rounds(output_dir: str) -> List[int]:
+def _rounds(output_dir: str, pattern: re.Pattern) -> List[int]:
+  """The rounds of the checkpoints directory's entries whose names match `pattern`."""
   directory = checkpoints_dir(output_dir)
-  if not os.path.isdir(directory):
-    return []
-  return sorted(int(m.group(1)) for m in map(_RECORD.match, os.listdir(directory)) if m)
-
-
-def _checkpoint_rounds(output_dir: str) -> List[int]:
-  directory = checkpoints_dir(output_dir)
-  if not os.path.isdir(directory):
-    return []
-  rounds = []
-  for name in os.listdir(directory):
-    if name.startswith(CHECKPOINT_PREFIX) and name[len(CHECKPOINT_PREFIX):].isdigit():
-      rounds.append(int(name[len(CHECKPOINT_PREFIX):]))
-  return sorted(rounds)
+  names = os.listdir(directory) if os.path.isdir(directory) else []
+  return sorted(int(m.group(1)) for m in map(pattern.match, names) if m)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -249,8 +239,8 @@ def find_resumption(output_dir: str) -> Resumption:
     run_dir.RunDirError: the logs hold trained rounds, but no checkpoint has an intact record
       (nothing to resume from exactly; a fresh start would overwrite them).
   """
-  checkpoints = _checkpoint_rounds(output_dir)
-  untrusted = [(r, 'it is missing (its record remains)') for r in _record_rounds(output_dir)
+  checkpoints = _rounds(output_dir, _CHECKPOINT)
+  untrusted = [(r, 'it is missing (its record remains)') for r in _rounds(output_dir, _RECORD)
                if r not in checkpoints]
   for round_num in reversed(checkpoints):
     problem = _record_problem(output_dir, round_num)
