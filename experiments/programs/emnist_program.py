@@ -61,7 +61,6 @@ flags.DEFINE_bool('only_digits', True, '10 digit classes (else 62 classes).', fl
 PROGRAM = 'train_model'
 #: Where train_model's model output manager writes the final state.
 MODEL_DIR = 'model'
-CHECKPOINT_DIR = 'checkpoints'
 
 _NOT_HERE = 'is not available in the train_model program'
 
@@ -328,7 +327,7 @@ def _run(task: run_config.Task, config: run_config.RunConfig, directory: run_dir
   # The record binds the strategy file and the participation log's bytes so far (the data source
   # cuts the log back to its checkpointed offset on resume; the record proves what lies before it).
   state_manager = state_manager_class(
-      path(CHECKPOINT_DIR), released, lambda version: checkpoint_records.write_record(
+      checkpoint_records.checkpoints_dir(out), released, lambda version: checkpoint_records.write_record(
           out, version, settings, checkpoint_records.plan_document(plan),
           files=(checkpoint_records.STRATEGY_FILE, run_dir.PARTICIPATION_FILE)), keep_total=3)
   report = report_release.PrivacyReportReleaseManager(

@@ -57,12 +57,10 @@ _REMEDY = ('restore it from a backup of the run, or start a new run with another
 # Files whose bytes only grow between checkpoints (the rows of later rounds are appended).
 APPEND_ONLY = (run_dir.PARTICIPATION_FILE, auditing.PROJECTIONS_FILE)
 CANARY_METADATA = auditing.CANARY_FILE
-# Plan fields that a resumed command may change (they follow run_config.RESUMABLE_CHANGES: rounds,
-# target delta, beyond-max-rounds policy, setting-mismatch permission); every other field
-# determines how the checkpointed rounds were trained and must stay as recorded.
+# Plan fields that follow run_config.RESUMABLE_CHANGES; every other field determines how the
+# checkpointed rounds were trained and must stay as recorded.
 RESUMABLE_PLAN_FIELDS = ('num_rounds', 'target_delta', 'beyond_max_rounds', 'participation',
                          'calibration', 'strategy_source')
-# Where the run directory lies (see `changeable_settings`).
 LOCATION_SETTINGS = ('root_output_dir', 'experiment_name')
 
 
@@ -102,8 +100,7 @@ def tree_digest(path: str) -> str:
     dirs.sort()
     for name in sorted(names):
       file_path = os.path.join(root, name)
-      with open(file_path, 'rb') as f:
-        data = f.read()
+      data = _read(file_path)
       digest.update(f'{os.path.relpath(file_path, path)}\0{len(data)}\0'.encode())
       digest.update(data)
   return digest.hexdigest()
@@ -112,9 +109,8 @@ def tree_digest(path: str) -> str:
 def metrics_rows_digest(data: bytes, num_rounds: int) -> Dict[str, object]:
   """{'rows': number of rows of rounds < `num_rounds`, 'sha256': digest of their non-empty fields}
   of metrics.csv's bytes `data`; raises ValueError if they do not parse."""
-  text = data.decode('utf-8')
   rows = []
-  for row in csv.DictReader(io.StringIO(text)):
+  for row in csv.DictReader(io.StringIO(data.decode('utf-8'))):
     round_field = row.get('round')
     try:
       round_num = int(round_field)
@@ -333,9 +329,10 @@ def _file_error(path: str, problem: str, round_num: int) -> run_dir.RunDirError:
       f'{record_path("", round_num).lstrip(os.sep)}); {_REMEDY}')
 
 
-def check_files(output_dir: str, resumption: Resumption) -> List[str]:
-  """Checks the run's files against the checkpoint `resumption` resumes from's record (reading only); returns the names
-  of files to rebuild from the verified settings (canaries.json that is missing or altered).
+def check_files(output_dir: str, resumption: Resumption, names=None) -> List[str]:
+  """Checks the run's files (those among `names`, default all) against the record of the checkpoint
+  `resumption` resumes from (reading only); returns the names of files to rebuild from the verified
+  settings (canaries.json that is missing or altered).
 
   Raises:
     run_dir.CorruptRunFileError: a log, metrics.csv or the strategy file is missing, shorter than
@@ -345,6 +342,8 @@ def check_files(output_dir: str, resumption: Resumption) -> List[str]:
   if resumption.fresh:
     return rebuild
   for name, expected in resumption.record['files'].items():
+    if names is not None and name not in names:
+      continue
     path = os.path.join(output_dir, name)
     data = _read(path)
     if name == CANARY_METADATA:
@@ -376,6 +375,14 @@ def check_files(output_dir: str, resumption: Resumption) -> List[str]:
     elif _sha256(data) != expected['sha256']:
       raise _file_error(path, 'its contents were altered', round_num)
   return rebuild
+
+
+def check_rebuilt(output_dir: str, resumption: Resumption, names) -> None:
+  """Raises `run_dir.CorruptRunFileError` if a file among `names`, rebuilt from the verified
+  settings, still differs from the record."""
+  for name in check_files(output_dir, resumption, names):
+    raise _file_error(os.path.join(output_dir, name),
+                      "rebuilt from the run's settings, it still differs", resumption.round_num)
 
 
 def trim_files(output_dir: str, resumption: Resumption) -> None:

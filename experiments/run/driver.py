@@ -94,11 +94,11 @@ def _finished(config: run_config.RunConfig) -> bool:
   ValueError; one that trained fewer rounds is not finished (the run trains the rest)."""
   if not run_summary.is_complete(config.output_dir):
     return False
+  if run_summary.read_summary(config.output_dir).get('rounds') != config.rounds:
+    return False  # the run trains on: its own start checks the settings
   # The settings its last checkpoint trained with (hparams.json's without one): a finished run's
   # hparams.json may be gone or replaced as well.
   checkpoint_records.check_settings(checkpoint_records.find_resumption(config.output_dir), config)
-  if run_summary.read_summary(config.output_dir).get('rounds') != config.rounds:
-    return False
   report = os.path.join(config.output_dir, run_dir.REPORT_DIR, 'report.md')
   # The train_model program refuses another --rounds (its data source's schedule is in its
   # checkpoints); a driver trains on.

@@ -276,7 +276,7 @@ class _Training:
     self.initial_state = setup.process.initialize()
     directory.record_workers()
     self.state_manager = tff.program.FileProgramStateManager(
-        os.path.join(config.output_dir, 'checkpoints'), keep_total=3)
+        checkpoint_records.checkpoints_dir(config.output_dir), keep_total=3)
     self.state, self.metrics, self.wrap_rounds = self.initial_state, {}, []
     self.workers = remote_workers.RemoteWorkers(config.workers)
     self.canary_index = {client: i for i, client in enumerate(setup.canary_ids)}
@@ -325,7 +325,7 @@ class _Training:
     if resumption.fresh:
       self.checkpoint(0)
       return 0
-    checkpoint_records.check_files(output_dir, resumption)  # the rebuilt files too
+    checkpoint_records.check_rebuilt(output_dir, resumption, self.setup.rebuild)
     start_round = resumption.round_num
     structure = {'learning': self.initial_state, 'sampler': self.sampler.state.to_dict()}
     try:
