@@ -418,8 +418,6 @@ def _loss_from_log_decays(log_theta: np.ndarray, log_theta_hat: np.ndarray, cros
   Returns:
     (objective, grad_log_theta, grad_log_theta_hat, loss_without_barrier).
   """
-  theta = np.exp(log_theta)
-  theta_hat = np.exp(log_theta_hat)
   omega = _output_scale_from_differences(cross, own)
   omega_hat = _output_scale_from_differences(-cross.T, own_hat)
 
@@ -442,28 +440,51 @@ def _loss_from_log_decays(log_theta: np.ndarray, log_theta_hat: np.ndarray, cros
 
   objective = loss
   if barrier_strength > 0.0:
-    if np.any(omega <= 0.0) or np.any(log_theta >= 0.0):
+    barrier = _barrier(log_theta, omega, barrier_strength)
+    if barrier is None:
       return math.inf, np.zeros_like(log_theta), np.zeros_like(log_theta_hat), loss
-    # 1 - theta = -expm1(log theta), exact near theta = 1.
-    objective += barrier_strength * float(
-        np.sum(-log_theta - np.log(-np.expm1(log_theta)) - np.log(omega)))
-    grad_log_theta = grad_log_theta + barrier_strength * (-1.0 + 1.0 / np.expm1(-log_theta))
-    grad_omega = grad_omega - barrier_strength / omega
+    penalty, penalty_grad_log_theta, penalty_grad_omega = barrier
+    objective += penalty
+    grad_log_theta = grad_log_theta + penalty_grad_log_theta
+    grad_omega = grad_omega + penalty_grad_omega
 
-  # Back through omega_i = prod_j cross[i, j] / prod_{j != i} own[i, j] and the same for omega_hat
-  # (with -cross^T): d omega_i / d cross[i, j] = omega_i / cross[i, j], and so on.
-  weighted = grad_omega * omega
-  weighted_hat = grad_omega_hat * omega_hat
+  # Back through omega and omega_hat (Alg. 5) to the log decays.
+  through_theta, through_theta_hat = _output_scales_vjp(
+      log_theta, log_theta_hat, cross, own, own_hat, grad_omega * omega, grad_omega_hat * omega_hat)
+  return (objective, grad_log_theta + through_theta, grad_log_theta_hat + through_theta_hat, loss)
+
+
+def _barrier(log_theta: np.ndarray, omega: np.ndarray, barrier_strength: float):
+  """The log-barrier lambda sum_j (-log theta_j - log(1 - theta_j) - log omega_j) and its gradients
+  in log theta and in omega, or None outside its domain (some omega_j <= 0 or theta_j >= 1), where
+  the objective is +inf."""
+  if np.any(omega <= 0.0) or np.any(log_theta >= 0.0):
+    return None
+  # 1 - theta = -expm1(log theta), exact near theta = 1.
+  penalty = barrier_strength * float(
+      np.sum(-log_theta - np.log(-np.expm1(log_theta)) - np.log(omega)))
+  return (penalty, barrier_strength * (-1.0 + 1.0 / np.expm1(-log_theta)),
+          -barrier_strength / omega)
+
+
+def _output_scales_vjp(log_theta: np.ndarray, log_theta_hat: np.ndarray, cross: np.ndarray,
+                       own: np.ndarray, own_hat: np.ndarray, weighted: np.ndarray,
+                       weighted_hat: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+  """(d / d log theta, d / d log theta_hat) of an objective through omega and omega_hat (Alg. 5).
+
+  `weighted` = omega * d objective / d omega, `weighted_hat` the same for omega_hat. With
+  omega_i = prod_j cross[i, j] / prod_{j != i} own[i, j] (and omega_hat likewise with -cross^T),
+  d omega_i / d cross[i, j] = omega_i / cross[i, j], and so on.
+  """
   grad_cross = (weighted[:, None] + weighted_hat[None, :]) / cross
   off_diagonal = 1.0 - np.eye(log_theta.size)
   grad_own = -weighted[:, None] / (own + np.eye(log_theta.size)) * off_diagonal
   grad_own_hat = -weighted_hat[:, None] / (own_hat + np.eye(log_theta.size)) * off_diagonal
   # d(theta_i - theta_hat_j) / d log theta_i = theta_i, / d log theta_hat_j = -theta_hat_j, etc.
-  grad_log_theta = grad_log_theta + theta * (
-      grad_cross.sum(axis=1) + grad_own.sum(axis=1) - grad_own.sum(axis=0))
-  grad_log_theta_hat = grad_log_theta_hat + theta_hat * (
-      -grad_cross.sum(axis=0) + grad_own_hat.sum(axis=1) - grad_own_hat.sum(axis=0))
-  return objective, grad_log_theta, grad_log_theta_hat, loss
+  return (np.exp(log_theta) * (grad_cross.sum(axis=1) + grad_own.sum(axis=1)
+                               - grad_own.sum(axis=0)),
+          np.exp(log_theta_hat) * (-grad_cross.sum(axis=0) + grad_own_hat.sum(axis=1)
+                                   - grad_own_hat.sum(axis=0)))
 
 
 def _pattern_shape(num_rounds: int,
@@ -636,40 +657,13 @@ def optimize_blt(num_rounds: int, participation: participation_lib.Participation
   max_num_buffers = _validation.check_positive_int(max_num_buffers, 'max_num_buffers')
   max_iterations = _validation.check_positive_int(max_iterations, 'max_iterations')
   relative_tolerance = _validation.check_nonnegative_float(relative_tolerance, 'relative_tolerance')
-  if num_buffers is None:
-    candidates = range(1, max_num_buffers + 1)
-  else:
-    candidates = [_validation.check_positive_int(num_buffers, 'num_buffers')]
+  candidates = _buffer_counts(num_buffers, max_num_buffers)
   min_sep, count = _pattern_shape(num_rounds, participation)
-  args = (num_rounds, min_sep, count, error, barrier_strength)
-
-  results = {}
-  runs = []
-  previous = None
-  # Buffer counts are optimized in increasing order, each also warm-started from the previous optimum
-  # (with a fixed `num_buffers`, the smaller counts serve only as warm starts).
-  for d in range(1, max(candidates) + 1):
-    starts = _initial_logits(d, num_rounds)
-    if previous is not None:
-      starts.append(_warm_start(previous))
-    best = None
-    for start in starts:
-      result = _minimize(start, args, max_iterations)
-      runs.append({'num_buffers': d, 'objective': float(result.fun), 'iterations': int(result.nit),
-                   'converged': bool(result.success)})
-      if np.isfinite(result.fun) and (best is None or result.fun < best.fun):
-        best = result
-    if best is None:
-      raise RuntimeError(f'BLT optimization with {d} buffers found no finite objective.')
-    previous = best.x
-    if d in candidates:
-      strategy = _strategy_from_logits(best.x)
-      results[d] = (strategy, strategy.losses(num_rounds, participation))
-
+  results, runs = _optimize_buffer_counts(
+      candidates, num_rounds, participation, (num_rounds, min_sep, count, error, barrier_strength),
+      max_iterations)
   pick = (lambda losses: losses.max_loss) if error == 'max' else (lambda losses: losses.rms_loss)
-  best_loss = min(pick(losses) for _, losses in results.values())
-  chosen = min(d for d, (_, losses) in results.items()
-               if pick(losses) <= best_loss * (1.0 + relative_tolerance))
+  chosen = _fewest_buffers_near_best(results, pick, relative_tolerance)
   strategy, losses = results[chosen]
   details = {
       'num_buffers': chosen,
@@ -681,3 +675,56 @@ def optimize_blt(num_rounds: int, participation: participation_lib.Participation
   return base.OptimizationResult(strategy=strategy, losses=losses, num_rounds=num_rounds,
                                  participation=participation,
                                  seconds=time.perf_counter() - start_time, details=details)
+
+
+def _buffer_counts(num_buffers: Optional[int], max_num_buffers: int):
+  """The buffer counts d whose optima `optimize_blt` compares: `num_buffers`, or 1 .. max."""
+  if num_buffers is None:
+    return range(1, max_num_buffers + 1)
+  return [_validation.check_positive_int(num_buffers, 'num_buffers')]
+
+
+def _optimize_buffer_counts(candidates, num_rounds: int,
+                            participation: participation_lib.ParticipationSchema, args: tuple,
+                            max_iterations: int) -> Tuple[Dict[int, tuple], list]:
+  """({d: (strategy, losses)} for each d in `candidates`, one record per L-BFGS-B run).
+
+  Buffer counts are optimized in increasing order, each also warm-started from the previous optimum
+  (with a fixed `num_buffers`, the smaller counts serve only as warm starts). `args` are
+  `_objective`'s (n, b, k, error, barrier strength).
+  """
+  results = {}
+  runs = []
+  previous = None
+  for d in range(1, max(candidates) + 1):
+    starts = _initial_logits(d, num_rounds)
+    if previous is not None:
+      starts.append(_warm_start(previous))
+    previous = _best_of_starts(d, starts, args, max_iterations, runs).x
+    if d in candidates:
+      strategy = _strategy_from_logits(previous)
+      results[d] = (strategy, strategy.losses(num_rounds, participation))
+  return results, runs
+
+
+def _best_of_starts(num_buffers: int, starts: list, args: tuple, max_iterations: int,
+                    runs: list) -> scipy.optimize.OptimizeResult:
+  """The L-BFGS-B result with the lowest finite objective over `starts`; appends one record per
+  start to `runs`. Raises RuntimeError when no start reaches a finite objective."""
+  best = None
+  for start in starts:
+    result = _minimize(start, args, max_iterations)
+    runs.append({'num_buffers': num_buffers, 'objective': float(result.fun),
+                 'iterations': int(result.nit), 'converged': bool(result.success)})
+    if np.isfinite(result.fun) and (best is None or result.fun < best.fun):
+      best = result
+  if best is None:
+    raise RuntimeError(f'BLT optimization with {num_buffers} buffers found no finite objective.')
+  return best
+
+
+def _fewest_buffers_near_best(results: Dict[int, tuple], pick, relative_tolerance: float) -> int:
+  """The smallest d whose loss `pick(losses)` is within `relative_tolerance` of the best d's."""
+  best_loss = min(pick(losses) for _, losses in results.values())
+  return min(d for d, (_, losses) in results.items()
+             if pick(losses) <= best_loss * (1.0 + relative_tolerance))
