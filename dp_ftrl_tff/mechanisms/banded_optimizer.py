@@ -429,22 +429,15 @@ def optimize_banded(num_rounds: int, num_bands: Optional[int],
                     initial: Optional[BandedStrategy] = None) -> base.OptimizationResult:
   """Optimizes a banded strategy (BandMF Problem 2, or a banded Toeplitz C).
 
-  General (`toeplitz=False`): C lower triangular with `num_bands` bands and unit column norms
-  (diag(C^T C) = 1), minimizing the workload error (mean of ||B_i||^2 for 'rms', a smooth maximum for
-  'max': the p-mean of the row errors with p = 128, B = A C^-1) by L-BFGS over the band entries with
-  analytic gradients. With `num_bands` <= `min_sep` the squared sensitivity is exactly k_eff for every
-  candidate (BandMF Thm. 2), so the error is the loss up to that constant; with more bands the
-  reported losses use the Alg. 4 upper bound.
-  Start: for the prefix sums (no `workload`, or the all-ones lower triangle) with at least 40 bands
-  and no `initial`, coarse to fine (module docstring): stages (n, b-hat) halved until b-hat < 40, the
-  coarsest started from its column-normalized banded Toeplitz optimum, each finer one from the
-  previous optimum stretched (`_interpolate_band_rows`); every stage runs L-BFGS to its own stopping
-  test. Otherwise one stage from the column-normalized banded Toeplitz optimum for the workload
-  (prefix sums if the workload is not Toeplitz), or from `initial`.
+  General (`toeplitz=False`, `_optimize_general`): C lower triangular with `num_bands` bands and
+  unit column norms (diag(C^T C) = 1), minimizing the workload error of B = A C^-1 (the mean of
+  ||B_i||^2 for 'rms', a smooth maximum for 'max') by L-BFGS over the band entries. With `num_bands`
+  <= `min_sep` the squared sensitivity is exactly k_eff for every candidate (BandMF Thm. 2), so the
+  error is the loss up to that constant; with more bands the reported losses use the Alg. 4 bound.
 
   Toeplitz (`toeplitz=True`): C[t, t - j] = c_j for j < `num_bands`, L-BFGS over c minimizing
   k_eff ||c||^2 Error^2 (||c||^2 is the largest column norm; exact error: 'max' is the last row),
-  started from the sqrt(A) coefficients 1, 1/2, 3/8, ...
+  started from the sqrt(A) coefficients 1, 1/2, 3/8, ... (`_toeplitz_stage`).
 
   Args:
     num_rounds: n.
@@ -458,47 +451,85 @@ def optimize_banded(num_rounds: int, num_bands: Optional[int],
     max_iterations: L-BFGS iterations (per stage: the Toeplitz start and each coarse-to-fine stage).
     max_seconds: optional wall-clock budget for the general stages; the best point so far is
       returned (stretched to n x b-hat if the budget ends in a coarse stage).
-    tolerance: relative objective decrease per iteration below which L-BFGS stops: in one
-      iteration for the banded Toeplitz stage (L-BFGS-B's ftol), on average over the last
-      `_STOPPING_WINDOW` = 5 iterations for the general stages (`_minimize`). None (default): 1e-7
-      for the Toeplitz stage, 1e-6 for the general stages with 'rms' and 1e-5 with 'max'
-      (`_GENERAL_TOLERANCE`).
+    tolerance: relative objective decrease per iteration below which L-BFGS stops (over one
+      iteration in the banded Toeplitz stage, on average over the last 5 in the general stages,
+      `_minimize`). None: 1e-7 (Toeplitz stage), 1e-6 ('rms') or 1e-5 ('max') (general stages).
     initial: optional `BandedStrategy` with `num_bands` bands and n rounds to start the general
       optimizer from (not with `toeplitz=True`).
 
   Returns:
-    `base.OptimizationResult` with the prefix-sum `Losses` under `participation`; `details` holds the
-    optimizer diagnostics ('toeplitz_stage'; for the general C 'levels', one dict per stage with
-    n, bands, evaluations, iterations, message and seconds since the start, and 'banded_stage', the
-    last of them) and the optimized workload error.
+    `base.OptimizationResult` with the prefix-sum `Losses` under `participation`; `details` holds
+    'error', 'toeplitz', the optimizer diagnostics ('toeplitz_stage', and for the general C 'levels'
+    and 'banded_stage', see `_optimize_general`) and the optimized 'workload_error'.
   """
   start = time.monotonic()
   num_bands = _check_arguments(num_rounds, num_bands, participation, toeplitz, error,
                                max_iterations, max_seconds, tolerance, initial)
   work = _Workload(num_rounds, workload)
-  details = {'error': error, 'toeplitz': toeplitz}
-  multilevel = (not toeplitz and initial is None and work.is_prefix_sums
-                and num_bands >= 2 * _COARSEST_BANDS)
-  sizes = _level_sizes(num_rounds, num_bands) if multilevel else [(num_rounds, num_bands)]
-  if initial is None:
-    band_rows, details['toeplitz_stage'] = _toeplitz_stage(
-        sizes[0], work, error, toeplitz, max_iterations,
-        _TOEPLITZ_TOLERANCE if tolerance is None else tolerance)
-  else:
-    band_rows = np.array(initial.band_rows)
   if toeplitz:
-    strategy = BandedStrategy.from_toeplitz(band_rows[-1], num_rounds)
+    strategy, diagnostics = _optimize_toeplitz(num_rounds, num_bands, work, error, max_iterations,
+                                               tolerance)
   else:
-    remaining = None if max_seconds is None else max_seconds - (time.monotonic() - start)
-    band_rows, levels = _general_stages(band_rows, sizes, work if not multilevel else None, error,
-                                        max_iterations, remaining,
-                                        _GENERAL_TOLERANCE[error] if tolerance is None else tolerance)
-    details['banded_stage'], details['levels'] = levels[-1], levels
-    strategy = BandedStrategy.from_band_rows_unchecked(band_rows)
-  details['workload_error'] = _workload_error(strategy, work, error)
+    deadline = None if max_seconds is None else start + max_seconds
+    strategy, diagnostics = _optimize_general(num_rounds, num_bands, work, error, initial,
+                                              max_iterations, deadline, tolerance)
+  details = {'error': error, 'toeplitz': toeplitz, **diagnostics,
+             'workload_error': _workload_error(strategy, work, error)}
   return base.OptimizationResult(strategy=strategy, losses=_losses(strategy, participation),
                                  num_rounds=num_rounds, participation=participation,
                                  seconds=time.monotonic() - start, details=details)
+
+
+def _optimize_toeplitz(num_rounds: int, num_bands: int, work: _Workload, error: str,
+                       max_iterations: int, tolerance: Optional[float]) -> tuple:
+  """(the banded Toeplitz optimum of the workload's own error, {'toeplitz_stage': details})."""
+  band_rows, stage = _toeplitz_stage((num_rounds, num_bands), work, error, True, max_iterations,
+                                     _TOEPLITZ_TOLERANCE if tolerance is None else tolerance)
+  return BandedStrategy.from_toeplitz(band_rows[-1], num_rounds), {'toeplitz_stage': stage}
+
+
+def _optimize_general(num_rounds: int, num_bands: int, work: _Workload, error: str,
+                      initial: Optional[BandedStrategy], max_iterations: int,
+                      deadline: Optional[float], tolerance: Optional[float]) -> tuple:
+  """(the general banded optimum, diagnostics) for `optimize_banded(toeplitz=False)`.
+
+  The objective is the mean of the row errors ||B_i||^2 for 'rms' and their p-mean with p = 128
+  for 'max' (a smooth maximum, `_row_weights`), minimized by L-BFGS with analytic gradients in the
+  stages of `_stages`, the first started from `initial` or else from the column-normalized banded
+  Toeplitz optimum (`_toeplitz_stage`). `deadline` (a `time.monotonic()` value) bounds the general
+  stages. Diagnostics: 'toeplitz_stage' (without `initial`), 'banded_stage' and 'levels', one dict
+  per stage with n, bands, evaluations, iterations, message and seconds, the last being
+  'banded_stage'.
+  """
+  diagnostics = {}
+  sizes, stage_work = _stages(num_rounds, num_bands, initial, work)
+  if initial is None:
+    band_rows, diagnostics['toeplitz_stage'] = _toeplitz_stage(
+        sizes[0], work, error, False, max_iterations,
+        _TOEPLITZ_TOLERANCE if tolerance is None else tolerance)
+  else:
+    band_rows = np.array(initial.band_rows)
+  remaining = None if deadline is None else deadline - time.monotonic()
+  band_rows, levels = _general_stages(band_rows, sizes, stage_work, error, max_iterations, remaining,
+                                      _GENERAL_TOLERANCE[error] if tolerance is None else tolerance)
+  diagnostics['banded_stage'], diagnostics['levels'] = levels[-1], levels
+  return BandedStrategy.from_band_rows_unchecked(band_rows), diagnostics
+
+
+def _stages(num_rounds: int, num_bands: int, initial: Optional[BandedStrategy],
+            work: _Workload) -> tuple:
+  """(sizes, workload) of the general optimizer: the stages (n, b-hat), coarsest first, and the
+  workload they minimize the error of (None: the prefix sums at each stage's own n).
+
+  For the prefix sums (no `workload`, or the all-ones lower triangle) with at least
+  2 `_COARSEST_BANDS` = 40 bands and no `initial`: coarse to fine (module docstring), stages
+  (n, b-hat) halved until b-hat < 40 (`_level_sizes`), each finer one started from the previous
+  optimum stretched (`_interpolate_band_rows`); every stage runs L-BFGS to its own stopping test.
+  Otherwise the one stage (n, b-hat) with the given workload.
+  """
+  if initial is None and work.is_prefix_sums and num_bands >= 2 * _COARSEST_BANDS:
+    return _level_sizes(num_rounds, num_bands), None
+  return [(num_rounds, num_bands)], work
 
 
 def _check_arguments(num_rounds, num_bands, participation, toeplitz, error, max_iterations,
