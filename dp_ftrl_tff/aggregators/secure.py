@@ -141,39 +141,9 @@ class ModularWrapCheckFactory(tff.aggregators.UnweightedAggregationFactory):
     projection_type = tff.TensorType(np.int64, [1])
     projection_process = tff.aggregators.SecureSumFactory(
         upper_bound_threshold=self._modulus - 1, lower_bound_threshold=0).create(projection_type)
-    size = int(np.prod(value_type.shape))
-    modulus = self._modulus
-
-    def weights(round_index):
-      seed = tf.stack([tf.cast(round_index, tf.int64), tf.constant(0x5EC, tf.int64)])
-      half = tf.random.stateless_uniform([size], seed, minval=0, maxval=2**(WRAP_CHECK_BITS - 1),
-                                         dtype=tf.int64)
-      return 2 * half + 1
-
-    def project(value, round_index):
-      # Residues in [0, 2^(b+q)) times weights < 2^q stay below 2^38; reduced again before the sum,
-      # which stays below 2^30 * size: exact in int64 for any model size.
-      residues = tf.math.floormod(tf.cast(tf.reshape(value, [-1]), tf.int64), modulus)
-      terms = tf.math.floormod(residues * weights(round_index), modulus)
-      return tf.math.floormod(tf.reduce_sum(terms), modulus)
-
-    @tff.tensorflow.computation
-    def init_round():
-      return tf.constant(0, tf.int64)
-
-    @tff.tensorflow.computation(value_type, np.int64)
-    def client_projection(value, round_index):
-      return tf.reshape(project(value, round_index), [1])
-
-    @tff.tensorflow.computation(inner_process.next.type_signature.result.result.member, np.int64,
-                                projection_type)
-    def detect_wrap(value_sum, round_index, projection_sum):
-      difference = tf.math.floormod(projection_sum[0] - project(value_sum, round_index), modulus)
-      return tf.cast(tf.not_equal(difference, 0), tf.int32)
-
-    @tff.tensorflow.computation(np.int64)
-    def next_round(round_index):
-      return round_index + 1
+    init_round, client_projection, detect_wrap, next_round = _wrap_check_computations(
+        value_type, inner_process.next.type_signature.result.result.member, projection_type,
+        self._modulus)
 
     @tff.federated_computation
     def init_fn():
@@ -201,6 +171,51 @@ class ModularWrapCheckFactory(tff.aggregators.UnweightedAggregationFactory):
           measurements=tff.federated_zip(measurements))
 
     return tff.templates.AggregationProcess(init_fn, next_fn)
+
+
+def _wrap_check_weights(round_index, size: int) -> tf.Tensor:
+  """The round's odd weights r_j = 2 a_j + 1, a_j uniform in [0, 2^(q-1)) (TF op): drawn from a
+  stateless seed of the round index, so every client and the server draw the same ones."""
+  seed = tf.stack([tf.cast(round_index, tf.int64), tf.constant(0x5EC, tf.int64)])
+  half = tf.random.stateless_uniform([size], seed, minval=0, maxval=2**(WRAP_CHECK_BITS - 1),
+                                     dtype=tf.int64)
+  return 2 * half + 1
+
+
+def _projection(value, round_index, size: int, modulus: int) -> tf.Tensor:
+  """<r, value> mod `modulus` with the round's weights r (`_wrap_check_weights`), a TF op."""
+  # Residues in [0, 2^(b+q)) times weights < 2^q stay below 2^38; reduced again before the sum,
+  # which stays below 2^30 * size: exact in int64 for any model size.
+  residues = tf.math.floormod(tf.cast(tf.reshape(value, [-1]), tf.int64), modulus)
+  terms = tf.math.floormod(residues * _wrap_check_weights(round_index, size), modulus)
+  return tf.math.floormod(tf.reduce_sum(terms), modulus)
+
+
+def _wrap_check_computations(value_type, sum_type, projection_type, modulus: int) -> tuple:
+  """The wrap check's TF computations (init_round, client_projection, detect_wrap, next_round):
+  the round counter's start and step, a client's projection, and the server's test of the summed
+  projection against the projection of the secure sum (1 on a detected wrap, else 0)."""
+  size = int(np.prod(value_type.shape))
+
+  @tff.tensorflow.computation
+  def init_round():
+    return tf.constant(0, tf.int64)
+
+  @tff.tensorflow.computation(value_type, np.int64)
+  def client_projection(value, round_index):
+    return tf.reshape(_projection(value, round_index, size, modulus), [1])
+
+  @tff.tensorflow.computation(sum_type, np.int64, projection_type)
+  def detect_wrap(value_sum, round_index, projection_sum):
+    difference = tf.math.floormod(
+        projection_sum[0] - _projection(value_sum, round_index, size, modulus), modulus)
+    return tf.cast(tf.not_equal(difference, 0), tf.int32)
+
+  @tff.tensorflow.computation(np.int64)
+  def next_round(round_index):
+    return round_index + 1
+
+  return init_round, client_projection, detect_wrap, next_round
 
 
 def count_aggregation_factory(secure: bool, upper: float, lower: float
