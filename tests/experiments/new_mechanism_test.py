@@ -8,6 +8,7 @@ a 2-round driver run and the standalone privacy report, checking each against de
 import collections
 import json
 import os
+import pathlib
 
 import numpy as np
 import pytest
@@ -32,6 +33,21 @@ def registered():
   with registry.registered(moving_sum.MECHANISM):
     yield
   assert moving_sum.NAME not in registry.names()
+
+
+@pytest.mark.unit
+def test_adding_it_touches_one_module_and_this_test():
+  """The files adding a mechanism touches, counted: its one module (strategy, streaming noise and
+  registry entry) and the test that registers it; no module of the package or of experiments/ (nor
+  any other test) names it, and the registry module is not edited."""
+  entry = moving_sum.MECHANISM
+  assert {entry.strategy_class.split(':')[0], entry.noise_class.split(':')[0]} == {
+      moving_sum.__name__}
+  root = pathlib.Path(__file__).resolve().parents[2]
+  naming = sorted(path.relative_to(root).as_posix()
+                  for folder in ('dp_ftrl_tff', 'experiments', 'tests')
+                  for path in (root / folder).rglob('*.py') if 'moving_sum' in path.read_text())
+  assert naming == ['tests/experiments/new_mechanism_test.py', 'tests/testing/moving_sum.py']
 
 
 def _dense_sensitivity_squared(c: np.ndarray, schema) -> float:
