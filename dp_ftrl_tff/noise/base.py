@@ -10,11 +10,12 @@ is `standard_normal_row(seed, r, value_specs)`, a pure function of the int64[2] 
 Tests rebuild z in numpy with the same function and compare against dense matrix math.
 
 Also holds the value-structure helpers the buffered states share: `check_value_specs`, `zero_buffers`
-(stacked per-leaf buffers of the tree, banded and BLT states) and `buffer_row_specs`.
+(stacked per-leaf buffers of the tree, banded and BLT states) and `buffer_row_specs`, and
+`BufferedNoise`, the common part of the streams for any n whose state is a seed, a row and buffers.
 """
 
 import abc
-from typing import Any, Optional, Tuple
+from typing import Any, ClassVar, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -141,3 +142,47 @@ class StreamingNoise(abc.ABC):
     (a banded strategy at its last round with `beyond_max_rounds='restart'`). False by default."""
     del state
     return tf.constant(False)
+
+
+class BufferedNoise(StreamingNoise):
+  """A stream for any number of rounds whose state is (seed, row, buffers): `num_buffers` stacked
+  copies of each leaf, zero at the start of every segment, while the rows of z keep counting.
+
+  Subclasses name the strategy they stream (`strategy_class`) and their state (`state_class`, a
+  NamedTuple with the fields seed, row and buffers) and give `num_buffers` and `next`.
+  """
+  strategy_class: ClassVar[type]
+  state_class: ClassVar[type]
+
+  def __init__(self, strategy):
+    if not isinstance(strategy, self.strategy_class):
+      raise ValueError(f'`strategy` must be a {self.strategy_class.__name__}, got {strategy!r}.')
+    self._strategy = strategy
+
+  @classmethod
+  def from_strategy(cls, strategy, *, max_segment_rounds: Optional[int] = None,
+                    beyond_max_rounds: str = 'error') -> 'BufferedNoise':
+    """The stream of `strategy` (it streams for any n: the other arguments do not apply)."""
+    del max_segment_rounds, beyond_max_rounds
+    return cls(strategy)
+
+  @property
+  def strategy(self):
+    """The strategy this stream draws from (an instance of `strategy_class`)."""
+    return self._strategy
+
+  @property
+  @abc.abstractmethod
+  def num_buffers(self) -> int:
+    """How many stacked copies of each leaf the state holds."""
+
+  def initial_state(self, value_specs: Any, seed: tf.Tensor) -> Any:
+    """Zero buffers for updates shaped like `value_specs` (nested `tf.TensorSpec`, floating dtypes)."""
+    check_value_specs(value_specs)
+    zero = tf.constant(0, tf.int64)
+    return self.state_class(seed=tf.convert_to_tensor(seed, tf.int64), row=zero,
+                            buffers=zero_buffers(value_specs, self.num_buffers))
+
+  def restart(self, state: Any) -> Any:
+    """A fresh segment: zero buffers; z rows keep counting."""
+    return state._replace(buffers=tf.nest.map_structure(tf.zeros_like, state.buffers))

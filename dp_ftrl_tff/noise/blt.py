@@ -20,7 +20,7 @@ leaf's dtype (float32 for model updates; decays within 1e-7 of 1 round to 1 in f
 change below float32 resolution).
 """
 
-from typing import Any, NamedTuple, Optional, Tuple
+from typing import Any, NamedTuple, Tuple
 
 import tensorflow as tf
 
@@ -42,32 +42,15 @@ class BLTNoiseState(NamedTuple):
   buffers: Any
 
 
-class BLTNoise(base.StreamingNoise):
+class BLTNoise(base.BufferedNoise):
   """Streaming noise of a `BLTStrategy` (Alg. 3); the state holds d buffers per model tensor."""
-
-  def __init__(self, strategy: blt_mechanisms.BLTStrategy):
-    if not isinstance(strategy, blt_mechanisms.BLTStrategy):
-      raise ValueError(f'`strategy` must be a BLTStrategy, got {strategy!r}.')
-    self._strategy = strategy
-
-  @classmethod
-  def from_strategy(cls, strategy: blt_mechanisms.BLTStrategy, *,
-                    max_segment_rounds: Optional[int] = None,
-                    beyond_max_rounds: str = 'error') -> 'BLTNoise':
-    """The stream of `strategy` (a BLT streams for any n: the other arguments do not apply)."""
-    del max_segment_rounds, beyond_max_rounds
-    return cls(strategy)
+  strategy_class = blt_mechanisms.BLTStrategy
+  state_class = BLTNoiseState
 
   @property
-  def strategy(self) -> blt_mechanisms.BLTStrategy:
-    return self._strategy
-
-  def initial_state(self, value_specs: Any, seed: tf.Tensor) -> BLTNoiseState:
-    """Zero buffers for updates shaped like `value_specs` (nested `tf.TensorSpec`, floating dtypes)."""
-    base.check_value_specs(value_specs)
-    zero = tf.constant(0, tf.int64)
-    return BLTNoiseState(seed=tf.convert_to_tensor(seed, tf.int64), row=zero,
-                         buffers=base.zero_buffers(value_specs, self._strategy.num_buffers))
+  def num_buffers(self) -> int:
+    """d, the strategy's buffers (`restart` zeroes them: a fresh BLT segment)."""
+    return self._strategy.num_buffers
 
   def next(self, state: BLTNoiseState, stddev: tf.Tensor) -> Tuple[Any, BLTNoiseState]:
     """(z_hat_t, new_state): round t's noise, std `stddev` = sigma * zeta before the C^-1 mixing."""
@@ -84,7 +67,3 @@ class BLTNoise(base.StreamingNoise):
     new_state = state._replace(
         row=state.row + 1, buffers=tf.nest.pack_sequence_as(state.buffers, buffers))
     return tf.nest.pack_sequence_as(z, noise), new_state
-
-  def restart(self, state: BLTNoiseState) -> BLTNoiseState:
-    """A fresh BLT segment: zero buffers; z rows keep counting."""
-    return state._replace(buffers=tf.nest.map_structure(tf.zeros_like, state.buffers))

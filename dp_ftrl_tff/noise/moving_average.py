@@ -18,7 +18,7 @@ The buffers and the seed are secret: they determine past and future noise. Arith
 leaf's dtype (float32 for model updates). Memory: (b-hat - 1) copies of the model update.
 """
 
-from typing import Any, NamedTuple, Optional, Tuple
+from typing import Any, NamedTuple, Tuple
 
 import tensorflow as tf
 
@@ -41,33 +41,19 @@ class MovingAverageNoiseState(NamedTuple):
   buffers: Any
 
 
-class MovingAverageNoise(base.StreamingNoise):
+class MovingAverageNoise(base.BufferedNoise):
   """Streaming noise of a `BandedInverseSquareRootStrategy` (BISR); b-hat - 1 buffers per tensor."""
+  strategy_class = square_root.BandedInverseSquareRootStrategy
+  state_class = MovingAverageNoiseState
 
   def __init__(self, strategy: square_root.BandedInverseSquareRootStrategy):
-    if not isinstance(strategy, square_root.BandedInverseSquareRootStrategy):
-      raise ValueError(f'`strategy` must be a BandedInverseSquareRootStrategy, got {strategy!r}.')
-    self._strategy = strategy
+    super().__init__(strategy)
     self._coefs = strategy.moving_average_coefs()
 
-  @classmethod
-  def from_strategy(cls, strategy: square_root.BandedInverseSquareRootStrategy, *,
-                    max_segment_rounds: Optional[int] = None,
-                    beyond_max_rounds: str = 'error') -> 'MovingAverageNoise':
-    """The stream of `strategy` (it streams for any n: the other arguments do not apply)."""
-    del max_segment_rounds, beyond_max_rounds
-    return cls(strategy)
-
   @property
-  def strategy(self) -> square_root.BandedInverseSquareRootStrategy:
-    return self._strategy
-
-  def initial_state(self, value_specs: Any, seed: tf.Tensor) -> MovingAverageNoiseState:
-    """Zero buffers for updates shaped like `value_specs` (nested `tf.TensorSpec`, floating dtypes)."""
-    base.check_value_specs(value_specs)
-    zero = tf.constant(0, tf.int64)
-    return MovingAverageNoiseState(seed=tf.convert_to_tensor(seed, tf.int64), row=zero,
-                                   buffers=base.zero_buffers(value_specs, self._coefs.size - 1))
+  def num_buffers(self) -> int:
+    """b-hat - 1, the past scaled draws the noise mixes in."""
+    return self._coefs.size - 1
 
   def next(self, state: MovingAverageNoiseState,
            stddev: tf.Tensor) -> Tuple[Any, MovingAverageNoiseState]:
@@ -88,7 +74,3 @@ class MovingAverageNoise(base.StreamingNoise):
     new_state = state._replace(row=state.row + 1,
                                buffers=tf.nest.pack_sequence_as(state.buffers, buffers))
     return tf.nest.pack_sequence_as(z, noise), new_state
-
-  def restart(self, state: MovingAverageNoiseState) -> MovingAverageNoiseState:
-    """A fresh segment: zero buffers; z rows keep counting."""
-    return state._replace(buffers=tf.nest.map_structure(tf.zeros_like, state.buffers))
