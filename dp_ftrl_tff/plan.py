@@ -8,7 +8,7 @@ the run's setting: its rounds, the declared participation, the target delta, the
 whether the noise seed was fixed (a testing-only run). It imports no
 TensorFlow. `aggregators.CorrelatedNoiseFactory` builds the aggregator from it, the drivers write it
 to the run directory (`save_plan`), and the accountant, the report and the console read it.
-`print(plan)` shows it all. Its parts are `dp_ftrl_tff.settings` (re-exported here).
+`print(plan)` shows it all. Its parts are `dp_ftrl_tff.settings`.
 
 A plan made for accounting only (`RunPlan.for_accounting`, a planned run's report) leaves
 `clients_per_round` and `clip_norm` unset (the guarantee does not depend on them) and may hold any
@@ -27,27 +27,10 @@ from typing import Optional
 
 import numpy as np
 
-from dp_ftrl_tff import _atomic, _validation, plan_checks
+from dp_ftrl_tff import _atomic, _validation, plan_checks, settings
 from dp_ftrl_tff.mechanisms import base, registry, resolve
 from dp_ftrl_tff.mechanisms import participation as participation_lib
-from dp_ftrl_tff.plan_checks import (  # noqa: F401  (re-exported)
-  CALIBRATION_TARGETS,
-  StrategyTooShortError,
-  check_sampled_participation,
-)
-from dp_ftrl_tff.settings import (  # noqa: F401  (the plan's parts, re-exported)
-  DEFAULT_INITIAL_CLIP,
-  EVERY_ROUND,
-  GBOARD_RESTARTS,
-  MAX_SCALE_FACTOR,
-  SAMPLING_KINDS,
-  AdaptiveClipping,
-  RestartSchedule,
-  Sampling,
-  SecureAggregation,
-  accounted_noise_multiplier,
-  inflated_noise_multiplier,
-)
+from dp_ftrl_tff.settings import SAMPLING_KINDS, Sampling  # noqa: F401  (re-exported)
 
 BEYOND_MAX_ROUNDS = ('error', 'restart')
 
@@ -94,11 +77,11 @@ class RunPlan:
   noise_multiplier: float
   clients_per_round: Optional[float]
   clip_norm: Optional[float]
-  adaptive_clip: Optional[AdaptiveClipping]
+  adaptive_clip: Optional[settings.AdaptiveClipping]
   clipped_count_stddev: Optional[float]
   value_noise_multiplier: float
-  restarts: Optional[RestartSchedule]
-  secure: Optional[SecureAggregation]
+  restarts: Optional[settings.RestartSchedule]
+  secure: Optional[settings.SecureAggregation]
   zeroing_norm: Optional[float]
   beyond_max_rounds: str = 'error'
   sampling: Optional[Sampling] = None
@@ -114,7 +97,7 @@ class RunPlan:
   def build(cls, strategy: base.Strategy, noise_multiplier: float,
             clients_per_round: Optional[float], clip_norm: Optional[float], *, adaptive_clip=None,
             secure=None, zeroing_norm: Optional[float] = None,
-            restarts: Optional[RestartSchedule] = None, beyond_max_rounds: str = 'error',
+            restarts: Optional[settings.RestartSchedule] = None, beyond_max_rounds: str = 'error',
             sampling: Optional[Sampling] = None, num_rounds: Optional[int] = None,
             participation: Optional[participation_lib.ParticipationSchema] = None,
             target_delta: Optional[float] = None,
@@ -155,7 +138,7 @@ class RunPlan:
   @classmethod
   def for_accounting(cls, strategy: base.Strategy, noise_multiplier: float, *,
                      clipped_count_stddev: Optional[float] = None,
-                     restarts: Optional[RestartSchedule] = None, secure=None,
+                     restarts: Optional[settings.RestartSchedule] = None, secure=None,
                      beyond_max_rounds: str = 'error', sampling: Optional[Sampling] = None,
                      num_rounds: Optional[int] = None,
                      participation: Optional[participation_lib.ParticipationSchema] = None,
@@ -166,9 +149,9 @@ class RunPlan:
     registered strategy (TreeAgg-Full too). Adaptive clipping is its `clipped_count_stddev`;
     `restarts` are exactly those given. The other arguments are `build`'s."""
     adaptive = (None if clipped_count_stddev is None else
-                AdaptiveClipping(clipped_count_stddev=clipped_count_stddev))
+                settings.AdaptiveClipping(clipped_count_stddev=clipped_count_stddev))
     if adaptive is not None and restarts is None:
-      restarts = RestartSchedule.at(())  # not adaptive clipping's default schedule
+      restarts = settings.RestartSchedule.at(())  # not adaptive clipping's default schedule
     return cls._make(strategy, noise_multiplier, None, None,
                      adaptive, secure, None, restarts,
                      beyond_max_rounds, sampling, num_rounds, participation, target_delta,
@@ -201,7 +184,7 @@ class RunPlan:
     if zeroing_norm is not None:
       zeroing_norm = _validation.check_positive_float(zeroing_norm, 'zeroing_norm')
     _validation.check_one_of(beyond_max_rounds, 'beyond_max_rounds', BEYOND_MAX_ROUNDS)
-    if restarts is not None and not isinstance(restarts, RestartSchedule):
+    if restarts is not None and not isinstance(restarts, settings.RestartSchedule):
       raise ValueError(f'`restarts` must be a RestartSchedule or None, got {restarts!r}.')
     plan_checks.check_clients_per_round(m, plan_checks.check_sampling(sampling))
     population = plan_checks.check_population(population, m, sampling)
@@ -212,7 +195,7 @@ class RunPlan:
     if m is None:  # a plan for accounting only (`for_accounting`): no clip at all
       clip = None
     if adaptive_clip is not None:
-      default = GBOARD_RESTARTS if strategy.correlated else EVERY_ROUND
+      default = settings.GBOARD_RESTARTS if strategy.correlated else settings.EVERY_ROUND
       restarts = restarts or adaptive_clip.restarts or default
     plan = cls(strategy=strategy, noise_multiplier=sigma, clients_per_round=m, clip_norm=clip,
                adaptive_clip=adaptive_clip, clipped_count_stddev=count_stddev,
@@ -322,8 +305,9 @@ class RunPlan:
                        if isinstance(value, list) and value and isinstance(value[0], list)
                        else value for key, value in config['strategy'].items()}
     optional = {
-        'adaptive_clip': AdaptiveClipping.from_config, 'restarts': RestartSchedule.from_config,
-        'secure': lambda c: SecureAggregation(**c), 'sampling': lambda c: Sampling(**c),
+        'adaptive_clip': settings.AdaptiveClipping.from_config,
+        'restarts': settings.RestartSchedule.from_config,
+        'secure': lambda c: settings.SecureAggregation(**c), 'sampling': lambda c: Sampling(**c),
         'participation': lambda c: participation_lib.ParticipationSchema(**c),
         'strategy_source': resolve.StrategySource.from_config,
         'strategy': lambda _: registry.strategy_from_config(strategy_config)}
