@@ -97,6 +97,25 @@ def test_file_round_trip(strategy, tmp_path):
   assert 'RunPlan' in str(loaded) and strategy.name in str(loaded)
 
 
+def test_replace_revalidates_and_recomputes_the_noise_split():
+  adaptive = plan.RunPlan.build(BLT, 0.0, 100, None, adaptive_clip=True, num_rounds=10)
+  assert (adaptive.clipped_count_stddev, adaptive.value_noise_multiplier) == (0.0, 0.0)
+  noisy = dataclasses.replace(adaptive, noise_multiplier=1.0)
+  assert noisy.clipped_count_stddev == 5.0  # clients_per_round / 20
+  assert noisy.value_noise_multiplier == settings.inflated_noise_multiplier(1.0, 5.0)
+  assert noisy == plan.RunPlan.build(BLT, 1.0, 100, None, adaptive_clip=True, num_rounds=10)
+  with pytest.raises(ValueError, match='noise_multiplier'):
+    dataclasses.replace(adaptive, noise_multiplier=-1.0)
+  with pytest.raises(ValueError, match='target_delta'):
+    dataclasses.replace(adaptive, target_delta=2.0)
+
+
+def test_config_keys_are_the_fields_in_order():
+  config = plan.RunPlan.build(BLT, 1.0, 10, 1.0).to_config()
+  assert list(config) == [field.name for field in dataclasses.fields(plan.RunPlan)]
+  assert plan.RunPlan.from_config(config) == plan.RunPlan.build(BLT, 1.0, 10, 1.0)
+
+
 def test_bad_plan_files_are_named(tmp_path):
   with pytest.raises(ValueError, match='plan'):
     plan.load_plan(tmp_path / 'missing.json')
@@ -212,8 +231,8 @@ def test_population_and_noise_seed_round_trip(tmp_path):
   secret = _min_sep_plan(population=1000, noise_seed_fixed=False)
   assert 'from OS entropy' in str(secret)
   # Calibration keeps them.
-  assert secret.with_noise_multiplier(2.0).noise_seed_fixed is False
-  assert secret.with_noise_multiplier(2.0).population == 1000
+  assert dataclasses.replace(secret, noise_multiplier=2.0).noise_seed_fixed is False
+  assert dataclasses.replace(secret, noise_multiplier=2.0).population == 1000
 
 
 def test_plan_without_population_and_seed_keys_loads(tmp_path):
