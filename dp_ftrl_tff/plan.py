@@ -5,10 +5,10 @@ accounted noise multiplier sigma (and the target it was calibrated to) with its 
 model sum (z_Delta) and the clipped-count query (sigma_b) under adaptive clipping, the clip, the
 restart schedule, the SecAgg settings, the banded policy past `max_rounds`, the random sampling, and
 the run's setting: its rounds, the declared participation, the target delta, the population and
-whether the noise seed was fixed (a testing-only run). It imports no
-TensorFlow. `aggregators.CorrelatedNoiseFactory` builds the aggregator from it, the drivers write it
-to the run directory (`save_plan`), and the accountant, the report and the console read it.
-`print(plan)` shows it all. Its parts are `dp_ftrl_tff.settings` (re-exported here).
+whether the noise seed was fixed (a testing-only run); its parts are `dp_ftrl_tff.settings`, its
+checks `plan_checks`. It imports no TensorFlow. `aggregators.CorrelatedNoiseFactory` builds the
+aggregator from it, the drivers write it to the run directory (`save_plan`), and the accountant, the
+report and the console read it. `print(plan)` shows it all.
 
 A plan made for accounting only (`RunPlan.for_accounting`, a planned run's report) leaves
 `clients_per_round` and `clip_norm` unset (the guarantee does not depend on them) and may hold any
@@ -22,53 +22,40 @@ b (r2 - r1 >= b; TF-Privacy's min_separation = b - 1).
 import dataclasses
 import hashlib
 import json
-import numbers
-from typing import Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import numpy as np
 
-from dp_ftrl_tff import _atomic, _validation, plan_checks
+from dp_ftrl_tff import _atomic, _validation, plan_checks, settings
 from dp_ftrl_tff.mechanisms import base, registry, resolve
 from dp_ftrl_tff.mechanisms import participation as participation_lib
-from dp_ftrl_tff.plan_checks import (  # noqa: F401  (re-exported)
-  CALIBRATION_TARGETS,
-  StrategyTooShortError,
-  check_sampled_participation,
-)
-from dp_ftrl_tff.settings import (  # noqa: F401  (the plan's parts, re-exported)
-  DEFAULT_INITIAL_CLIP,
-  EVERY_ROUND,
-  GBOARD_RESTARTS,
-  MAX_SCALE_FACTOR,
-  SAMPLING_KINDS,
-  AdaptiveClipping,
-  RestartSchedule,
-  Sampling,
-  SecureAggregation,
-  accounted_noise_multiplier,
-  inflated_noise_multiplier,
-)
+from dp_ftrl_tff.settings import SAMPLING_KINDS, Sampling  # noqa: F401  (re-exported)
 
 BEYOND_MAX_ROUNDS = ('error', 'restart')
 
 
 @dataclasses.dataclass(frozen=True)
 class RunPlan:
-  """What a run releases and how it is noised; see the module docstring. Build with `RunPlan.build`.
+  """What a run releases and how it is noised; see the module docstring. `RunPlan.build` and
+  `RunPlan.for_accounting` resolve the defaults; the constructor (and so `dataclasses.replace`)
+  validates every field and derives the noise split. The fields are in the order of `to_config`.
 
   Attributes:
     strategy: the mechanism's `Strategy` (its `name` is the registry key).
     noise_multiplier: sigma, the accounted noise multiplier (relative to the clip, on the sum): 0
       or in [1e-100, 1e100] (`plan_checks.MIN_NOISE_MULTIPLIER`, `MAX_NOISE_MULTIPLIER`).
+    value_noise_multiplier: z_Delta, the multiplier on the model sum (derived: = sigma without
+      adaptive clipping; `inflated_noise_multiplier` with it; 0 when sigma is 0).
     clients_per_round: m > 0, the fixed denominator of the mean (None: accounting only).
     clip_norm: zeta > 0, the fixed clip, or the initial clip with adaptive clipping (None:
       accounting only).
     adaptive_clip: `AdaptiveClipping` settings, or None for a fixed clip.
-    clipped_count_stddev: sigma_b with adaptive clipping (resolved default), else None.
-    value_noise_multiplier: z_Delta, the multiplier on the model sum (= sigma without adaptive
-      clipping; `inflated_noise_multiplier` with it; 0 when sigma is 0).
-    restarts: the `RestartSchedule` of the mechanism segments, or None (one segment).
-    secure: `SecureAggregation` settings, or None (plain sum).
+    clipped_count_stddev: sigma_b with adaptive clipping (derived: the settings', else m / 20, 0
+      when sigma is 0), else None.
+    restarts: the `RestartSchedule` of the mechanism segments, or None (one segment). With adaptive
+      clipping None means its schedule, else the mechanism's default (`EVERY_ROUND` for Gaussian
+      noise, `GBOARD_RESTARTS` otherwise).
+    secure: `SecureAggregation` settings (or an int number of bits: its defaults), or None.
     zeroing_norm: updates with a larger L2 norm are zeroed; None zeroes only non-finite updates.
     beyond_max_rounds: banded strategies past their `max_rounds`: 'error' or 'restart' (the flag
       `--banded_beyond_max_rounds`).
@@ -77,14 +64,13 @@ class RunPlan:
       clients, accounted with the declared participation schema.
     num_rounds: n, the run's rounds, or None (a plan for an aggregator alone).
     participation: the declared `ParticipationSchema` (b-min-sep with at most k participations),
-      or None.
-    target_delta: the delta of the run's (epsilon, delta) statement, or None.
+      or None; with `sampling`, one the sampler enforces.
+    target_delta: the delta of the run's (epsilon, delta) statement, in (0, 1), or None.
     strategy_source: the `resolve.StrategySource` of the strategy (file, optimizer, ...), or None.
     calibration: {'target_epsilon': e} or {'target_rho': r} when sigma was calibrated to it, else
       None.
     population: the number of clients the run samples from (its training clients), or None: not
-      recorded (a plan for accounting only, or of an earlier release). With `sampling`, its
-      `population`.
+      recorded (a plan for accounting only). With `sampling`, its `population`.
     noise_seed_fixed: True when the noise comes from a seed given explicitly (the drivers'
       `--noise_seed`): anyone who knows the seed can regenerate and subtract the noise, so the run
       is for testing only and has no privacy guarantee; False when the seed is drawn from OS
@@ -92,14 +78,14 @@ class RunPlan:
   """
   strategy: base.Strategy
   noise_multiplier: float
-  clients_per_round: Optional[float]
-  clip_norm: Optional[float]
-  adaptive_clip: Optional[AdaptiveClipping]
-  clipped_count_stddev: Optional[float]
-  value_noise_multiplier: float
-  restarts: Optional[RestartSchedule]
-  secure: Optional[SecureAggregation]
-  zeroing_norm: Optional[float]
+  value_noise_multiplier: float = dataclasses.field(init=False)
+  clients_per_round: Optional[float] = None
+  clip_norm: Optional[float] = None
+  adaptive_clip: Optional[settings.AdaptiveClipping] = None
+  clipped_count_stddev: Optional[float] = dataclasses.field(init=False)
+  restarts: Optional[settings.RestartSchedule] = None
+  secure: Optional[settings.SecureAggregation] = None
+  zeroing_norm: Optional[float] = None
   beyond_max_rounds: str = 'error'
   sampling: Optional[Sampling] = None
   num_rounds: Optional[int] = None
@@ -110,18 +96,48 @@ class RunPlan:
   population: Optional[int] = None
   noise_seed_fixed: Optional[bool] = None
 
+  def __post_init__(self):
+    entry = _strategy_entry(self.strategy)
+    if self.clip_norm is not None and not entry.streams:
+      raise ValueError(f'`strategy` {self.strategy.name!r} has no streaming noise; streaming '
+                       f'mechanisms: {list(registry.names(streaming_only=True))}.')
+    sigma = plan_checks.check_noise_multiplier(self.noise_multiplier)
+    m, clip, zeroing_norm = (None if value is None else _validation.check_positive_float(value, name)
+                             for name, value in (('clients_per_round', self.clients_per_round),
+                                                 ('clip_norm', self.clip_norm),
+                                                 ('zeroing_norm', self.zeroing_norm)))
+    if clip is not None and m is None:
+      raise ValueError('`clients_per_round` must be given: a positive number, or None with a '
+                       '`sampling` of known population (its expected cohort size).')
+    _validation.check_one_of(self.beyond_max_rounds, 'beyond_max_rounds', BEYOND_MAX_ROUNDS)
+    restarts = self.restarts
+    if restarts is not None and not isinstance(restarts, settings.RestartSchedule):
+      raise ValueError(f'`restarts` must be a RestartSchedule or None, got {restarts!r}.')
+    sampling = plan_checks.check_sampling(self.sampling)
+    plan_checks.check_clients_per_round(m, sampling)
+    adaptive = plan_checks.adaptive_settings(self.adaptive_clip)
+    if adaptive is not None:
+      if clip is not None:
+        plan_checks.resolve_clip(adaptive, clip)  # the conflict with its initial clip
+      default = settings.GBOARD_RESTARTS if self.strategy.correlated else settings.EVERY_ROUND
+      restarts = restarts or adaptive.restarts or default
+    count_stddev, value_sigma = plan_checks.noise_split(adaptive, sigma, m)
+    resolved = dict(
+        noise_multiplier=sigma, value_noise_multiplier=value_sigma, clients_per_round=m,
+        clip_norm=clip, adaptive_clip=adaptive, clipped_count_stddev=count_stddev,
+        restarts=restarts, secure=plan_checks.check_secure(self.secure), zeroing_norm=zeroing_norm,
+        population=plan_checks.check_population(self.population, m, sampling),
+        noise_seed_fixed=plan_checks.check_noise_seed_fixed(self.noise_seed_fixed))
+    for name, value in resolved.items():
+      object.__setattr__(self, name, value)
+    plan_checks.check_setting(self)
+
   @classmethod
   def build(cls, strategy: base.Strategy, noise_multiplier: float,
             clients_per_round: Optional[float], clip_norm: Optional[float], *, adaptive_clip=None,
-            secure=None, zeroing_norm: Optional[float] = None,
-            restarts: Optional[RestartSchedule] = None, beyond_max_rounds: str = 'error',
-            sampling: Optional[Sampling] = None, num_rounds: Optional[int] = None,
-            participation: Optional[participation_lib.ParticipationSchema] = None,
-            target_delta: Optional[float] = None,
-            strategy_source: Optional[resolve.StrategySource] = None,
-            calibration: Optional[dict] = None, population: Optional[int] = None,
-            noise_seed_fixed: Optional[bool] = None) -> 'RunPlan':
-    """Validates the arguments and resolves every default into a plan an aggregator can run.
+            sampling: Optional[Sampling] = None, **setting) -> 'RunPlan':
+    """The plan an aggregator can run, its defaults resolved: the clip from the adaptive clipping,
+    the clients per round from the sampling.
 
     Args:
       strategy: a registered `Strategy` with a streaming noise state.
@@ -130,99 +146,35 @@ class RunPlan:
       clients_per_round: m > 0; with `sampling`, None or its `expected_clients_per_round`.
       clip_norm: the fixed clip; with `adaptive_clip` the initial clip, or None.
       adaptive_clip: None or False (fixed clip), True (Gboard defaults) or an `AdaptiveClipping`.
-      secure: None (plain sum), an int number of bits, or a `SecureAggregation`.
-      zeroing_norm: > 0 or None.
-      restarts: a `RestartSchedule`, or None: the adaptive clipping's schedule, else its mechanism
-        default (`EVERY_ROUND` for Gaussian noise, `GBOARD_RESTARTS` otherwise) with adaptive
-        clipping, and no restarts with a fixed clip.
-      beyond_max_rounds: 'error' or 'restart' (banded strategies).
       sampling: a `Sampling` (Poisson or cyclic Poisson cohorts), or None (min-sep sampling).
-      num_rounds: n >= 1, or None; every segment must fit the strategy (`beyond_max_rounds`).
-      participation: the declared `ParticipationSchema`, or None; with `sampling`, one the sampler
-        enforces (its min_sep at most the groups' b-hat, no cap on participations below it).
-      target_delta: in (0, 1), or None.
-      strategy_source: where the strategy came from (`resolve.resolve_strategy`), or None.
-      calibration: {'target_epsilon': e} or {'target_rho': r}, or None.
-      population: the number of clients >= `clients_per_round`, or None (with `sampling`: its
-        population).
-      noise_seed_fixed: whether the noise seed was given explicitly (True: testing only), or None.
+      setting: the other fields of the plan, by keyword: `restarts`, `secure`, `zeroing_norm`,
+        `beyond_max_rounds`, `num_rounds` (every segment must fit the strategy), `participation`,
+        `target_delta`, `strategy_source`, `calibration`, `population` (>= `clients_per_round`; with
+        `sampling`: its population) and `noise_seed_fixed`.
     """
-    return cls._make(strategy, noise_multiplier, clients_per_round, clip_norm, adaptive_clip, secure,
-                     zeroing_norm, restarts, beyond_max_rounds, sampling, num_rounds,
-                     participation, target_delta, strategy_source, calibration, population,
-                     noise_seed_fixed, training=True)
+    adaptive = plan_checks.adaptive_settings(adaptive_clip)
+    if clip_norm is None and adaptive is None:
+      raise ValueError('`clip_norm` is required without `adaptive_clip`.')
+    if clients_per_round is None and plan_checks.check_sampling(sampling) is not None:
+      clients_per_round = sampling.expected_clients_per_round
+    return cls(strategy=strategy, noise_multiplier=noise_multiplier,
+               clients_per_round=clients_per_round, clip_norm=plan_checks.resolve_clip(
+                   adaptive, clip_norm), adaptive_clip=adaptive, sampling=sampling, **setting)
 
   @classmethod
   def for_accounting(cls, strategy: base.Strategy, noise_multiplier: float, *,
                      clipped_count_stddev: Optional[float] = None,
-                     restarts: Optional[RestartSchedule] = None, secure=None,
-                     beyond_max_rounds: str = 'error', sampling: Optional[Sampling] = None,
-                     num_rounds: Optional[int] = None,
-                     participation: Optional[participation_lib.ParticipationSchema] = None,
-                     target_delta: Optional[float] = None,
-                     strategy_source: Optional[resolve.StrategySource] = None,
-                     calibration: Optional[dict] = None) -> 'RunPlan':
+                     restarts: Optional[settings.RestartSchedule] = None, **setting) -> 'RunPlan':
     """A plan for accounting only (a planned run's report): no clients per round, no clip, any
     registered strategy (TreeAgg-Full too). Adaptive clipping is its `clipped_count_stddev`;
-    `restarts` are exactly those given. The other arguments are `build`'s."""
+    `restarts` are exactly those given. `setting`: `secure`, `beyond_max_rounds`, `sampling`,
+    `num_rounds`, `participation`, `target_delta`, `strategy_source`, `calibration`, as `build`."""
     adaptive = (None if clipped_count_stddev is None else
-                AdaptiveClipping(clipped_count_stddev=clipped_count_stddev))
+                settings.AdaptiveClipping(clipped_count_stddev=clipped_count_stddev))
     if adaptive is not None and restarts is None:
-      restarts = RestartSchedule.at(())  # not adaptive clipping's default schedule
-    return cls._make(strategy, noise_multiplier, None, None,
-                     adaptive, secure, None, restarts,
-                     beyond_max_rounds, sampling, num_rounds, participation, target_delta,
-                     strategy_source, calibration, None, None)
-
-  @classmethod
-  def _make(cls, strategy, noise_multiplier, m, clip_norm, adaptive_clip, secure, zeroing_norm,
-            restarts, beyond_max_rounds, sampling, num_rounds, participation, target_delta,
-            strategy_source, calibration, population, noise_seed_fixed,
-            training: bool = False) -> 'RunPlan':
-    """The plan of `strategy` and clients per round `m`: a plan for `training` (see `build`: m
-    None is the sampling's expected cohort size), else for accounting only (m None: no clip)."""
-    entry = _strategy_entry(strategy)
-    if training and not entry.streams:
-      raise ValueError(f'`strategy` {strategy.name!r} has no streaming noise; streaming '
-                       f'mechanisms: {list(registry.names(streaming_only=True))}.')
-    if training and clip_norm is None and adaptive_clip in (None, False):
-      raise ValueError('`clip_norm` is required without `adaptive_clip`.')
-    if training and m is None:
-      m = (None if plan_checks.check_sampling(sampling) is None
-           else sampling.expected_clients_per_round)
-      if m is None:
-        raise ValueError('`clients_per_round` must be given: a positive number, or None with a '
-                         '`sampling` of known population (its expected cohort size).')
-    sigma = plan_checks.check_noise_multiplier(noise_multiplier)
-    if m is not None:
-      m = _validation.check_positive_float(m, 'clients_per_round')
-    if clip_norm is not None:
-      clip_norm = _validation.check_positive_float(clip_norm, 'clip_norm')
-    if zeroing_norm is not None:
-      zeroing_norm = _validation.check_positive_float(zeroing_norm, 'zeroing_norm')
-    _validation.check_one_of(beyond_max_rounds, 'beyond_max_rounds', BEYOND_MAX_ROUNDS)
-    if restarts is not None and not isinstance(restarts, RestartSchedule):
-      raise ValueError(f'`restarts` must be a RestartSchedule or None, got {restarts!r}.')
-    plan_checks.check_clients_per_round(m, plan_checks.check_sampling(sampling))
-    population = plan_checks.check_population(population, m, sampling)
-    noise_seed_fixed = plan_checks.check_noise_seed_fixed(noise_seed_fixed)
-    secure = plan_checks.check_secure(secure)
-    adaptive_clip, clip, count_stddev, value_sigma = plan_checks.resolve_clipping(
-        adaptive_clip, clip_norm, sigma, m)
-    if m is None:  # a plan for accounting only (`for_accounting`): no clip at all
-      clip = None
-    if adaptive_clip is not None:
-      default = GBOARD_RESTARTS if strategy.correlated else EVERY_ROUND
-      restarts = restarts or adaptive_clip.restarts or default
-    plan = cls(strategy=strategy, noise_multiplier=sigma, clients_per_round=m, clip_norm=clip,
-               adaptive_clip=adaptive_clip, clipped_count_stddev=count_stddev,
-               value_noise_multiplier=value_sigma, restarts=restarts, secure=secure,
-               zeroing_norm=zeroing_norm, beyond_max_rounds=beyond_max_rounds, sampling=sampling,
-               num_rounds=num_rounds, participation=participation,
-               target_delta=target_delta, strategy_source=strategy_source,
-               calibration=calibration, population=population, noise_seed_fixed=noise_seed_fixed)
-    plan_checks.check_setting(plan)
-    return plan
+      restarts = settings.RestartSchedule.at(())  # not adaptive clipping's default schedule
+    return cls(strategy=strategy, noise_multiplier=noise_multiplier, adaptive_clip=adaptive,
+               restarts=restarts, **setting)
 
   @property
   def mechanism(self) -> str:
@@ -266,86 +218,36 @@ class RunPlan:
       raise ValueError('`num_rounds` is required: the plan has no rounds.')
     return self.num_rounds
 
-  def with_noise_multiplier(self, noise_multiplier: float,
-                            calibration: Optional[dict] = None) -> 'RunPlan':
-    """The same plan with another accounted noise multiplier (its split recomputed), e.g. the one
-    calibrated to `calibration`'s target (`accounting.calibration.calibrate_plan`)."""
-    return RunPlan._make(
-        self.strategy, noise_multiplier, self.clients_per_round, self.clip_norm,
-        self.adaptive_clip, self.secure, self.zeroing_norm, self.restarts, self.beyond_max_rounds,
-        self.sampling, self.num_rounds, self.participation, self.target_delta,
-        self.strategy_source, calibration, self.population, self.noise_seed_fixed)
-
   def to_config(self, fingerprint_arrays: bool = False) -> dict:
-    """JSON-ready description; `from_config` inverts it. The strategy's arrays (banded
-    `band_rows`) are nested lists, or with `fingerprint_arrays` their shape and SHA-256, and the
-    optimizer's wall time left out: a short, deterministic description that cannot be inverted
-    (the aggregator state's `mechanism`)."""
-    source = None if self.strategy_source is None else self.strategy_source.to_config()
-    if source is not None and fingerprint_arrays:
-      source['seconds'] = None
-    return {
-        'strategy': _strategy_config(self.strategy, fingerprint_arrays),
-        'noise_multiplier': self.noise_multiplier,
-        'value_noise_multiplier': self.value_noise_multiplier,
-        'clients_per_round': self.clients_per_round,
-        'clip_norm': self.clip_norm,
-        'adaptive_clip': None if self.adaptive_clip is None else self.adaptive_clip.to_config(),
-        'clipped_count_stddev': self.clipped_count_stddev,
-        'restarts': None if self.restarts is None else self.restarts.to_config(),
-        'secure': None if self.secure is None else self.secure.to_config(),
-        'zeroing_norm': self.zeroing_norm,
-        'beyond_max_rounds': self.beyond_max_rounds,
-        'sampling': None if self.sampling is None else self.sampling.to_config(),
-        'num_rounds': self.num_rounds,
-        'participation': (None if self.participation is None
-                          else dataclasses.asdict(self.participation)),
-        'target_delta': self.target_delta,
-        'strategy_source': source,
-        'calibration': self.calibration,
-        'population': self.population,
-        'noise_seed_fixed': self.noise_seed_fixed,
-    }
+    """JSON-ready description, one key per field in field order; `from_config` inverts it. The
+    strategy's arrays (banded `band_rows`) are nested lists, or with `fingerprint_arrays` their
+    shape and SHA-256, and the optimizer's wall time left out: a short, deterministic description
+    that cannot be inverted (the aggregator state's `mechanism`)."""
+    config = {}
+    for field in dataclasses.fields(self):
+      value, encode = getattr(self, field.name), _FIELDS[field.name].encode
+      config[field.name] = value if value is None or encode is None else encode(
+          value, fingerprint_arrays)
+    return config
 
   @classmethod
   def from_config(cls, config: dict) -> 'RunPlan':
-    """Inverse of `to_config`: rebuilds the plan through `build` (so it is validated again). Plans of
-    earlier releases (without the run's setting, the population or the seed's origin) load with
-    those fields None. A field of the wrong JSON type is a ValueError naming it ("field 'x'")."""
+    """Inverse of `to_config`: the plan of the config's fields, validated again (the derived
+    `value_noise_multiplier` and `clipped_count_stddev` are recomputed). A missing optional field is
+    None (its default); a field of the wrong JSON type is a ValueError naming it ("field 'x'")."""
     if not isinstance(config, dict):
       raise ValueError(f'`config` must be a dict, got {type(config).__name__}.')
     missing = sorted({'strategy', 'noise_multiplier', 'clients_per_round', 'clip_norm'} - set(config))
     if missing:
       raise ValueError(f'The plan config lacks {missing}.')
-    _check_field_types(config)
-    strategy_config = {key: np.asarray(value, np.float64)
-                       if isinstance(value, list) and value and isinstance(value[0], list)
-                       else value for key, value in config['strategy'].items()}
-    optional = {
-        'adaptive_clip': AdaptiveClipping.from_config, 'restarts': RestartSchedule.from_config,
-        'secure': lambda c: SecureAggregation(**c), 'sampling': lambda c: Sampling(**c),
-        'participation': lambda c: participation_lib.ParticipationSchema(**c),
-        'strategy_source': resolve.StrategySource.from_config,
-        'strategy': lambda _: registry.strategy_from_config(strategy_config)}
-    parts = {key: None if config.get(key) is None else _parse_field(key, parse, config[key])
-             for key, parse in optional.items()}
-    strategy = parts.pop('strategy')
-    setting = dict(population=config.get('population'),
-                   noise_seed_fixed=config.get('noise_seed_fixed'))
-    if config['clip_norm'] is None:
-      # A plan for accounting only: its adaptive clipping is its clipped-count noise.
-      return cls._make(strategy, config['noise_multiplier'], config['clients_per_round'],
-                       config['clip_norm'], parts['adaptive_clip'], parts['secure'], None,
-                       parts['restarts'], config.get('beyond_max_rounds', 'error'),
-                       parts['sampling'], config.get('num_rounds'), parts['participation'],
-                       config.get('target_delta'), parts['strategy_source'],
-                       config.get('calibration'), **setting)
-    return cls.build(
-        strategy, config['noise_multiplier'], config['clients_per_round'], config['clip_norm'],
-        zeroing_norm=config.get('zeroing_norm'),
-        beyond_max_rounds=config.get('beyond_max_rounds', 'error'),
-        num_rounds=config.get('num_rounds'), target_delta=config.get('target_delta'),
-        calibration=config.get('calibration'), **setting, **parts)
+    plan_checks.check_config_types(config, {name: field[:2] for name, field in _FIELDS.items()})
+    fields = {}
+    for field in dataclasses.fields(cls):
+      if field.init and field.name in config:
+        value, decode = config[field.name], _FIELDS[field.name].decode
+        fields[field.name] = (value if value is None or decode is None
+                              else _parse_field(field.name, decode, value))
+    return cls(**fields)
 
   def __str__(self) -> str:
     clip = (f'not set (accounting only), clipped_count_stddev={self.clipped_count_stddev}'
@@ -371,39 +273,18 @@ class RunPlan:
     return '\n'.join(lines)
 
 
-#: The JSON type of each field of `RunPlan.to_config()`: (kind, may it be null).
-_FIELD_TYPES = {
-    'strategy': ('object', False), 'noise_multiplier': ('number', False),
-    'value_noise_multiplier': ('number', True), 'clients_per_round': ('number', True),
-    'clip_norm': ('number', True), 'adaptive_clip': ('object', True),
-    'clipped_count_stddev': ('number', True), 'restarts': ('object', True),
-    'secure': ('object', True), 'zeroing_norm': ('number', True),
-    'beyond_max_rounds': ('string', True), 'sampling': ('object', True),
-    'num_rounds': ('integer', True), 'participation': ('object', True),
-    'target_delta': ('number', True), 'strategy_source': ('object', True),
-    'calibration': ('object', True), 'population': ('integer', True),
-    'noise_seed_fixed': ('boolean', True),
-}
-_KIND_CHECKS = {
-    'object': lambda v: isinstance(v, dict),
-    'number': lambda v: isinstance(v, numbers.Real) and not isinstance(v, bool),
-    'integer': lambda v: isinstance(v, numbers.Integral) and not isinstance(v, bool),
-    'string': lambda v: isinstance(v, str),
-    'boolean': lambda v: isinstance(v, bool),
-}
+class _Field(NamedTuple):
+  """How a field of `RunPlan` reads and writes in `to_config`: its JSON type `kind`, whether it may be
+  null, `encode(value, fingerprint_arrays)` and `decode(json)` (None: the value as is)."""
+  kind: str
+  nullable: bool = True
+  encode: Optional[Callable[[Any, bool], Any]] = None
+  decode: Optional[Callable[[Any], Any]] = None
 
 
-def _check_field_types(config: dict) -> None:
-  """ValueError naming the first field of a plan config whose JSON type is wrong (e.g. a string
-  noise multiplier). Fields are named in quotes, not as flags: they are keys of a file."""
-  for name, (kind, nullable) in _FIELD_TYPES.items():
-    value = config.get(name)
-    if value is None and (nullable or name not in config):
-      continue
-    if value is None or not _KIND_CHECKS[kind](value):
-      article = 'an' if kind[0] in 'aeiou' else 'a'
-      raise ValueError(f"field '{name}' must be {article} {kind}{' or null' if nullable else ''}, "
-                       f'got {value!r}.')
+def _settings_field(decode: Callable[[Any], Any]) -> _Field:
+  """A field holding a settings object: its `to_config()`, read back by `decode`."""
+  return _Field('object', True, lambda value, _: value.to_config(), decode)
 
 
 def _parse_field(name: str, parse, value):
@@ -421,7 +302,23 @@ def _strategy_entry(strategy) -> registry.Mechanism:
   return registry.entry(strategy.name)
 
 
+def _strategy_from_config(config: dict) -> base.Strategy:
+  """The strategy of `to_config`'s 'strategy' (its nested lists read as float64 arrays)."""
+  return registry.strategy_from_config({
+      key: np.asarray(value, np.float64) if isinstance(value, list) and value and isinstance(
+          value[0], list) else value for key, value in config.items()})
+
+
+def _source_config(source: resolve.StrategySource, fingerprint_arrays: bool) -> dict:
+  """`source.to_config()`, without the optimizer's wall time with `fingerprint_arrays`."""
+  config = source.to_config()
+  if fingerprint_arrays:
+    config['seconds'] = None
+  return config
+
+
 def _strategy_config(strategy: base.Strategy, fingerprint_arrays: bool) -> dict:
+  """`strategy.to_config()` with its arrays as nested lists, or as shape and SHA-256."""
   config = {}
   for key, value in strategy.to_config().items():
     if not isinstance(value, np.ndarray):
@@ -433,6 +330,31 @@ def _strategy_config(strategy: base.Strategy, fingerprint_arrays: bool) -> dict:
     else:
       config[key] = value.tolist()
   return config
+
+
+#: Every field of `RunPlan`, by name.
+_FIELDS = {
+    'strategy': _Field('object', False, _strategy_config, _strategy_from_config),
+    'noise_multiplier': _Field('number', False),
+    'value_noise_multiplier': _Field('number'),
+    'clients_per_round': _Field('number'),
+    'clip_norm': _Field('number'),
+    'adaptive_clip': _settings_field(settings.AdaptiveClipping.from_config),
+    'clipped_count_stddev': _Field('number'),
+    'restarts': _settings_field(settings.RestartSchedule.from_config),
+    'secure': _settings_field(lambda config: settings.SecureAggregation(**config)),
+    'zeroing_norm': _Field('number'),
+    'beyond_max_rounds': _Field('string'),
+    'sampling': _settings_field(lambda config: Sampling(**config)),
+    'num_rounds': _Field('integer'),
+    'participation': _Field('object', True, lambda schema, _: dataclasses.asdict(schema),
+                            lambda config: participation_lib.ParticipationSchema(**config)),
+    'target_delta': _Field('number'),
+    'strategy_source': _Field('object', True, _source_config, resolve.StrategySource.from_config),
+    'calibration': _Field('object'),
+    'population': _Field('integer'),
+    'noise_seed_fixed': _Field('boolean'),
+}
 
 
 def save_plan(plan: RunPlan, path) -> None:

@@ -3,11 +3,14 @@
 The strategy must cover every noise segment of the run (`StrategyTooShortError` otherwise), the
 restarts lie inside the run, a declared participation must be one the random sampling enforces
 (`check_sampled_participation`: never an optimistic one), the target delta lies in (0, 1) and a
-calibration names a known target. Rounds are 0-based, `min_sep` = b.
+calibration names a known target. `resolve_clip` and `noise_split` give the clip and the split of
+the noise multiplier under adaptive clipping; `check_config_types` the JSON types of a plan file's
+fields. Rounds are 0-based, `min_sep` = b.
 """
 
 import math
-from typing import Optional
+import numbers
+from typing import Dict, Optional, Tuple
 
 import numpy as np
 
@@ -78,6 +81,30 @@ def check_population(population, m: Optional[float],
     raise ValueError(f'`clients_per_round`={m:g} exceeds the `population` of {population} '
                      'clients.')
   return population
+
+
+_JSON_KINDS = {
+    'object': lambda v: isinstance(v, dict),
+    'number': lambda v: isinstance(v, numbers.Real) and not isinstance(v, bool),
+    'integer': lambda v: isinstance(v, numbers.Integral) and not isinstance(v, bool),
+    'string': lambda v: isinstance(v, str),
+    'boolean': lambda v: isinstance(v, bool),
+}
+
+
+def check_config_types(config: dict, kinds: Dict[str, Tuple[str, bool]]) -> None:
+  """ValueError naming the first field of a plan config whose JSON type is wrong (e.g. a string
+  noise multiplier); `kinds` maps each field to its JSON type ('object', 'number', 'integer',
+  'string', 'boolean') and whether it may be null. Fields are named in quotes, not as flags: they
+  are keys of a file."""
+  for name, (kind, nullable) in kinds.items():
+    value = config.get(name)
+    if value is None and (nullable or name not in config):
+      continue
+    if value is None or not _JSON_KINDS[kind](value):
+      article = 'an' if kind[0] in 'aeiou' else 'a'
+      raise ValueError(f"field '{name}' must be {article} {kind}{' or null' if nullable else ''}, "
+                       f'got {value!r}.')
 
 
 def check_noise_seed_fixed(noise_seed_fixed) -> Optional[bool]:
@@ -164,30 +191,47 @@ def check_secure(secure) -> Optional[SecureAggregation]:
   return secure
 
 
-def resolve_clipping(adaptive_clip, clip_norm: Optional[float], sigma: float,
-                     m: Optional[float]) -> tuple:
-  """(adaptive settings or None, clip, clipped-count std or None, value noise multiplier) of the
-  checked `clip_norm`, `sigma` and `m`."""
+def adaptive_settings(adaptive_clip) -> Optional[AdaptiveClipping]:
+  """The adaptive clipping of `adaptive_clip`: None or False (a fixed clip), True (Gboard defaults)
+  or an `AdaptiveClipping`; ValueError otherwise."""
   if adaptive_clip is True:
-    adaptive_clip = AdaptiveClipping()
-  elif adaptive_clip is False:
-    adaptive_clip = None
+    return AdaptiveClipping()
+  if adaptive_clip is False:
+    return None
   if adaptive_clip is not None and not isinstance(adaptive_clip, AdaptiveClipping):
     raise ValueError(f'`adaptive_clip` must be None, a bool or an AdaptiveClipping, got '
                      f'{adaptive_clip!r}.')
-  if adaptive_clip is None:
-    return None, clip_norm, None, sigma
-  if clip_norm is not None and adaptive_clip.initial_clip not in (None, clip_norm):
+  return adaptive_clip
+
+
+def resolve_clip(adaptive: Optional[AdaptiveClipping], clip_norm: Optional[float]):
+  """The clip of a plan: `clip_norm` with a fixed clip; with adaptive clipping the initial clip
+  (its `initial_clip`, else `clip_norm`, else `DEFAULT_INITIAL_CLIP`). ValueError when
+  `clip_norm` and `initial_clip` are both given and differ."""
+  if adaptive is None:
+    return clip_norm
+  if clip_norm is not None and adaptive.initial_clip not in (None, clip_norm):
     raise ValueError(f'`clip_norm`={clip_norm!r} conflicts with `adaptive_clip.initial_clip`'
-                     f'={adaptive_clip.initial_clip!r}; give only one.')
-  clip_norm = float(adaptive_clip.initial_clip or clip_norm or DEFAULT_INITIAL_CLIP)
-  count_stddev = adaptive_clip.clipped_count_stddev
+                     f'={adaptive.initial_clip!r}; give only one.')
+  if adaptive.initial_clip is not None:
+    return adaptive.initial_clip
+  return DEFAULT_INITIAL_CLIP if clip_norm is None else clip_norm
+
+
+def noise_split(adaptive: Optional[AdaptiveClipping], sigma: float,
+                m: Optional[float]) -> Tuple[Optional[float], float]:
+  """(sigma_b, z_Delta): the clipped-count std (None without adaptive clipping) and the value noise
+  multiplier of the accounted sigma (checked) with `m` clients per round (checked, or None).
+  sigma_b is the adaptive clipping's, else m / 20 (TFF's default), 0 without noise."""
+  if adaptive is None:
+    return None, sigma
+  count_stddev = adaptive.clipped_count_stddev
   if sigma == 0.0:
-    return adaptive_clip, clip_norm, float(count_stddev or 0.0), sigma
+    return float(count_stddev or 0.0), sigma
   if count_stddev is None:
     if m is None:
       raise ValueError('`clipped_count_stddev` is required with adaptive clipping when '
                        '`clients_per_round` is not set (its default is clients_per_round / 20).')
     count_stddev = m / 20.0
   count_stddev = float(count_stddev)
-  return adaptive_clip, clip_norm, count_stddev, inflated_noise_multiplier(sigma, count_stddev)
+  return count_stddev, inflated_noise_multiplier(sigma, count_stddev)

@@ -19,7 +19,7 @@ from typing import Optional, Tuple
 
 import scipy.special
 
-from dp_ftrl_tff import _deprecation, _validation
+from dp_ftrl_tff import _validation
 
 # ------------------------------------------------------------------------------------------------
 # Restarts.
@@ -103,15 +103,14 @@ EVERY_ROUND = RestartSchedule(warmup=1, period=1)
 DEFAULT_INITIAL_CLIP = 0.1
 
 
-@dataclasses.dataclass(frozen=True, init=False)
+@dataclasses.dataclass(frozen=True)
 class AdaptiveClipping:
   """Settings of adaptive quantile clipping (defaults: Gboard paper Alg. 1 / TFF).
 
   Attributes:
     target_unclipped_quantile: gamma in [0, 1], the quantile of update norms to track (0.5; TFF's
-      name; `target_quantile` is its deprecated name here).
-    clip_learning_rate: eta_gamma >= 0 of the geometric update (0.2; deprecated name
-      `learning_rate`).
+      name).
+    clip_learning_rate: eta_gamma >= 0 of the geometric update (0.2).
     initial_clip: C^0 > 0, or None to take the plan's `clip_norm` (else `DEFAULT_INITIAL_CLIP`).
     clipped_count_stddev: sigma_b >= 0, std of the noise on the clipped-count SUM; None means
       clients_per_round / 20 (0 when the noise multiplier is 0), TFF's default.
@@ -124,42 +123,16 @@ class AdaptiveClipping:
   clipped_count_stddev: Optional[float] = None
   restarts: Optional[RestartSchedule] = None
 
-  def __init__(self, target_unclipped_quantile: float = 0.5, clip_learning_rate: float = 0.2,
-               initial_clip: Optional[float] = None, clipped_count_stddev: Optional[float] = None,
-               restarts: Optional[RestartSchedule] = None, **deprecated):
-    renamed = _deprecation.rename_keywords(
-        deprecated, {'target_quantile': 'target_unclipped_quantile',
-                     'learning_rate': 'clip_learning_rate'})
-    unknown = sorted(set(renamed) - {'target_unclipped_quantile', 'clip_learning_rate'})
-    if unknown:
-      raise ValueError(f'`{unknown[0]}` is not a setting of adaptive clipping.')
-    target_unclipped_quantile = renamed.get('target_unclipped_quantile', target_unclipped_quantile)
-    clip_learning_rate = renamed.get('clip_learning_rate', clip_learning_rate)
-    _validation.check_float_in_range(target_unclipped_quantile, 'target_unclipped_quantile', 0.0,
-                                     1.0)
-    _validation.check_nonnegative_float(clip_learning_rate, 'clip_learning_rate')
-    if initial_clip is not None:
-      _validation.check_positive_float(initial_clip, 'initial_clip')
-    if clipped_count_stddev is not None:
-      _validation.check_nonnegative_float(clipped_count_stddev, 'clipped_count_stddev')
-    if restarts is not None and not isinstance(restarts, RestartSchedule):
-      raise ValueError(f'`restarts` must be a RestartSchedule or None, got {restarts!r}.')
-    for name, value in (('target_unclipped_quantile', target_unclipped_quantile),
-                        ('clip_learning_rate', clip_learning_rate), ('initial_clip', initial_clip),
-                        ('clipped_count_stddev', clipped_count_stddev), ('restarts', restarts)):
-      object.__setattr__(self, name, value)
-
-  @property
-  def target_quantile(self) -> float:
-    """Deprecated name of `target_unclipped_quantile`."""
-    _deprecation.warn('target_quantile', 'target_unclipped_quantile')
-    return self.target_unclipped_quantile
-
-  @property
-  def learning_rate(self) -> float:
-    """Deprecated name of `clip_learning_rate`."""
-    _deprecation.warn('learning_rate', 'clip_learning_rate')
-    return self.clip_learning_rate
+  def __post_init__(self):
+    _validation.check_float_in_range(self.target_unclipped_quantile, 'target_unclipped_quantile',
+                                     0.0, 1.0)
+    _validation.check_nonnegative_float(self.clip_learning_rate, 'clip_learning_rate')
+    if self.initial_clip is not None:
+      _validation.check_positive_float(self.initial_clip, 'initial_clip')
+    if self.clipped_count_stddev is not None:
+      _validation.check_nonnegative_float(self.clipped_count_stddev, 'clipped_count_stddev')
+    if self.restarts is not None and not isinstance(self.restarts, RestartSchedule):
+      raise ValueError(f'`restarts` must be a RestartSchedule or None, got {self.restarts!r}.')
 
   def to_config(self) -> dict:
     return {'target_unclipped_quantile': self.target_unclipped_quantile,
@@ -169,15 +142,13 @@ class AdaptiveClipping:
 
   @classmethod
   def from_config(cls, config: dict) -> 'AdaptiveClipping':
-    """Inverse of `to_config`; also reads the keys of earlier releases (`target_quantile`,
-    `learning_rate`) without a warning, as plan files keep them."""
+    """Inverse of `to_config`."""
     if not isinstance(config, dict):
       raise ValueError(f'`adaptive_clip` must be a dict, got {config!r}.')
+    unknown = sorted(set(config) - {f.name for f in dataclasses.fields(cls)})
+    if unknown:
+      raise ValueError(f'`{unknown[0]}` is not a setting of adaptive clipping.')
     config = dict(config)
-    for old, new in (('target_quantile', 'target_unclipped_quantile'),
-                     ('learning_rate', 'clip_learning_rate')):
-      if old in config:
-        config[new] = config.pop(old)
     if config.get('restarts') is not None:
       config['restarts'] = RestartSchedule.from_config(config['restarts'])
     return cls(**config)

@@ -61,7 +61,7 @@ from typing import Sequence
 from absl import flags
 
 from dp_ftrl_tff.mechanisms import base, commands, memory, registry, resolve
-from experiments.cli import amplified_commands, flag_aliases, flag_parsing, plan_flags
+from experiments.cli import amplified_commands, flag_parsing, plan_flags
 from experiments.cli.amplified_commands import RuntimeFailure, UsageError, forbid, require
 
 #: The name in this CLI's error lines, whichever way it is started (`python -m dp_ftrl_tff.mechanisms`,
@@ -78,7 +78,6 @@ amplified_commands.define_flags(_FLAGS)
 flags.DEFINE_bool('json', False, 'Print one JSON object instead of a table.', flag_values=_FLAGS)
 flags.DEFINE_bool('debug', False, 'On an error, print the traceback before the one-line message.',
                   flag_values=_FLAGS)
-flag_aliases.define_aliases(_FLAGS)
 
 USAGE_EXIT_CODE = flag_parsing.ERROR_EXIT_CODE
 RUNTIME_EXIT_CODE = flag_parsing.RUNTIME_ERROR_EXIT_CODE
@@ -177,7 +176,6 @@ def main(argv: Sequence[str]) -> int:
     _FLAGS.unparse_flags()
     flag_parsing.check_flagfiles(argv)
     positional = _FLAGS(argv)[1:]
-    flag_aliases.apply_aliases(_FLAGS)
     if len(positional) != 1 or positional[0] not in COMMANDS:
       raise UsageError(f'expected one command out of {list(COMMANDS)}, got {positional}.')
     record = _run(positional[0], _FLAGS)

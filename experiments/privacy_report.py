@@ -58,7 +58,7 @@ from dp_ftrl_tff.accounting import (
     report_render,
 )
 from dp_ftrl_tff.mechanisms import memory, registry, resolve
-from experiments.cli import flag_aliases, flag_parsing, plan_flags
+from experiments.cli import flag_parsing, plan_flags
 from experiments.run import run_dir
 
 FLAGS = flags.FlagValues()
@@ -94,7 +94,6 @@ flags.DEFINE_bool('strict', False,
 flags.DEFINE_bool('json', False, 'Print the JSON report instead of the summary.', **_d)
 flags.DEFINE_bool('debug', False, 'On an error, print the traceback before the one-line message.',
                   **_d)
-flag_aliases.define_aliases(FLAGS)
 #: What --plan sets.
 _PLAN_FLAGS = ('mechanism', 'mechanism_file', *sorted(registry.option_table()),
                'noise_multiplier', 'target_epsilon', 'target_rho', 'restart_rounds',

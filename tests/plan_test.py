@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow_federated as tff
 
-from dp_ftrl_tff import plan
+from dp_ftrl_tff import plan, settings
 from dp_ftrl_tff.mechanisms import banded, blt, gaussian, tree
 
 pytestmark = pytest.mark.unit
@@ -19,11 +19,11 @@ BANDED = banded.BandedStrategy.from_toeplitz([1.0, 0.5, 0.25], num_rounds=8)
 
 
 def test_restart_rounds():
-  assert plan.EVERY_ROUND.restart_rounds(4) == [1, 2, 3]
-  assert plan.RestartSchedule(0, 3).restart_rounds(10) == [3, 6, 9]
-  assert plan.GBOARD_RESTARTS.restart_rounds(2200) == [128, 1152, 2176]
+  assert settings.EVERY_ROUND.restart_rounds(4) == [1, 2, 3]
+  assert settings.RestartSchedule(0, 3).restart_rounds(10) == [3, 6, 9]
+  assert settings.GBOARD_RESTARTS.restart_rounds(2200) == [128, 1152, 2176]
   with pytest.raises(ValueError, match='period'):
-    plan.RestartSchedule(0, 0)
+    settings.RestartSchedule(0, 0)
 
 
 @pytest.mark.parametrize('kwargs, name', [
@@ -34,7 +34,7 @@ def test_restart_rounds():
     ({'restarts': (1, 2)}, 'restarts')])
 def test_invalid_adaptive_settings_are_named(kwargs, name):
   with pytest.raises(ValueError, match=name):
-    plan.AdaptiveClipping(**kwargs)
+    settings.AdaptiveClipping(**kwargs)
 
 
 @pytest.mark.parametrize('noise_multiplier, num_clients', [(0.5, 100), (3.0, 1000), (1.0, 20)])
@@ -42,8 +42,8 @@ def test_noise_split_matches_tff(noise_multiplier, num_clients):
   value, count = tff.aggregators.differential_privacy.adaptive_clip_noise_params(
       noise_multiplier, num_clients)
   assert count == pytest.approx(num_clients / 20.0)
-  assert plan.inflated_noise_multiplier(noise_multiplier, count) == pytest.approx(value, rel=1e-12)
-  assert plan.accounted_noise_multiplier(value, count) == pytest.approx(noise_multiplier, rel=1e-12)
+  assert settings.inflated_noise_multiplier(noise_multiplier, count) == pytest.approx(value, rel=1e-12)
+  assert settings.accounted_noise_multiplier(value, count) == pytest.approx(noise_multiplier, rel=1e-12)
   built = plan.RunPlan.build(BLT, noise_multiplier, num_clients, None, adaptive_clip=True)
   assert built.value_noise_multiplier == pytest.approx(value, rel=1e-12)
   assert built.clipped_count_stddev == count
@@ -54,13 +54,13 @@ def test_build_resolves_defaults():
   assert (fixed.restarts, fixed.clipped_count_stddev, fixed.value_noise_multiplier) == (None, None,
                                                                                         1.0)
   adaptive = plan.RunPlan.build(tree.TreeStrategy('efficient'), 1.0, 20, None, adaptive_clip=True)
-  assert adaptive.clip_norm == plan.DEFAULT_INITIAL_CLIP
-  assert adaptive.restarts == plan.GBOARD_RESTARTS
+  assert adaptive.clip_norm == settings.DEFAULT_INITIAL_CLIP
+  assert adaptive.restarts == settings.GBOARD_RESTARTS
   assert plan.RunPlan.build(gaussian.GaussianStrategy(), 1.0, 20, 0.5,
-                            adaptive_clip=True).restarts == plan.EVERY_ROUND
+                            adaptive_clip=True).restarts == settings.EVERY_ROUND
   quiet = plan.RunPlan.build(BLT, 0.0, 20, 0.5, adaptive_clip=True)
   assert (quiet.value_noise_multiplier, quiet.clipped_count_stddev) == (0.0, 0.0)
-  assert plan.RunPlan.build(BLT, 1.0, 10, 1.0, secure=16).secure == plan.SecureAggregation(bits=16)
+  assert plan.RunPlan.build(BLT, 1.0, 10, 1.0, secure=16).secure == settings.SecureAggregation(bits=16)
   assert plan.RunPlan.build(BANDED, 1.0, 10, 1.0, beyond_max_rounds='restart').restart_rounds(
       20) == [8, 16]
 
@@ -82,9 +82,9 @@ def test_invalid_plans_are_named(kwargs, name):
                                       tree.TreeStrategy('vanilla')])
 def test_file_round_trip(strategy, tmp_path):
   original = plan.RunPlan.build(
-      strategy, 2.0, 50, None, adaptive_clip=plan.AdaptiveClipping(
-          initial_clip=0.3, clipped_count_stddev=4.0, restarts=plan.RestartSchedule(5, 10)),
-      secure=plan.SecureAggregation(bits=18, rotation='hd', beta=math.exp(-0.5)),
+      strategy, 2.0, 50, None, adaptive_clip=settings.AdaptiveClipping(
+          initial_clip=0.3, clipped_count_stddev=4.0, restarts=settings.RestartSchedule(5, 10)),
+      secure=settings.SecureAggregation(bits=18, rotation='hd', beta=math.exp(-0.5)),
       zeroing_norm=100.0)
   path = tmp_path / 'plan.json'
   plan.save_plan(original, path)
@@ -95,6 +95,25 @@ def test_file_round_trip(strategy, tmp_path):
   for key, value in original.strategy.to_config().items():
     np.testing.assert_array_equal(loaded.strategy.to_config()[key], value)
   assert 'RunPlan' in str(loaded) and strategy.name in str(loaded)
+
+
+def test_replace_revalidates_and_recomputes_the_noise_split():
+  adaptive = plan.RunPlan.build(BLT, 0.0, 100, None, adaptive_clip=True, num_rounds=10)
+  assert (adaptive.clipped_count_stddev, adaptive.value_noise_multiplier) == (0.0, 0.0)
+  noisy = dataclasses.replace(adaptive, noise_multiplier=1.0)
+  assert noisy.clipped_count_stddev == 5.0  # clients_per_round / 20
+  assert noisy.value_noise_multiplier == settings.inflated_noise_multiplier(1.0, 5.0)
+  assert noisy == plan.RunPlan.build(BLT, 1.0, 100, None, adaptive_clip=True, num_rounds=10)
+  with pytest.raises(ValueError, match='noise_multiplier'):
+    dataclasses.replace(adaptive, noise_multiplier=-1.0)
+  with pytest.raises(ValueError, match='target_delta'):
+    dataclasses.replace(adaptive, target_delta=2.0)
+
+
+def test_config_keys_are_the_fields_in_order():
+  config = plan.RunPlan.build(BLT, 1.0, 10, 1.0).to_config()
+  assert list(config) == [field.name for field in dataclasses.fields(plan.RunPlan)]
+  assert plan.RunPlan.from_config(config) == plan.RunPlan.build(BLT, 1.0, 10, 1.0)
 
 
 def test_bad_plan_files_are_named(tmp_path):
@@ -108,7 +127,7 @@ def test_bad_plan_files_are_named(tmp_path):
 
 
 def test_scale_factor_fits_the_field_at_k_stddevs():
-  config = plan.SecureAggregation(bits=16, rotation='dft', modclip_prob=1e-4)
+  config = settings.SecureAggregation(bits=16, rotation='dft', modclip_prob=1e-4)
   clip, n, dim = 0.5, 100, 10_000
   gamma = 1.0 / config.scale_factor(clip, n, dim)
   # k stddevs of the aggregate (sub-Gaussian, all clients aligned) span exactly the field.
@@ -120,18 +139,18 @@ def test_scale_factor_fits_the_field_at_k_stddevs():
   # The scale is a constant over the clip, up to the cap.
   assert config.scale_factor(10 * clip, n, dim) == pytest.approx(
       config.scale_factor(clip, n, dim) / 10, rel=1e-12)
-  assert config.scale_factor(1e-12, n, dim) == plan.MAX_SCALE_FACTOR
+  assert config.scale_factor(1e-12, n, dim) == settings.MAX_SCALE_FACTOR
 
 
 def test_scale_factor_without_rotation_is_worst_case():
-  config = plan.SecureAggregation(bits=12, rotation=None)
+  config = settings.SecureAggregation(bits=12, rotation=None)
   # n * (clip * scale + 1) = 2^(bits - 1).
   np.testing.assert_allclose(10 * (config.scale_factor(1.0, 10, 50) + 1), 2**11)
 
 
 def test_too_few_bits_is_named():
   with pytest.raises(ValueError, match='bits'):
-    plan.SecureAggregation(bits=4, rotation=None).scale_factor(1.0, 100, 10)
+    settings.SecureAggregation(bits=4, rotation=None).scale_factor(1.0, 100, 10)
 
 
 @pytest.mark.parametrize('kwargs, name', [({'bits': 0}, 'bits'), ({'bits': 23}, 'bits'),
@@ -140,13 +159,13 @@ def test_too_few_bits_is_named():
                                           ({'modclip_prob': 0.0}, 'modclip_prob')])
 def test_invalid_secure_settings_are_named(kwargs, name):
   with pytest.raises(ValueError, match=name):
-    plan.SecureAggregation(**kwargs)
+    settings.SecureAggregation(**kwargs)
 
 
 def test_padded_dim():
-  assert plan.SecureAggregation(rotation='hd').padded_dim(5) == 8
-  assert plan.SecureAggregation(rotation='dft').padded_dim(5) == 6
-  assert plan.SecureAggregation(rotation=None).padded_dim(5) == 5
+  assert settings.SecureAggregation(rotation='hd').padded_dim(5) == 8
+  assert settings.SecureAggregation(rotation='dft').padded_dim(5) == 6
+  assert settings.SecureAggregation(rotation=None).padded_dim(5) == 5
 
 
 @pytest.mark.parametrize('z, sigma_b, expected', [
@@ -156,21 +175,21 @@ def test_padded_dim():
     (7.0, 25.0, 7.069625178409298),
 ])
 def test_inflated_noise_multiplier_matches_notes(z, sigma_b, expected):
-  assert plan.inflated_noise_multiplier(z, sigma_b) == pytest.approx(expected, rel=1e-14)
+  assert settings.inflated_noise_multiplier(z, sigma_b) == pytest.approx(expected, rel=1e-14)
 
 
 def test_inflation_composes_to_the_accounted_zcdp():
   # zCDP of the two releases (model sum, sensitivity 1; centred count, sensitivity 1/2) adds up.
   z, sigma_b = 3.0, 4.0
-  z_delta = plan.inflated_noise_multiplier(z, sigma_b)
+  z_delta = settings.inflated_noise_multiplier(z, sigma_b)
   rho_total = 1 / (2 * z_delta**2) + 0.5**2 / (2 * sigma_b**2)
   assert rho_total == pytest.approx(1 / (2 * z**2), rel=1e-13)
 
 
 def test_accounted_noise_multiplier_inverts_inflation():
-  z_delta = plan.inflated_noise_multiplier(7.0, 325.0)
-  assert plan.accounted_noise_multiplier(z_delta, 325.0) == pytest.approx(7.0, rel=1e-14)
-  assert plan.accounted_noise_multiplier(7.0, 325.0) < 7.0
+  z_delta = settings.inflated_noise_multiplier(7.0, 325.0)
+  assert settings.accounted_noise_multiplier(z_delta, 325.0) == pytest.approx(7.0, rel=1e-14)
+  assert settings.accounted_noise_multiplier(7.0, 325.0) < 7.0
 
 
 @pytest.mark.parametrize('z, sigma_b, name', [
@@ -182,7 +201,7 @@ def test_accounted_noise_multiplier_inverts_inflation():
 ])
 def test_inflated_noise_multiplier_rejects_bad_input(z, sigma_b, name):
   with pytest.raises(ValueError, match=name):
-    plan.inflated_noise_multiplier(z, sigma_b)
+    settings.inflated_noise_multiplier(z, sigma_b)
 
 
 def test_the_state_description_leaves_out_the_optimizer_wall_time():
@@ -212,8 +231,8 @@ def test_population_and_noise_seed_round_trip(tmp_path):
   secret = _min_sep_plan(population=1000, noise_seed_fixed=False)
   assert 'from OS entropy' in str(secret)
   # Calibration keeps them.
-  assert secret.with_noise_multiplier(2.0).noise_seed_fixed is False
-  assert secret.with_noise_multiplier(2.0).population == 1000
+  assert dataclasses.replace(secret, noise_multiplier=2.0).noise_seed_fixed is False
+  assert dataclasses.replace(secret, noise_multiplier=2.0).population == 1000
 
 
 def test_plan_without_population_and_seed_keys_loads(tmp_path):

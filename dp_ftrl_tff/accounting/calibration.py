@@ -22,6 +22,7 @@ Bounds: a target epsilon lies in [`MIN_TARGET_EPSILON`, `max_epsilon(delta)`] an
 ValueError naming `target_epsilon` (or `target_rho`) with the bound, never an unbounded search.
 """
 
+import dataclasses
 import math
 from typing import Optional
 
@@ -219,4 +220,4 @@ def calibrate_plan(plan: plan_lib.RunPlan, *, target_epsilon: Optional[float] = 
     sigma = _noise_multiplier_for_rho(target, sens_sq)
   else:
     sigma = _noise_multiplier_for_epsilon(target, sens_sq, delta, 'pld')
-  return plan.with_noise_multiplier(sigma, {name: target})
+  return dataclasses.replace(plan, noise_multiplier=sigma, calibration={name: target})

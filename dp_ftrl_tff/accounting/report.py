@@ -38,7 +38,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from dp_ftrl_tff import _validation, auditing
+from dp_ftrl_tff import _validation, auditing, settings
 from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.accounting import amplification, zcdp
 from dp_ftrl_tff.accounting import equal_privacy as equal_privacy_lib
@@ -369,7 +369,7 @@ def _noise_warnings(plan: plan_lib.RunPlan, headline: zcdp.Guarantee,
       'the squared sensitivity is an upper bound (the guarantee is conservative).']
   if plan.clipped_count_stddev is None:
     return None, warnings
-  value_nm = plan_lib.inflated_noise_multiplier(headline.noise_multiplier,
+  value_nm = settings.inflated_noise_multiplier(headline.noise_multiplier,
                                                 plan.clipped_count_stddev)
   if value_nm >= 2 * headline.noise_multiplier:
     warnings.append(f'adaptive clipping inflates the value noise multiplier by '

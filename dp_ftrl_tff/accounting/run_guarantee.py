@@ -16,8 +16,8 @@ restart segments composed by `zcdp.accounted_sensitivity_squared`):
       rho_value = sens^2 / (2 z_Delta^2),  rho_count = sens^2 (1/2)^2 / (2 sigma_b^2),
       rho = rho_value + rho_count = sens^2 / (2 z^2),
     with z_Delta the value multiplier the model sum uses and z the accounted multiplier
-    (`plan.inflated_noise_multiplier` is the inverse map). Here z is recomputed from the multipliers
-    the aggregator really adds (`plan.accounted_noise_multiplier(z_Delta, sigma_b)`);
+    (`settings.inflated_noise_multiplier` is the inverse map). Here z is recomputed from the multipliers
+    the aggregator really adds (`settings.accounted_noise_multiplier(z_Delta, sigma_b)`);
   * SecAgg: records are rounded before the secure sum, which can grow their L2 norm up to the
     post-rounding bound S >= clip (`aggregators.secure.sensitivity_clip`). The aggregator sets the
     noise std to sigma x S, so relative to the bound the records really have the guarantee is the
@@ -30,7 +30,7 @@ epsilon is `zcdp.epsilon_from_rho(rho, delta)`: PLD with dp_accounting's default
 No amplification by sampling is assumed. A plan with random `sampling` (Poisson or cyclic Poisson
 cohorts) gets the same unamplified guarantee, which holds for every participation the sampler can
 produce; a `min_sep` / `max_participations` the sampler does not enforce is refused
-(`plan.check_sampled_participation`).
+(`plan_checks.check_sampled_participation`).
 Amplified accounting (`accounting.amplification`) belongs in `_dp_event`, the one place that turns
 the plan's noise into an event (and the epsilon computed from it); the validation, the restart
 schedule and the adaptive split stay as they are.
@@ -45,7 +45,7 @@ from typing import Optional
 
 import dp_accounting
 
-from dp_ftrl_tff import _validation
+from dp_ftrl_tff import _validation, plan_checks, settings
 from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.accounting import zcdp
 from dp_ftrl_tff.mechanisms import participation as participation_lib
@@ -74,7 +74,7 @@ class RunGuarantee:
   value_noise_multiplier: float
   clipped_count_stddev: Optional[float]
   sensitivity_exact: bool
-  secure: Optional[plan_lib.SecureAggregation]
+  secure: Optional[settings.SecureAggregation]
 
   @property
   def rho(self) -> float:
@@ -131,7 +131,7 @@ def plan_guarantee(plan: plan_lib.RunPlan, *, rounds: int, min_sep: int,
   delta = _validation.check_float_in_range(delta, 'delta', 0.0, 1.0, low_inclusive=False,
                                            high_inclusive=False)
   if plan.sampling is not None:
-    plan_lib.check_sampled_participation(plan.sampling, participation, rounds)
+    plan_checks.check_sampled_participation(plan.sampling, participation, rounds)
   if plan.noise_multiplier == 0:
     raise ValueError('`plan` has noise_multiplier 0: the run adds no noise and has no DP '
                      'guarantee.')
@@ -139,7 +139,7 @@ def plan_guarantee(plan: plan_lib.RunPlan, *, rounds: int, min_sep: int,
   count_stddev = plan.clipped_count_stddev
   adaptive = plan.adaptive_clip is not None
   # The accounted z from the multipliers the aggregator really adds (see the module docstring).
-  z = plan_lib.accounted_noise_multiplier(value_nm, count_stddev) if adaptive else value_nm
+  z = settings.accounted_noise_multiplier(value_nm, count_stddev) if adaptive else value_nm
   restarts = plan.restart_rounds(rounds)
   guarantee = zcdp.guarantee(plan.strategy, rounds, participation, z, delta,
                              restart_rounds=restarts)

@@ -273,7 +273,7 @@ def guarantee(strategy: base.Strategy, num_rounds: int,
     num_rounds: n >= 1.
     participation: the participation schema (declared, or realized from a log).
     noise_multiplier: sigma > 0, relative to the clip norm. With adaptive clipping pass the accounted
-      z (see `dp_ftrl_tff.plan.inflated_noise_multiplier`), not the inflated value multiplier.
+      z (see `dp_ftrl_tff.settings.inflated_noise_multiplier`), not the inflated value multiplier.
     delta: in (0, 1), default 1e-10.
     restart_rounds: 0-based rounds at which the noise state restarts (None: no restart).
     conversion: see `epsilon_from_rho`.

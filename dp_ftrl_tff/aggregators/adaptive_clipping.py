@@ -11,12 +11,12 @@ The count noise uses the SAME correlated mechanism as the model noise (a second 
 restarted together with it), with per-round std `clipped_count_stddev` sigma_b on the count sum.
 Stacking the model sum / (z_Delta zeta) and the centred count sum / sigma_b gives one mechanism C with
 per-client norm^2 <= 1 / z_Delta^2 + 1 / (2 sigma_b)^2 = 1 / z^2, which is Thm. 1: the value noise
-multiplier is inflated to z_Delta (`dp_ftrl_tff.plan.inflated_noise_multiplier`). With iid Gaussian noise
+multiplier is inflated to z_Delta (`dp_ftrl_tff.settings.inflated_noise_multiplier`). With iid Gaussian noise
 this is TF-Privacy's `QuantileEstimatorQuery` exactly; with trees it matches `TreeQuantileEstimatorQuery`.
 
 Restart rounds come from the plan's `RestartSchedule` (`dp_ftrl_tff.plan`): at a restart round r the
 estimate after round r - 1 becomes the active clip for round r. The settings (`AdaptiveClipping`) and
-the noise split (Thm. 1, `plan.inflated_noise_multiplier`) live in the plan too.
+the noise split (Thm. 1, `settings.inflated_noise_multiplier`) live in the plan too.
 """
 
 from typing import Any, Callable, NamedTuple, Optional
@@ -25,12 +25,11 @@ import dp_accounting
 import tensorflow as tf
 import tensorflow_privacy as tfp
 
-from dp_ftrl_tff import _validation
-from dp_ftrl_tff import plan as plan_lib
+from dp_ftrl_tff import _validation, settings
 from dp_ftrl_tff.noise import base as noise_base
 
 
-def is_restart_round(schedule: plan_lib.RestartSchedule, round_index: tf.Tensor) -> tf.Tensor:
+def is_restart_round(schedule: settings.RestartSchedule, round_index: tf.Tensor) -> tf.Tensor:
   """bool tensor: round `round_index` (int64, 0-based) starts a new segment of `schedule`.
 
   A pure function of the round index, so the decision needs no state of its own and a restored

@@ -27,7 +27,7 @@ from typing import Optional
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from dp_ftrl_tff import _deprecation, _validation
+from dp_ftrl_tff import _validation, settings
 from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.accounting import run_guarantee
 from dp_ftrl_tff.aggregators import process as process_lib
@@ -111,18 +111,13 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
         with a fixed clip; rounds 128 + 1024 i with adaptive clipping).
       max_rounds_per_tree: the longest tree (sets the stored levels of the noise state); None means
         the longest segment of the restart schedule, or 2^15 rounds without restarts.
-      kwargs: `RunPlan.build` arguments; `efficient` and `restart_rounds` are the deprecated names
-        of `use_efficient` and `restarts`.
+      kwargs: `RunPlan.build` arguments.
     """
-    kwargs = _deprecation.rename_keywords(
-        kwargs, {'efficient': 'use_efficient', 'restart_rounds': 'restarts'})
-    use_efficient = kwargs.pop('use_efficient', use_efficient)
-    restarts = kwargs.pop('restarts', restarts)
     if not isinstance(use_efficient, bool):
       raise ValueError(f'`use_efficient` must be a bool, got {use_efficient!r}.')
-    if restarts is not None and not isinstance(restarts, plan_lib.RestartSchedule):
+    if restarts is not None and not isinstance(restarts, settings.RestartSchedule):
       period = _validation.check_positive_int(restarts, 'restarts')
-      restarts = plan_lib.RestartSchedule(warmup=period, period=period)
+      restarts = settings.RestartSchedule(warmup=period, period=period)
     strategy = _strategy('tree_efficient' if use_efficient else 'tree')
     plan = plan_lib.RunPlan.build(strategy, noise_multiplier, clients_per_round, clip_norm,
                                   restarts=restarts, **kwargs)
@@ -205,7 +200,7 @@ class CorrelatedNoiseFactory(tff.aggregators.UnweightedAggregationFactory):
     return self._plan.noise_multiplier
 
   @property
-  def secure(self) -> Optional[plan_lib.SecureAggregation]:
+  def secure(self) -> Optional[settings.SecureAggregation]:
     """The SecAgg settings, or None for a plain sum."""
     return self._plan.secure
 

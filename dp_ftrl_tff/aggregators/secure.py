@@ -10,7 +10,7 @@ Rounding inflates the L2 norm of a clipped update: the sensitivity used for the 
 `discretization.inflated_l2_norm_bound(clip, gamma, beta, padded_dim)` plus the 1e-5 leeway TFF's
 `DistributedDpSumFactory` adds, i.e. the bound on the norm AFTER rounding, in unscaled units.
 
-The settings and the scale-factor arithmetic are `dp_ftrl_tff.plan.SecureAggregation`. The scale
+The settings and the scale-factor arithmetic are `dp_ftrl_tff.settings.SecureAggregation`. The scale
 (a constant / clip) follows the active clip: `scale_factor_tensor` and `sensitivity_clip` compute it
 in the graph and `with_clip` moves the chain's state to a new clip.
 """
@@ -22,22 +22,21 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from dp_ftrl_tff import _validation
-from dp_ftrl_tff import plan as plan_lib
+from dp_ftrl_tff import _validation, settings
 
 #: Leeway TFF's DistributedDpSumFactory adds to the inflated norm bound (float32 rounding).
 NORM_LEEWAY = 1e-5
 
 
-def scale_factor_tensor(config: plan_lib.SecureAggregation, clip_norm, clients_per_round: float,
+def scale_factor_tensor(config: settings.SecureAggregation, clip_norm, clients_per_round: float,
                         dim: int) -> tf.Tensor:
   """`config.scale_factor` as a float32 TF op, for a clip that changes in the graph."""
   unit = config.unit_scale_factor(clients_per_round, dim)
   return tf.minimum(tf.constant(unit, tf.float32) / tf.cast(clip_norm, tf.float32),
-                    tf.constant(plan_lib.MAX_SCALE_FACTOR, tf.float32))
+                    tf.constant(settings.MAX_SCALE_FACTOR, tf.float32))
 
 
-def sensitivity_clip(config: plan_lib.SecureAggregation, clip_norm, clients_per_round: float,
+def sensitivity_clip(config: settings.SecureAggregation, clip_norm, clients_per_round: float,
                      dim: int) -> tf.Tensor:
   """L2 bound (unscaled) of a record clipped to `clip_norm` after rounding at its scale (TF op)."""
   scale = scale_factor_tensor(config, clip_norm, clients_per_round, dim)
@@ -55,7 +54,7 @@ def inflated_clip(clip_norm, gamma: float, beta: float, padded_dim: int) -> tf.T
   return bound + NORM_LEEWAY
 
 
-def record_aggregation_factory(config: plan_lib.SecureAggregation, scale_factor: float,
+def record_aggregation_factory(config: settings.SecureAggregation, scale_factor: float,
                                prior_norm_bound: float
                                ) -> tff.aggregators.UnweightedAggregationFactory:
   """TFF's chain: concat -> [rotation] -> stochastic discretization -> wrap check -> modular clips
@@ -66,7 +65,7 @@ def record_aggregation_factory(config: plan_lib.SecureAggregation, scale_factor:
   `scale_factor` and `prior_norm_bound` (the clip, which conditional rounding with beta > 0 needs)
   are the initial values of the discretization state; `with_clip` moves both to a new clip.
   """
-  if not isinstance(config, plan_lib.SecureAggregation):
+  if not isinstance(config, settings.SecureAggregation):
     raise ValueError(f'`config` must be a SecureAggregation, got {config!r}.')
   scale_factor = _validation.check_positive_float(scale_factor, 'scale_factor')
   prior_norm_bound = _validation.check_positive_float(prior_norm_bound, 'prior_norm_bound')

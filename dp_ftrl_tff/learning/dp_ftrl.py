@@ -7,7 +7,7 @@ Everything after the aggregator is post-processing, so the privacy of the model 
 aggregator (the tree mechanism in this form is the residual of the noisy prefix sums).
 
 Restarts (DP-FTRL paper Sec. 6 "TreeRestart", App. D.1; Gboard paper Alg. 1): a new mechanism segment
-starts at chosen 0-based rounds (e.g. `dp_ftrl_tff.plan.RestartSchedule`, or
+starts at chosen 0-based rounds (e.g. `dp_ftrl_tff.settings.RestartSchedule`, or
 epoch boundaries). The model weights are kept and the server momentum buffer is zeroed, as in the
 federated DP-FTRLM code's `restart_dp_tree` (the centralized FTRL code keeps the momentum instead; the
 two agree for momentum 0). The fresh noise segment (never reusing noise rows) is the aggregator's job:

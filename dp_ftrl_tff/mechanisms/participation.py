@@ -17,10 +17,9 @@ Three schemas (BandMF paper Sec. 3, BLT paper Sec. 3.1), one class:
 
 import dataclasses
 import math
-import warnings
 from typing import Optional, Tuple
 
-from dp_ftrl_tff import _deprecation, _validation
+from dp_ftrl_tff import _validation
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,15 +58,6 @@ class ParticipationSchema:
     return cls(min_sep=min_sep, max_participations=max_participations)
 
   @classmethod
-  def min_separation(cls, min_sep: int,
-                     max_participations: Optional[int] = None) -> 'ParticipationSchema':
-    """Deprecated name of `b_min_sep` (it takes b, not TF-Privacy's min_separation = b - 1)."""
-    warnings.warn('ParticipationSchema.min_separation(b, k) is deprecated (it takes min_sep b, not '
-                  "TF-Privacy's min_separation = b - 1); use ParticipationSchema.b_min_sep(b, k).",
-                  _deprecation.DpFtrlDeprecationWarning, stacklevel=2)
-    return cls.b_min_sep(min_sep, max_participations)
-
-  @classmethod
   def fixed_epoch_order(cls, num_epochs: int, rounds_per_epoch: int) -> 'ParticipationSchema':
     """(k, b)-participation: k = `num_epochs` epochs of b = `rounds_per_epoch` rounds each."""
     _validation.check_positive_int(num_epochs, 'num_epochs')
@@ -79,7 +69,7 @@ class ParticipationSchema:
     """b - 1: TF-Privacy's `min_separation` (the Gboard tables' MinS, the colab's min_separation).
 
     Those count the rounds strictly *between* two participations of one client; `min_sep` = b counts
-    r2 - r1. (The deprecated constructor `min_separation(min_sep, ...)` takes b; use `b_min_sep`.)
+    r2 - r1.
     """
     return self.min_sep - 1
 

@@ -21,7 +21,7 @@ import dataclasses
 import importlib
 from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
-from dp_ftrl_tff import _deprecation, _validation
+from dp_ftrl_tff import _validation
 from dp_ftrl_tff.mechanisms import base
 
 OPTION_KINDS = ('int', 'floats', 'bool', 'choice')
@@ -412,5 +412,3 @@ def option_table() -> Dict[str, Tuple[Option, Tuple[str, ...]]]:
       table[option.name] = (first, owners + (mechanism.name,))
   return table
 
-
-get = _deprecation.renamed_function('get', entry)

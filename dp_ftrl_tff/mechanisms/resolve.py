@@ -3,7 +3,7 @@
 `resolve_strategy` is called by every entry point that needs a strategy (the mechanisms CLI, the
 privacy report, the drivers through the run plan, the equal-privacy table, the factory's
 classmethods), so each applies the same checks:
-  * the name is a registered mechanism (`registry.get`);
+  * the name is a registered mechanism (`registry.entry`);
   * a strategy file (or a `Strategy` object) holds a strategy of that mechanism; a file's recorded
     setting (rounds, min_sep, max participations) must match the run's, else
     `StrategySettingMismatchError`, or with `allow_setting_mismatch` a mismatch the caller reports

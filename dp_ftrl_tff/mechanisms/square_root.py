@@ -32,7 +32,7 @@ from typing import ClassVar, Optional
 
 import numpy as np
 
-from dp_ftrl_tff import _deprecation, _validation
+from dp_ftrl_tff import _validation
 from dp_ftrl_tff.mechanisms import banded, base, toeplitz
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 
@@ -175,6 +175,3 @@ def optimize_bisr(num_rounds: int, participation: participation_lib.Participatio
   """The BISR strategy for a setting, with its losses; as `optimize_bsr`."""
   return _for_setting(BandedInverseSquareRootStrategy, num_rounds, participation, num_bands)
 
-
-bsr_for_setting = _deprecation.renamed_function('bsr_for_setting', optimize_bsr)
-bisr_for_setting = _deprecation.renamed_function('bisr_for_setting', optimize_bisr)

@@ -9,11 +9,9 @@ mechanisms CLI (`experiments/mechanisms_cli.py`) defines these flags with `defin
 """
 
 import os
-import warnings
 
 from absl import flags
 
-from dp_ftrl_tff import _deprecation
 from dp_ftrl_tff.accounting import amplification, band_selection
 from dp_ftrl_tff.mechanisms import commands, files, memory, registry, resolve
 from experiments.cli import plan_flags
@@ -89,19 +87,6 @@ def _check_privacy_flags(fv, *, need_target: bool) -> None:
     raise UsageError('exactly one of --noise_multiplier, --target_epsilon is required.')
 
 
-def _sampling_groups(fv) -> int:
-  """H of --sampling_groups, or of --num_bands, its deprecated name in `amplified`."""
-  if fv.num_bands is not None:
-    if fv.sampling_groups is not None:
-      raise UsageError('--num_bands is the deprecated name of --sampling_groups in `amplified`; '
-                       'give only --sampling_groups.')
-    warnings.warn('--num_bands in `amplified` is deprecated and will be removed; use '
-                  '--sampling_groups.', _deprecation.DpFtrlDeprecationWarning, stacklevel=2)
-    return fv.num_bands
-  require(fv, 'sampling_groups')
-  return fv.sampling_groups
-
-
 def _group_sampling_prob(fv, num_groups: int) -> float:
   """q from --sampling_prob, or B / floor(M / H) from --dataset_size and --batch_size."""
   if fv.sampling_prob is not None:
@@ -138,8 +123,9 @@ def run_amplified(fv) -> dict:
   """The `amplified` command's record."""
   require(fv, 'rounds')
   forbid(fv, 'amplified', 'min_sep', 'max_participations', 'fixed_epoch', 'output', 'candidates',
-         *(name for name in registry.option_table() if name != 'num_bands'))
-  num_groups = _sampling_groups(fv)
+         *registry.option_table())
+  require(fv, 'sampling_groups')
+  num_groups = fv.sampling_groups
   _check_privacy_flags(fv, need_target=False)
   q = _group_sampling_prob(fv, num_groups)
   strategy = _amplified_strategy(fv, num_groups)

@@ -1,8 +1,7 @@
 """Flag parsing for the binaries: `--help` lists every flag, errors are one line naming the flag.
 
 Every binary of `experiments/` owns a `flags.FlagValues()` (so that all binary modules import in one
-process) and passes `flags_parser(flag_values, __doc__)` to `absl.app.run`, which also applies the
-deprecated flag names (`flag_aliases`). The library names its parameters in backticks in every
+process) and passes `flags_parser(flag_values, __doc__)` to `absl.app.run`. The library names its parameters in backticks in every
 error (`rounds`, `bits`, ...); `error_line` writes each one the binary has as a flag as `--name`,
 through `FLAG_NAMES` where the flag is named otherwise (SecAgg's settings carry a `secure_` prefix,
 the sampling groups are `--sampling_groups`, ...), so an error names the flag the user typed.
@@ -17,7 +16,7 @@ from typing import Callable, List, NoReturn, Optional, Sequence
 
 from absl import flags
 
-from experiments.cli import flag_aliases, tff_workers
+from experiments.cli import tff_workers
 
 #: Exit status of a driver stopped by bad input (flags, settings, execution context).
 ERROR_EXIT_CODE = 2
@@ -66,7 +65,7 @@ def error_line(error, flag_values: flags.FlagValues) -> str:
   def as_flag(match):
     return f'--{match.group(1)}' if match.group(1) in flag_values else match.group(0)
   text = flag_words(str(error), flag_values)
-  return flag_aliases.typed_names(' '.join(_BACKTICKED.sub(as_flag, text).split()), flag_values)
+  return ' '.join(_BACKTICKED.sub(as_flag, text).split())
 
 
 def program_name() -> str:
@@ -172,7 +171,6 @@ def flags_parser(flag_values: flags.FlagValues, usage: str) -> Callable[[List[st
       # The binary's flags first; what remains (absl's own, e.g. --verbosity) goes to absl's global
       # FLAGS, which `app.run` requires parsed.
       remaining = flag_values(argv, known_only=True)
-      flag_aliases.apply_aliases(flag_values)
       return flags.FLAGS(remaining)
     except flags.Error as error:
       exit_with_error(error, flag_values)

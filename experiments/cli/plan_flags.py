@@ -25,6 +25,7 @@ from typing import Any, Dict, Optional
 from absl import flags
 
 from dp_ftrl_tff import plan as plan_lib
+from dp_ftrl_tff import settings
 from dp_ftrl_tff.accounting import zcdp
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from dp_ftrl_tff.mechanisms import registry
@@ -185,17 +186,17 @@ def restart_rounds(values) -> Optional[tuple]:
 
 
 def restarts(rounds, warmup: Optional[int],
-             period: Optional[int]) -> Optional[plan_lib.RestartSchedule]:
+             period: Optional[int]) -> Optional[settings.RestartSchedule]:
   """The `RestartSchedule` of the restart settings (warmup defaults to the period), or None."""
   if rounds is not None:
     if warmup is not None or period is not None:
       raise ValueError('`restart_rounds` excludes `restart_warmup` and `restart_period`.')
-    return plan_lib.RestartSchedule.at(rounds)
+    return settings.RestartSchedule.at(rounds)
   if period is None:
     if warmup is not None:
       raise ValueError('`restart_warmup` needs `restart_period`.')
     return None
-  return plan_lib.RestartSchedule(warmup=period if warmup is None else warmup, period=period)
+  return settings.RestartSchedule(warmup=period if warmup is None else warmup, period=period)
 
 
 def define_sampling_flags(fv: flags.FlagValues) -> None:

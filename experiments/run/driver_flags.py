@@ -16,12 +16,12 @@ from typing import Any, Dict
 from absl import flags
 
 from dp_ftrl_tff.mechanisms import memory
-from experiments.cli import flag_aliases, plan_flags
+from experiments.cli import plan_flags
 from experiments.run import run_config
 
 
 def define_common_flags(fv: flags.FlagValues) -> None:
-  """Defines the shared driver flags (and their deprecated aliases) on `fv`."""
+  """Defines the shared driver flags on `fv`."""
   _define_run_flags(fv)
   plan_flags.define_mechanism_flags(fv, default='blt', streaming_only=True)
   plan_flags.define_setting_flags(fv, rounds=20, min_sep=1)
@@ -30,7 +30,6 @@ def define_common_flags(fv: flags.FlagValues) -> None:
   plan_flags.define_sampling_flags(fv)
   _define_training_flags(fv)
   _define_clip_and_secure_flags(fv)
-  flag_aliases.define_aliases(fv)
 
 
 def _define_run_flags(fv: flags.FlagValues) -> None:

@@ -18,7 +18,7 @@ import json
 import os
 from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple
 
-from dp_ftrl_tff import _atomic, _validation, plan_checks
+from dp_ftrl_tff import _atomic, _validation, plan_checks, settings
 from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.accounting import zcdp
 from dp_ftrl_tff.learning import remote_execution
@@ -239,9 +239,9 @@ class RunConfig:
     return plan_lib.Sampling(kind=self.sampler, sampling_prob=self.sampling_prob,
                              num_groups=self.sampling_groups, population=population)
 
-  def _secure_settings(self) -> plan_lib.SecureAggregation:
+  def _secure_settings(self) -> settings.SecureAggregation:
     rotation = None if self.secure_rotation == 'none' else self.secure_rotation
-    return plan_lib.SecureAggregation(bits=self.secure_bits, rotation=rotation,
+    return settings.SecureAggregation(bits=self.secure_bits, rotation=rotation,
                                       beta=self.secure_beta, modclip_prob=self.secure_modclip_prob)
 
   def plan_settings(self, population: int) -> Dict[str, Any]:
@@ -260,13 +260,13 @@ class RunConfig:
   def participation(self) -> participation_lib.ParticipationSchema:
     return participation_lib.ParticipationSchema.b_min_sep(self.min_sep, self.max_participations)
 
-  def restart_schedule(self) -> Optional[plan_lib.RestartSchedule]:
+  def restart_schedule(self) -> Optional[settings.RestartSchedule]:
     """The `RestartSchedule` of `restart_rounds`, or of `restart_warmup` (default: the period) and
     `restart_period`; None without restarts."""
     return plan_flags.restarts(self.restart_rounds, self.restart_warmup, self.restart_period)
 
-  def _adaptive_settings(self) -> plan_lib.AdaptiveClipping:
-    return plan_lib.AdaptiveClipping(
+  def _adaptive_settings(self) -> settings.AdaptiveClipping:
+    return settings.AdaptiveClipping(
         target_unclipped_quantile=self.target_unclipped_quantile,
         clip_learning_rate=self.clip_learning_rate, clipped_count_stddev=self.clipped_count_stddev)
 

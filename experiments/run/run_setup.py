@@ -18,6 +18,7 @@ from typing import Optional, Tuple
 from absl import logging
 
 from dp_ftrl_tff import plan as plan_lib
+from dp_ftrl_tff import plan_checks
 from dp_ftrl_tff.accounting import amplification, calibration
 from dp_ftrl_tff.mechanisms import base, files, registry, resolve
 from experiments.run import run_config, run_dir
@@ -109,7 +110,7 @@ def build_plan(config: run_config.RunConfig, resolved: resolve.ResolvedStrategy,
   noise seed was fixed (`noise_seed` given: a testing-only run), for the report and the console.
 
   Raises:
-    plan.StrategyTooShortError: the strategy covers fewer rounds (on resume: with the remedies of
+    plan_checks.StrategyTooShortError: the strategy covers fewer rounds (on resume: with the remedies of
       a run directory).
   """
   if config.sampler != 'min_sep' and population is None:
@@ -123,7 +124,7 @@ def build_plan(config: run_config.RunConfig, resolved: resolve.ResolvedStrategy,
         participation=config.participation, target_delta=config.target_delta,
         strategy_source=resolved.source, population=population,
         noise_seed_fixed=config.noise_seed is not None)
-  except plan_lib.StrategyTooShortError as error:
+  except plan_checks.StrategyTooShortError as error:
     if saved is None:
       raise
     raise error.with_context(f' in {saved}', 'a new `experiment_name`') from None

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from dp_ftrl_tff import plan
+from dp_ftrl_tff import plan, settings
 from dp_ftrl_tff.accounting import calibration, report, report_render, zcdp
 from dp_ftrl_tff.accounting import participation_log as log_lib
 from dp_ftrl_tff.mechanisms import banded, blt, gaussian, tree
@@ -24,7 +24,7 @@ def _report(strategy, num_rounds, participation, noise_multiplier=None, *, delta
   run_plan = plan.RunPlan.for_accounting(
       strategy, 0.0 if noise_multiplier is None else noise_multiplier,
       clipped_count_stddev=clipped_count_stddev,
-      restarts=None if restart_rounds is None else plan.RestartSchedule.at(restart_rounds),
+      restarts=None if restart_rounds is None else settings.RestartSchedule.at(restart_rounds),
       num_rounds=num_rounds, participation=participation, target_delta=delta)
   if target_rho is not None:
     run_plan = calibration.calibrate_plan(run_plan, target_rho=target_rho)
@@ -110,7 +110,7 @@ def test_adaptive_clipping_value_noise_multiplier():
   result = _report(tree.TreeStrategy(), 1900, Schema(527, 3), noise_multiplier=7.0,
                                clipped_count_stddev=325.0, restart_rounds=[128, 1152])
   assert result.value_noise_multiplier == pytest.approx(7.000405952470763, rel=1e-14)
-  assert result.value_noise_multiplier == plan.inflated_noise_multiplier(7.0, 325.0)
+  assert result.value_noise_multiplier == settings.inflated_noise_multiplier(7.0, 325.0)
   assert 'z_Delta' in report_render.to_markdown(result)
 
 
@@ -184,7 +184,7 @@ def test_blt_with_non_monotone_coefficients_is_reported_as_upper_bound(tmp_path)
 
 
 def test_secure_aggregation_segments_and_wraps_are_reported():
-  secure_settings = plan.SecureAggregation(bits=16, rotation='dft', beta=0.0, modclip_prob=1e-4)
+  secure_settings = settings.SecureAggregation(bits=16, rotation='dft', beta=0.0, modclip_prob=1e-4)
   secure = {'segments': [{'segment': 0, 'clip': 1.0, 'sensitivity_clip': 1.002},
                          {'segment': 1, 'clip': 10.0, 'sensitivity_clip': 10.02}],
             'wrap_rounds': []}
@@ -254,7 +254,7 @@ def test_fixed_clip_and_min_sep_cohorts_are_stated():
 
 
 def test_adaptive_clip_states_its_quantile_and_final_clip():
-  adaptive = plan.AdaptiveClipping(target_unclipped_quantile=0.7, clipped_count_stddev=2.0)
+  adaptive = settings.AdaptiveClipping(target_unclipped_quantile=0.7, clipped_count_stddev=2.0)
   run_plan = _run_plan(clients_per_round=50, clip_norm=0.2, adaptive_clip=adaptive)
   recorded = report.build_report(run_plan, final_clip=0.123456789)
   facts = recorded.run_facts

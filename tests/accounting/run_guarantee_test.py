@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import scipy.linalg
 
-from dp_ftrl_tff import accounting
+from dp_ftrl_tff import accounting, settings
 from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.accounting import run_guarantee, zcdp
 from dp_ftrl_tff.mechanisms import banded_optimizer, blt, gaussian, tree
@@ -94,8 +94,8 @@ def test_adaptive_clipping_composes_value_and_count(name):
   strategy = STRATEGIES[name]()
   sigma, sigma_b = SIGMA, 10.0
   # Restarts past n: one segment, so the brute force covers the whole run.
-  clipping = plan_lib.AdaptiveClipping(clipped_count_stddev=sigma_b,
-                                       restarts=plan_lib.RestartSchedule(warmup=N, period=N))
+  clipping = settings.AdaptiveClipping(clipped_count_stddev=sigma_b,
+                                       restarts=settings.RestartSchedule(warmup=N, period=N))
   plan = plan_lib.RunPlan.build(strategy, sigma, 10, None, adaptive_clip=clipping)
   g = accounting.plan_guarantee(plan, rounds=N, min_sep=MIN_SEP, max_participations=K,
                                 delta=DELTA)
@@ -113,8 +113,8 @@ def test_adaptive_clipping_composes_value_and_count(name):
 @pytest.mark.parametrize('name', ['gaussian', 'tree', 'tree_efficient'])
 def test_restart_schedule_exact_for_trees_and_gaussian(name):
   strategy = STRATEGIES[name]()
-  clipping = plan_lib.AdaptiveClipping(clipped_count_stddev=10.0,
-                                       restarts=plan_lib.RestartSchedule(warmup=5, period=4))
+  clipping = settings.AdaptiveClipping(clipped_count_stddev=10.0,
+                                       restarts=settings.RestartSchedule(warmup=5, period=4))
   plan = plan_lib.RunPlan.build(strategy, SIGMA, 10, None, adaptive_clip=clipping)
   g = accounting.plan_guarantee(plan, rounds=N, min_sep=MIN_SEP, max_participations=K,
                                 delta=DELTA)
@@ -125,7 +125,7 @@ def test_restart_schedule_exact_for_trees_and_gaussian(name):
     lengths = [1] * N
   sens_sq = _brute_force_sensitivity_squared(strategy, lengths)
   assert g.guarantee.sensitivity_squared == pytest.approx(sens_sq, rel=1e-12)
-  _check_against(g, sens_sq / (2 * plan_lib.accounted_noise_multiplier(
+  _check_against(g, sens_sq / (2 * settings.accounted_noise_multiplier(
       plan.value_noise_multiplier, 10.0)**2))
   assert g.sensitivity_exact
 
@@ -134,7 +134,7 @@ def test_restart_schedule_exact_for_trees_and_gaussian(name):
 def test_restart_schedule_never_understates_for_other_strategies(name):
   strategy = STRATEGIES[name]()
   plan = plan_lib.RunPlan.build(strategy, SIGMA, 10, 1.0,
-                                restarts=plan_lib.RestartSchedule(warmup=5, period=4))
+                                restarts=settings.RestartSchedule(warmup=5, period=4))
   g = accounting.plan_guarantee(plan, rounds=N, min_sep=MIN_SEP, max_participations=K,
                                 delta=DELTA)
   sens_sq = _brute_force_sensitivity_squared(strategy, [5, 4, 3])
@@ -146,7 +146,7 @@ def test_restart_schedule_never_understates_for_other_strategies(name):
 def test_secure_aggregation_guarantee_is_relative_to_the_post_rounding_bound(name):
   """The aggregator's noise std is sigma x the post-rounding bound, so sigma's guarantee stands."""
   strategy = STRATEGIES[name]()
-  secure = plan_lib.SecureAggregation(bits=16)
+  secure = settings.SecureAggregation(bits=16)
   plan = plan_lib.RunPlan.build(strategy, SIGMA, 10, 1.0, secure=secure)
   g = accounting.plan_guarantee(plan, rounds=N, min_sep=MIN_SEP, max_participations=K,
                                 delta=DELTA)

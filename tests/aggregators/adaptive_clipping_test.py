@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_privacy as tfp
 
-from dp_ftrl_tff import plan
+from dp_ftrl_tff import settings
 from dp_ftrl_tff.aggregators import adaptive_clipping
 from dp_ftrl_tff.noise import base, gaussian
 
@@ -24,7 +24,7 @@ def test_gboard_schedule_matches_tf_privacy_indicator():
     flag, state = indicator.next(state)
     if bool(flag):
       expected.append(k)
-  schedule = plan.GBOARD_RESTARTS
+  schedule = settings.GBOARD_RESTARTS
   assert schedule.restart_rounds(3300) == expected == [128, 1152, 2176, 3200]
   flags = [bool(adaptive_clipping.is_restart_round(schedule, tf.constant(r, tf.int64)))
            for r in range(3300)]

@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from dp_ftrl_tff import plan
+from dp_ftrl_tff import settings
 from dp_ftrl_tff.aggregators import (
   MEASUREMENT_KEYS,
   AdaptiveClipping,
@@ -192,7 +192,7 @@ def test_adaptive_clip_changes_only_at_restarts(adaptive_process):
 @pytest.mark.unit
 def test_adaptive_noise_multiplier_is_inflated():
   factory = CorrelatedNoiseFactory.blt(1.0, 20, None, strategy=BLT, adaptive_clip=True)
-  expected = plan.inflated_noise_multiplier(1.0, 1.0)
+  expected = settings.inflated_noise_multiplier(1.0, 1.0)
   assert factory.value_noise_multiplier == pytest.approx(expected)
   assert factory.plan.to_config()['restarts'] == {'warmup': 128, 'period': 1024}
   assert factory.plan.to_config()['clip_norm'] == 0.1
@@ -339,16 +339,6 @@ def test_secure_matches_plain_within_discretization_bound(bits):
   sensitivity = float(secure_lib.sensitivity_clip(config, 1.0, m, dim))
   np.testing.assert_allclose(secure_out.measurements['sensitivity_clip'], sensitivity, rtol=1e-6)
   assert 1.0 < sensitivity <= 1.0 + gamma * math.sqrt(config.padded_dim(dim)) + 1e-4
-
-
-@pytest.mark.unit
-def test_deprecated_tree_argument_names_still_work():
-  with pytest.warns(DeprecationWarning, match='use_efficient'):
-    factory = CorrelatedNoiseFactory.tree(1.0, 10, 1.0, efficient=False)
-  assert factory.strategy.name == 'tree'
-  with pytest.warns(DeprecationWarning, match='restarts'):
-    factory = CorrelatedNoiseFactory.tree(1.0, 10, 1.0, restart_rounds=4)
-  assert factory.plan.restarts == RestartSchedule(warmup=4, period=4)
 
 
 def _intrinsic_counts(process) -> collections.Counter:

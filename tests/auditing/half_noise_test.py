@@ -22,6 +22,7 @@ epsilon, as a valid bound must be. (At delta 1e-3 the margin is too thin: accoun
 accounted epsilon (asserted), so the report must not warn.
 """
 
+import dataclasses
 import functools
 
 import numpy as np
@@ -86,7 +87,7 @@ def _audit(name: str, seed: int, noise_fraction: float):
   covariance = np.eye(NUM_ROUNDS) if m is None else m @ m.T
   assert np.sqrt(u @ np.linalg.solve(covariance, u)) == pytest.approx(np.sqrt(sens_sq), rel=1e-9)
 
-  noise = factory_noise(plan.with_noise_multiplier(noise_fraction * sigma), seed)
+  noise = factory_noise(dataclasses.replace(plan, noise_multiplier=noise_fraction * sigma), seed)
   canaries = streaming.Canaries.draw(NUM_CANARIES, seed=seed)
   participation = np.tile(u, (NUM_CANARIES, 1))
   projections = streaming.projections(canaries, participation, noise) / plan.clip_norm

@@ -6,6 +6,7 @@ read as a violation."""
 import pytest
 
 from dp_ftrl_tff import plan as plan_lib
+from dp_ftrl_tff import settings
 from dp_ftrl_tff.accounting import participation_log
 from dp_ftrl_tff.mechanisms import gaussian
 from dp_ftrl_tff.mechanisms import participation as participation_lib
@@ -40,7 +41,7 @@ def test_header_flags_a_fixed_noise_seed_as_testing_only():
 def test_header_states_the_clip():
   fixed = console.header(_plan(clip_norm=0.5), 'synthetic', '/tmp/run')
   assert 'clip 0.5 (fixed)' in _line(fixed, 'noise')
-  adaptive = plan_lib.AdaptiveClipping(target_unclipped_quantile=0.7, clipped_count_stddev=2.0)
+  adaptive = settings.AdaptiveClipping(target_unclipped_quantile=0.7, clipped_count_stddev=2.0)
   header = console.header(_plan(clients_per_round=50, clip_norm=0.2, adaptive_clip=adaptive),
                           'synthetic', '/tmp/run')
   assert 'clip 0.2 (initial; adaptive to the unclipped quantile 0.7)' in _line(header, 'noise')

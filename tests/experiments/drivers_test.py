@@ -1,5 +1,5 @@
 """Driver integration tests: 2 rounds of the EMNIST driver with every mechanism, of the StackOverflow
-driver with one, SecAgg (through the deprecated --aggregator flag), resume, errors.
+driver with one, SecAgg, resume, errors.
 
 Tiny models and populations keep each run to seconds; the TFF processes are built per run, which
 dominates the time.
@@ -207,7 +207,7 @@ def test_secure_aggregation(tmp_path):
   # A subprocess: SecAgg switches TFF to its test execution context, which hung when switched to
   # after other computations had run in the same process.
   returncode, stderr = _run_driver(
-      tmp_path, '--aggregator=blt', '--secure_aggregation', '--secure_bits=16', '--model=tiny',
+      tmp_path, '--mechanism=blt', '--secure_aggregation', '--secure_bits=16', '--model=tiny',
       '--rounds=2', '--clients_per_round=3', '--synthetic_num_clients=30',
       '--synthetic_examples_per_client=8', '--min_sep=2', '--noise_seed=3', '--eval_every=1',
       '--eval_max_examples=64')

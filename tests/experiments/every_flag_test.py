@@ -9,15 +9,13 @@ or from `INVALID` where the type allows no generic one.
 
 import contextlib
 import io
-import warnings
 
 import pytest
 import tensorflow_federated as tff
 from absl import flags
 
-from dp_ftrl_tff import _deprecation
 from experiments import mechanisms_cli, privacy_report
-from experiments.cli import flag_aliases, flag_parsing
+from experiments.cli import flag_parsing
 from experiments.emnist import run_emnist
 from experiments.programs import emnist_program
 from experiments.run import driver
@@ -70,7 +68,6 @@ def _invalid_value(flag) -> str:
 def _parse(fv: flags.FlagValues, argv) -> None:
   fv.unparse_flags()
   fv(argv, known_only=True)
-  flag_aliases.apply_aliases(fv)
 
 
 def _driver_error(module, argv, tmp_path, run_fn=None) -> str:
@@ -132,10 +129,7 @@ def _context_kept():
 @pytest.mark.parametrize('binary,flag,value', CASES)
 def test_invalid_value_names_the_flag(binary, flag, value, tmp_path):
   given = f'--{flag}={value}'
-  with warnings.catch_warnings():
-    if flag in flag_aliases.ALIASES:  # a deprecated name: its warning is expected here
-      warnings.simplefilter('ignore', _deprecation.DpFtrlDeprecationWarning)
-    line = _error_line(binary, given, tmp_path)
+  line = _error_line(binary, given, tmp_path)
   assert '\n' not in line
   assert f'--{flag}' in line, f'{binary} {given}: {line}'
 

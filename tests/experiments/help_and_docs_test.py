@@ -1,19 +1,17 @@
 """Help texts and docs say what the binaries do: the mechanism lists of the docs are the registry's,
-an option's help names only mechanisms the binary accepts, the docs' commands use no deprecated
-flag, the exit codes and error lines the docs quote are the binaries', and a --flagfile that
+an option's help names only mechanisms the binary accepts, the docs' `amplified` commands run, the
+exit codes and error lines the docs quote are the binaries', and a --flagfile that
 cannot be read or includes itself is one error line (exit 2). In-process, without TFF."""
 
 import os
 import re
 import shlex
-import warnings
 
 import pytest
 from absl import flags
 
-from dp_ftrl_tff import _deprecation
 from dp_ftrl_tff.mechanisms import registry
-from experiments.cli import flag_aliases, flag_parsing, plan_flags
+from experiments.cli import flag_parsing, plan_flags
 from tests.testing import binaries
 
 pytestmark = pytest.mark.unit
@@ -99,37 +97,16 @@ def test_an_option_of_no_mechanism_of_the_binary_says_so():
   assert _applies_to(everything['offline_knob'].help) == ['offline_only']
 
 
-# --- deprecated flags in the docs' commands ---
-
-#: The binaries whose flags include `flag_aliases`' deprecated names (a benchmark's --bands is its own).
-ALIASED_BINARIES = ('dp_ftrl_tff.mechanisms', 'experiments.privacy_report', 'experiments.demo',
-                    'experiments.emnist.run_emnist', 'experiments.stackoverflow.run_stackoverflow',
-                    'experiments.programs.emnist_program')
+# --- the docs' `amplified` commands ---
 
 
-def test_docs_commands_use_no_deprecated_flag():
-  deprecated = [f'--{old}' for old in flag_aliases.ALIASES]
-  for name in _documents():
-    for command in _commands(_read(name)):
-      if not any(f'-m {binary} ' in f'{command} ' for binary in ALIASED_BINARIES):
-        continue
-      words = [w.split('=')[0] for w in command.split()]
-      used = sorted(set(words) & set(deprecated))
-      assert not used, f'{name}: {command} uses {used}'
-
-
-def test_docs_amplified_commands_run_without_a_deprecation():
-  # --num_bands is a current flag elsewhere, but `amplified`'s deprecated name of --sampling_groups.
+def test_docs_amplified_commands_run():
   commands = [c for name in _documents() for c in _commands(_read(name))
               if c.startswith('python -m dp_ftrl_tff.mechanisms amplified')]
   assert commands
   for command in commands:
-    with warnings.catch_warnings(record=True) as caught:
-      warnings.simplefilter('always')
-      code, _, stderr = binaries.run_in_process(binaries.MECH, shlex.split(command)[3:])
+    code, _, stderr = binaries.run_in_process(binaries.MECH, shlex.split(command)[3:])
     assert code == 0, (command, stderr)
-    assert not [w for w in caught if issubclass(w.category, _deprecation.DpFtrlDeprecationWarning)
-                ], (command, [str(w.message) for w in caught])
 
 
 # --- docs/privacy_report.md's exit codes and error line ---

@@ -68,8 +68,6 @@ def test_blt_from_file_and_participation_log(tmp_path):
       '--target_delta=2'], '--target_delta'),
     (['--mechanism=blt', '--theta=0.9,2', '--omega=0.1,0.1', '--noise_multiplier=1',
       '--rounds=10', '--min_sep=1'], '--theta'),
-    (['--mechanism=gaussian', '--noise_multiplier=1', '--rounds=10', '--min_sep=1', '--delta=1e-6',
-      '--target_delta=1e-6'], '--delta'),
     (['--plan=/nonexistent.json', '--rounds=10', '--min_sep=1'], '--plan'),
     (['--plan=/nonexistent.json', '--noise_multiplier=1', '--rounds=10', '--min_sep=1'], '--plan'),
     (['--mechanism=gaussian', '--noise_multiplier=1', '--participation_log=/nonexistent.csv'],
@@ -99,19 +97,12 @@ def test_saved_banded_file(tmp_path):
   assert proc.returncode != 0 and '--rounds' in proc.stderr
 
 
-def test_deprecated_flag_names_still_work():
-  proc = _run('--mechanism=blt', '--blt_theta=0.9,0.5', '--blt_omega=0.1,0.1', '--delta=1e-6',
-              '--noise_multiplier=1', '--rounds=10', '--min_sep=1', '--json')
-  assert proc.returncode == 0, proc.stderr
-  assert json.loads(proc.stdout)['delta'] == 1e-6
-  assert '--blt_theta is deprecated' in proc.stderr and '--delta is deprecated' in proc.stderr
-
-
 def test_plan_file_gives_the_same_report_as_its_flags(tmp_path):
   from dp_ftrl_tff import plan as plan_lib
+  from dp_ftrl_tff import settings
   strategy = blt.BLTStrategy(theta=(0.9, 0.5), omega=(0.1, 0.1))
-  run_plan = plan_lib.RunPlan.build(strategy, 3.0, 100, None, adaptive_clip=plan_lib.AdaptiveClipping(
-      initial_clip=1.0, clipped_count_stddev=10.0, restarts=plan_lib.RestartSchedule(4, 6)))
+  run_plan = plan_lib.RunPlan.build(strategy, 3.0, 100, None, adaptive_clip=settings.AdaptiveClipping(
+      initial_clip=1.0, clipped_count_stddev=10.0, restarts=settings.RestartSchedule(4, 6)))
   path = tmp_path / 'plan.json'
   plan_lib.save_plan(run_plan, path)
   from_plan = _run(f'--plan={path}', '--rounds=20', '--min_sep=3', '--json')

@@ -127,7 +127,7 @@ def test_adaptive_clipping_with_beta_scale_follows_the_clip(tmp_path):
 
 def test_modular_wraps_are_logged_and_written(tmp_path):
   # modclip_prob 0.9: the field spans +-0.13 standard deviations of the sum, so it wraps.
-  returncode, stderr = _run_emnist(tmp_path, *TINY_RUN, '--aggregator=gaussian', '--rounds=2',
+  returncode, stderr = _run_emnist(tmp_path, *TINY_RUN, '--mechanism=gaussian', '--rounds=2',
                                    '--eval_every=2', '--secure_modclip_prob=0.9')
   assert returncode == 0, stderr[-3000:]
   wraps = [int(float(r['aggregator/modular_wrap'])) for r in _rows(tmp_path)]

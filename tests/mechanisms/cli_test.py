@@ -127,8 +127,6 @@ def test_subprocess_errors_are_one_line_without_traceback():
     (['evaluate', '--mechanism=tree', '--rounds=10', '--min_sep=2', '--fixed_epoch'],
      '--max_participations'),
     (['optimize', '--mechanism=banded', '--rounds=10', '--min_sep=2', '--num_bands=11'], '--num_bands'),
-    (['optimize', '--mechanism=banded', '--rounds=10', '--min_sep=2', '--num_bands=2', '--bands=2'],
-     '--bands'),
     (['optimize', '--mechanism=banded', '--rounds=10', '--min_sep=2', '--num_bands=2',
       '--output=x.json'], '--output'),
     (['optimize', '--mechanism=blt', '--rounds=10', '--min_sep=2', '--num_bands=2'], '--num_bands'),
@@ -177,11 +175,10 @@ def test_help_exits_zero(capsys):
   assert 'optimize' in capsys.readouterr().out
 
 
-def test_deprecated_flag_names_and_default_bands(tmp_path):
+def test_saved_bands_and_default_bands(tmp_path):
   path = tmp_path / 'banded.npz'
-  with pytest.warns(DeprecationWarning, match='--num_bands'):
-    assert cli.main(['prog', 'optimize', '--mechanism=banded', '--rounds=8', '--bands=2',
-                     '--min_sep=2', f'--output={path}']) == 0
+  assert cli.main(['prog', 'optimize', '--mechanism=banded', '--rounds=8', '--num_bands=2',
+                   '--min_sep=2', f'--output={path}']) == 0
   assert cli.main(['prog', 'evaluate', f'--mechanism_file={path}', '--rounds=8', '--min_sep=2']) == 0
   # Without --num_bands, BandMF uses min(min_sep, rounds) bands (exact sensitivity).
   out = _run_json('optimize', '--mechanism=banded', '--rounds=8', '--min_sep=3')

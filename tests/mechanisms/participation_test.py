@@ -145,9 +145,3 @@ def test_check_participation():
   assert participation_lib.check_participation(schema) is schema
   with pytest.raises(ValueError, match='participation'):
     participation_lib.check_participation((3, 2))
-
-
-def test_deprecated_min_separation_constructor_takes_min_sep():
-  with pytest.warns(DeprecationWarning, match='b_min_sep'):
-    schema = P.min_separation(5, 2)
-  assert schema == P.b_min_sep(5, 2) and schema.tf_privacy_min_separation == 4

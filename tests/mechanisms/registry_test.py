@@ -101,9 +101,3 @@ def test_segments_sensitivity_against_dense_block_diagonal(name):
     assert accounted == pytest.approx(dense, rel=1e-12)
   assert name not in ('gaussian', 'tree', 'tree_efficient', 'tree_full') or (
       strategy.segments_sensitivity_is_exact(lengths, schema))
-
-
-def test_get_is_the_deprecated_name_of_entry():
-  from dp_ftrl_tff import _deprecation  # pylint: disable=g-import-not-at-top
-  with pytest.warns(_deprecation.DpFtrlDeprecationWarning, match='use `entry`'):
-    assert registry.get('blt') is registry.entry('blt')

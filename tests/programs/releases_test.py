@@ -5,6 +5,7 @@ are released in round order."""
 
 import asyncio
 import csv
+import dataclasses
 import json
 import subprocess
 import sys
@@ -210,7 +211,7 @@ def test_bad_arguments_raise_value_error_naming_the_parameter(tmp_path):
   with pytest.raises(ValueError, match='`plan`'):
     report_files.report_from_run_files({'plan': 1}, log)
   with pytest.raises(ValueError, match='`plan`'):
-    report_files.report_from_run_files(plan.with_noise_multiplier(0.0), log)
+    report_files.report_from_run_files(dataclasses.replace(plan, noise_multiplier=0.0), log)
   for num_rounds in (0, 2.0, True):
     with pytest.raises(ValueError, match='`num_rounds`'):
       report_files.report_from_run_files(plan, log, num_rounds=num_rounds)
