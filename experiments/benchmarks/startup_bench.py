@@ -35,8 +35,8 @@ COMMANDS = [
       '--clients_per_round=0'], 2),
     ('privacy_report --help', ['-m', 'experiments.privacy_report', '--help'], 0),
     ('privacy_report --rounds=-1', ['-m', 'experiments.privacy_report', '--rounds=-1'], 2),
-    ('mechanisms --help', ['-m', 'dp_ftrl_tff.mechanisms', '--help'], 0),
-    ('mechanisms optimize --bogus=1', ['-m', 'dp_ftrl_tff.mechanisms', 'optimize', '--bogus=1'], 2),
+    ('mechanisms --help', ['-m', 'experiments.mechanisms_cli', '--help'], 0),
+    ('mechanisms optimize --bogus=1', ['-m', 'experiments.mechanisms_cli', 'optimize', '--bogus=1'], 2),
 ]
 
 

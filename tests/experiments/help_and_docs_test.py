@@ -102,7 +102,7 @@ def test_an_option_of_no_mechanism_of_the_binary_says_so():
 # --- deprecated flags in the docs' commands ---
 
 #: The binaries whose flags include `flag_aliases`' deprecated names (a benchmark's --bands is its own).
-ALIASED_BINARIES = ('dp_ftrl_tff.mechanisms', 'experiments.privacy_report', 'experiments.demo',
+ALIASED_BINARIES = ('experiments.mechanisms_cli', 'experiments.privacy_report', 'experiments.demo',
                     'experiments.emnist.run_emnist', 'experiments.stackoverflow.run_stackoverflow',
                     'experiments.programs.emnist_program')
 
@@ -121,7 +121,7 @@ def test_docs_commands_use_no_deprecated_flag():
 def test_docs_amplified_commands_run_without_a_deprecation():
   # --num_bands is a current flag elsewhere, but `amplified`'s deprecated name of --sampling_groups.
   commands = [c for name in _documents() for c in _commands(_read(name))
-              if c.startswith('python -m dp_ftrl_tff.mechanisms amplified')]
+              if c.startswith('python -m experiments.mechanisms_cli amplified')]
   assert commands
   for command in commands:
     with warnings.catch_warnings(record=True) as caught:
