@@ -31,9 +31,10 @@ import traceback  # noqa: E402
 
 from absl import logging  # noqa: E402
 
-from experiments.cli import flag_parsing, tff_workers  # noqa: E402
+from experiments.cli import flag_parsing  # noqa: E402
 from experiments.emnist import run_emnist  # noqa: E402
 from experiments.run import driver, run_dir, stop_signals  # noqa: E402
+from experiments.workers import child_workers  # noqa: E402
 
 FLAGFILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'configs',
                         'demo.cfg')
@@ -73,7 +74,7 @@ def main(argv) -> None:
   """`driver.run_main` of the EMNIST driver on a new run directory (unless --experiment_name was
   given), plus the report's path at the end. Deletes nothing: the driver checks the flags and
   settings, then takes the run directory's lock, before it writes anything."""
-  tff_workers.register_at_exit()
+  child_workers.register_at_exit()
   stop_signals.install_immediate_stop()
   if len(argv) > 1:
     flag_parsing.exit_with_error(f'unexpected arguments {argv[1:]}', FLAGS)

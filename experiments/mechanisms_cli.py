@@ -1,6 +1,6 @@
 r"""Strategies (DP-FTRL noise mechanisms): optimize, evaluate, amplified epsilon, band selection.
 
-Usage: `python -m dp_ftrl_tff.mechanisms optimize|evaluate|amplified|select_bands [flags]`.
+Usage: `python -m experiments.mechanisms_cli optimize|evaluate|amplified|select_bands [flags]`.
 
   optimize --mechanism=blt --rounds=N --min_sep=B [--max_participations=K] [--num_buffers=D]
            [--error=max|rms] [--output=FILE.json] [--json]
@@ -37,7 +37,7 @@ the powers of two with pow2, or a list) and prints the candidate set and every e
 `--output` saves the chosen strategy.
 
 Example (the BLT paper's production setting, a few seconds):
-  python -m dp_ftrl_tff.mechanisms optimize --mechanism=blt --rounds=2000 --min_sep=400 \
+  python -m experiments.mechanisms_cli optimize --mechanism=blt --rounds=2000 --min_sep=400 \
       --max_participations=5 --num_buffers=4
 
 Exit codes: 0 ok; 2 on a user mistake (bad or conflicting flags, a missing, corrupt or wrongly
@@ -64,8 +64,7 @@ from dp_ftrl_tff.mechanisms import base, commands, memory, registry, resolve
 from experiments.cli import amplified_commands, flag_parsing, plan_flags
 from experiments.cli.amplified_commands import RuntimeFailure, UsageError, forbid, require
 
-#: The name in this CLI's error lines, whichever way it is started (`python -m dp_ftrl_tff.mechanisms`,
-#: `python -m experiments.mechanisms_cli`).
+#: The name in this CLI's error lines (`mechanisms: error: ...`).
 PROGRAM = 'mechanisms'
 COMMANDS = ('optimize', 'evaluate', 'amplified', 'select_bands')
 

@@ -5,7 +5,7 @@ import signal
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
-from experiments.cli import tff_workers  # noqa: E402
+from experiments.workers import child_workers  # noqa: E402
 from tests.testing import tiers  # noqa: E402
 from tests.testing.tiers import (  # noqa: E402, F401
   pytest_collection_modifyitems,
@@ -15,7 +15,7 @@ from tests.testing.tiers import (  # noqa: E402, F401
 
 def pytest_sessionfinish(session, exitstatus):
   del session, exitstatus
-  tff_workers.end_child_workers()
+  child_workers.end_child_workers()
 
 
 def pytest_configure(config):

@@ -47,15 +47,10 @@ def _own_target_modules(package: pathlib.Path) -> list:
   cycle:
     * binaries at the top of `experiments/` (demo, privacy_report): they import the driver
       subpackages, which import modules of `experiments/`;
-    * a `dp_ftrl_tff` subpackage's `__main__.py`, which may import a layer above it;
     * modules at the top of `dp_ftrl_tff/` that import a subpackage (`plan.py` imports
       `mechanisms`, which imports the top-level helpers such as `_validation`)."""
   if package == ROOT / 'experiments':
     return sorted(p for p in package.glob('*.py') if "__name__ == '__main__'" in p.read_text())
-  if (package / '__main__.py').is_file() and package.parent == ROOT / 'dp_ftrl_tff':
-    # A subpackage's binary (`python -m dp_ftrl_tff.mechanisms`) may import a layer above its
-    # package (the mechanisms CLI's amplified commands import accounting).
-    return [package / '__main__.py']
   if package == ROOT / 'dp_ftrl_tff':
     subpackages = {f'dp_ftrl_tff.{p.parent.name}' for p in package.glob('*/__init__.py')}
     return sorted(p for p in package.glob('*.py') if p.name != '__init__.py' and any(

@@ -106,8 +106,9 @@ def wait_for_workers(addresses: Sequence[str], timeout_seconds: float = 30.0) ->
   for address in addresses:
     if not worker_answers(address, timeout_seconds):
       raise WorkerUnavailableError(
-          f'TFF worker {address} did not answer within {timeout_seconds:g} s; start it with '
-          '`python -m experiments.workers start` or check the address and the network.')
+          f'TFF worker {address} did not answer within {timeout_seconds:g} s; start it (the '
+          '`worker_binary` of the tensorflow_federated wheel, docs/distributed.md) or check the '
+          'address and the network.')
 
 
 def responsive_workers(addresses: Sequence[str], timeout_seconds: float = 2.0) -> Tuple[str, ...]:
@@ -147,8 +148,8 @@ class _FailFastStub:
 
 def _worker_context(address: str):
   """An asynchronous TFF context running every computation on the worker at `address`."""
-  # TensorFlow Federated is imported here, not at the top, so that the worker launcher
-  # (`experiments.workers`) and the address checks start without TensorFlow. TFF 0.87 exports
+  # TensorFlow Federated is imported here, not at the top, so that a worker launcher and the
+  # address checks start without TensorFlow. TFF 0.87 exports
   # neither the remote executor, its gRPC stub, nor the executor factory and context classes that
   # compose them; these are the modules TFF's own local C++ context is built from.
   import tensorflow_federated as tff
@@ -198,8 +199,7 @@ def set_remote_execution_context(addresses: Union[str, Sequence[str]], *,
   """Waits for the workers at `addresses`, then makes them TFF's default execution context.
 
   Call it once, before the first TFF computation runs (TFF's import-time local context must not
-  have run anything: replacing it later can hang on its worker's exit, see
-  experiments/run/secure_context.py). Use it with a user's own TFF loop as with the drivers'
+  have run anything: replacing it later can hang on its worker's exit). Use it with a user's own TFF loop as with the drivers'
   `--workers`:
 
       set_remote_execution_context('10.0.0.2:8000,10.0.0.3:8000')

@@ -1,6 +1,6 @@
 """The mechanisms CLI's commands as plain functions: optimize a strategy, evaluate its losses.
 
-`python -m dp_ftrl_tff.mechanisms` (`__main__.py`) parses the flags and calls these. Conventions:
+`python -m experiments.mechanisms_cli` parses the flags and calls these. Conventions:
 rounds are 0-based; `min_sep` = b (TF-Privacy's min_separation + 1); records print the effective
 k = min(k, ceil(n / b)); losses use clip norm 1 and noise multiplier 1 (BLT paper Eq. 9-10,
 docs/papers.md#blt).

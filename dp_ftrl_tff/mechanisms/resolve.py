@@ -132,7 +132,7 @@ def _from_file(mechanism, given, path, num_rounds, participation,
     stored = files.read_strategy_file(path, num_rounds, participation)
   except (ValueError, OSError) as error:
     raise StrategyFileError(f'`mechanism_file` {path} is corrupt or not a strategy file ({error}); '
-                            'rewrite it with `python -m dp_ftrl_tff.mechanisms optimize '
+                            'rewrite it with `python -m experiments.mechanisms_cli optimize '
                             '--output=...`.') from error
   if entry is not None and stored.strategy.name != entry.name:
     raise ValueError(f'`mechanism_file` {path!r} holds a {stored.strategy.name!r} strategy, but '

@@ -19,14 +19,12 @@ Results go to docs/benchmarks/accounting.md by hand (figures depend on machine l
 
 import os
 import tempfile
-import time
 
-import numpy as np
-from absl import app, flags
+from absl import flags
 
 from dp_ftrl_tff.accounting import participation_log, report, report_render, zcdp
 from dp_ftrl_tff.mechanisms import blt, participation, tree
-from experiments.cli import flag_parsing
+from experiments.benchmarks import harness, synthetic_log
 
 FLAGS = flags.FlagValues()
 _NUM_CLIENTS = flags.DEFINE_integer('num_clients', 10**6, 'Population size.', flag_values=FLAGS)
@@ -37,31 +35,11 @@ _TREE_PATTERNS = flags.DEFINE_bool('tree_patterns', True,
 _WORK_DIR = flags.DEFINE_string('work_dir', None, 'Where to write the log (default: a temp dir).', flag_values=FLAGS)
 
 
-def write_synthetic_log(path: str, num_clients: int, rounds: int, per_round: int,
-                        seed: int = 0) -> int:
-  """Writes the synthetic log with '\\r\\n' line ends (as csv.writer does); returns the row count."""
-  rng = np.random.default_rng(seed)
-  width = len(str(num_clients - 1))
-  ids = np.array([f'c{i:0{width}d},' for i in range(num_clients)], dtype=f'S{width + 2}')
-  id_bytes = ids.view(np.uint8).reshape(num_clients, width + 2)
-  order = rng.permutation(num_clients)
-  with open(path, 'wb') as f:
-    f.write(b'client_id,round\r\n')
-    for r in range(rounds):
-      chosen = order[np.arange(r * per_round, (r + 1) * per_round) % num_clients]
-      suffix = np.frombuffer(f'{r}\r\n'.encode(), np.uint8)
-      block = np.concatenate([id_bytes[chosen], np.broadcast_to(suffix, (per_round, suffix.size))],
-                             axis=1)
-      f.write(block.tobytes())
-  return rounds * per_round
-
-
 def _timed(label, fn):
-  start = time.perf_counter()
-  value = fn()
-  seconds = time.perf_counter() - start
-  print(f'{label}: {seconds:.2f} s')
-  return value, seconds
+  """(value, wall seconds) of `fn()`, the seconds printed after `label`."""
+  timing = harness.timed(fn)
+  print(f'{label}: {timing.wall:.2f} s')
+  return timing.value, timing.wall
 
 
 def main(argv):
@@ -69,7 +47,7 @@ def main(argv):
   work_dir = _WORK_DIR.value or tempfile.mkdtemp(prefix='accounting_bench_')
   os.makedirs(work_dir, exist_ok=True)
   path = os.path.join(work_dir, 'participation_log.csv')
-  rows, _ = _timed('write synthetic log', lambda: write_synthetic_log(
+  rows, _ = _timed('write synthetic log', lambda: synthetic_log.write_synthetic_log(
       path, _NUM_CLIENTS.value, _ROUNDS.value, _CLIENTS_PER_ROUND.value))
   print(f'  {rows} rows, {os.path.getsize(path) / 1e6:.0f} MB')
   log, read_s = _timed('read log', lambda: participation_log.read_participation_log(path))
@@ -95,13 +73,12 @@ def main(argv):
     print(f'  observed-pattern sens^2 {result.observed.tree_patterns["sensitivity_squared"]:.0f} '
           f'vs realized-schema sens^2 {result.guarantee.sensitivity_squared:.0f}')
   schema = participation.ParticipationSchema(min_sep=314, max_participations=6)
-  best = min(_timed('tree sensitivity n=2000 k=6 min_sep=314', lambda: tree.TreeStrategy(
-      'vanilla').sensitivity_squared(2000, schema))[1] for _ in range(3))
-  print(f'  best of 3: {best:.3f} s')
-  best = min(_timed('tree guarantee (sensitivity + PLD epsilon)', lambda: zcdp.guarantee(
-      tree.TreeStrategy('vanilla'), 2000, schema, 7.0))[1] for _ in range(3))
-  print(f'  best of 3: {best:.3f} s (target < 1 s)')
+  best = harness.best_of(
+      lambda: tree.TreeStrategy('vanilla').sensitivity_squared(2000, schema), 3)
+  print(f'tree sensitivity n=2000 k=6 min_sep=314: best of 3 {best.wall:.3f} s')
+  best = harness.best_of(lambda: zcdp.guarantee(tree.TreeStrategy('vanilla'), 2000, schema, 7.0), 3)
+  print(f'tree guarantee (sensitivity + PLD epsilon): best of 3 {best.wall:.3f} s (target < 1 s)')
 
 
 if __name__ == '__main__':
-  app.run(main, flags_parser=flag_parsing.flags_parser(FLAGS, __doc__))
+  harness.run(main, FLAGS, __doc__)

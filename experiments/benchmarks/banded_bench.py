@@ -22,15 +22,14 @@ core is busy inflate both (set OPENBLAS_NUM_THREADS=1 to measure without that).
 
 import importlib.util
 import os
-import statistics
 import subprocess
 import tempfile
-import time
 
-from absl import app, flags
+from absl import flags
 
 from dp_ftrl_tff.mechanisms import banded, banded_optimizer
 from dp_ftrl_tff.mechanisms.participation import ParticipationSchema
+from experiments.benchmarks import harness
 from experiments.cli import flag_parsing
 
 FLAGS = flags.FlagValues()
@@ -48,9 +47,8 @@ _ANCHOR_COMMIT = flags.DEFINE_string('anchor_commit', 'a40bbfe',
                                      flag_values=FLAGS)
 _ANCHOR_FULL = flags.DEFINE_bool('anchor_full', True, 'Run the anchor optimizer end to end.',
                                  flag_values=FLAGS)
-_EVALUATION_REPEATS = flags.DEFINE_integer('repeats', 0,
-                                           'Timed objective evaluations per objective (median); 0: none.',
-                                           flag_values=FLAGS)
+_EVALUATION_REPEATS = harness.define_repeats(
+    FLAGS, 0, 'Timed objective evaluations per objective (median); 0: none.', lower_bound=0)
 
 _REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -85,20 +83,16 @@ def _evaluation_seconds(module, num_rounds: int, num_bands: int, error: str) -> 
   objective = module._BandedObjective(num_rounds, num_bands, module._Workload(num_rounds, None), error)  # pylint: disable=protected-access
   start = banded.BandedStrategy.from_toeplitz(banded.fhu_coefficients(num_bands), num_rounds)
   params = objective.params_from_matrix(start.strategy_matrix(num_rounds))
-  walls, cpus = [], []
-  for _ in range(_EVALUATION_REPEATS.value):
-    wall, cpu = time.perf_counter(), time.process_time()
-    value, _ = objective.value_and_grad(params)
-    walls.append(time.perf_counter() - wall)
-    cpus.append(time.process_time() - cpu)
-  return statistics.median(walls), statistics.median(cpus), value
+  timing = harness.median_of(lambda: objective.value_and_grad(params)[0],
+                             _EVALUATION_REPEATS.value)
+  return timing.wall, timing.cpu, timing.value
 
 
 def _optimize(module, num_rounds: int, num_bands: int, participation, error: str) -> tuple:
   """(wall s, CPU s, result) of one `optimize_banded` call with its defaults."""
-  wall, cpu = time.perf_counter(), time.process_time()
-  result = module.optimize_banded(num_rounds, num_bands, participation, error=error)
-  return time.perf_counter() - wall, time.process_time() - cpu, result
+  timing = harness.timed(
+      lambda: module.optimize_banded(num_rounds, num_bands, participation, error=error))
+  return timing.wall, timing.cpu, timing.value
 
 
 def _stages(result) -> str:
@@ -141,8 +135,8 @@ def main(argv):
         old_wall, old_cpu, old_value = _evaluation_seconds(anchor, n, bands, error)
         new_wall, new_cpu, new_value = _evaluation_seconds(banded, n, bands, error)
         print(f'n={n} {error}: one evaluation: anchor {old_wall:.3f} s (cpu {old_cpu:.3f}), ours '
-              f'{new_wall:.3f} s (cpu {new_cpu:.3f}); ratio {old_wall / new_wall:.1f}x wall, '
-              f'{old_cpu / new_cpu:.1f}x cpu; objective anchor {old_value:.12g} ours '
+              f'{new_wall:.3f} s (cpu {new_cpu:.3f}); ratio {harness.ratio(old_wall, new_wall):.1f}x wall, '
+              f'{harness.ratio(old_cpu, new_cpu):.1f}x cpu; objective anchor {old_value:.12g} ours '
               f'{new_value:.12g}', flush=True)
       wall, cpu, result = _optimize(banded, n, bands, participation, error)
       print(f'n={n} bands={bands} {error}: ours cpu {cpu:.2f} s wall {wall:.2f} s, MaxLoss '
@@ -153,10 +147,11 @@ def main(argv):
         old_wall, old_cpu, old = _optimize(anchor, n, bands, participation, error)
         print(f'n={n} bands={bands} {error}: anchor cpu {old_cpu:.2f} s wall {old_wall:.2f} s, '
               f'MaxLoss {old.losses.max_loss:.4f} RmsLoss {old.losses.rms_loss:.4f}; evaluations '
-              f'{_stages(old)}; anchor / ours: cpu {old_cpu / cpu:.1f}x wall {old_wall / wall:.1f}x '
+              f'{_stages(old)}; anchor / ours: cpu {harness.ratio(old_cpu, cpu):.1f}x '
+              f'wall {harness.ratio(old_wall, wall):.1f}x '
               f'(load {os.getloadavg()[0]:.1f})', flush=True)
   print(f'load average at end: {os.getloadavg()[0]:.1f}', flush=True)
 
 
 if __name__ == '__main__':
-  app.run(main, flags_parser=flag_parsing.flags_parser(FLAGS, __doc__))
+  harness.run(main, FLAGS, __doc__)

@@ -11,14 +11,12 @@ prints the optimizer's time, MaxLoss, the normalized loss over 1 / sqrt(b) (1 = 
   .venv/bin/python -m experiments.benchmarks.blt_large_n_bench [--num_rounds=2000,100000,1000000]
 """
 
-import os
-import time
-
 import numpy as np
-from absl import app, flags
+from absl import flags
 
 from dp_ftrl_tff.mechanisms import blt
 from dp_ftrl_tff.mechanisms.participation import ParticipationSchema
+from experiments.benchmarks import harness
 from experiments.cli import flag_parsing
 
 FLAGS = flags.FlagValues()
@@ -45,23 +43,23 @@ def main(argv):
   b = _MIN_SEP.value
   floor = 1.0 / np.sqrt(b)
   participation = ParticipationSchema.b_min_sep(b)
-  print(f'load average at start: {os.getloadavg()[0]:.1f}; limit 1/sqrt(b) = {floor:.6f}', flush=True)
+  print(f'at start: {harness.conditions()}; limit 1/sqrt(b) = {floor:.6f}', flush=True)
   anchor = None
   for n in sizes:
-    wall, cpu = time.perf_counter(), time.process_time()
-    result = blt.optimize_blt(n, participation, num_buffers=_NUM_BUFFERS.value, error='max')
-    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    timing = harness.timed(
+        lambda n=n: blt.optimize_blt(n, participation, num_buffers=_NUM_BUFFERS.value, error='max'))
+    result, wall, cpu = timing.value, timing.wall, timing.cpu
     anchor = anchor or (n, wall)
     k = participation.effective_max_participations(n)
     normalized = result.losses.max_loss / np.sqrt(n * k)
     own_limit = blt.limit_normalized_loss(result.strategy, b)
-    print(f'n={n} k={k} d={_NUM_BUFFERS.value}: {wall:.1f} s (cpu {cpu:.1f} s; {wall / anchor[1]:.1f}x '
+    print(f'n={n} k={k} d={_NUM_BUFFERS.value}: {wall:.1f} s (cpu {cpu:.1f} s; {harness.ratio(wall, anchor[1]):.1f}x '
           f'the n={anchor[0]} time for {n / anchor[0]:.0f}x the rounds)  MaxLoss '
           f'{result.losses.max_loss:.4f}  MaxLoss/sqrt(nk) {normalized:.6f} = {normalized / floor:.4f} '
           f'x limit; own limit {own_limit / floor:.6f} x limit; 1 - theta_1 '
           f'{1 - max(result.strategy.theta):.3g}', flush=True)
-  print(f'load average at end: {os.getloadavg()[0]:.1f}', flush=True)
+  print(f'at end: {harness.conditions()}', flush=True)
 
 
 if __name__ == '__main__':
-  app.run(main, flags_parser=flag_parsing.flags_parser(FLAGS, __doc__))
+  harness.run(main, FLAGS, __doc__)

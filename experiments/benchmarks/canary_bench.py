@@ -18,16 +18,15 @@ import subprocess
 import sys
 import tempfile
 
-from absl import app, flags
+from absl import flags
 
-from experiments.cli import flag_parsing
+from experiments.benchmarks import harness
 
 FLAGS = flags.FlagValues()
 _CANARIES = flags.DEFINE_integer('canary_clients', 200, 'Canary clients of the runs with canaries.',
                                  flag_values=FLAGS, lower_bound=1)
 _ROUNDS = flags.DEFINE_integer('rounds', 12, 'Rounds per run.', flag_values=FLAGS, lower_bound=2)
-_REPEATS = flags.DEFINE_integer('repeats', 2, 'Runs of each configuration.', flag_values=FLAGS,
-                                lower_bound=1)
+_REPEATS = harness.define_repeats(FLAGS, 2, 'Runs of each configuration.')
 _MECHANISMS = flags.DEFINE_list('mechanisms', ['gaussian', 'tree', 'banded', 'blt'],
                                 'Mechanisms to time.', flag_values=FLAGS)
 
@@ -51,6 +50,7 @@ def _round_seconds(root: str, name: str, mechanism: str, canaries: int) -> float
 
 def main(argv):
   del argv
+  print(f'{harness.conditions()}; the anchor of each mechanism: its runs without canaries')
   print(f'{"mechanism":<10} {"without (s)":>12} {"with (s)":>10} {"ratio":>7}')
   with tempfile.TemporaryDirectory() as root:
     for mechanism in _MECHANISMS.value:
@@ -61,8 +61,8 @@ def main(argv):
           times[canaries].append(_round_seconds(root, name, mechanism, canaries))
       without, with_canaries = (statistics.median(t) for t in times.values())
       print(f'{mechanism:<10} {without:>12.3f} {with_canaries:>10.3f} '
-            f'{with_canaries / without:>7.3f}', flush=True)
+            f'{harness.ratio(with_canaries, without):>7.3f}', flush=True)
 
 
 if __name__ == '__main__':
-  app.run(main, flags_parser=flag_parsing.flags_parser(FLAGS, __doc__))
+  harness.run(main, FLAGS, __doc__)

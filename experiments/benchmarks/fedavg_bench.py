@@ -35,12 +35,10 @@ medians over the repeats and every ratio ours / anchor, the issue-16 target pair
 
 import json
 import sys
-import time
 
-from absl import app, flags
+from absl import flags
 
-from experiments.benchmarks import aggregator_bench
-from experiments.cli import flag_parsing
+from experiments.benchmarks import harness, tff_rounds
 
 FLAGS = flags.FlagValues()
 _CONFIG_NAMES = ('tff_gaussian', 'ours_gaussian', 'ours_blt', 'ours_banded', 'tff_tree', 'ours_tree')
@@ -56,8 +54,7 @@ _ROUNDS = flags.DEFINE_integer('rounds', 3, 'Timed rounds per child (after the w
                                lower_bound=1, flag_values=FLAGS)
 _WARMUP = flags.DEFINE_integer('warmup', 1, 'Untimed warm-up rounds per child (>= 1).',
                                lower_bound=1, flag_values=FLAGS)
-_REPEATS = flags.DEFINE_integer('repeats', 2, 'Passes over --configs (interleaved children).',
-                                lower_bound=1, flag_values=FLAGS)
+_REPEATS = harness.define_repeats(FLAGS, 2, 'Passes over --configs (interleaved children).')
 _MODEL = flags.DEFINE_enum('model', 'fedavg_cnn', ['fedavg_cnn', 'tiny'],
                            'EMNIST model (`experiments.emnist.models`).', flag_values=FLAGS)
 _POPULATION = flags.DEFINE_integer('population', 1000, 'Synthetic clients in the population.',
@@ -103,8 +100,8 @@ def _aggregator(name: str, clients: int, model_fn):
     return CorrelatedNoiseFactory.blt(NOISE_MULTIPLIER, clients, CLIP, strategy=strategy,
                                       noise_seed=1)
   if name == 'ours_banded':
-    strategy = banded_mechanisms.BandedStrategy.from_toeplitz(aggregator_bench.BANDED_COEFS,
-                                                              aggregator_bench.BANDED_ROUNDS)
+    strategy = banded_mechanisms.BandedStrategy.from_toeplitz(tff_rounds.BANDED_COEFS,
+                                                              tff_rounds.BANDED_ROUNDS)
     return CorrelatedNoiseFactory.banded(NOISE_MULTIPLIER, clients, CLIP, strategy=strategy,
                                          noise_seed=1)
   if name == 'ours_tree':
@@ -115,12 +112,10 @@ def _aggregator(name: str, clients: int, model_fn):
 
 def _measure(names: list) -> list:
   """Times the configurations `names` in this process (round-robin over them when several)."""
-  import tensorflow_federated as tff
-
-  from experiments.cli import tff_workers
   from experiments.emnist import data as emnist_data
   from experiments.emnist import models as emnist_models
-  tff_workers.register_at_exit()
+  from experiments.workers import child_workers
+  child_workers.register_at_exit()
 
   clients, warmup, rounds = _CLIENTS.value, max(1, _WARMUP.value), _ROUNDS.value
   train, _ = emnist_data.synthetic_client_data(_POPULATION.value,
@@ -135,22 +130,27 @@ def _measure(names: list) -> list:
 
   runs = []
   for name in names:
-    start = time.perf_counter()
-    process = tff.learning.algorithms.build_unweighted_fed_avg(
-        model_fn, client_optimizer_fn=tff.learning.optimizers.build_sgdm(CLIENT_LEARNING_RATE),
-        server_optimizer_fn=tff.learning.optimizers.build_sgdm(SERVER_LEARNING_RATE,
-                                                               momentum=SERVER_MOMENTUM),
-        model_aggregator=_aggregator(name, clients, model_fn))
-    state = process.initialize()
-    build_seconds = time.perf_counter() - start
+    build = harness.timed(lambda n=name: _fed_avg(model_fn, _aggregator(n, clients, model_fn)))
+    process, state = build.value
     warmup_times = []
     for r in range(warmup):
-      start = time.perf_counter()
-      state = process.next(state, round_data[r]).state
-      warmup_times.append(time.perf_counter() - start)
+      timing = harness.timed(lambda p=process, s=state, r=r: p.next(s, round_data[r]).state)
+      state = timing.value
+      warmup_times.append(timing.wall)
     runs.append({'name': name, 'process': process, 'state': state,
-                 'build_seconds': build_seconds, 'warmup_seconds': warmup_times})
-  return aggregator_bench.time_rounds(runs, rounds, lambda r: round_data[warmup + r])
+                 'build_seconds': build.wall, 'warmup_seconds': warmup_times})
+  return tff_rounds.time_rounds(runs, rounds, lambda r: round_data[warmup + r])
+
+
+def _fed_avg(model_fn, aggregator):
+  """TFF's unweighted FedAvg process with `aggregator` and its initial state."""
+  import tensorflow_federated as tff
+  process = tff.learning.algorithms.build_unweighted_fed_avg(
+      model_fn, client_optimizer_fn=tff.learning.optimizers.build_sgdm(CLIENT_LEARNING_RATE),
+      server_optimizer_fn=tff.learning.optimizers.build_sgdm(SERVER_LEARNING_RATE,
+                                                             momentum=SERVER_MOMENTUM),
+      model_aggregator=aggregator)
+  return process, process.initialize()
 
 
 def _child_command(names: list) -> list:
@@ -165,13 +165,13 @@ def main(argv):
   if _CHILD.value:
     print('RESULT ' + json.dumps(_measure(_CHILD.value.split(','))), flush=True)
     return
-  results = aggregator_bench.run_children(_child_command, _CONFIGS.value, _REPEATS.value,
-                                         _INTERLEAVE.value)
+  results = tff_rounds.run_children(_child_command, _CONFIGS.value, _REPEATS.value,
+                                    _INTERLEAVE.value)
   print(f'model={_MODEL.value} clients={_CLIENTS.value} timed rounds={_ROUNDS.value} '
         f'warmup={_WARMUP.value} repeats={_REPEATS.value} interleave={_INTERLEAVE.value} '
-        f'{aggregator_bench.run_conditions()}')
-  aggregator_bench.print_summary(results)
+        f'{harness.conditions()}')
+  tff_rounds.print_summary(results)
 
 
 if __name__ == '__main__':
-  app.run(main, flags_parser=flag_parsing.flags_parser(FLAGS, __doc__))
+  harness.run(main, FLAGS, __doc__)

@@ -11,55 +11,50 @@ Prints wall time and loss for:
   .venv/bin/python -m experiments.benchmarks.mechanisms_bench [--skip_banded]
 """
 
-import time
-
-from absl import app, flags
+from absl import flags
 
 from dp_ftrl_tff.mechanisms import banded_optimizer, blt, tree
 from dp_ftrl_tff.mechanisms.participation import ParticipationSchema
-from experiments.cli import flag_parsing
+from experiments.benchmarks import harness
 
 FLAGS = flags.FlagValues()
 _SKIP_BANDED = flags.DEFINE_bool('skip_banded', False, 'Skip the (longest) BandMF case.', flag_values=FLAGS)
 
 
-def _timed(fn):
-  start = time.perf_counter()
-  value = fn()
-  return time.perf_counter() - start, value
-
-
 def main(argv):
   del argv
   table3 = ParticipationSchema.b_min_sep(342, 6)
-  rows = []
+  rows = []  # (case, timing, target seconds, our result, anchor)
 
-  seconds, result = _timed(lambda: blt.optimize_blt(2052, table3, num_buffers=4, error='max'))
-  rows.append(('BLT optimize n=2052 b=342 k=6 d=4', seconds, 10.0,
-               f'MaxLoss {result.losses.max_loss:.4f} RmsLoss {result.losses.rms_loss:.4f} '
-               '(paper 10.79)'))
+  timing = harness.timed(lambda: blt.optimize_blt(2052, table3, num_buffers=4, error='max'))
+  losses = timing.value.losses
+  rows.append(('BLT optimize, n=2052, b=342, k=6, 4 buffers', timing, 10.0,
+               f'MaxLoss {losses.max_loss:.4f}, RmsLoss {losses.rms_loss:.4f}', 'paper 10.79'))
 
-  seconds, result = _timed(
+  timing = harness.timed(
       lambda: blt.optimize_blt(2000, ParticipationSchema.b_min_sep(400), error='max'))
-  rows.append(('BLT optimize n=2000 b=400 k=None d=auto', seconds, 10.0,
-               f'd={result.strategy.num_buffers} MaxLoss {result.losses.max_loss:.4f}'))
+  rows.append(('BLT optimize, n=2000, b=400, k=ceil(n/b), buffers 1..8', timing, 10.0,
+               f'picks d={timing.value.strategy.num_buffers}, MaxLoss '
+               f'{timing.value.losses.max_loss:.4f}', 'jax_privacy 112 s'))
 
   if not _SKIP_BANDED.value:
-    seconds, result = _timed(lambda: banded_optimizer.optimize_banded(2052, 342, table3, error='rms'))
-    rows.append(('BandMF optimize n=2052 bands=342', seconds, 120.0,
-                 f'MaxLoss {result.losses.max_loss:.4f} RmsLoss {result.losses.rms_loss:.4f} '
-                 '(paper 10.21 / 8.60)'))
+    timing = harness.timed(lambda: banded_optimizer.optimize_banded(2052, 342, table3, error='rms'))
+    losses = timing.value.losses
+    rows.append(('BandMF optimize, n=2052, 342 bands, k=6', timing, 120.0,
+                 f'MaxLoss {losses.max_loss:.4f} / RmsLoss {losses.rms_loss:.4f}',
+                 'dense optimizer 41 min; paper 10.21 / 8.60'))
 
-  seconds, value = _timed(lambda: tree.tree_sensitivity_squared(
+  timing = harness.timed(lambda: tree.tree_sensitivity_squared(
       2000, ParticipationSchema.b_min_sep(314, 6)))
-  rows.append(('tree sensitivity n=2000 k=6 b=314', seconds, 1.0,
-               f'sens^2 {value} (TF-Privacy: 79 in 250 s)'))
+  rows.append(('exact tree sensitivity, n=2000, k=6, b=314', timing, 1.0,
+               f'sens^2 {timing.value}', 'TF-Privacy 250 s (79)'))
 
-  print(f"{'case':42s} {'seconds':>9s} {'target':>8s}  result")
-  for name, seconds, target, text in rows:
-    verdict = 'ok' if seconds < target else 'SLOW'
-    print(f'{name:42s} {seconds:9.2f} {target:7.0f}s  {text} [{verdict}]', flush=True)
+  print(f'{harness.conditions()}; the docs/BENCHMARKS.md rows:')
+  for case, timing, target, ours, anchor in rows:
+    verdict = f'target < {target:g} s: {"met" if timing.wall < target else "not met"}'
+    print(harness.benchmarks_row(case, f'{timing.wall:.2f} s, {ours}', anchor, verdict,
+                                 'mechanisms_bench'), flush=True)
 
 
 if __name__ == '__main__':
-  app.run(main, flags_parser=flag_parsing.flags_parser(FLAGS, __doc__))
+  harness.run(main, FLAGS, __doc__)

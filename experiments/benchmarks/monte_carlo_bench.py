@@ -21,14 +21,14 @@ docs/BENCHMARKS.md by hand (figures depend on machine load).
 """
 
 import math
-import time
 
 import dp_accounting
 import numpy as np
-from absl import app, flags
+from absl import flags
 
 from dp_ftrl_tff.accounting import monte_carlo
 from dp_ftrl_tff.mechanisms import banded
+from experiments.benchmarks import harness
 from experiments.cli import flag_parsing
 
 FLAGS = flags.FlagValues()
@@ -42,13 +42,6 @@ _Q = flags.DEFINE_float('sampling_prob', 0.01, 'Poisson sampling probability of 
                         flag_values=FLAGS)
 _DELTA = flags.DEFINE_float('target_delta', 1e-3, 'Target delta.', flag_values=FLAGS)
 _SEED = flags.DEFINE_integer('seed', 0, 'Seed of the Monte Carlo draws.', flag_values=FLAGS)
-
-
-def _timed(fn):
-  """(fn(), wall seconds, CPU seconds of this process)."""
-  start, cpu_start = time.perf_counter(), time.process_time()
-  value = fn()
-  return value, time.perf_counter() - start, time.process_time() - cpu_start
 
 
 def _pld(q, noise_multiplier, count, delta):
@@ -79,28 +72,29 @@ def main(argv):
   ]
   kappa = float(np.linalg.norm(banded.fhu_coefficients(bands)))  # largest column norm
   anchors = {
-      'identity': _timed(lambda: _pld(q, sigma, n, delta)),
-      'banded': _timed(lambda: _pld(q_band, sigma / kappa, math.ceil(n / bands), delta)),
+      'identity': harness.timed(lambda: _pld(q, sigma, n, delta)),
+      'banded': harness.timed(lambda: _pld(q_band, sigma / kappa, math.ceil(n / bands), delta)),
   }
   print(f'n={n} sigma={sigma} delta={delta} q={q} (banded: q={q_band:g}, {bands} bands)')
-  for name, (epsilon, seconds, cpu) in anchors.items():
-    print(f'anchor PLD {name}: epsilon {epsilon:.4f} in {seconds:.2f} s (CPU {cpu:.2f} s)')
+  for name, anchor in anchors.items():
+    print(f'anchor PLD {name}: epsilon {anchor.value:.4f} in {anchor.wall:.2f} s '
+          f'(CPU {anchor.cpu:.2f} s)')
   print(f'{"case":32s} {"samples":>7s} {"wall s":>7s} {"CPU s":>7s} {"x PLD":>6s}  '
         'epsilon [lower, upper]  method')
   for name, strategy, kwargs in cases:
-    anchor_seconds = anchors['identity' if name.startswith('identity') else 'banded'][1]
+    anchor_seconds = anchors['identity' if name.startswith('identity') else 'banded'].wall
     for count in sample_counts:
-      start, cpu_start = time.perf_counter(), time.process_time()
       try:
-        result = monte_carlo.monte_carlo_epsilon(strategy, sigma, num_rounds=n, delta=delta,
-                                                 num_samples=count, seed=_SEED.value, **kwargs)
+        timing = harness.timed(lambda s=strategy, c=count, k=kwargs: monte_carlo.monte_carlo_epsilon(
+            s, sigma, num_rounds=n, delta=delta, num_samples=c, seed=_SEED.value, **k))
       except ValueError as e:
         flag_parsing.exit_with_error(e, FLAGS)
-      seconds, cpu = time.perf_counter() - start, time.process_time() - cpu_start
-      print(f'{name:32s} {count:7d} {seconds:7.2f} {cpu:7.2f} {seconds / anchor_seconds:6.1f}  '
+      result, seconds, cpu = timing.value, timing.wall, timing.cpu
+      print(f'{name:32s} {count:7d} {seconds:7.2f} {cpu:7.2f} '
+            f'{harness.ratio(seconds, anchor_seconds):6.1f}  '
             f'{result.epsilon:.4f} [{result.epsilon_lower:.4f}, {result.epsilon_upper:.4f}]  '
             f'{result.method}', flush=True)
 
 
 if __name__ == '__main__':
-  app.run(main, flags_parser=flag_parsing.flags_parser(FLAGS, __doc__))
+  harness.run(main, FLAGS, __doc__)

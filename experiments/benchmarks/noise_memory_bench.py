@@ -25,11 +25,10 @@ state, no theory column: TF-Privacy's tree keeps its live levels too, plus one o
 
 import math
 import statistics
-import time
 
-from absl import app, flags
+from absl import flags
 
-from experiments.cli import flag_parsing
+from experiments.benchmarks import harness
 
 FLAGS = flags.FlagValues()
 _PARAMS = flags.DEFINE_integer('params', 100_000, 'P: float32 parameters of the model update.',
@@ -129,19 +128,21 @@ def measure(mechanism: str, params: int, rounds: int, num_bands: int, num_buffer
 
   state = process.initialize()
   noise, whole = [state_bytes(noise_part(state))], [state_bytes(state)]
-  start = time.perf_counter()
-  for _ in range(rounds):
-    state = process.next(state, value).state
-    noise.append(state_bytes(noise_part(state)))
-    whole.append(state_bytes(state))
-  return {'noise_bytes': noise, 'state_bytes': whole,
-          'round_seconds': (time.perf_counter() - start) / rounds}
+
+  def run_rounds(state):
+    for _ in range(rounds):
+      state = process.next(state, value).state
+      noise.append(state_bytes(noise_part(state)))
+      whole.append(state_bytes(state))
+
+  timing = harness.timed(lambda: run_rounds(state))
+  return {'noise_bytes': noise, 'state_bytes': whole, 'round_seconds': timing.wall / rounds}
 
 
 def main(argv):
   del argv
-  from experiments.cli import tff_workers
-  tff_workers.register_at_exit()
+  from experiments.workers import child_workers
+  child_workers.register_at_exit()
   params, rounds = _PARAMS.value, _ROUNDS.value
   bands, buffers = _NUM_BANDS.value, _NUM_BUFFERS.value
   vector = 4.0 * params
@@ -169,4 +170,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main, flags_parser=flag_parsing.flags_parser(FLAGS, __doc__))
+  harness.run(main, FLAGS, __doc__)

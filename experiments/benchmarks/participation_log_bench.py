@@ -22,11 +22,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 
-from absl import app, flags
+from absl import flags
 
-from experiments.benchmarks import accounting_bench
+from experiments.benchmarks import harness, synthetic_log
 from experiments.cli import flag_parsing
 
 FLAGS = flags.FlagValues()
@@ -39,8 +38,7 @@ _OLD_READER_REV = flags.DEFINE_string(
     '(empty: skip it; it needs about 9x the file in memory).', flag_values=FLAGS)
 _CASES = flags.DEFINE_list('cases', ['report', 'tree', 'old_read'], 'Cases to run.',
                            flag_values=FLAGS)
-_REPEATS = flags.DEFINE_integer('repeats', 1, 'Runs of each case (each line is printed).',
-                                flag_values=FLAGS)
+_REPEATS = harness.define_repeats(FLAGS, 1, 'Runs of each case (each line is printed).')
 _WORK_DIR = flags.DEFINE_string('work_dir', None, 'Where to write the log (default: a temp dir, '
                                 'deleted at the end).', flag_values=FLAGS)
 
@@ -90,19 +88,19 @@ def _old_reader(rev: str, work_dir: str):
 
 
 def _run_case(case: str, log_path: str, work_dir: str, old_module: str) -> dict:
-  start = time.perf_counter()
-  done = subprocess.run([sys.executable, '-c', _CHILD, case, log_path,
-                         os.path.join(work_dir, f'report_{case}'), old_module or ''],
-                        capture_output=True, text=True, cwd=os.getcwd(), check=False)
+  timing = harness.timed(lambda: subprocess.run(
+      [sys.executable, '-c', _CHILD, case, log_path, os.path.join(work_dir, f'report_{case}'),
+       old_module or ''], capture_output=True, text=True, cwd=os.getcwd(), check=False))
+  done = timing.value
   if done.returncode:
     return {'error': (done.stderr.strip().splitlines() or ['?'])[-1]}
   result = json.loads(done.stdout.strip().splitlines()[-1])
-  result['wall_s'] = time.perf_counter() - start
+  result['wall_s'] = timing.wall
   return result
 
 
 def _check_flags() -> None:
-  for flag in (_NUM_CLIENTS, _ROUNDS, _CLIENTS_PER_ROUND, _REPEATS):
+  for flag in (_NUM_CLIENTS, _ROUNDS, _CLIENTS_PER_ROUND):
     if flag.value < 1:
       flag_parsing.exit_with_error(ValueError(f'--{flag.name} must be positive, got {flag.value}'),
                                    FLAGS)
@@ -122,12 +120,11 @@ def main(argv):
   os.makedirs(work_dir, exist_ok=True)
   try:
     log_path = os.path.join(work_dir, 'participation.csv')
-    start = time.perf_counter()
-    rows = accounting_bench.write_synthetic_log(log_path, _NUM_CLIENTS.value, _ROUNDS.value,
-                                                _CLIENTS_PER_ROUND.value)
+    written = harness.timed(lambda: synthetic_log.write_synthetic_log(
+        log_path, _NUM_CLIENTS.value, _ROUNDS.value, _CLIENTS_PER_ROUND.value))
     file_bytes = os.path.getsize(log_path)
-    print(f'log: {rows} rows, {_NUM_CLIENTS.value} clients x {_ROUNDS.value} rounds, '
-          f'{file_bytes / 1e6:.0f} MB (written in {time.perf_counter() - start:.1f} s)')
+    print(f'log: {written.value} rows, {_NUM_CLIENTS.value} clients x {_ROUNDS.value} rounds, '
+          f'{file_bytes / 1e6:.0f} MB (written in {written.wall:.1f} s)')
     old_module = None
     if 'old_read' in _CASES.value and _OLD_READER_REV.value:
       old_module = _old_reader(_OLD_READER_REV.value, work_dir)
@@ -151,13 +148,13 @@ def main(argv):
           best[case] = result
     if 'report' in best and 'old_read' in best:
       new, old = best['report'], best['old_read']
-      print(f'streaming / old reader: read time {new["read_s"] / old["read_s"]:.2f}, '
-            f'peak memory {new["peak_bytes"] / old["peak_bytes"]:.2f} (the new peak includes the '
-            'whole report)')
+      print(f'streaming / old reader: read time {harness.ratio(new["read_s"], old["read_s"]):.2f}, '
+            f'peak memory {harness.ratio(new["peak_bytes"], old["peak_bytes"]):.2f} (the new peak '
+            'includes the whole report)')
   finally:
     if made_dir:
       shutil.rmtree(work_dir, ignore_errors=True)
 
 
 if __name__ == '__main__':
-  app.run(main, flags_parser=flag_parsing.flags_parser(FLAGS, __doc__))
+  harness.run(main, FLAGS, __doc__)

@@ -26,12 +26,11 @@ Variants (same clip, bits, rotation, beta, modclip_prob and noise multiplier):
 """
 
 import statistics
-import time
 from unittest import mock
 
-from absl import app, flags
+from absl import flags
 
-from experiments.cli import flag_parsing
+from experiments.benchmarks import harness
 
 FLAGS = flags.FlagValues()
 
@@ -163,17 +162,16 @@ def _run_dim(dim, clients, variants, rounds):
   values = _client_values(dim, clients)
   processes, states, builds, warmups, wraps, results = {}, {}, {}, {}, {}, {}
   for name in variants:
-    start = time.perf_counter()
-    processes[name] = _make_factory(name, dim, clients).create(value_type)
-    states[name] = processes[name].initialize()
-    builds[name] = time.perf_counter() - start
+    build = harness.timed(lambda n=name: _make_factory(n, dim, clients).create(value_type))
+    processes[name] = build.value
+    initialized = harness.timed(processes[name].initialize)
+    states[name], builds[name] = initialized.value, build.wall + initialized.wall
   times = {name: [] for name in variants}
   for r in range(rounds + 1):
     order = variants[r % len(variants):] + variants[:r % len(variants)]
     for name in order:
-      start = time.perf_counter()
-      output = processes[name].next(states[name], values)
-      seconds = time.perf_counter() - start
+      timing = harness.timed(lambda n=name: processes[n].next(states[n], values))
+      output, seconds = timing.value, timing.wall
       states[name] = output.state
       if r == 0:
         warmups[name] = seconds
@@ -198,9 +196,9 @@ def _run_dim(dim, clients, variants, rounds):
 
 def main(argv):
   del argv
-  from experiments.cli import tff_workers
   from experiments.run import secure_context
-  tff_workers.register_at_exit()
+  from experiments.workers import child_workers
+  child_workers.register_at_exit()
   secure_context.use_secure_context()
 
   variants = list(_VARIANTS.value)
@@ -220,9 +218,9 @@ def main(argv):
             f'{warmups[name]:>11.2f}{builds[name]:>9.2f}{wrap:>7}{errors[name]:>10.1e}')
     for a, b in PAIRS:
       if a in times and b in times:
-        ratio = summary[(dim, a)] / summary[(dim, b)]
+        ratio = harness.ratio(summary[(dim, a)], summary[(dim, b)])
         # Per-round ratios of the interleaved rounds (same round index) show the spread.
-        paired = sorted(x / y for x, y in zip(times[a], times[b], strict=True))
+        paired = sorted(harness.ratio(x, y) for x, y in zip(times[a], times[b], strict=True))
         print(f'  {a} / {b}: {ratio:.3f} (median ratio of paired rounds '
               f'{statistics.median(paired):.3f}, range {paired[0]:.3f}-{paired[-1]:.3f}); '
               f'difference {1e3 * (summary[(dim, a)] - summary[(dim, b)]):+.1f} ms')
@@ -230,4 +228,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main, flags_parser=flag_parsing.flags_parser(FLAGS, __doc__))
+  harness.run(main, FLAGS, __doc__)

@@ -11,29 +11,19 @@ Cases (n = num_rounds, b = min_sep, k = max_participations):
 Reports the best of `--repeats` wall-clock timings.
 """
 
-import time
-
 import numpy as np
-from absl import app, flags
+from absl import flags
 
 from dp_ftrl_tff.mechanisms import blt, sensitivity, toeplitz
 from dp_ftrl_tff.mechanisms.participation import ParticipationSchema
-from experiments.cli import flag_parsing
+from experiments.benchmarks import harness
 
 FLAGS = flags.FlagValues()
 _NUM_ROUNDS = flags.DEFINE_integer('num_rounds', 2052, 'n.', flag_values=FLAGS)
 _MIN_SEP = flags.DEFINE_integer('min_sep', 342, 'b (TF-Privacy min_separation + 1).', flag_values=FLAGS)
 _MAX_PARTICIPATIONS = flags.DEFINE_integer('max_participations', 6, 'k.', flag_values=FLAGS)
 _LARGE_ROUNDS = flags.DEFINE_integer('large_rounds', 200_000, 'n for the Toeplitz-only cases.', flag_values=FLAGS)
-_REPEATS = flags.DEFINE_integer('repeats', 3, 'Timed repetitions (the best is reported).', flag_values=FLAGS)
-
-def _best_time(fn, repeats):
-  best, value = np.inf, None
-  for _ in range(repeats):
-    start = time.perf_counter()
-    value = fn()
-    best = min(best, time.perf_counter() - start)
-  return best, value
+_REPEATS = harness.define_repeats(FLAGS, 3, 'Timed repetitions (the best is reported).')
 
 
 def main(argv):
@@ -57,9 +47,9 @@ def main(argv):
     cases.append((f'inverse_coefs, n={large}',
                   lambda c=coefs, m=large: float(toeplitz.inverse_coefs(c, m)[-1])))
   for label, fn in cases:
-    seconds, value = _best_time(fn, _REPEATS.value)
-    print(f'{label:<50} {seconds:9.4f} s   value {value:.6g}')
+    best = harness.best_of(fn, _REPEATS.value)
+    print(f'{label:<50} {best.wall:9.4f} s   value {best.value:.6g}')
 
 
 if __name__ == '__main__':
-  app.run(main, flags_parser=flag_parsing.flags_parser(FLAGS, __doc__))
+  harness.run(main, FLAGS, __doc__)

@@ -9,13 +9,11 @@ RmsLoss), or optimized BLT with --skip_banded.
   .venv/bin/python -m experiments.benchmarks.square_root_bench [--num_bands=H ...] [--skip_banded]
 """
 
-import time
-
-from absl import app, flags
+from absl import flags
 
 from dp_ftrl_tff.mechanisms import banded_optimizer, blt, square_root
 from dp_ftrl_tff.mechanisms.participation import ParticipationSchema
-from experiments.cli import flag_parsing
+from experiments.benchmarks import harness
 
 FLAGS = flags.FlagValues()
 _ROUNDS = flags.DEFINE_integer('num_rounds', 2052, 'Rounds n.', lower_bound=1, flag_values=FLAGS)
@@ -31,12 +29,6 @@ _SKIP_BANDED = flags.DEFINE_bool('skip_banded', False, 'Skip BandMF (about a min
                                  flag_values=FLAGS)
 
 
-def _timed(fn):
-  start = time.perf_counter()
-  value = fn()
-  return time.perf_counter() - start, value
-
-
 def main(argv):
   del argv
   n = _ROUNDS.value
@@ -47,18 +39,21 @@ def main(argv):
     for cls in (square_root.BandedSquareRootStrategy,
                 square_root.BandedInverseSquareRootStrategy):
       strategy = cls(num_bands)
-      seconds, losses = _timed(lambda s=strategy: s.losses(n, schema))
-      rows.append((f'{strategy.name} bands={num_bands}', seconds, losses,
+      timing = harness.timed(lambda s=strategy: s.losses(n, schema))
+      rows.append((f'{strategy.name} bands={num_bands}', timing.wall, timing.value,
                    strategy.sensitivity_is_exact(n, schema)))
-  seconds, result = _timed(lambda: blt.optimize_blt(n, schema, num_buffers=_BUFFERS.value,
-                                                    error='max'))
-  rows.append((f'BLT optimized d={_BUFFERS.value} (max)', seconds, result.losses,
+  timing = harness.timed(lambda: blt.optimize_blt(n, schema, num_buffers=_BUFFERS.value,
+                                                  error='max'))
+  result = timing.value
+  rows.append((f'BLT optimized d={_BUFFERS.value} (max)', timing.wall, result.losses,
                result.strategy.sensitivity_is_exact(n, schema)))
   anchor = rows[-1]
   if not _SKIP_BANDED.value:
     num_bands = min(bands[0], n)
-    seconds, result = _timed(lambda: banded_optimizer.optimize_banded(n, num_bands, schema, error='rms'))
-    rows.append((f'BandMF optimized bands={num_bands} (rms)', seconds, result.losses,
+    timing = harness.timed(
+        lambda: banded_optimizer.optimize_banded(n, num_bands, schema, error='rms'))
+    result = timing.value
+    rows.append((f'BandMF optimized bands={num_bands} (rms)', timing.wall, result.losses,
                  result.strategy.sensitivity_is_exact(n, schema)))
     anchor = rows[-1]
 
@@ -68,10 +63,11 @@ def main(argv):
         f"{'rms/anchor':>10s}  sensitivity")
   for name, seconds, losses, exact in rows:
     print(f'{name:36s} {seconds:8.3f} {losses.max_loss:9.4f} {losses.rms_loss:9.4f} '
-          f'{losses.max_loss / anchor[2].max_loss:10.4f} '
-          f'{losses.rms_loss / anchor[2].rms_loss:10.4f}  {"exact" if exact else "upper bound"}',
+          f'{harness.ratio(losses.max_loss, anchor[2].max_loss):10.4f} '
+          f'{harness.ratio(losses.rms_loss, anchor[2].rms_loss):10.4f}  '
+          f'{"exact" if exact else "upper bound"}',
           flush=True)
 
 
 if __name__ == '__main__':
-  app.run(main, flags_parser=flag_parsing.flags_parser(FLAGS, __doc__))
+  harness.run(main, FLAGS, __doc__)

@@ -13,15 +13,13 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 
-from absl import app, flags
+from absl import flags
 
-from experiments.cli import flag_parsing
+from experiments.benchmarks import harness
 
 FLAGS = flags.FlagValues()
-_REPEATS = flags.DEFINE_integer('repeats', 5, 'Runs of each command.', flag_values=FLAGS,
-                                lower_bound=1)
+_REPEATS = harness.define_repeats(FLAGS, 5, 'Runs of each command.')
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 #: (label, arguments of `python`, expected exit status).
@@ -35,20 +33,19 @@ COMMANDS = [
       '--clients_per_round=0'], 2),
     ('privacy_report --help', ['-m', 'experiments.privacy_report', '--help'], 0),
     ('privacy_report --rounds=-1', ['-m', 'experiments.privacy_report', '--rounds=-1'], 2),
-    ('mechanisms --help', ['-m', 'dp_ftrl_tff.mechanisms', '--help'], 0),
-    ('mechanisms optimize --bogus=1', ['-m', 'dp_ftrl_tff.mechanisms', 'optimize', '--bogus=1'], 2),
+    ('mechanisms --help', ['-m', 'experiments.mechanisms_cli', '--help'], 0),
+    ('mechanisms optimize --bogus=1', ['-m', 'experiments.mechanisms_cli', 'optimize', '--bogus=1'], 2),
 ]
 
 
 def _seconds(args, exit_code) -> float:
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
-  start = time.perf_counter()
-  proc = subprocess.run([sys.executable, *args], cwd=_ROOT, env=env, stdout=subprocess.DEVNULL,
-                        stderr=subprocess.DEVNULL, check=False)
-  seconds = time.perf_counter() - start
-  if proc.returncode != exit_code:
-    raise RuntimeError(f'python {" ".join(args)} exited {proc.returncode}, not {exit_code}')
-  return seconds
+  timing = harness.timed(lambda: subprocess.run(
+      [sys.executable, *args], cwd=_ROOT, env=env, stdout=subprocess.DEVNULL,
+      stderr=subprocess.DEVNULL, check=False))
+  if timing.value.returncode != exit_code:
+    raise RuntimeError(f'python {" ".join(args)} exited {timing.value.returncode}, not {exit_code}')
+  return timing.wall
 
 
 def main(argv):
@@ -58,12 +55,22 @@ def main(argv):
     for label, args, exit_code in COMMANDS:
       times[label].append(_seconds(args, exit_code))
   anchor = statistics.median(times[COMMANDS[0][0]])
-  print(f'load average {os.getloadavg()[0]:.1f}, {_REPEATS.value} runs each')
+  print(f'{harness.conditions()}, {_REPEATS.value} runs each')
   print(f'{"command":42s} {"median s":>9s} {"range s":>13s} {"/ anchor":>9s}')
+  medians = {label: statistics.median(values) for label, values in times.items()}
   for label, values in times.items():
-    median = statistics.median(values)
-    print(f'{label:42s} {median:9.2f} {min(values):6.2f}-{max(values):<6.2f} {median / anchor:9.2f}')
+    print(f'{label:42s} {medians[label]:9.2f} {min(values):6.2f}-{max(values):<6.2f} '
+          f'{harness.ratio(medians[label], anchor):9.2f}')
+  ours = {label: median for label, median in medians.items() if label != COMMANDS[0][0]}
+  ratios = [harness.ratio(median, anchor) for median in ours.values()]
+  print(harness.benchmarks_row(
+      f'`--help` and a flag error of the binaries, {_REPEATS.value} runs each',
+      'medians: ' + ', '.join(f'{label} {median:.2f} s' for label, median in ours.items()),
+      f'`python -c "import tensorflow"`, same run: {anchor:.2f} s median',
+      f'{min(ratios):.2f}-{max(ratios):.2f} of the anchor; < 1.5 s: '
+      f'{"met" if max(ours.values()) < 1.5 else "not met"}',
+      f'startup_bench --repeats={_REPEATS.value}'))
 
 
 if __name__ == '__main__':
-  app.run(main, flags_parser=flag_parsing.flags_parser(FLAGS, __doc__))
+  harness.run(main, FLAGS, __doc__)

@@ -10,20 +10,19 @@ on this machine type. `--compare_tf_privacy` also times it (slow; loads its acco
 
 import importlib.util
 import pathlib
-import time
 
-from absl import app, flags
+from absl import flags
 
 from dp_ftrl_tff.mechanisms import tree
 from dp_ftrl_tff.mechanisms.participation import ParticipationSchema
-from experiments.cli import flag_parsing
+from experiments.benchmarks import harness
 
 FLAGS = flags.FlagValues()
 _NUM_ROUNDS = flags.DEFINE_integer('num_rounds', 2000, 'n.', flag_values=FLAGS)
 _MIN_SEP = flags.DEFINE_integer('min_sep', 314, 'b (TF-Privacy min_separation + 1).', flag_values=FLAGS)
 _MAX_PARTICIPATIONS = flags.DEFINE_integer('max_participations', 6, 'k.', flag_values=FLAGS)
 _NOISE_MULTIPLIER = flags.DEFINE_float('noise_multiplier', 7.0, 'sigma, for the printed rho.', flag_values=FLAGS)
-_REPEATS = flags.DEFINE_integer('repeats', 5, 'Timed repetitions (the best is reported).', flag_values=FLAGS)
+_REPEATS = harness.define_repeats(FLAGS, 5, 'Timed repetitions (the best is reported).')
 _COMPARE = flags.DEFINE_bool('compare_tf_privacy', False, "Also time TF-Privacy's DP (slow).", flag_values=FLAGS)
 
 
@@ -40,26 +39,23 @@ def _tf_privacy_accountant():
 def main(argv):
   del argv
   participation = ParticipationSchema.b_min_sep(_MIN_SEP.value, _MAX_PARTICIPATIONS.value)
-  times = []
-  for _ in range(_REPEATS.value):
-    start = time.perf_counter()
-    value = tree.tree_sensitivity_squared(_NUM_ROUNDS.value, participation)
-    times.append(time.perf_counter() - start)
-  rho = value / (2 * _NOISE_MULTIPLIER.value**2)
+  ours = harness.best_of(lambda: tree.tree_sensitivity_squared(_NUM_ROUNDS.value, participation),
+                         _REPEATS.value)
+  rho = ours.value / (2 * _NOISE_MULTIPLIER.value**2)
   print(f'ours: n={_NUM_ROUNDS.value} k={_MAX_PARTICIPATIONS.value} min_sep={_MIN_SEP.value}: '
-        f'sens^2 {value}  rho {rho:.5f}  best {min(times):.3f} s  '
-        f'(all: {", ".join(f"{t:.3f}" for t in times)})', flush=True)
+        f'sens^2 {ours.value}  rho {rho:.5f}  best of {_REPEATS.value} {ours.wall:.3f} s',
+        flush=True)
   if _COMPARE.value:
     accountant = _tf_privacy_accountant()
-    start = time.perf_counter()
-    tfp_rho = accountant.compute_zcdp_single_tree(
+    anchor = harness.timed(lambda: accountant.compute_zcdp_single_tree(
         noise_multiplier=_NOISE_MULTIPLIER.value, total_steps=_NUM_ROUNDS.value,
         max_participation=_MAX_PARTICIPATIONS.value,
-        min_separation=participation.tf_privacy_min_separation)
-    seconds = time.perf_counter() - start
+        min_separation=participation.tf_privacy_min_separation))
+    tfp_rho = anchor.value
     print(f'TF-Privacy: rho {tfp_rho:.5f} (sens^2 {tfp_rho * 2 * _NOISE_MULTIPLIER.value**2:.0f})  '
-          f'{seconds:.1f} s', flush=True)
+          f'{anchor.wall:.1f} s; ours / TF-Privacy {harness.ratio(ours.wall, anchor.wall):.2g}',
+          flush=True)
 
 
 if __name__ == '__main__':
-  app.run(main, flags_parser=flag_parsing.flags_parser(FLAGS, __doc__))
+  harness.run(main, FLAGS, __doc__)

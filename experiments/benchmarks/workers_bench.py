@@ -58,13 +58,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
-from absl import app, flags
+from absl import flags
 
-from experiments import workers as workers_launcher
-from experiments.benchmarks import workers_bench_child
+from experiments.benchmarks import harness, workers_bench_child
 from experiments.cli import flag_parsing
+from experiments.workers import launcher as workers_launcher
 
 FLAGS = flags.FlagValues()
 _PARAMS = flags.DEFINE_list('params', ['1e4', '1e6'], 'Model sizes (weights, approximate: the '
@@ -77,8 +76,7 @@ _WORKERS = flags.DEFINE_list('workers', ['0', '1', '2', '3'], 'Worker counts; 0 
 _ROUNDS = flags.DEFINE_integer('rounds', 1, 'Timed rounds per setting (after one warm-up round per '
                                'model size).',
                                lower_bound=1, flag_values=FLAGS)
-_REPEATS = flags.DEFINE_integer('repeats', 1, 'Passes over the --workers children.', lower_bound=1,
-                                flag_values=FLAGS)
+_REPEATS = harness.define_repeats(FLAGS, 1, 'Passes over the --workers children.')
 _MAX_WORK = flags.DEFINE_float('max_client_params', 1e8, 'Skip the settings with clients x params '
                                'above this (memory and time: 1e6 x 1000 holds 1000 model-sized '
                                'client updates in a worker).', lower_bound=1, flag_values=FLAGS)
@@ -173,18 +171,19 @@ def _run_children(params, clients, workers) -> list:
               'worker_pids': pool.pids if pool else [], 'params': params, 'clients': clients,
               'rounds': _ROUNDS.value, 'examples': _EXAMPLES.value,
               'max_client_params': _MAX_WORK.value}
-      start = time.perf_counter()
       try:
-        out = subprocess.run([sys.executable, '-m', 'experiments.benchmarks.workers_bench',
-                              f'--child={json.dumps(spec)}'], capture_output=True, text=True,
-                             check=False, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2'))
+        timing = harness.timed(lambda s=spec: subprocess.run(
+            [sys.executable, '-m', 'experiments.benchmarks.workers_bench',
+             f'--child={json.dumps(s)}'], capture_output=True, text=True, check=False,
+            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')))
       finally:
         if pool is not None:
           pool.stop()
+      out = timing.value
       lines = [json.loads(line[len('RESULT '):]) for line in out.stdout.splitlines()
                if line.startswith('RESULT ')]
-      print(f'# workers={count}: {len(lines)} settings in {time.perf_counter() - start:.0f} s, '
-            f'load average {os.getloadavg()[0]:.2f}', flush=True)
+      print(f'# workers={count}: {len(lines)} settings in {timing.wall:.0f} s, '
+            f'{harness.conditions()}', flush=True)
       if out.returncode != 0:
         print(f'# workers={count}: the child failed (exit {out.returncode}):\n'
               f'{out.stderr[-3000:]}', file=sys.stderr, flush=True)
@@ -262,6 +261,16 @@ def fit(settings: dict) -> dict:
 
 
 def _print_report(summary, params, clients, workers, machines) -> None:
+  """The benchmark's tables: wall times against the local anchor, the driver and merge costs, the
+  fit of T(W, c) and its projection to `machines` machines."""
+  _print_wall_times(summary, params, clients, workers)
+  _print_costs(summary, params, clients, workers)
+  fits = _print_fits(summary, params, clients, workers)
+  if fits:
+    _print_projection(summary, fits, clients, machines)
+
+
+def _print_wall_times(summary, params, clients, workers) -> None:
   remote = sorted(w for w in workers if w)
   print('\n## Wall seconds per round (median of the timed rounds of every pass); ratio to the local '
         'anchor in parentheses')
@@ -276,9 +285,12 @@ def _print_report(summary, params, clients, workers, machines) -> None:
       cells = []
       for w in remote:
         s = summary.get((p, c, w))
-        cells.append('-' if s is None else f'{s["wall"]:.3f} ({s["wall"] / local["wall"]:.2f})')
+        cells.append('-' if s is None else
+                     f'{s["wall"]:.3f} ({harness.ratio(s["wall"], local["wall"]):.2f})')
       print(f'| {local["weights"]:.3g} | {c} | {local["wall"]:.3f} | ' + ' | '.join(cells) + ' |')
 
+
+def _print_costs(summary, params, clients, workers) -> None:
   print('\n## Driver and merge cost per round (seconds, medians; workers\' peak memory: the sum of '
         'their VmHWM so far in the child, settings run by growing size)')
   print('| params | clients | workers | wall | driver CPU | workers CPU | up | merge (calls) | '
@@ -296,6 +308,10 @@ def _print_report(summary, params, clients, workers, machines) -> None:
         print(f'| {s["weights"]:.3g} | {c} | {w or "local"} | {s["wall"]:.3f} | {s["cpu"]:.3f} | '
               f'{s["workers_cpu"]:.3f} ' + phases + f' {s["workers_peak_mib"]:.0f} |')
 
+
+def _print_fits(summary, params, clients, workers) -> dict:
+  """Prints and returns the fit of each model size that has one: {params: `fit`'s parameters}."""
+  remote = sorted(w for w in workers if w)
   print('\n## Fit: T(W, c) = s + p*c/W + m*W, m = driver CPU per worker + one merge call')
   fits = {}
   for p in params:
@@ -313,9 +329,10 @@ def _print_report(summary, params, clients, workers, machines) -> None:
           f'ms/client, m = {f["m"] * 1e3:.0f} ms/worker (driver CPU {f["driver"] * 1e3:.0f} + '
           f'merge call {f["merge"] * 1e3:.0f}); s + p*c + m*w against the {len(errors)} loopback '
           f'settings: {min(errors):+.0%} to {max(errors):+.0%}')
+  return fits
 
-  if not fits:
-    return
+
+def _print_projection(summary, fits, clients, machines) -> None:
   print('\n## Projection to W machines like this one (seconds per round; network transfer not '
         'included)')
   for p, f in fits.items():
@@ -353,8 +370,8 @@ def main(argv):
     _print_report(_summaries(results), params, clients, workers, machines)
     return
   print(f'# workers_bench: params {params}, clients {clients}, workers {workers}, '
-        f'{_ROUNDS.value} timed rounds, {_REPEATS.value} pass(es); {os.cpu_count()} CPUs, '
-        f'load average {" ".join(f"{x:.2f}" for x in os.getloadavg())}', flush=True)
+        f'{_ROUNDS.value} timed rounds, {_REPEATS.value} pass(es); {harness.conditions()}',
+        flush=True)
   # Stop cleanly on SIGTERM, and on SIGINT even when started in the background (which ignores it).
   signal.signal(signal.SIGTERM, _on_stop_signal)
   signal.signal(signal.SIGINT, _on_stop_signal)
@@ -362,9 +379,9 @@ def main(argv):
     results = _run_children(params, clients, workers)
   except (RuntimeError, OSError) as error:
     flag_parsing.exit_with_error(error, FLAGS, flag_parsing.RUNTIME_ERROR_EXIT_CODE)
-  print(f'# done; load average {" ".join(f"{x:.2f}" for x in os.getloadavg())}')
+  print(f'# done; {harness.conditions()}')
   _print_report(_summaries(results), params, clients, workers, machines)
 
 
 if __name__ == '__main__':
-  app.run(main, flags_parser=flag_parsing.flags_parser(FLAGS, __doc__))
+  harness.run(main, FLAGS, __doc__)

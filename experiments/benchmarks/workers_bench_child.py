@@ -13,6 +13,8 @@ import os
 import resource
 import time
 
+from experiments.benchmarks import harness, tff_rounds
+
 INPUT_DIM = 64
 CLASSES = 10
 NOISE_MULTIPLIER = 1.0
@@ -29,32 +31,6 @@ def hidden_width(params: float) -> int:
 def weight_count(hidden: int) -> int:
   return (INPUT_DIM + 1) * hidden + (hidden + 1) * hidden + (hidden + 1) * CLASSES
 
-
-
-def _cpu_seconds(pids) -> float:
-  """utime + stime of the processes `pids` (seconds; a process that is gone counts 0)."""
-  ticks = os.sysconf('SC_CLK_TCK')
-  total = 0
-  for pid in pids:
-    try:
-      with open(f'/proc/{pid}/stat', 'rb') as f:
-        fields = f.read().decode(errors='replace').rsplit(')', 1)[1].split()
-      total += int(fields[11]) + int(fields[12])
-    except (OSError, IndexError, ValueError):
-      continue
-  return total / ticks
-
-
-def _peak_mib(pids) -> float:
-  """The sum of the processes' peak resident memory so far (VmHWM), in MiB."""
-  total = 0
-  for pid in pids:
-    try:
-      with open(f'/proc/{pid}/status') as f:
-        total += next((int(line.split()[1]) for line in f if line.startswith('VmHWM:')), 0)
-    except (OSError, ValueError):
-      continue
-  return total / 1024
 
 
 class _PhaseClock:
@@ -132,16 +108,17 @@ def _fed_avg(hidden: int, clients_per_round: int):
   strategy = blt_mechanisms.BLTStrategy(theta=(0.99, 0.8), omega=(0.25, 0.2))
   aggregator = CorrelatedNoiseFactory.blt(NOISE_MULTIPLIER, clients_per_round, CLIP,
                                           strategy=strategy, noise_seed=1)
-  return tff.learning.algorithms.build_unweighted_fed_avg(
+  process = tff.learning.algorithms.build_unweighted_fed_avg(
       model_fn, client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.01),
       server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0, momentum=0.9),
       model_aggregator=aggregator)
+  return process, process.initialize()
 
 
 def run_child(spec: dict) -> None:
   """Measures every (model size, clients) setting for one worker count; prints RESULT lines."""
-  from experiments.cli import tff_workers
-  tff_workers.register_at_exit()
+  from experiments.workers import child_workers
+  child_workers.register_at_exit()
   count = spec['workers']
   clock = None
   if count:
@@ -152,12 +129,10 @@ def run_child(spec: dict) -> None:
   data = _client_data(max(spec['clients']), spec['examples'])
   for params in spec['params']:
     hidden = hidden_width(params)
-    start = time.perf_counter()
-    process = _fed_avg(hidden, max(spec['clients']))
-    state = process.initialize()
-    build_seconds = time.perf_counter() - start
+    build = harness.timed(lambda h=hidden: _fed_avg(h, max(spec['clients'])))
+    process, state, build_seconds = build.value[0], build.value[1], build.wall
     if not count:  # the local context's worker exists once a computation ran
-      worker_pids = tff_workers.child_worker_pids(os.getpid())
+      worker_pids = child_workers.child_worker_pids(os.getpid())
     for clients in spec['clients']:
       if clients * params > spec['max_client_params']:
         continue
@@ -165,16 +140,16 @@ def run_child(spec: dict) -> None:
       # One warm-up round per model (it compiles); later client counts reuse the compiled form.
       warmup = clients == min(c for c in spec['clients'] if c * params <= spec['max_client_params'])
       for _ in range(spec['rounds'] + warmup):
-        wall, cpu, workers_cpu = time.perf_counter(), time.process_time(), _cpu_seconds(worker_pids)
-        output = process.next(state, data[:clients])
-        state = output.state
-        rounds.append({'wall': time.perf_counter() - wall, 'cpu': time.process_time() - cpu,
-                       'workers_cpu': _cpu_seconds(worker_pids) - workers_cpu,
+        workers_cpu = tff_rounds.cpu_seconds(worker_pids)
+        timing = harness.timed(lambda p=process, s=state, c=clients: p.next(s, data[:c]))
+        state = timing.value.state
+        rounds.append({'wall': timing.wall, 'cpu': timing.cpu,
+                       'workers_cpu': tff_rounds.cpu_seconds(worker_pids) - workers_cpu,
                        **(clock.phases() if clock else {})})
       result = {'workers': count, 'params': params, 'weights': weight_count(hidden),
                 'clients': clients, 'build_seconds': build_seconds,
                 # Peaks so far in this child (settings run by growing size).
-                'workers_peak_mib': _peak_mib(worker_pids),
+                'workers_peak_mib': tff_rounds.peak_mib(worker_pids),
                 'driver_peak_mib': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                 'warmup_seconds': rounds[0]['wall'] if warmup else None,
                 'rounds': rounds[1:] if warmup else rounds}

@@ -1,9 +1,9 @@
 """Flag parsing for the binaries: `--help` lists every flag, errors are one line naming the flag.
 
 Every binary of `experiments/` owns a `flags.FlagValues()` (so that all binary modules import in one
-process) and passes `flags_parser(flag_values, __doc__)` to `absl.app.run`. The library names its parameters in backticks in every
-error (`rounds`, `bits`, ...); `error_line` writes each one the binary has as a flag as `--name`,
-through `FLAG_NAMES` where the flag is named otherwise (SecAgg's settings carry a `secure_` prefix,
+process) and passes `flags_parser(flag_values, __doc__)` to `absl.app.run`. The library names its
+parameters in backticks in every error (`rounds`, `bits`, ...); `error_line` writes each one the
+binary has as a flag as `--name`, through `FLAG_NAMES` where the flag is named otherwise (SecAgg's settings carry a `secure_` prefix,
 the sampling groups are `--sampling_groups`, ...), so an error names the flag the user typed.
 Imports no TensorFlow.
 """
@@ -16,7 +16,6 @@ from typing import Callable, List, NoReturn, Optional, Sequence
 
 from absl import flags
 
-from experiments.cli import tff_workers
 
 #: Exit status of a driver stopped by bad input (flags, settings, execution context).
 ERROR_EXIT_CODE = 2
@@ -69,8 +68,12 @@ def error_line(error, flag_values: flags.FlagValues) -> str:
 
 
 def program_name() -> str:
-  """The binary's name in its messages: its file's name (`run_emnist.py`, `mechanisms_cli.py`)."""
-  return os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else 'driver'
+  """The binary's name in its messages: its file's name (`run_emnist.py`, `mechanisms_cli.py`), or
+  its package's for a package run as `python -m PACKAGE` (`workers`)."""
+  path = sys.argv[0] if sys.argv and sys.argv[0] else 'driver'
+  if os.path.basename(path) == '__main__.py':
+    return os.path.basename(os.path.dirname(path))
+  return os.path.basename(path)
 
 
 def error_text(error, flag_values: flags.FlagValues, program: Optional[str] = None) -> str:
@@ -96,10 +99,24 @@ def exit_with_error(error, flag_values: flags.FlagValues,
   exit_now(exit_code, error_text(error, flag_values) + '\n')
 
 
+#: The clean-ups `exit_now` runs first, since `os._exit` skips the atexit hooks (e.g. ending the
+#: process's TFF worker_binary children: `experiments.workers.child_workers.register_at_exit`).
+_EXIT_HOOKS = []
+
+
+def register_exit_hook(hook: Callable[[], object]) -> None:
+  """Runs `hook()` in `exit_now`, before the process ends (once, however often registered)."""
+  if not callable(hook):
+    raise ValueError(f'`hook` must be callable, got {hook!r}.')
+  if hook not in _EXIT_HOOKS:
+    _EXIT_HOOKS.append(hook)
+
+
 def exit_now(exit_code: int, stderr_text: str = '') -> NoReturn:
-  """Ends this process's worker_binary children, flushes, writes `stderr_text` and `os._exit`s
+  """Runs the exit hooks (`register_exit_hook`), flushes, writes `stderr_text` and `os._exit`s
   (no interpreter teardown: see `exit_with_error`)."""
-  tff_workers.end_child_workers()  # os._exit skips the atexit hooks that would.
+  for hook in _EXIT_HOOKS:
+    hook()
   std_logging.shutdown()
   sys.stdout.flush()
   sys.stderr.write(stderr_text)

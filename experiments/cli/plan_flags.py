@@ -70,7 +70,7 @@ def define_mechanism_flags(fv: flags.FlagValues, *, default: Optional[str] = Non
       message=f'--mechanism must be one of the registered mechanisms <{"|".join(names())}>.',
       flag_values=fv)
   flags.DEFINE_string('mechanism_file', None,
-                      'Strategy file (from `python -m dp_ftrl_tff.mechanisms optimize --output=`): '
+                      'Strategy file (from `python -m experiments.mechanisms_cli optimize --output=`): '
                       'a BLT .json, a banded .npz, ...; it must be made for the run\'s rounds, '
                       'min_sep and max_participations.', flag_values=fv)
   flags.DEFINE_bool('allow_strategy_setting_mismatch', False,

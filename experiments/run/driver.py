@@ -26,7 +26,7 @@ from absl import flags, logging
 
 from dp_ftrl_tff.learning import remote_execution
 from dp_ftrl_tff.mechanisms import memory
-from experiments.cli import flag_parsing, tff_workers
+from experiments.cli import flag_parsing
 from experiments.run import (
   checkpoint_records,
   console,
@@ -36,6 +36,7 @@ from experiments.run import (
   run_summary,
   stop_signals,
 )
+from experiments.workers import child_workers
 
 #: What `--help` of every driver prints after the driver's docstring.
 HELP_NOTES = """
@@ -182,7 +183,7 @@ def run_main(flag_values: flags.FlagValues,
       flag_parsing.exit_now(stopped.exit_code)
 
   def checked_main(argv):
-    tff_workers.register_at_exit()
+    child_workers.register_at_exit()
     stop_signals.install_immediate_stop()  # training_loop.run installs its own while it runs
     if len(argv) > 1:
       flag_parsing.exit_with_error(f'unexpected arguments {argv[1:]}', flag_values)

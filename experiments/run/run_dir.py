@@ -46,7 +46,7 @@ from absl import logging
 
 from dp_ftrl_tff import _atomic
 from dp_ftrl_tff.accounting import run_metrics
-from experiments.cli import tff_workers
+from experiments.workers import child_workers
 
 LOCK_FILE = 'run.lock'
 WORKERS_FILE = 'workers.json'
@@ -304,7 +304,7 @@ class RunDirectory:
       return []
     ended = []
     for pid, start in workers:
-      if pid == os.getpid() or not _alive(pid, start) or not tff_workers.is_worker(pid):
+      if pid == os.getpid() or not _alive(pid, start) or not child_workers.is_worker(pid):
         continue
       with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, signal.SIGKILL)
@@ -318,16 +318,16 @@ class RunDirectory:
   def record_workers(self) -> None:
     """Writes this process's current `worker_binary` children to `workers.json` (if they changed
     since the last call)."""
-    pids = sorted(tff_workers.child_worker_pids(os.getpid()))
+    pids = sorted(child_workers.child_worker_pids(os.getpid()))
     if pids == self._recorded_workers:
       return
-    record = {'pid': os.getpid(), 'start': tff_workers.start_time(os.getpid()),
-              'workers': [{'pid': pid, 'start': tff_workers.start_time(pid)} for pid in pids]}
+    record = {'pid': os.getpid(), 'start': child_workers.start_time(os.getpid()),
+              'workers': [{'pid': pid, 'start': child_workers.start_time(pid)} for pid in pids]}
     _atomic.write_text(self.workers_path, json.dumps(record, indent=2) + '\n')
     self._recorded_workers = pids
 
 
 def _alive(pid: int, start) -> bool:
   """Whether process `pid` exists and (if `start` is known) is the one that started at `start`."""
-  now = tff_workers.start_time(pid)
+  now = child_workers.start_time(pid)
   return now is not None and (start is None or now == start)

@@ -4,7 +4,8 @@ A driver writes `<run directory>/summary.json` atomically (`dp_ftrl_tff._atomic`
 step, after the final checkpoint and the privacy report; its presence means the run trained all of
 its `rounds`. A run that starts training more rounds (a resume, or a resume with a larger `--rounds`)
 removes it first, so a directory holding it is complete for the `rounds` it names.
-`experiments.sweep` skips the points whose directory holds it; `experiments.summarize` tabulates it.
+`experiments.sweeps.run_sweep` skips the points whose directory holds it;
+`experiments.sweeps.summarize` tabulates it.
 
 The document (format 1), all numbers as JSON numbers:
   * `rounds`: n, the number of rounds trained;

@@ -52,7 +52,6 @@ from experiments.cli import flag_parsing
 from experiments.run import (
   checkpoint_records,
   console,
-  remote_workers,
   run_config,
   run_dir,
   run_report,
@@ -62,6 +61,7 @@ from experiments.run import (
   stop_signals,
 )
 from experiments.run.run_config import RunConfig, Task
+from experiments.workers import remote_workers
 
 
 def _format_duration(seconds: float) -> str:

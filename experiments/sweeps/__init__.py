@@ -1,1 +1,1 @@
-"""Sweeps of driver runs: the grid a sweep expands, and the table of finished runs."""
+"""Sweeps of driver runs: the runner, the grid it expands, and the summary of finished runs."""

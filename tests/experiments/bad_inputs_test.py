@@ -48,7 +48,7 @@ CASES = [
     (SO, ['--vocab_size=many'], 2, '--vocab_size'),
     (SO, ['--mechanism=blt', '--rounds=1000000000', '--min_sep=1'], 2, 'too large for blt'),
     (SO, ['--server_momentum=1.5'], 2, 'server_momentum'),
-    # --- python -m dp_ftrl_tff.mechanisms ---
+    # --- python -m experiments.mechanisms_cli ---
     (MECH, [], 2, 'expected one command'),
     (MECH, ['train'], 2, 'expected one command'),
     (MECH, ['optimize', '--mechanism=gaussian', '--rounds=10', '--min_sep=1'], 2, '--mechanism'),

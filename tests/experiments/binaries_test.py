@@ -13,7 +13,7 @@ pytestmark = pytest.mark.e2e
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BINARIES = sorted(
     ['experiments.emnist.run_emnist', 'experiments.stackoverflow.run_stackoverflow',
-     'experiments.privacy_report', 'experiments.demo', 'dp_ftrl_tff.mechanisms.__main__']
+     'experiments.privacy_report', 'experiments.demo', 'experiments.mechanisms_cli']
     + [f'experiments.benchmarks.{os.path.basename(p)[:-3]}'
        for p in glob.glob(os.path.join(_ROOT, 'experiments', 'benchmarks', '*_bench.py'))])
 
@@ -36,7 +36,7 @@ def test_all_binaries_import_together_without_global_flags():
                                        '--secure_modclip_prob', '--target_delta', '--model']),
     ('experiments.stackoverflow.run_stackoverflow', ['--mechanism', '--vocab_size']),
     ('experiments.privacy_report', ['--plan', '--target_delta', '--theta']),
-    ('dp_ftrl_tff.mechanisms', ['--num_buffers', '--num_bands']),
+    ('experiments.mechanisms_cli', ['--num_buffers', '--num_bands']),
 ])
 def test_help_lists_every_flag(module, expected):
   proc = subprocess.run([sys.executable, '-m', module, '--help'], cwd=_ROOT, capture_output=True,
@@ -56,8 +56,8 @@ _NO_TF_CASES = [
     ('experiments.stackoverflow.run_stackoverflow', ['--root_output_dir=OUT', '--mechanism=x'], 2),
     ('experiments.privacy_report', ['--help'], 0),
     ('experiments.privacy_report', ['--rounds=-1'], 2),
-    ('dp_ftrl_tff.mechanisms', ['--help'], 0),
-    ('dp_ftrl_tff.mechanisms', ['optimize', '--bogus_flag=1'], 2),
+    ('experiments.mechanisms_cli', ['--help'], 0),
+    ('experiments.mechanisms_cli', ['optimize', '--bogus_flag=1'], 2),
 ]
 
 
@@ -85,7 +85,7 @@ def test_help_and_usage_errors_answer_without_tensorflow(module, args, exit_code
     ('experiments.emnist.run_emnist', True),
     ('experiments.stackoverflow.run_stackoverflow', True),
     ('experiments.privacy_report', False),
-    ('dp_ftrl_tff.mechanisms', False),
+    ('experiments.mechanisms_cli', False),
     ('experiments.demo', False),
 ])
 def test_help_has_an_example_exit_codes_and_docs(module, is_driver):

@@ -102,7 +102,7 @@ def test_an_option_of_no_mechanism_of_the_binary_says_so():
 
 def test_docs_amplified_commands_run():
   commands = [c for name in _documents() for c in _commands(_read(name))
-              if c.startswith('python -m dp_ftrl_tff.mechanisms amplified')]
+              if c.startswith('python -m experiments.mechanisms_cli amplified')]
   assert commands
   for command in commands:
     code, _, stderr = binaries.run_in_process(binaries.MECH, shlex.split(command)[3:])

@@ -1,5 +1,5 @@
 """Tests of the completion marker (experiments/run/run_summary.py) and the runs table and plot
-(experiments/sweeps/run_table.py, experiments/summarize.py) on hand-written run directories."""
+(experiments/sweeps/run_table.py, experiments/sweeps/summarize.py) on hand-written run directories."""
 
 import csv
 import os
@@ -96,8 +96,9 @@ def test_summarize_binary_writes_csv_markdown_and_png(tmp_path):
   _make_run(root, 'a', noise_multiplier=1.0, epsilon=3.0, accuracy=0.6)
   _make_run(root, 'b', noise_multiplier=2.0, epsilon=1.4, accuracy=0.4)
   out = tmp_path / 'out'
-  done = subprocess.run([sys.executable, '-m', 'experiments.summarize', root, f'--output_dir={out}'],
-                        capture_output=True, text=True, check=False)
+  done = subprocess.run(
+      [sys.executable, '-m', 'experiments.sweeps.summarize', root, f'--output_dir={out}'],
+      capture_output=True, text=True, check=False)
   assert done.returncode == 0, done.stderr
   with open(out / 'runs.csv', newline='') as f:
     rows = list(csv.DictReader(f))
@@ -109,7 +110,7 @@ def test_summarize_binary_writes_csv_markdown_and_png(tmp_path):
   assert (out / 'accuracy_vs_epsilon.png').stat().st_size > 1000
   for args, code in (([str(tmp_path / 'missing')], 2), ([str(tmp_path / 'out')], 1),
                      ([root, '--metric=eval_nope'], 2)):
-    done = subprocess.run([sys.executable, '-m', 'experiments.summarize', *args],
+    done = subprocess.run([sys.executable, '-m', 'experiments.sweeps.summarize', *args],
                           capture_output=True, text=True, check=False)
     assert done.returncode == code, (args, done.stderr)
     assert len(done.stderr.strip().splitlines()) == 1 and 'error:' in done.stderr, done.stderr

@@ -1,6 +1,6 @@
-"""End-to-end test of `python -m experiments.sweep` on a 2-point grid of tiny EMNIST synthetic runs:
-completion markers, skipping a finished point, resuming an interrupted one, bad input, the TensorBoard
-HParams summaries and `experiments.summarize` on the sweep's root."""
+"""End-to-end test of `python -m experiments.sweeps.run_sweep` on a 2-point grid of tiny EMNIST
+synthetic runs: completion markers, skipping a finished point, resuming an interrupted one, bad input,
+the TensorBoard HParams summaries and `experiments.sweeps.summarize` on the sweep's root."""
 
 import csv
 import glob
@@ -24,7 +24,7 @@ NAMES = ('noise_multiplier=0.5', 'noise_multiplier=1.0')
 
 
 def _sweep(root, *args, driver_args=TINY):
-  return subprocess.run([sys.executable, '-m', 'experiments.sweep', '--driver=emnist',
+  return subprocess.run([sys.executable, '-m', 'experiments.sweeps.run_sweep', '--driver=emnist',
                          f'--root_output_dir={root}', *args, '--', *driver_args],
                         capture_output=True, text=True, check=False, timeout=600,
                         env={**os.environ, 'TF_CPP_MIN_LOG_LEVEL': '3'})  # TF's C++ log lines off
@@ -88,7 +88,7 @@ def test_sweep_skips_finished_points_and_resumes_interrupted_ones(tmp_path):
   assert done.returncode == 1
   assert done.stdout.count('FAILED') == 2 and 'other settings' in done.stdout
   # The table of the sweep.
-  done = subprocess.run([sys.executable, '-m', 'experiments.summarize', str(root)],
+  done = subprocess.run([sys.executable, '-m', 'experiments.sweeps.summarize', str(root)],
                         capture_output=True, text=True, check=False)
   assert done.returncode == 0, done.stderr
   with open(root / 'runs.csv', newline='') as f:
@@ -117,10 +117,10 @@ def test_ctrl_c_checkpoints_the_running_points_and_leaves_no_process(tmp_path):
   import signal
   import time
 
-  from experiments import sweep
+  from experiments.sweeps import run_sweep
   root = tmp_path / 'sweep'
-  args = [sys.executable, '-m', 'experiments.sweep', '--driver=emnist', f'--root_output_dir={root}',
-          GRID, '--parallel=2', '--', *[a for a in TINY if not a.startswith('--rounds')],
+  args = [sys.executable, '-m', 'experiments.sweeps.run_sweep', '--driver=emnist',
+          f'--root_output_dir={root}', GRID, '--parallel=2', '--', *[a for a in TINY if not a.startswith('--rounds')],
           '--rounds=50']
   child = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            start_new_session=True, env={**os.environ, 'TF_CPP_MIN_LOG_LEVEL': '3'})
@@ -134,7 +134,7 @@ def test_ctrl_c_checkpoints_the_running_points_and_leaves_no_process(tmp_path):
   assert child.returncode == 130, stdout + stderr
   assert stdout.count('stopped noise_multiplier=') == 2, stdout
   for pid in map(int, re.findall(r'\(PID (\d+)\)', stdout)):
-    assert sweep._session_pids(pid) == []  # the driver and its worker_binary are gone
+    assert run_sweep._session_pids(pid) == []  # the driver and its worker_binary are gone
   for name in NAMES:
     assert not run_summary.is_complete(str(root / name))
     checkpoints = os.listdir(root / name / 'checkpoints')

@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 from dp_ftrl_tff.learning import remote_execution
-from experiments import workers as workers_launcher
-from experiments.cli import tff_workers
 from experiments.run import run_config
+from experiments.workers import child_workers
+from experiments.workers import launcher as workers_launcher
 from tests.testing import aggregation
 
 pytestmark = pytest.mark.e2e
@@ -52,7 +52,7 @@ def _workers(count: int, state_dir, port=None):
 
 
 def _alive(pid: int) -> bool:
-  return tff_workers.start_time(pid) is not None
+  return child_workers.start_time(pid) is not None
 
 
 @pytest.mark.unit

@@ -1,4 +1,4 @@
-"""Tests for the `python -m dp_ftrl_tff.mechanisms` CLI: subprocess runs and in-process error cases."""
+"""Tests for the `python -m experiments.mechanisms_cli` CLI: subprocess runs and in-process error cases."""
 
 import json
 

@@ -24,7 +24,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 EMNIST = 'experiments.emnist.run_emnist'
 SO = 'experiments.stackoverflow.run_stackoverflow'
 PROGRAM = 'experiments.programs.emnist_program'
-MECH = 'dp_ftrl_tff.mechanisms'
+MECH = 'experiments.mechanisms_cli'
 REPORT = 'experiments.privacy_report'
 DEMO = 'experiments.demo'
 DRIVERS = (EMNIST, SO)
@@ -171,9 +171,9 @@ class RunningBinary:
     return self.proc.pid
 
   def poll_workers(self):
-    from experiments.cli import tff_workers
-    for pid in tff_workers.child_worker_pids(self.proc.pid):
-      start = tff_workers.start_time(pid)
+    from experiments.workers import child_workers
+    for pid in child_workers.child_worker_pids(self.proc.pid):
+      start = child_workers.start_time(pid)
       if start is not None:
         self.workers.add((pid, start))
 
@@ -209,8 +209,8 @@ class RunningBinary:
 
 def alive_workers(workers):
   """The (pid, start time) pairs of `workers` still running (a reused pid has another start)."""
-  from experiments.cli import tff_workers
-  return [pid for pid, start in workers if tff_workers.start_time(pid) == start]
+  from experiments.workers import child_workers
+  return [pid for pid, start in workers if child_workers.start_time(pid) == start]
 
 
 def assert_no_workers_left(workers):

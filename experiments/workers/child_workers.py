@@ -11,6 +11,8 @@ import atexit
 import os
 import signal
 
+from experiments.cli import flag_parsing
+
 _WORKER_NAME = 'worker_binary'
 
 
@@ -42,10 +44,6 @@ def is_worker(pid: int) -> bool:
 
 def child_worker_pids(parent_pid: int) -> list:
   """The PIDs of the `worker_binary` processes whose parent is `parent_pid`."""
-  return _child_worker_pids(parent_pid)
-
-
-def _child_worker_pids(parent_pid: int) -> list:
   pids = []
   try:
     entries = os.listdir('/proc')
@@ -55,22 +53,17 @@ def _child_worker_pids(parent_pid: int) -> list:
     if not entry.isdigit():
       continue
     try:
-      with open(f'/proc/{entry}/stat', 'rb') as f:
-        stat = f.read().decode(errors='replace')
-      with open(f'/proc/{entry}/cmdline', 'rb') as f:
-        cmdline = f.read().decode(errors='replace')
-    except OSError:
+      ppid = int(_read_stat(entry)[1])
+    except (OSError, IndexError, ValueError):
       continue
-    # /proc/PID/stat: "pid (comm) state ppid ..."; comm may contain spaces, so split after ')'.
-    ppid = int(stat.rsplit(')', 1)[1].split()[1])
-    if ppid == parent_pid and _WORKER_NAME in cmdline:
+    if ppid == parent_pid and is_worker(int(entry)):
       pids.append(int(entry))
   return pids
 
 
 def end_child_workers() -> int:
   """Sends SIGKILL to this process's `worker_binary` children; returns how many were ended."""
-  pids = _child_worker_pids(os.getpid())
+  pids = child_worker_pids(os.getpid())
   for pid in pids:
     try:
       os.kill(pid, signal.SIGKILL)
@@ -80,5 +73,7 @@ def end_child_workers() -> int:
 
 
 def register_at_exit() -> None:
-  """Ends this process's worker_binary children when the interpreter exits."""
+  """Ends this process's worker_binary children when the interpreter exits, and when a binary exits
+  at once through `flag_parsing.exit_now` (which skips the atexit hooks)."""
   atexit.register(end_child_workers)
+  flag_parsing.register_exit_hook(end_child_workers)

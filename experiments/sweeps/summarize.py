@@ -1,8 +1,9 @@
-"""Summary of finished runs: `python -m experiments.summarize ROOT [--output_dir=DIR] [--metric=NAME]`.
+"""Summary of finished runs: `python -m experiments.sweeps.summarize ROOT [--output_dir=DIR]
+[--metric=NAME]`.
 
 Reads the `summary.json` of every run directory directly under ROOT (a sweep's root, see
-`experiments.sweep`; any `--root_output_dir` of the drivers works) and writes into `--output_dir`
-(default ROOT):
+`experiments.sweeps.run_sweep`; any `--root_output_dir` of the drivers works) and writes into
+`--output_dir` (default ROOT):
   * `runs.csv` and `runs.md`: one row per finished run: the swept hyperparameters (the settings
     that differ between the runs), rounds, epsilon and delta (the privacy report's headline:
     observed participation, no amplification), the accounted noise multiplier, the final metrics
@@ -37,7 +38,7 @@ PLOT_FILE = 'accuracy_vs_epsilon.png'
 def main(argv) -> None:
   if len(argv) != 2:
     flag_parsing.exit_with_error('give exactly one ROOT directory (usage: python -m '
-                                 'experiments.summarize ROOT [--output_dir=DIR])', FLAGS)
+                                 'experiments.sweeps.summarize ROOT [--output_dir=DIR])', FLAGS)
   root = argv[1]
   try:
     runs = run_table.collect_runs(root)

@@ -1,9 +1,9 @@
-"""Sweep runner: `python -m experiments.sweep --driver=emnist --grid=... --root_output_dir=ROOT [--
-driver flags]`.
+"""Sweep runner: `python -m experiments.sweeps.run_sweep --driver=emnist --grid=...
+--root_output_dir=ROOT [-- driver flags]`.
 
 Runs one driver (`experiments/emnist/run_emnist.py` or `experiments/stackoverflow/
-run_stackoverflow.py`) per point of a grid of flag values (`experiments.sweeps.sweep_grid`: `--grid` text or
-a `--grid_file` JSON), `--parallel` points at a time, each as a subprocess writing its own run
+run_stackoverflow.py`) per point of a grid of flag values (`experiments.sweeps.sweep_grid`: `--grid`
+text or a `--grid_file` JSON), `--parallel` points at a time, each as a subprocess writing its own run
 directory `ROOT/<point name>` (e.g. `ROOT/noise_multiplier=0.5,mechanism=blt`). The flags after `--`
 go to every point (the grid's values come after them and win); `--root_output_dir` and
 `--experiment_name` are the sweep's.
