@@ -16,7 +16,6 @@ from typing import Callable, List, NoReturn, Optional, Sequence
 
 from absl import flags
 
-
 #: Exit status of a driver stopped by bad input (flags, settings, execution context).
 ERROR_EXIT_CODE = 2
 #: Exit status of a driver stopped by a runtime error: a run directory in use by another run, a
