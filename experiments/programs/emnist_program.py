@@ -1,12 +1,14 @@
 r"""EMNIST DP-FTRL as a TFF training program: `tff.learning.programs.train_model` with our process.
 
-The run_emnist driver's task, flags, errors and run directory, trained by TFF's own program loop
-instead of the drivers' loop: the DP-FTRL process (`learning.dp_ftrl`, composed with the task's
+The run_emnist driver's task, flags, errors, run directory and start (`experiments.run.run_start`:
+the resume checks, the strategy, the plan, the header, the process), trained by TFF's own program
+loop instead of the drivers' loop: the DP-FTRL process (`learning.dp_ftrl`, composed with the task's
 dataset computation so it takes client ids), `programs.data_source.SampledClientDataSource`
 (the min-sep or (cyclic) Poisson sampler, writing participation.csv), a
 `tff.program.FileProgramStateManager` (checkpoints/program_state_<r>, after every round), the
 metrics as the drivers' rows (`programs.metrics_release`: metrics.csv and tensorboard/), the privacy
-report at the last round (`programs.report_release`: privacy_report/) and the final state
+report at the last round (`programs.report_release`: privacy_report/; these managers are
+`experiments.programs.program_managers`'s) and the final state
 (model/training_checkpoint_round_<n>). After the last round the program evaluates the final model,
 adds the test metrics to the last metrics row and writes summary.json, as the drivers do.
 A killed program rerun with the same command resumes from its last checkpoint and ends with the
@@ -43,7 +45,6 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 import asyncio  # noqa: E402
 import contextlib  # noqa: E402
 import csv  # noqa: E402
-import time  # noqa: E402
 from typing import Any, Dict  # noqa: E402
 
 from absl import flags  # noqa: E402
@@ -92,101 +93,6 @@ def task_settings(fv: flags.FlagValues) -> Dict[str, Any]:
 
 
 build_task = run_emnist.build_task
-
-
-class _RoundsReleased:
-  """Which rounds' metrics (train_model's 1-based keys) were released; a save of version r waits
-  for round r's, so a checkpoint never runs ahead of metrics.csv and the report (train_model starts
-  the save and the releases of a round as concurrent background tasks)."""
-
-  def __init__(self):
-    self._events = {}
-
-  def _event(self, key: int) -> asyncio.Event:
-    return self._events.setdefault(int(key), asyncio.Event())
-
-  def mark(self, key: int) -> None:
-    self._event(key).set()
-
-  async def wait(self, key: int) -> None:
-    await self._event(key).wait()
-
-
-def _release_classes():
-  """The TFF-derived classes (TensorFlow is imported after the flags are checked)."""
-  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-
-  class MarkingRelease(tff.program.ReleaseManager):
-    """Releases through `inner`, then marks the round released (even when the release failed:
-    its error surfaces when train_model awaits its tasks, and the save must not wait forever)."""
-
-    def __init__(self, inner, released: _RoundsReleased):
-      self._inner, self._released = inner, released
-
-    async def release(self, value, key):
-      try:
-        await self._inner.release(value, key)
-      finally:
-        self._released.mark(key)
-
-  class StateManager(tff.program.FileProgramStateManager):
-    """`FileProgramStateManager` whose save of version r >= 1 waits for round r's releases, one
-    save at a time (concurrent saves race in removing old versions: TFF's check-then-rmtree fails
-    with NotFoundError when two saves remove the same one)."""
-
-    def __init__(self, root_dir, released: _RoundsReleased, after_save, **kwargs):
-      super().__init__(root_dir, **kwargs)
-      self._released, self._after_save = released, after_save
-      self._lock = None
-
-    async def save(self, program_state, version):
-      if version >= 1:
-        await self._released.wait(version)
-      if self._lock is None:
-        self._lock = asyncio.Lock()
-      async with self._lock:
-        await super().save(program_state, version)
-        self._after_save(version)  # the checkpoint's record (experiments.run.checkpoint_records)
-
-  class ConsoleRelease(tff.program.ReleaseManager):
-    """Prints the drivers' round line for each released row (0-based key)."""
-
-    def __init__(self, num_rounds: int, accuracy_metric: str):
-      self._num_rounds, self._accuracy = num_rounds, accuracy_metric
-      self._started = self._last = None
-      self._count = 0
-
-    def start(self) -> None:
-      """Starts the clock (before train_model: the first round's time includes its start)."""
-      self._started = self._last = time.time()
-
-    async def release(self, value, key):
-      from experiments.run import console, training_loop  # pylint: disable=g-import-not-at-top
-      now = time.time()
-      if self._started is None:
-        self.start()
-      seconds = now - self._last
-      self._last, self._count = now, self._count + 1
-      mean = (now - self._started) / self._count
-      console.out(training_loop.round_log_line(
-          int(key), self._num_rounds, value.get('train_loss', float('nan')),
-          value.get(f'train_{self._accuracy}', float('nan')), seconds,
-          mean * (self._num_rounds - int(key) - 1)))
-
-  return MarkingRelease, StateManager, ConsoleRelease
-
-
-@contextlib.contextmanager
-def _setup_errors():
-  """ValueErrors of the set-up as the drivers' `SetupError` (one line, exit 2)."""
-  from experiments.cli import flag_parsing  # pylint: disable=g-import-not-at-top
-  from experiments.run import training_loop  # pylint: disable=g-import-not-at-top
-  try:
-    yield
-  except training_loop.SetupError:
-    raise
-  except ValueError as error:
-    raise training_loop.SetupError(flag_parsing.flag_words(str(error))) from error
 
 
 @contextlib.contextmanager
@@ -247,7 +153,7 @@ def run(task: run_config.Task, config: run_config.RunConfig) -> Dict[str, Any]:
   `driver.run_main` `run_fn` of this binary. Returns the final metrics and the privacy report.
 
   Raises:
-    training_loop.SetupError: bad settings, a flag train_model cannot honor, a run directory of
+    run_start.SetupError: bad settings, a flag train_model cannot honor, a run directory of
       other settings (a driver's included); before any training.
     run_dir.RunDirError: the run directory is in use or holds a corrupt run file.
   """
@@ -259,44 +165,22 @@ def run(task: run_config.Task, config: run_config.RunConfig) -> Dict[str, Any]:
     directory.release(remove_if_created=True)
 
 
-def _run(task: run_config.Task, config: run_config.RunConfig, directory: run_dir.RunDirectory,
-         scope: contextlib.ExitStack) -> Dict[str, Any]:
+def _start(task: run_config.Task, config: run_config.RunConfig, directory: run_dir.RunDirectory,
+           scope: contextlib.ExitStack):
+  """The drivers' start (`run_start.start_run`) with the program's own checks, then its context,
+  data source, header and process; writes nothing. Returns (start, data source, process)."""
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
-  from dp_ftrl_tff import aggregators  # pylint: disable=g-import-not-at-top
-  from dp_ftrl_tff.learning import dp_ftrl  # pylint: disable=g-import-not-at-top
-  from dp_ftrl_tff.programs import (  # pylint: disable=g-import-not-at-top
-    data_source,
-    metrics_release,
-    report_release,
-  )
-  from experiments.run import (  # pylint: disable=g-import-not-at-top
-    checkpoint_records,
-    console,
-    run_report,
-    run_setup,
-    run_summary,
-    training_loop,
-  )
+  from dp_ftrl_tff.programs import data_source  # pylint: disable=g-import-not-at-top
+  from experiments.run import run_start  # pylint: disable=g-import-not-at-top
 
-  out = config.output_dir
-  path = lambda *names: os.path.join(out, *names)  # noqa: E731
-  with _setup_errors():
-    # The lock first, then every check (reading only); nothing is written before they pass.
-    directory.acquire()
-    directory.end_stale_workers()
-    # A resume is checked against its checkpoint's record, not against hparams.json alone.
-    resumption = checkpoint_records.find_resumption(out)
-    checkpoint_records.check_settings(resumption, config)
-    _check_rounds_unchanged(config, resumption.record and resumption.record['settings'])
-    checkpoint_records.check_files(out, resumption)
-    resolved, strategy_unsaved = run_setup.run_strategy(config, resumption.record and
-                                                        resumption.record['plan'])
-    client_ids = list(task.train_data.client_ids)
-    plan = run_setup.build_plan(config, resolved, len(client_ids))
-    checkpoint_records.check_plan(resumption, checkpoint_records.plan_document(plan))
-    settings = run_config.hparams_document(config)
-    _check_restarts(config, plan)
+  client_ids = list(task.train_data.client_ids)
+  with run_start.setup_errors():
+    start = run_start.start_run(
+        config, directory, len(client_ids),
+        check_resumption=lambda resumption: _check_rounds_unchanged(
+            config, resumption.record and resumption.record['settings']),
+        check_plan=lambda plan: _check_restarts(config, plan))
     # One asynchronous context (train_model needs one) for the rest of this run, once the checks
     # passed and before any computation runs; installed over the caller's and removed on return, so
     # a caller in the same process (a test, a notebook) gets its own context back.
@@ -304,41 +188,38 @@ def _run(task: run_config.Task, config: run_config.RunConfig, directory: run_dir
         tff.program.NativeFederatedContext(
             tff.backends.native.create_async_local_cpp_execution_context())))
     source = data_source.SampledClientDataSource.from_plan(
-        client_ids, plan, path(run_dir.PARTICIPATION_FILE), config.seed)
-    console.out(console.header(plan, f'{config.data}: {len(client_ids)} training clients', out,
-                               task.keras_model_fn().count_params()))
-    process = dp_ftrl.build_dp_ftrl_process(
-        task.model_fn, tff.learning.optimizers.build_sgdm(config.client_learning_rate),
-        aggregator=aggregators.CorrelatedNoiseFactory(plan, noise_seed=config.noise_seed),
-        server_learning_rate=config.server_learning_rate, server_momentum=config.server_momentum)
+        client_ids, start.plan, os.path.join(config.output_dir, run_dir.PARTICIPATION_FILE),
+        config.seed)
+    run_start.print_header(task, config, start.plan, len(client_ids))
     # The process takes client ids: each id becomes its preprocessed dataset inside the
     # computation (TFF's `compose_dataset_computation_with_learning_process`).
     process = tff.simulation.compose_dataset_computation_with_learning_process(
-        task.train_data.preprocess(task.client_preprocess_fn).dataset_computation, process)
+        task.train_data.preprocess(task.client_preprocess_fn).dataset_computation,
+        run_start.build_process(task, config, start.plan))
+  return start, source, process
+
+
+def _run(task: run_config.Task, config: run_config.RunConfig, directory: run_dir.RunDirectory,
+         scope: contextlib.ExitStack) -> Dict[str, Any]:
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
+  from experiments.programs import program_managers  # pylint: disable=g-import-not-at-top
+  from experiments.run import (  # pylint: disable=g-import-not-at-top
+    checkpoint_records,
+    console,
+    run_setup,
+    run_summary,
+  )
+
+  out = config.output_dir
+  start, source, process = _start(task, config, directory, scope)
   directory.remove_stale_temps()
-  checkpoint_records.set_aside(out, resumption)
-  run_setup.write_run_files(config, resolved, plan, strategy_unsaved)
+  checkpoint_records.set_aside(out, start.resumption)
+  run_setup.write_run_files(config, start.resolved, start.plan, start.strategy_unsaved)
   # A kill during an append of metrics.csv leaves a torn last line (the CSV manager cannot parse
   # it); the participation log's is cut by the data source at its checkpointed offset.
-  run_dir.drop_torn_last_line(path(run_dir.METRICS_FILE), 'round')
-
-  marking_release, state_manager_class, console_release = _release_classes()
-  released = _RoundsReleased()
-  # The record binds the strategy file and the participation log's bytes so far (the data source
-  # cuts the log back to its checkpointed offset on resume; the record proves what lies before it).
-  state_manager = state_manager_class(
-      checkpoint_records.checkpoints_dir(out), released, lambda version: checkpoint_records.write_record(
-          out, version, settings, checkpoint_records.plan_document(plan),
-          files=(checkpoint_records.STRATEGY_FILE, run_dir.PARTICIPATION_FILE)), keep_total=3)
-  report = report_release.PrivacyReportReleaseManager(
-      path(run_dir.PLAN_FILE), path(run_dir.PARTICIPATION_FILE), path(run_dir.REPORT_DIR),
-      total_rounds=config.rounds, metrics=path(run_dir.METRICS_FILE))
-  csv_release = tff.program.CSVFileReleaseManager(path(run_dir.METRICS_FILE),
-                                                  key_fieldname='round')
-  progress = console_release(config.rounds, task.accuracy_metric)
-  metrics = marking_release(metrics_release.RoundMetricsReleaseManager(
-      [csv_release, tff.program.TensorBoardReleaseManager(path('tensorboard')), progress],
-      after_metrics=[report]), released)
+  run_dir.drop_torn_last_line(os.path.join(out, run_dir.METRICS_FILE), 'round')
+  managers = program_managers.Managers(config, start.plan, task.accuracy_metric)
 
   async def initialize():
     return await tff.program.materialize_value(process.initialize())
@@ -346,56 +227,64 @@ def _run(task: run_config.Task, config: run_config.RunConfig, directory: run_dir
   scope.enter_context(_stop_at_once())
   initial_state = asyncio.run(initialize())
   directory.record_workers()  # the worker_binary exists now: a killed run's is ended on resume
-  versions = asyncio.run(state_manager.get_versions()) or []
+  versions = asyncio.run(managers.state.get_versions()) or []
   done_before = max(versions, default=0)
   trained = done_before < config.rounds
   if done_before:
     console.notice(f'Resuming {out} after round {done_before}/{config.rounds}.')
   if trained:
     run_summary.remove_summary(out)
-  per_round = int(round(plan.clients_per_round))
-  progress.start()
+  managers.progress.start()
   asyncio.run(tff.learning.programs.train_model(
       train_process=process, initial_train_state=initial_state, train_data_source=source,
-      train_per_round_clients=min(per_round, len(client_ids)), train_total_rounds=config.rounds,
-      program_state_manager=state_manager,
-      model_output_manager=tff.program.SavedModelFileReleaseManager(path(MODEL_DIR), prefix=''),
-      train_metrics_manager=metrics, evaluation_manager=None, evaluation_periodicity=1))
+      train_per_round_clients=min(int(round(start.plan.clients_per_round)),
+                                  len(task.train_data.client_ids)),
+      train_total_rounds=config.rounds, program_state_manager=managers.state,
+      model_output_manager=tff.program.SavedModelFileReleaseManager(
+          os.path.join(out, MODEL_DIR), prefix=''),
+      train_metrics_manager=managers.metrics, evaluation_manager=None, evaluation_periodicity=1))
   directory.record_workers()
-
   template = tff.learning.programs.ProgramState(initial_state, 0, 0, source.iterator())
-  program_state, _ = asyncio.run(state_manager.load_latest(template))
-  final_state = program_state.state
-  evaluation = training_loop.evaluate(task, _MaterializedWeights(process, final_state),
-                                      final_state, config.eval_max_examples)
-  _add_to_last_row(csv_release, path(run_dir.METRICS_FILE), config.rounds, evaluation)
-  console.out(console.eval_line(config.rounds, config.rounds, evaluation, console.spent_guarantee(
-      plan, path(run_dir.PARTICIPATION_FILE), config.rounds)))
+  program_state, _ = asyncio.run(managers.state.load_latest(template))
+  return _finish(task, config, start.plan, managers, process, program_state.state, trained)
+
+
+def _finish(task: run_config.Task, config: run_config.RunConfig, plan, managers,
+            process, final_state, trained: bool) -> Dict[str, Any]:
+  """The drivers' end of a run: the final evaluation (added to the last metrics row, and its
+  console line), the privacy report, the completion marker and the summary."""
+  from experiments.run import (  # pylint: disable=g-import-not-at-top
+    console,
+    evaluation,
+    run_report,
+  )
+
+  participation = os.path.join(config.output_dir, run_dir.PARTICIPATION_FILE)
+  metrics = evaluation.evaluate(task, _model_weights(process, final_state),
+                                config.eval_max_examples)
+  _add_to_last_row(managers.csv, os.path.join(config.output_dir, run_dir.METRICS_FILE),
+                   config.rounds, metrics)
+  console.out(console.eval_line(config.rounds, config.rounds, metrics, console.spent_guarantee(
+      plan, participation, config.rounds)))
   privacy_report = run_report.finish(config, plan, task.accuracy_metric, trained=trained,
-                                     report=report.last_report)
-  return {'state': final_state, 'process': process, 'metrics': evaluation,
+                                     report=managers.report.last_report)
+  return {'state': final_state, 'process': process, 'metrics': metrics,
           'privacy_report': privacy_report}
 
 
-class _MaterializedWeights:
-  """`process.get_model_weights(state)` computed in the program's asynchronous context, for
-  `training_loop.evaluate` (which calls `get_model_weights` synchronously)."""
+def _model_weights(process, state):
+  """`process.get_model_weights(state)` (`tff.learning.models.ModelWeights`), computed in the
+  program's asynchronous context."""
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
-  def __init__(self, process, state):
-    import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  async def weights():
+    return await tff.program.materialize_value(process.get_model_weights(state))
 
-    async def weights():
-      return await tff.program.materialize_value(process.get_model_weights(state))
-
-    value = asyncio.run(weights())
-    if not isinstance(value, tff.learning.models.ModelWeights):
-      value = tff.learning.models.ModelWeights(trainable=list(value[0]),
-                                               non_trainable=list(value[1]))
-    self._weights = value
-
-  def get_model_weights(self, state):
-    del state
-    return self._weights
+  value = asyncio.run(weights())
+  if not isinstance(value, tff.learning.models.ModelWeights):
+    value = tff.learning.models.ModelWeights(trainable=list(value[0]),
+                                             non_trainable=list(value[1]))
+  return value
 
 
 def _add_to_last_row(csv_release, metrics_path: str, rounds: int, values: Dict[str, float]) -> None:

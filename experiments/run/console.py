@@ -5,17 +5,19 @@ stdout of a driver run:
     its target quantile), the noise seed (a fixed --noise_seed is flagged: testing only), the
     sampler with clients per round, sampling probability and population, rounds, min_sep and the
     planned epsilon at --target_delta for the declared participation (`planned_guarantee`);
-  * one line per round (`training_loop.round_log_line`): loss, accuracy, round time, ETA;
+  * one line per round (`round_log_line`): loss, accuracy, round time, ETA;
   * an eval line every --eval_every rounds (`eval_line`) with the epsilon spent so far, from the
     participation observed in the log up to that round (`spent_guarantee`,
     `zcdp.guarantee_for_plan` on the log's realized schema: one sensitivity and a closed-form
     conversion, no report); while no client participated twice it says so instead of a min_sep;
   * a final summary: the privacy report's summary and the run directory's files (`summary`).
-stderr: notices (resume, SecAgg wrap summary; `notice`), warnings, and the one-line errors. absl INFO
+stderr: notices (resume, SecAgg wrap summary `wrap_summary`; `notice`), warnings (a round whose
+secure sum wrapped: `modular_wrap_warning`), and the one-line errors. absl INFO
 logs (mechanism, segments, ...) come back with `--verbosity=0` (absl's flag; the default here is
 WARNING). Imports no TensorFlow.
 """
 
+import datetime
 import math
 import os
 import sys
@@ -38,6 +40,36 @@ def notice(message: str) -> None:
 def out(text: str) -> None:
   """Text on stdout, flushed (progress must show while a run trains)."""
   print(text, flush=True)
+
+
+def _format_duration(seconds: float) -> str:
+  return str(datetime.timedelta(seconds=int(round(seconds))))
+
+
+def round_log_line(round_num: int, num_rounds: int, loss: float, accuracy: float,
+                   round_seconds: float, eta_seconds: float) -> str:
+  """One progress line: 1-based round counter, loss, accuracy, round time and ETA."""
+  return (f'round {round_num + 1:>{len(str(num_rounds))}}/{num_rounds}  loss {loss:.4f}  '
+          f'accuracy {accuracy:.4f}  round {round_seconds:.2f} s  ETA {_format_duration(eta_seconds)}')
+
+
+def modular_wrap_warning(round_num: int, num_rounds: int, secure_bits: int,
+                         modclip_prob: float) -> str:
+  """The warning logged for a round whose secure sum wrapped around the 2^bits field."""
+  return (f'Round {round_num + 1}/{num_rounds}: the secure sum wrapped around the 2^{secure_bits} '
+          'field (modular_wrap=1): this round\'s aggregate is corrupted, and the privacy guarantee '
+          f'assumes no wrap. Increase --secure_bits (now {secure_bits}) or lower '
+          f'--secure_modclip_prob (now {modclip_prob:g}); see docs/aggregators.md, '
+          '"Choosing bits, beta and modclip_prob".')
+
+
+def wrap_summary(wrap_rounds: List[int], start_round: int, num_rounds: int,
+                 secure_bits: int) -> str:
+  """The SecAgg line after training rounds `start_round`..`num_rounds`-1: how many of them wrapped
+  (`wrap_rounds`, 0-based), shown 1-based."""
+  return (f'SecAgg: modular wraps (secure sum outside the 2^{secure_bits} field) in '
+          f'{len(wrap_rounds)} of the {num_rounds - start_round} rounds {start_round + 1}-'
+          f'{num_rounds}' + (f': rounds {[r + 1 for r in wrap_rounds]}.' if wrap_rounds else '.'))
 
 
 def planned_guarantee(plan: plan_lib.RunPlan) -> Optional[zcdp.Guarantee]:

@@ -120,7 +120,7 @@ class Failure(Exception):
     self.error, self.exit_code = error, exit_code
 
 
-#: What trains a run: `(task, config) -> result`, raising `training_loop.SetupError` on bad input.
+#: What trains a run: `(task, config) -> result`, raising `run_start.SetupError` on bad input.
 RunFn = Callable[[run_config.Task, run_config.RunConfig], Dict[str, Any]]
 
 
@@ -150,10 +150,10 @@ def run_from_flags(flag_values: flags.FlagValues,
     raise Failure(_runtime_message(error), flag_parsing.RUNTIME_ERROR_EXIT_CODE) from error
   # TensorFlow comes with the training loop (and the task): imported once the flags are checked,
   # so that `--help` and flag errors answer in about a second.
-  from experiments.run import training_loop  # pylint: disable=g-import-not-at-top
+  from experiments.run import run_start, training_loop  # pylint: disable=g-import-not-at-top
   try:
     return (run_fn or training_loop.run)(task, config)
-  except training_loop.SetupError as error:
+  except run_start.SetupError as error:
     raise Failure(error, flag_parsing.ERROR_EXIT_CODE) from error
   except run_dir.RunDirError as error:
     raise Failure(error, flag_parsing.RUNTIME_ERROR_EXIT_CODE) from error

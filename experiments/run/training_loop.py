@@ -6,7 +6,8 @@ into `<root_output_dir>/<experiment_name>/`:
     `run_config.RESUMABLE_CHANGES`);
   * `plan.json`: the `dp_ftrl_tff.plan.RunPlan` (mechanism and where it came from, noise multiplier
     and its split, clip, restarts, SecAgg, sampling, rounds, declared participation, target delta):
-    everything that determines the privacy guarantee (`experiments.run.run_setup`);
+    everything that determines the privacy guarantee (`experiments.run.run_setup`, whose
+    `start_run` the train_model program shares);
   * `mechanism.json` / `mechanism.npz`: the strategy used (loaded, optimized at start, or built);
   * `checkpoints/program_state_<r>`: `tff.program.FileProgramStateManager` states after r rounds
     (learning state incl. aggregator noise state, and the client sampler's state), each with
@@ -14,7 +15,7 @@ into `<root_output_dir>/<experiment_name>/`:
     resume is checked against it);
   * `participation.csv`: the participation log `client_id,round` (0-based rounds);
   * with `canary_clients`: `canaries.json` and `canaries.csv`, the canaries' ids, seed and
-    per-round projections (`dp_ftrl_tff.auditing.records`; docs/auditing.md);
+    per-round projections (`experiments.run.canary_clients`; docs/auditing.md);
   * `metrics.csv` and `tensorboard/`: per-round metrics through `tff.program` release managers;
   * `privacy_report/`: report.json, report.md and plots, its summary printed at the end
     (`experiments.run.run_report`);
@@ -25,13 +26,11 @@ Rerunning with the same output directory resumes from the latest checkpoint. The
 (`run.lock` held by one run at a time, atomic files, torn log lines dropped, `workers.json` with the
 run's worker_binary PIDs) is `experiments.run.run_dir`'s; SIGINT / SIGTERM stop after the current
 round and its checkpoint (`experiments.run.stop_signals`). The plan is the one road: the factory,
-the console and the report all read it.
+the console (`experiments.run.console`) and the report all read it.
 """
 
 import asyncio
-import contextlib
 import dataclasses
-import datetime
 import os
 import time
 from typing import Any, Dict, List, Optional
@@ -40,62 +39,27 @@ import numpy as np
 import tensorflow_federated as tff
 from absl import logging
 
-from dp_ftrl_tff import aggregators, auditing
-from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.accounting import participation_log
 from dp_ftrl_tff.learning import canaries as canaries_lib
 from dp_ftrl_tff.learning import client_sampler as sampler_lib
 from dp_ftrl_tff.learning import dp_ftrl, poisson_sampler, remote_execution
-from dp_ftrl_tff.mechanisms import resolve
 from dp_ftrl_tff.programs import metrics_release
-from experiments.cli import flag_parsing
 from experiments.run import (
+  canary_clients,
   checkpoint_records,
   console,
+  evaluation,
   run_config,
   run_dir,
   run_report,
   run_setup,
+  run_start,
   run_summary,
   secure_context,
   stop_signals,
 )
 from experiments.run.run_config import RunConfig, Task
 from experiments.workers import remote_workers
-
-
-def _format_duration(seconds: float) -> str:
-  return str(datetime.timedelta(seconds=int(round(seconds))))
-
-
-def round_log_line(round_num: int, num_rounds: int, loss: float, accuracy: float,
-                   round_seconds: float, eta_seconds: float) -> str:
-  """One progress line: 1-based round counter, loss, accuracy, round time and ETA."""
-  return (f'round {round_num + 1:>{len(str(num_rounds))}}/{num_rounds}  loss {loss:.4f}  '
-          f'accuracy {accuracy:.4f}  round {round_seconds:.2f} s  ETA {_format_duration(eta_seconds)}')
-
-
-def evaluate(task: Task, process, state, max_examples: int) -> Dict[str, float]:
-  """Centralized evaluation of the current global model on (up to `max_examples` of) the test set."""
-  model = task.keras_model_fn()
-  process.get_model_weights(state).assign_weights_to(model)
-  dataset = (task.eval_dataset.unbatch().take(max_examples).batch(256)
-             .map(lambda batch: (batch['x'], batch['y'])))
-  return {f'eval_{k}': float(v) for k, v in model.evaluate(dataset, verbose=0,
-                                                             return_dict=True).items()}
-
-
-#: The per-round metric holding the aggregator's `modular_wrap` measurement (SecAgg runs).
-MODULAR_WRAP_METRIC = run_dir.MODULAR_WRAP_METRIC
-
-
-def modular_wrap_warning(round_num: int, config: RunConfig) -> str:
-  """The warning logged for a round whose secure sum wrapped around the 2^bits field."""
-  return (f'Round {round_num + 1}/{config.rounds}: the secure sum wrapped around the 2^{config.secure_bits} field '
-          '(modular_wrap=1): this round\'s aggregate is corrupted, and the privacy guarantee '
-          f'assumes no wrap. Increase --secure_bits (now {config.secure_bits}) or lower '
-          f'--secure_modclip_prob (now {config.secure_modclip_prob:g}); see docs/aggregators.md, '
-          '"Choosing bits, beta and modclip_prob".')
 
 
 def _round_metrics(output) -> Dict[str, float]:
@@ -105,48 +69,28 @@ def _round_metrics(output) -> Dict[str, float]:
                                         'aggregator': output.metrics['aggregator']})
 
 
-class SetupError(ValueError):
-  """A run cannot start (bad settings, impossible schedule, mismatched run directory or mechanism,
-  an execution context without secure sums); raised before any training. The drivers print it as
-  one line on stderr. Its message names the settings as `RunConfig` (and the flags) does."""
-
-
-@contextlib.contextmanager
-def _setup_errors():
-  """Turns the ValueErrors (and SecAgg context errors) of a run's setup into `SetupError`."""
-  try:
-    yield
-  except SetupError:
-    raise
-  except (ValueError, secure_context.SecureContextError) as error:
-    raise SetupError(flag_parsing.flag_words(str(error))) from error
-
-
 @dataclasses.dataclass
 class _Setup:
-  """What a run starts from: its plan, the strategy behind it, the process and the client sampler
-  (min-sep: exactly `clients_per_round` clients; with the plan's `sampling`, Poisson / cyclic
-  Poisson cohorts of random size; either seeded by `config.seed` and checkpointed through `state` /
-  `load_state`). A round whose random cohort is empty still runs with no client: the aggregator
-  adds the round's noise to a zero sum (the guarantee of Poisson sampling assumes every round is
-  released with its noise), and its train metrics are NaN."""
-  plan: plan_lib.RunPlan
-  resolved: resolve.ResolvedStrategy
-  strategy_unsaved: bool
+  """What a run starts from (`run_start.RunStart`), the process and the client sampler (min-sep:
+  exactly `clients_per_round` clients; with the plan's `sampling`, Poisson / cyclic Poisson cohorts
+  of random size; either seeded by `config.seed` and checkpointed through `state` / `load_state`).
+  A round whose random cohort is empty still runs with no client: the aggregator adds the round's
+  noise to a zero sum (the guarantee of Poisson sampling assumes every round is released with its
+  noise), and its train metrics are NaN."""
+  start: run_start.RunStart
   process: Any
   client_ids: List[str]
   sampler: Any
   canaries: Optional[canaries_lib.Canaries]
   canary_ids: List[str]
-  resumption: checkpoint_records.Resumption
-  rebuild: List[str]  # run files to rebuild from the verified settings (`check_files`)
 
 
 def _set_up(task: Task, config: RunConfig, directory: run_dir.RunDirectory) -> _Setup:
   """Checks everything and builds the plan and the process, writing nothing (see `run`); prints
   the console header once the plan is built."""
-  with _setup_errors():
-    canary_ids = canary_client_ids(task, config)
+  with run_start.setup_errors(secure_context.SecureContextError):
+    canary_ids = canary_clients.canary_client_ids(task.train_data.client_ids,
+                                                  config.canary_clients)
     client_ids = list(task.train_data.client_ids) + canary_ids
     # The min-sep sampler checks its schedule now; a Poisson sampler needs the plan's sampling.
     sampler = _min_sep_sampler(config, client_ids) if config.sampler == 'min_sep' else None
@@ -156,58 +100,13 @@ def _set_up(task: Task, config: RunConfig, directory: run_dir.RunDirectory) -> _
     elif config.workers is not None:
       # Before any computation runs, as the SecAgg context (see experiments/run/secure_context.py).
       remote_execution.set_remote_execution_context(config.workers)
-    # The lock first, then every check (reading only); nothing is written before they pass.
-    directory.acquire()
-    directory.end_stale_workers()
-    # A resumed run is checked against its checkpoint's record, never against hparams.json or
-    # plan.json alone (they may be gone or replaced; they are rewritten from the record's settings).
-    resumption = checkpoint_records.find_resumption(config.output_dir)
-    checkpoint_records.check_settings(resumption, config)
-    rebuild = checkpoint_records.check_files(config.output_dir, resumption)
-    resolved, strategy_unsaved = run_setup.run_strategy(config, resumption.record and
-                                                        resumption.record['plan'])
-    plan = run_setup.build_plan(config, resolved, len(client_ids))
-    checkpoint_records.check_plan(resumption, checkpoint_records.plan_document(plan))
+    start = run_start.start_run(config, directory, len(client_ids))
     if sampler is None:
-      sampler = poisson_sampler.PoissonSampler(client_ids, plan.sampling, seed=config.seed)
-    # The header before the process: TFF takes most of the start-up to build it (10-20 s).
-    console.out(console.header(plan, f'{config.data}: {len(client_ids)} training clients',
-                               config.output_dir, task.keras_model_fn().count_params()))
-    canaries = run_canaries(config, plan)
-    process = dp_ftrl.build_dp_ftrl_process(
-        task.model_fn, tff.learning.optimizers.build_sgdm(config.client_learning_rate),
-        aggregator=aggregators.CorrelatedNoiseFactory(plan, noise_seed=config.noise_seed),
-        server_learning_rate=config.server_learning_rate, server_momentum=config.server_momentum,
-        canaries=canaries)
-  return _Setup(plan, resolved, strategy_unsaved, process, client_ids, sampler, canaries,
-                canary_ids, resumption, rebuild)
-
-
-#: The id of canary client i is CANARY_ID_PREFIX + its 5-digit index.
-CANARY_ID_PREFIX = 'canary-'
-
-
-def canary_client_ids(task: Task, config: RunConfig) -> List[str]:
-  """The ids of the run's `canary_clients` canary clients, appended to the task's population."""
-  ids = [f'{CANARY_ID_PREFIX}{i:05d}' for i in range(config.canary_clients)]
-  clashes = set(ids) & set(task.train_data.client_ids)
-  if clashes:
-    raise ValueError(f'`canary_clients`: the data has a client named {sorted(clashes)[0]!r}, a '
-                     'canary id; rename it or run without canaries.')
-  return ids
-
-
-#: With adaptive clipping a canary's norm is this multiple of the initial clip: above any clip the
-#: run reaches, so the clip brings the canary to (its direction) * (the round's clip).
-ADAPTIVE_CANARY_NORM_FACTOR = 1e6
-
-
-def run_canaries(config: RunConfig, plan: plan_lib.RunPlan) -> Optional[canaries_lib.Canaries]:
-  """The run's canaries (seeded by `seed`), or None without `canary_clients`."""
-  if not config.canary_clients:
-    return None
-  norm = plan.clip_norm * (1.0 if plan.adaptive_clip is None else ADAPTIVE_CANARY_NORM_FACTOR)
-  return canaries_lib.Canaries(config.canary_clients, seed=config.seed, norm=norm)
+      sampler = poisson_sampler.PoissonSampler(client_ids, start.plan.sampling, seed=config.seed)
+    run_start.print_header(task, config, start.plan, len(client_ids))
+    canaries = canary_clients.run_canaries(config.canary_clients, config.seed, start.plan)
+    process = run_start.build_process(task, config, start.plan, canaries)
+  return _Setup(start, process, client_ids, sampler, canaries, canary_ids)
 
 
 def run(task: Task, config: RunConfig) -> Dict[str, Any]:
@@ -220,16 +119,17 @@ def run(task: Task, config: RunConfig) -> Dict[str, Any]:
   (measurement `modular_wrap`) is logged as a warning; the result lists those rounds.
 
   Raises:
-    SetupError (a ValueError): on bad settings, an impossible schedule, an unknown or mismatched
-      mechanism, a run directory holding a run with other settings, or an execution context that
-      cannot run secure sums, a `mechanism_file` that cannot be read; before any training.
+    run_start.SetupError (a ValueError): on bad settings, an impossible schedule, an unknown or
+      mismatched mechanism, a run directory holding a run with other settings, or an execution
+      context that cannot run secure sums, a `mechanism_file` that cannot be read; before any
+      training.
     run_dir.RunDirError: the run directory is in use by another run (its PID in the message),
       holds a corrupt run file (hparams.json, plan.json, the mechanism file), or a file that does
       not hold what the checkpoint it resumes from recorded; before any training.
     stop_signals.Interrupted: on SIGINT or SIGTERM; during training only after the current round
       and its checkpoint (see experiments/run/stop_signals.py). A rerun resumes bit-identically.
   """
-  with _setup_errors():
+  with run_start.setup_errors():
     if not isinstance(config, RunConfig):
       raise ValueError(f'`config` must be a RunConfig, got {type(config).__name__}.')
   directory = run_dir.RunDirectory(config.output_dir)
@@ -244,13 +144,14 @@ def _run(task: Task, config: RunConfig, directory: run_dir.RunDirectory,
          stop: stop_signals.StopSignals) -> Dict[str, Any]:
   """`run` with the run directory (not yet locked) and the stop signals installed."""
   setup = _set_up(task, config, directory)
+  start = setup.start
   directory.remove_stale_temps()
-  run_setup.write_run_files(config, setup.resolved, setup.plan, setup.strategy_unsaved)
+  run_setup.write_run_files(config, start.resolved, start.plan, start.strategy_unsaved)
   training = _Training(task, config, setup, directory)
   start_round = training.restore()
   training.train(start_round, stop)
   training.record_final_canaries(trained=start_round < config.rounds)
-  report = run_report.finish(config, setup.plan, task.accuracy_metric,
+  report = run_report.finish(config, start.plan, task.accuracy_metric,
                              trained=start_round < config.rounds)
   return {'metrics': training.metrics, 'state': training.state, 'process': setup.process,
           'privacy_report': report, 'modular_wrap_rounds': training.wrap_rounds}
@@ -272,6 +173,7 @@ class _Training:
   def __init__(self, task: Task, config: RunConfig, setup: _Setup,
                directory: run_dir.RunDirectory):
     self.task, self.config, self.setup, self.directory = task, config, setup, directory
+    self.plan = setup.start.plan
     self.sampler = setup.sampler
     self.initial_state = setup.process.initialize()
     directory.record_workers()
@@ -279,17 +181,14 @@ class _Training:
         checkpoint_records.checkpoints_dir(config.output_dir), keep_total=3)
     self.state, self.metrics, self.wrap_rounds = self.initial_state, {}, []
     self.workers = remote_workers.RemoteWorkers(config.workers)
-    self.canary_index = {client: i for i, client in enumerate(setup.canary_ids)}
-    self.canary_files = None
+    self.canaries = None
     if setup.canaries is not None:
-      first = setup.client_ids[0]
       # A canary's dataset is never read: an empty one of the task's type.
-      self.canary_dataset = task.client_preprocess_fn(
-          task.train_data.create_tf_dataset_for_client(first)).take(0)
-      self.canary_files = auditing.CanaryFilesWriter(
-          config.output_dir, setup.canaries.num_canaries, setup.canaries.seed,
-          list(self.canary_index), _trainable_size(setup.process, self.initial_state),
-          plan=setup.plan)
+      empty = task.client_preprocess_fn(
+          task.train_data.create_tf_dataset_for_client(setup.client_ids[0])).take(0)
+      self.canaries = canary_clients.CanaryRecorder(
+          setup.canaries, setup.canary_ids, empty, config.output_dir,
+          _trainable_size(setup.process, self.initial_state), self.plan)
 
   def _path(self, name: str) -> str:
     return os.path.join(self.config.output_dir, name)
@@ -301,13 +200,14 @@ class _Training:
                                          'sampler': self.sampler.state.to_dict()}, done))
     checkpoint_records.write_record(self.config.output_dir, done,
                                     run_config.hparams_document(self.config),
-                                    checkpoint_records.plan_document(self.setup.plan))
+                                    checkpoint_records.plan_document(self.plan))
 
   def restore(self) -> int:
-    """Loads the checkpoint the run resumes from (`_Setup.resumption`, its files checked) and trims
-    the logs to its record, or starts the logs and saves round 0's checkpoint; returns the first
-    round to train."""
-    resumption, output_dir = self.setup.resumption, self.config.output_dir
+    """Loads the checkpoint the run resumes from (`RunStart.resumption`, its files checked) and
+    trims the logs to its record, or starts the logs and saves round 0's checkpoint; returns the
+    first round to train."""
+    resumption, rebuild = self.setup.start.resumption, self.setup.start.rebuild
+    output_dir = self.config.output_dir
     checkpoint_records.set_aside(output_dir, resumption)
     if resumption.fresh:  # a run killed while creating the log leaves a torn header
       run_dir.drop_torn_last_line(self._path(run_dir.PARTICIPATION_FILE), 'round')
@@ -316,17 +216,21 @@ class _Training:
     # A run killed while appending to metrics.csv leaves a torn last line (of a round it redoes).
     run_dir.drop_torn_last_line(self._path(run_dir.METRICS_FILE), 'round')
     self.log = participation_log.ParticipationLogWriter(self._path(run_dir.PARTICIPATION_FILE))
-    if self.canary_files is not None and (resumption.fresh or
-                                          checkpoint_records.CANARY_METADATA in self.setup.rebuild):
+    if self.canaries is not None and (resumption.fresh or
+                                      checkpoint_records.CANARY_METADATA in rebuild):
       if not resumption.fresh:
         logging.warning('%s is missing or altered: rebuilt from the run\'s settings.',
-                        self.canary_files.path)
-      self.canary_files.write_metadata()
+                        self.canaries.files.path)
+      self.canaries.files.write_metadata()
     if resumption.fresh:
       self.checkpoint(0)
       return 0
-    checkpoint_records.check_rebuilt(output_dir, resumption, self.setup.rebuild)
-    start_round = resumption.round_num
+    checkpoint_records.check_rebuilt(output_dir, resumption, rebuild)
+    return self._load(resumption.round_num)
+
+  def _load(self, start_round: int) -> int:
+    """Loads checkpoint `start_round` (the state and the sampler's); returns it."""
+    output_dir = self.config.output_dir
     structure = {'learning': self.initial_state, 'sampler': self.sampler.state.to_dict()}
     try:
       loaded = asyncio.run(self.state_manager.load(start_round, structure))
@@ -344,7 +248,7 @@ class _Training:
 
   def train(self, start_round: int, stop: stop_signals.StopSignals) -> None:
     """Trains rounds `start_round` .. n-1, checkpointing on schedule and on a stop signal."""
-    config, plan = self.config, self.setup.plan
+    config, plan = self.config, self.plan
     releases = (tff.program.CSVFileReleaseManager(self._path(run_dir.METRICS_FILE),
                                                   key_fieldname='round'),
                 tff.program.TensorBoardReleaseManager(self._path('tensorboard')))
@@ -375,72 +279,62 @@ class _Training:
     stop.training = False
     self._wrap_summary(start_round)
 
+  def _datasets(self, cohort: List[str]) -> list:
+    """The process's input for `cohort` (with canaries: paired with their canary indices)."""
+    task = self.task
+    dataset_fn = lambda c: task.client_preprocess_fn(  # noqa: E731
+        task.train_data.create_tf_dataset_for_client(c))
+    if self.canaries is None:
+      return [dataset_fn(c) for c in cohort]
+    return self.canaries.client_data(cohort, dataset_fn)
+
   def _round(self, round_num: int) -> None:
     """One round: sample, log, train, and the round's metrics (with the evaluation when due)."""
+    config, process = self.config, self.setup.process
     cohort = self.sampler.sample(round_num)
     self.log.append_round(round_num, cohort)
-    datasets = [self.canary_dataset if c in self.canary_index else
-                self.task.client_preprocess_fn(self.task.train_data.create_tf_dataset_for_client(c))
-                for c in cohort]
-    if self.canary_files is not None:
-      datasets = canaries_lib.client_data(
-          datasets, [self.canary_index.get(c, canaries_lib.NOT_A_CANARY) for c in cohort])
-    output = self.workers.run(f'round {round_num}', self.setup.process.next, self.state, datasets)
+    output = self.workers.run(f'round {round_num}', process.next, self.state,
+                              self._datasets(cohort))
     self.state = output.state
     self.metrics = _round_metrics(output)
-    if self.canary_files is not None:
-      self._record_canaries(round_num, output.metrics['aggregator'])
+    if self.canaries is not None:
+      self.canaries.record_round(round_num, output.metrics['aggregator'])
     self.metrics = metrics_release.blank_untrained(self.metrics)
     self.metrics['cohort_size'] = len(cohort)
-    if self.metrics.get(MODULAR_WRAP_METRIC, 0.0) > 0:
+    if self.metrics.get(run_dir.MODULAR_WRAP_METRIC, 0.0) > 0:
       self.wrap_rounds.append(round_num)
-      logging.warning('%s', modular_wrap_warning(round_num, self.config))
+      logging.warning('%s', console.modular_wrap_warning(
+          round_num, config.rounds, config.secure_bits, config.secure_modclip_prob))
     done = round_num + 1
-    if done % self.config.eval_every == 0 or done == self.config.rounds:
+    if done % config.eval_every == 0 or done == config.rounds:
+      state = self.state
       self.metrics.update(self.workers.run(
-          f'the evaluation after round {round_num}', evaluate, self.task, self.setup.process,
-          self.state, self.config.eval_max_examples))
-
-  def _record_canaries(self, round_num: int, measurements) -> None:
-    """Appends the round's canary projections in units of the round's clip on the SUM: the
-    aggregator measures them on the mean, the sum over the fixed `clients_per_round`."""
-    plan = self.setup.plan
-    clip = float(measurements.get('clip', plan.clip_norm))
-    projections = np.asarray(measurements[canaries_lib.PROJECTIONS_MEASUREMENT], np.float64)
-    self.canary_files.append_round(round_num, projections * plan.clients_per_round / clip)
+          f'the evaluation after round {round_num}', lambda: evaluation.evaluate(
+              self.task, process.get_model_weights(state), config.eval_max_examples)))
 
   def record_final_canaries(self, trained: bool) -> None:
     """Records the final model delta's cosines with the canary directions (once rounds were
     trained, or when a finished run lacks them)."""
-    if self.canary_files is None:
-      return
-    if not trained and auditing.read_canaries(self.canary_files.path).final_cosines is not None:
+    if self.canaries is None or (not trained and self.canaries.has_final()):
       return
     process = self.setup.process
-    delta = [initial - final for initial, final in zip(
-        process.get_model_weights(self.initial_state).trainable,
-        process.get_model_weights(self.state).trainable, strict=True)]
-    projections = canaries_lib.projections(self.setup.canaries, delta).numpy().astype(np.float64)
-    norm = float(np.sqrt(sum(np.sum(np.square(np.asarray(d, np.float64))) for d in delta)))
-    self.canary_files.write_final(projections / norm if norm > 0 else projections)
+    self.canaries.record_final(process.get_model_weights(self.initial_state).trainable,
+                               process.get_model_weights(self.state).trainable)
 
   def _print_round(self, round_num: int, mean_seconds: float) -> None:
     config, metrics = self.config, self.metrics
     done = round_num + 1
-    console.out(round_log_line(round_num, config.rounds, metrics['train_loss'],
-                               metrics.get(f'train_{self.task.accuracy_metric}', float('nan')),
-                               metrics['round_seconds'], mean_seconds * (config.rounds - done)))
+    console.out(console.round_log_line(
+        round_num, config.rounds, metrics['train_loss'],
+        metrics.get(f'train_{self.task.accuracy_metric}', float('nan')), metrics['round_seconds'],
+        mean_seconds * (config.rounds - done)))
     if any(name.startswith('eval_') for name in metrics):
-      spent = console.spent_guarantee(self.setup.plan, self._path(run_dir.PARTICIPATION_FILE),
-                                      done)
+      spent = console.spent_guarantee(self.plan, self._path(run_dir.PARTICIPATION_FILE), done)
       console.out(console.eval_line(done, config.rounds, metrics, spent))
 
   def _wrap_summary(self, start_round: int) -> None:
     config = self.config
     if not config.secure_aggregation or start_round >= config.rounds:
       return
-    (logging.warning if self.wrap_rounds else console.notice)(
-        f'SecAgg: modular wraps (secure sum outside the 2^{config.secure_bits} field) in '
-        f'{len(self.wrap_rounds)} of the {config.rounds - start_round} rounds {start_round + 1}-'
-        f'{config.rounds}' + (f': rounds {[r + 1 for r in self.wrap_rounds]}.' if self.wrap_rounds
-                              else '.'))
+    (logging.warning if self.wrap_rounds else console.notice)(console.wrap_summary(
+        self.wrap_rounds, start_round, config.rounds, config.secure_bits))

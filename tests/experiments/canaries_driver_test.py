@@ -13,7 +13,7 @@ import pytest
 from dp_ftrl_tff import auditing
 from dp_ftrl_tff.mechanisms import blt, files
 from experiments.emnist import run_emnist
-from experiments.run import training_loop
+from experiments.run import canary_clients, run_start, training_loop
 from tests.testing import runs
 
 pytestmark = pytest.mark.integration
@@ -34,7 +34,7 @@ def test_every_mechanism_reports_empirical_privacy(config_factory, mechanism):
                           rounds=3, clients_per_round=40, eval_every=3)
   training_loop.run(run_emnist.build_task(config), config)
   history = runs.read_log(os.path.join(config.output_dir, 'participation.csv'))
-  canary_ids = {c for c in history if c.startswith(training_loop.CANARY_ID_PREFIX)}
+  canary_ids = {c for c in history if c.startswith(canary_clients.CANARY_ID_PREFIX)}
   assert canary_ids and len(history) > len(canary_ids)  # sampled with the real clients
   for rounds in history.values():
     assert np.all(np.diff(rounds) >= config.min_sep)
@@ -83,7 +83,7 @@ def test_a_client_named_like_a_canary_is_an_error(config_factory):
   config = config_factory(task=EMNIST_TASK, canary_clients=2)
   task = run_emnist.build_task(config)
   task = dataclasses.replace(task, train_data=_Renamed(task.train_data))
-  with pytest.raises(training_loop.SetupError, match='canary_clients'):
+  with pytest.raises(run_start.SetupError, match='canary_clients'):
     training_loop.run(task, config)
   assert not os.path.exists(config.output_dir)
 
@@ -93,7 +93,7 @@ class _Renamed:
 
   def __init__(self, data):
     self._data = data
-    self.client_ids = [training_loop.CANARY_ID_PREFIX + '00000'] + list(data.client_ids[1:])
+    self.client_ids = [canary_clients.CANARY_ID_PREFIX + '00000'] + list(data.client_ids[1:])
 
   def create_tf_dataset_for_client(self, client_id):
     return self._data.create_tf_dataset_for_client(self._data.client_ids[0] if client_id ==

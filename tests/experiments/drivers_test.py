@@ -14,7 +14,7 @@ import pytest
 
 from dp_ftrl_tff.mechanisms import registry
 from experiments.emnist import run_emnist
-from experiments.run import training_loop
+from experiments.run import run_start, training_loop
 from experiments.stackoverflow import run_stackoverflow
 from tests.testing import binaries, runs
 
@@ -146,7 +146,7 @@ def test_banded_resume_past_its_rounds(config_factory):
   first = config_factory(**dict(common, rounds=2))
   training_loop.run(run_emnist.build_task(first), first)  # a strategy for 2 rounds
   longer = config_factory(**dict(common, rounds=4))
-  with pytest.raises(training_loop.SetupError) as error:
+  with pytest.raises(run_start.SetupError) as error:
     training_loop.run(run_emnist.build_task(longer), longer)
   message = str(error.value)
   assert (f'the banded strategy in {os.path.join(first.output_dir, "mechanism.npz")} covers 2 '

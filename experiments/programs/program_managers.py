@@ -1,0 +1,126 @@
+"""The train_model program's managers: checkpoints with their records, and the metrics releases.
+
+`Managers(config, plan, accuracy_metric)` holds what `tff.learning.programs.train_model` is given
+for a run of `experiments.programs.emnist_program`: the program state manager (checkpoints/
+program_state_<r>, each followed by its record, `experiments.run.checkpoint_records`) and the
+metrics release (the drivers' rows in metrics.csv and tensorboard/, the drivers' console line, the
+privacy report after the metrics: `programs.metrics_release`, `programs.report_release`).
+
+train_model starts a round's save and its releases as concurrent background tasks; here a save of
+round r waits for round r's releases, so a checkpoint never runs ahead of metrics.csv and the report.
+Imported once the flags are checked (it imports TensorFlow).
+"""
+
+import asyncio
+import os
+import time
+
+import tensorflow_federated as tff
+
+from dp_ftrl_tff.programs import metrics_release, report_release
+from experiments.run import checkpoint_records, console, run_config, run_dir
+
+
+class RoundsReleased:
+  """Which rounds' metrics (train_model's 1-based keys) were released; a save of version r waits
+  for round r's."""
+
+  def __init__(self):
+    self._events = {}
+
+  def _event(self, key: int) -> asyncio.Event:
+    return self._events.setdefault(int(key), asyncio.Event())
+
+  def mark(self, key: int) -> None:
+    self._event(key).set()
+
+  async def wait(self, key: int) -> None:
+    await self._event(key).wait()
+
+
+class MarkingRelease(tff.program.ReleaseManager):
+  """Releases through `inner`, then marks the round released (even when the release failed: its
+  error surfaces when train_model awaits its tasks, and the save must not wait forever)."""
+
+  def __init__(self, inner, released: RoundsReleased):
+    self._inner, self._released = inner, released
+
+  async def release(self, value, key):
+    try:
+      await self._inner.release(value, key)
+    finally:
+      self._released.mark(key)
+
+
+class StateManager(tff.program.FileProgramStateManager):
+  """`FileProgramStateManager` whose save of version r >= 1 waits for round r's releases, one save
+  at a time (concurrent saves race in removing old versions: TFF's check-then-rmtree fails with
+  NotFoundError when two saves remove the same one); `after_save(version)` follows each save."""
+
+  def __init__(self, root_dir, released: RoundsReleased, after_save, **kwargs):
+    super().__init__(root_dir, **kwargs)
+    self._released, self._after_save = released, after_save
+    self._lock = None
+
+  async def save(self, program_state, version):
+    if version >= 1:
+      await self._released.wait(version)
+    if self._lock is None:
+      self._lock = asyncio.Lock()
+    async with self._lock:
+      await super().save(program_state, version)
+      self._after_save(version)  # the checkpoint's record (experiments.run.checkpoint_records)
+
+
+class ConsoleRelease(tff.program.ReleaseManager):
+  """Prints the drivers' round line (`console.round_log_line`) for each released row (0-based
+  key) of a run of `num_rounds` rounds."""
+
+  def __init__(self, num_rounds: int, accuracy_metric: str):
+    self._num_rounds, self._accuracy = num_rounds, accuracy_metric
+    self._started = self._last = None
+    self._count = 0
+
+  def start(self) -> None:
+    """Starts the clock (before train_model: the first round's time includes its start)."""
+    self._started = self._last = time.time()
+
+  async def release(self, value, key):
+    now = time.time()
+    if self._started is None:
+      self.start()
+    seconds = now - self._last
+    self._last, self._count = now, self._count + 1
+    mean = (now - self._started) / self._count
+    console.out(console.round_log_line(
+        int(key), self._num_rounds, value.get('train_loss', float('nan')),
+        value.get(f'train_{self._accuracy}', float('nan')), seconds,
+        mean * (self._num_rounds - int(key) - 1)))
+
+
+class Managers:
+  """The program's state manager (`state`), its metrics release (`metrics`) and their parts:
+  `csv` (metrics.csv), `progress` (the console) and `report` (privacy_report/)."""
+
+  def __init__(self, config: run_config.RunConfig, plan, accuracy_metric: str):
+    out = config.output_dir
+    path = lambda *names: os.path.join(out, *names)  # noqa: E731
+    settings = run_config.hparams_document(config)
+    released = RoundsReleased()
+    # The record binds the strategy file and the participation log's bytes so far (the data source
+    # cuts the log back to its checkpointed offset on resume; the record proves what lies before
+    # it).
+    self.state = StateManager(
+        checkpoint_records.checkpoints_dir(out), released,
+        lambda version: checkpoint_records.write_record(
+            out, version, settings, checkpoint_records.plan_document(plan),
+            files=(checkpoint_records.STRATEGY_FILE, run_dir.PARTICIPATION_FILE)), keep_total=3)
+    self.report = report_release.PrivacyReportReleaseManager(
+        path(run_dir.PLAN_FILE), path(run_dir.PARTICIPATION_FILE), path(run_dir.REPORT_DIR),
+        total_rounds=config.rounds, metrics=path(run_dir.METRICS_FILE))
+    self.csv = tff.program.CSVFileReleaseManager(path(run_dir.METRICS_FILE),
+                                                 key_fieldname='round')
+    self.progress = ConsoleRelease(config.rounds, accuracy_metric)
+    self.metrics = MarkingRelease(metrics_release.RoundMetricsReleaseManager(
+        [self.csv, tff.program.TensorBoardReleaseManager(path('tensorboard')), self.progress],
+        after_metrics=[self.report]), released)

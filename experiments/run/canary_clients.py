@@ -1,0 +1,86 @@
+"""The canary clients of a driver run (`canary_clients`): their ids, canaries and files.
+
+A run with N canary clients appends N clients to the task's population, named `CANARY_ID_PREFIX`
+and a 5-digit index; the sampler draws them like any client. A canary's dataset is never read (an
+empty one of the task's type): in its rounds the process inserts the canary's direction instead
+(`dp_ftrl_tff.learning.canaries`). `CanaryRecorder` writes `canaries.json` (ids, seed, metadata)
+and `canaries.csv` (per-round projections, in units of the round's clip on the sum), then the final
+model delta's cosines with the canary directions (`dp_ftrl_tff.auditing.records`; docs/auditing.md).
+"""
+
+from typing import Callable, List, Optional, Sequence
+
+import numpy as np
+
+from dp_ftrl_tff import auditing
+from dp_ftrl_tff import plan as plan_lib
+from dp_ftrl_tff.learning import canaries as canaries_lib
+
+#: The id of canary client i is CANARY_ID_PREFIX + its 5-digit index.
+CANARY_ID_PREFIX = 'canary-'
+#: With adaptive clipping a canary's norm is this multiple of the initial clip: above any clip the
+#: run reaches, so the clip brings the canary to (its direction) * (the round's clip).
+ADAPTIVE_CANARY_NORM_FACTOR = 1e6
+
+
+def canary_client_ids(client_ids: Sequence[str], num_canaries: int) -> List[str]:
+  """The ids of `num_canaries` canary clients, appended to the population `client_ids`.
+
+  Raises:
+    ValueError: a client of `client_ids` bears a canary id (naming `canary_clients`).
+  """
+  ids = [f'{CANARY_ID_PREFIX}{i:05d}' for i in range(num_canaries)]
+  clashes = set(ids) & set(client_ids)
+  if clashes:
+    raise ValueError(f'`canary_clients`: the data has a client named {sorted(clashes)[0]!r}, a '
+                     'canary id; rename it or run without canaries.')
+  return ids
+
+
+def run_canaries(num_canaries: int, seed: int,
+                 plan: plan_lib.RunPlan) -> Optional[canaries_lib.Canaries]:
+  """The run's `num_canaries` canaries (seeded by `seed`), or None without canaries."""
+  if not num_canaries:
+    return None
+  norm = plan.clip_norm * (1.0 if plan.adaptive_clip is None else ADAPTIVE_CANARY_NORM_FACTOR)
+  return canaries_lib.Canaries(num_canaries, seed=seed, norm=norm)
+
+
+class CanaryRecorder:
+  """The canary clients of a run in its rounds, and their files in the run directory."""
+
+  def __init__(self, canaries: canaries_lib.Canaries, canary_ids: Sequence[str], empty_dataset,
+               output_dir: str, num_params: int, plan: plan_lib.RunPlan):
+    """Args: the run's `canaries` and their client ids; `empty_dataset`, a dataset of the task's
+    type with no element (a canary's); the run directory; the model's `num_params` trainable
+    parameters; the run's `plan`."""
+    self.canaries, self.plan, self.empty_dataset = canaries, plan, empty_dataset
+    self.index = {client: i for i, client in enumerate(canary_ids)}
+    self.files = auditing.CanaryFilesWriter(output_dir, canaries.num_canaries, canaries.seed,
+                                            list(self.index), num_params, plan=plan)
+
+  def client_data(self, cohort: Sequence[str], dataset_fn: Callable[[str], object]) -> list:
+    """The process's input for `cohort`: each client's dataset (`dataset_fn(id)`, a canary's
+    empty) paired with its canary index."""
+    datasets = [self.empty_dataset if c in self.index else dataset_fn(c) for c in cohort]
+    return canaries_lib.client_data(
+        datasets, [self.index.get(c, canaries_lib.NOT_A_CANARY) for c in cohort])
+
+  def record_round(self, round_num: int, measurements) -> None:
+    """Appends the round's canary projections in units of the round's clip on the SUM: the
+    aggregator measures them on the mean, the sum over the fixed `clients_per_round`."""
+    clip = float(measurements.get('clip', self.plan.clip_norm))
+    projections = np.asarray(measurements[canaries_lib.PROJECTIONS_MEASUREMENT], np.float64)
+    self.files.append_round(round_num, projections * self.plan.clients_per_round / clip)
+
+  def has_final(self) -> bool:
+    """Whether `canaries.json` holds the final model's cosines."""
+    return auditing.read_canaries(self.files.path).final_cosines is not None
+
+  def record_final(self, initial_weights, final_weights) -> None:
+    """Records the cosines of the final model delta (initial minus final trainable weights) with
+    the canary directions."""
+    delta = [initial - final for initial, final in zip(initial_weights, final_weights, strict=True)]
+    projections = canaries_lib.projections(self.canaries, delta).numpy().astype(np.float64)
+    norm = float(np.sqrt(sum(np.sum(np.square(np.asarray(d, np.float64))) for d in delta)))
+    self.files.write_final(projections / norm if norm > 0 else projections)

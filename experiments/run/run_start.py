@@ -1,0 +1,103 @@
+"""The start of a run, shared by the drivers (`experiments.run.training_loop`) and the train_model
+program (`experiments.programs.emnist_program`).
+
+`start_run` locks the run directory, checks a resume against its checkpoint's record
+(`experiments.run.checkpoint_records`), resolves the strategy and builds the plan
+(`experiments.run.run_setup`), writing nothing; `print_header` prints the console header and
+`build_process` builds the DP-FTRL process from the plan. `SetupError` is how any of them refuses to
+start (`setup_errors` turns the ValueErrors of a start into it, in the flags' words).
+"""
+
+import contextlib
+import dataclasses
+from typing import Callable, List, Optional
+
+from dp_ftrl_tff import plan as plan_lib
+from dp_ftrl_tff.mechanisms import resolve
+from experiments.cli import flag_parsing
+from experiments.run import checkpoint_records, console, run_config, run_dir, run_setup
+
+
+class SetupError(ValueError):
+  """A run cannot start (bad settings, impossible schedule, mismatched run directory or mechanism,
+  an execution context without secure sums); raised before any training. The drivers print it as
+  one line on stderr. Its message names the settings as `RunConfig` (and the flags) does."""
+
+
+@contextlib.contextmanager
+def setup_errors(*errors):
+  """Turns the ValueErrors (and `errors`, e.g. SecAgg context errors) of a run's set-up into
+  `SetupError`, in the flags' words."""
+  try:
+    yield
+  except SetupError:
+    raise
+  except (ValueError, *errors) as error:
+    raise SetupError(flag_parsing.flag_words(str(error))) from error
+
+
+@dataclasses.dataclass(frozen=True)
+class RunStart:
+  """What a run starts from, checked before anything is written: its plan, the strategy behind it
+  (`strategy_unsaved`: not yet saved in the run directory), where it resumes (`resumption`) and
+  the run files to rebuild from the verified settings (`checkpoint_records.check_files`)."""
+  plan: plan_lib.RunPlan
+  resolved: resolve.ResolvedStrategy
+  strategy_unsaved: bool
+  resumption: checkpoint_records.Resumption
+  rebuild: List[str]
+
+
+def start_run(config: run_config.RunConfig, directory: run_dir.RunDirectory, population: int,
+              check_resumption: Optional[Callable[[checkpoint_records.Resumption], None]] = None,
+              check_plan: Optional[Callable[[plan_lib.RunPlan], None]] = None) -> RunStart:
+  """Locks the run directory, then checks everything and builds the plan over `population`
+  training clients, writing nothing; `check_resumption` and `check_plan` are a caller's own checks
+  (the train_model program's), run after the settings and the plan are checked against the record.
+
+  Raises:
+    ValueError: other settings than the checkpoint's record, a strategy or plan that does not fit.
+    run_dir.RunDirError: the directory is in use, or a run file is corrupt or differs from the
+      record.
+  """
+  # The lock first, then every check (reading only); nothing is written before they pass.
+  directory.acquire()
+  directory.end_stale_workers()
+  # A resumed run is checked against its checkpoint's record, never against hparams.json or
+  # plan.json alone (they may be gone or replaced; they are rewritten from the record's settings).
+  resumption = checkpoint_records.find_resumption(config.output_dir)
+  checkpoint_records.check_settings(resumption, config)
+  if check_resumption is not None:
+    check_resumption(resumption)
+  rebuild = checkpoint_records.check_files(config.output_dir, resumption)
+  resolved, strategy_unsaved = run_setup.run_strategy(config, resumption.record and
+                                                      resumption.record['plan'])
+  plan = run_setup.build_plan(config, resolved, population)
+  checkpoint_records.check_plan(resumption, checkpoint_records.plan_document(plan))
+  if check_plan is not None:
+    check_plan(plan)
+  return RunStart(plan, resolved, strategy_unsaved, resumption, rebuild)
+
+
+def print_header(task: run_config.Task, config: run_config.RunConfig, plan: plan_lib.RunPlan,
+                 population: int) -> None:
+  """Prints the run's console header (before the process: TFF takes most of the start-up, 10-20 s,
+  to build it)."""
+  console.out(console.header(plan, f'{config.data}: {population} training clients',
+                             config.output_dir, task.keras_model_fn().count_params()))
+
+
+def build_process(task: run_config.Task, config: run_config.RunConfig, plan: plan_lib.RunPlan,
+                  canaries=None):
+  """The run's DP-FTRL learning process (`learning.dp_ftrl`) with the plan's aggregator, the
+  settings' optimizers and the run's `canaries` (None without)."""
+  # TensorFlow comes with the process: imported once the flags are checked.
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
+  from dp_ftrl_tff import aggregators  # pylint: disable=g-import-not-at-top
+  from dp_ftrl_tff.learning import dp_ftrl  # pylint: disable=g-import-not-at-top
+  return dp_ftrl.build_dp_ftrl_process(
+      task.model_fn, tff.learning.optimizers.build_sgdm(config.client_learning_rate),
+      aggregator=aggregators.CorrelatedNoiseFactory(plan, noise_seed=config.noise_seed),
+      server_learning_rate=config.server_learning_rate, server_momentum=config.server_momentum,
+      canaries=canaries)
