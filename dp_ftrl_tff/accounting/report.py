@@ -71,7 +71,8 @@ class PrivacyReport:
     findings: the sections' `report_parts.Finding`s (warnings: schema violations, upper bounds,
       large inflation, ...; notes: remarks that are not warnings), warnings in the order of the
       sections.
-    sections: (name, data) of each registered `report_parts.Section`, in registration order.
+    sections: (section, data) of each registered `report_parts.Section`, in registration order
+      (the section renders its data: the report needs no registry to be written).
   """
   plan: plan_lib.RunPlan
   guarantee: zcdp.Guarantee
@@ -90,7 +91,7 @@ class PrivacyReport:
   run_facts: report_sections.RunFacts = report_sections.RunFacts()
   empirical_privacy: Optional[Tuple[auditing.EmpiricalRow, ...]] = None
   findings: Tuple[report_parts.Finding, ...] = ()
-  sections: Tuple[Tuple[str, Any], ...] = ()
+  sections: Tuple[Tuple[report_parts.Section, Any], ...] = ()
 
   @property
   def warnings(self) -> Tuple[str, ...]:
@@ -238,11 +239,11 @@ def _compose(inputs: report_parts.SectionInputs, source: str,
 
 
 def _registered_sections(inputs: report_parts.SectionInputs
-                         ) -> Tuple[Tuple[Tuple[str, Any], ...], list]:
-  """((name, data) of each registered section, their findings)."""
+                         ) -> Tuple[Tuple[Tuple[report_parts.Section, Any], ...], list]:
+  """((section, data) of each registered section, their findings)."""
   sections, findings = [], []
   for section in report_parts.registered_sections():
     data, found = section.build(inputs)
-    sections.append((section.name, data))
+    sections.append((section, data))
     findings += list(found)
   return tuple(sections), findings

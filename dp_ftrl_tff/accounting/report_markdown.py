@@ -15,7 +15,7 @@ from typing import List, Tuple
 import dp_accounting
 
 from dp_ftrl_tff import auditing
-from dp_ftrl_tff.accounting import amplification, report_empirical, report_parts, report_sections
+from dp_ftrl_tff.accounting import amplification, report_empirical, report_sections
 from dp_ftrl_tff.accounting import equal_privacy as equal_privacy_lib
 from dp_ftrl_tff.accounting import report as report_lib
 
@@ -67,14 +67,14 @@ def to_markdown(report: report_lib.PrivacyReport) -> str:
     md += _equal_privacy_markdown(report)
   if report.empirical_privacy is not None:
     md += _empirical_markdown(report)
-  for name, data in report.sections:
-    md += report_parts.section(name).markdown(data) + _findings_markdown(report.findings_of(name))
+  for section, data in report.sections:
+    md += section.markdown(data) + _findings_markdown(report.findings_of(section.name))
   return '\n'.join(md)
 
 
 def _own_findings(report: report_lib.PrivacyReport) -> Tuple[str, ...]:
   """The sections that list their own findings (so their notes are not listed first)."""
-  return ('empirical', *(name for name, _ in report.sections))
+  return ('empirical', *(section.name for section, _ in report.sections))
 
 
 def _findings_markdown(findings) -> List[str]:

@@ -16,6 +16,10 @@ import dataclasses
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from dp_ftrl_tff import _validation
+from dp_ftrl_tff import plan as plan_lib
+from dp_ftrl_tff.accounting import participation_log as log_lib
+from dp_ftrl_tff.accounting import zcdp
+from dp_ftrl_tff.mechanisms import participation as participation_lib
 
 SEVERITIES = ('warning', 'note')
 #: The built-in sections findings belong to, in report.md's order.
@@ -60,11 +64,11 @@ def note(section: str, text: str) -> Finding:
 class SectionInputs:
   """What a registered section's builder reads: the report's plan, its participation log (or
   None), its headline `zcdp.Guarantee`, the headline's rounds n and participation schema."""
-  plan: Any
-  log: Any
-  headline: Any
+  plan: plan_lib.RunPlan
+  log: Optional[log_lib.ParticipationLog]
+  headline: zcdp.Guarantee
   num_rounds: int
-  schema: Any
+  schema: participation_lib.ParticipationSchema
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,7 +111,3 @@ def registered_sections() -> Tuple[Section, ...]:
   """The registered sections, in registration order."""
   return tuple(_REGISTERED.values())
 
-
-def section(name: str) -> Optional[Section]:
-  """The registered section `name`, or None."""
-  return _REGISTERED.get(name)

@@ -79,11 +79,11 @@ def to_dict(report: report_lib.PrivacyReport) -> dict:
       'empirical_privacy': (None if report.empirical_privacy is None
                             else [row.to_dict() for row in report.empirical_privacy]),
   }
-  clashing = [name for name, _ in report.sections if name in out]
-  if clashing:
-    raise ValueError(f'`report`: the registered section {clashing[0]!r} has the name of a key of '
-                     'report.json.')
-  out.update(report.sections)
+  for section, data in report.sections:
+    if section.name in out:
+      raise ValueError(f'`report`: the registered section {section.name!r} has the name of a key '
+                       'of report.json.')
+    out[section.name] = data
   if out['observed'] is not None:
     out['observed']['histogram'] = {str(k): v for k, v in report.observed.histogram.items()}
     out['observed']['violations'] = list(report.observed.violations)
