@@ -16,8 +16,9 @@ multiplier and its split, the restarts, the sampling, the rounds and the declare
 with SecAgg, the segments come from --metrics, by default the metrics.csv beside the plan; with
 adaptive clipping, the final clip comes from that metrics file too: add --metrics=RUN/metrics.csv
 for the driver's report exactly, byte for byte; both are built by
-`accounting.report_files.report_from_run_files`). Add --canaries=RUN/canaries.json (a run with --canary_clients; needs
---participation_log) for the empirical privacy of its canaries beside the accounted epsilon.
+`accounting.report_files.report_from_run_files`). Add --canaries=RUN/canaries.json (a run with
+--canary_clients; needs --participation_log) for the empirical privacy of its canaries beside the
+accounted epsilon.
 --rounds, --min_sep, --max_participations and --target_delta given with --plan replace the plan's.
 The files must be able to belong to one run (else exit 2 naming the flag): every round of the
 --participation_log holds at least a min-sep plan's clients_per_round rows, and without --rounds
@@ -191,8 +192,8 @@ def build_from_flags(fv) -> report.PrivacyReport:
                      '`participation_log`).')
   if fv.plan:
     run_plan = _plan_from_file(fv)
-    memory.check_fits(run_plan.mechanism, max(run_plan.num_rounds or 1, log.num_rounds if log else 0),
-                      losses=False)
+    memory.check_fits(run_plan.mechanism,
+                      max(run_plan.num_rounds or 1, log.num_rounds if log else 0), losses=False)
   else:
     run_plan = _plan_from_flags(fv, log)
   return report_files.report_from_run_files(

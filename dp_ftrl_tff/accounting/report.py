@@ -1,4 +1,4 @@
-"""The privacy report of a run plan: its data (`PrivacyReport`) and its composition (`build_report`).
+"""The privacy report of a run plan: its data (`PrivacyReport`) and composition (`build_report`).
 
 `build_report(plan, log)` turns a `dp_ftrl_tff.plan.RunPlan` (the mechanism and where it came from,
 the noise multiplier and what it was calibrated to, the restarts, adaptive clipping, SecAgg, the
@@ -61,7 +61,8 @@ class PrivacyReport:
     value_noise_multiplier: the inflated z_Delta the model sum must use with adaptive clipping.
     secure_aggregation: with SecAgg, the chain's settings, each segment's clip and post-rounding
       sensitivity clip, and the rounds whose secure sum wrapped (see `build_report`); else None.
-    calibration: {'target_rho': ...} or {'target_epsilon': ...} when sigma was calibrated, else None.
+    calibration: {'target_rho': ...} or {'target_epsilon': ...} when sigma was calibrated, else
+      None.
     equal_privacy: `equal_privacy.EqualPrivacy` at the headline's rho and participation, or None.
     strategy_file: {'path', 'sha256', 'setting', 'mismatches'} of the strategy file, or None.
     amplified: the `amplification.AmplifiedGuarantee` under the run's random sampling, or None.

@@ -5,9 +5,9 @@
 (`metrics.csv`, for a SecAgg run's segments and adaptive clipping's final clip) and its canary
 record (`canaries.json`). The drivers' end of run (`experiments.run.run_report.finish`), the
 programs' `programs.report_release.PrivacyReportReleaseManager` and `python -m
-experiments.privacy_report` all call it, so a driver's report and `privacy_report --plan=RUN/plan.json
---participation_log=RUN/participation.csv --metrics=RUN/metrics.csv [--canaries=...]` on the same
-run are the same bytes (the report holds no wall time; only the log's path differs when it is
+experiments.privacy_report` all call it, so a driver's report and `privacy_report
+--plan=RUN/plan.json --participation_log=RUN/participation.csv --metrics=RUN/metrics.csv
+[--canaries=...]` on the same run are the same bytes (the report holds no wall time; only the log's path differs when it is
 given another way). `read_log` is its log reader, for a caller that needs the log before the plan
 (the binary's calibration). A file that is missing or does not parse is a
 `RunFileError` naming its input and path. No TensorFlow.
@@ -89,7 +89,8 @@ def _secure_segments(plan: plan_lib.RunPlan, metrics: Optional[str],
   except _READ_ERRORS as e:
     raise RunFileError('metrics', metrics, e) from None
   if not segments['segments']:
-    raise RunFileError('metrics', metrics, ValueError(f'{metrics} holds no rounds of a SecAgg run.'))
+    raise RunFileError('metrics', metrics,
+                       ValueError(f'{metrics} holds no rounds of a SecAgg run.'))
   return segments
 
 

@@ -40,8 +40,8 @@ def amplified_text(a: amplification.AmplifiedGuarantee) -> str:
 def empirical_text(row: auditing.EmpiricalRow, accounted_epsilon: float) -> str:
   """One line: an empirical row beside the accounted epsilon."""
   return (f'empirical epsilon ({row.threat_model}): {row.epsilon:.4g} (lower bound '
-          f'{row.epsilon_lower_bound:.4g} at {report_empirical.confidence_text(row.confidence)}) vs accounted '
-          f'{accounted_epsilon:.4g}')
+          f'{row.epsilon_lower_bound:.4g} at {report_empirical.confidence_text(row.confidence)}) '
+          f'vs accounted {accounted_epsilon:.4g}')
 
 
 def row_label(row: equal_privacy_lib.EqualPrivacyRow) -> str:
@@ -290,6 +290,7 @@ def _empirical_markdown(report: report_lib.PrivacyReport) -> List[str]:
       flag = ' **(above the accounted epsilon)**' if row.epsilon_lower_bound > g.epsilon else ''
       md.append(f'| `{row.threat_model}` | {auditing.THREAT_MODEL_TEXT[row.threat_model]} | '
                 f'{row.epsilon:.4g} | {row.epsilon_lower_bound:.4g}{flag} '
-                f'({report_empirical.confidence_text(row.confidence)}) | {row.canaries_seen} / {row.canaries_unseen} |')
+                f'({report_empirical.confidence_text(row.confidence)}) | {row.canaries_seen} / '
+                f'{row.canaries_unseen} |')
     md.append('')
   return md + _findings_markdown(report.findings_of('empirical'))

@@ -130,7 +130,8 @@ def _tree_patterns(plan: plan_lib.RunPlan, log: log_lib.ParticipationLog, num_ro
   sens_sq, client = worst
   rho = zcdp.rho_from_sensitivity(sens_sq, headline.noise_multiplier)
   return {'sensitivity_squared': sens_sq, 'rho': rho,
-          'epsilon': zcdp.epsilon_from_rho(rho, headline.delta), 'worst_client': log.client_id(client)}
+          'epsilon': zcdp.epsilon_from_rho(rho, headline.delta),
+          'worst_client': log.client_id(client)}
 
 
 def _worst_observed_pattern(plan: plan_lib.RunPlan, log: log_lib.ParticipationLog,

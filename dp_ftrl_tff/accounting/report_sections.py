@@ -95,7 +95,8 @@ class RunFacts:
 def guarantee_findings(plan: plan_lib.RunPlan,
                        headline: zcdp.Guarantee) -> List[report_parts.Finding]:
   """The headline's warnings: a fixed noise seed; a delta too small for the PLD accountant."""
-  findings = [report_parts.warning('guarantee', FIXED_SEED_WARNING)] if plan.noise_seed_fixed else []
+  fixed_seed = [report_parts.warning('guarantee', FIXED_SEED_WARNING)]
+  findings = fixed_seed if plan.noise_seed_fixed else []
   return findings + _delta_findings(headline)
 
 
@@ -162,7 +163,8 @@ def amplification_section(plan: plan_lib.RunPlan, headline: zcdp.Guarantee, requ
     if require:
       raise
     return None, [report_parts.warning(
-        'amplification', f"no amplified guarantee for the plan's {sampling.kind} sampling: {error}")]
+        'amplification',
+        f"no amplified guarantee for the plan's {sampling.kind} sampling: {error}")]
   return amplification.amplified_guarantee(
       plan.strategy, n, headline.noise_multiplier, sampling.num_groups,
       sampling.sampling_prob, headline.delta, restart_rounds=restarts), []
