@@ -14,9 +14,11 @@ A finished training run: `--plan=RUN/plan.json --participation_log=RUN/participa
 report the run wrote at its end (the plan holds the mechanism and where it came from, the noise
 multiplier and its split, the restarts, the sampling, the rounds and the declared participation;
 with SecAgg, the segments come from --metrics, by default the metrics.csv beside the plan; with
-adaptive clipping, the final clip comes from --metrics only: add --metrics=RUN/metrics.csv for the
-driver's report exactly). Add --canaries=RUN/canaries.json (a run with --canary_clients; needs
---participation_log) for the empirical privacy of its canaries beside the accounted epsilon.
+adaptive clipping, the final clip comes from that metrics file too: add --metrics=RUN/metrics.csv
+for the driver's report exactly, byte for byte; both are built by
+`accounting.report_files.report_from_run_files`). Add --canaries=RUN/canaries.json (a run with
+--canary_clients; needs --participation_log) for the empirical privacy of its canaries beside the
+accounted epsilon.
 --rounds, --min_sep, --max_participations and --target_delta given with --plan replace the plan's.
 The files must be able to belong to one run (else exit 2 naming the flag): every round of the
 --participation_log holds at least a min-sep plan's clients_per_round rows, and without --rounds
@@ -40,7 +42,6 @@ that is corrupt, truncated, empty or of another kind: --plan, --mechanism_file, 
 `privacy_report.py: error: ...` on stderr naming the flag; `--debug` prints the traceback before it.
 """
 
-import csv
 import dataclasses
 import os
 import sys
@@ -48,13 +49,13 @@ import traceback
 
 from absl import app, flags
 
-from dp_ftrl_tff import auditing
 from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.accounting import (
     amplification,
     calibration,
-    participation_log,
     report,
+    report_files,
+    report_participation,
     report_render,
 )
 from dp_ftrl_tff.mechanisms import memory, registry, resolve
@@ -75,8 +76,8 @@ flags.DEFINE_string('participation_log', None,
                     'CSV `client_id,round` written by the client sampler (RUN/participation.csv).',
                     **_d)
 flags.DEFINE_string('metrics', None, 'With a --plan: the run\'s metrics.csv, for each SecAgg '
-                    'segment\'s clip and post-rounding bound (default: the one beside --plan) and '
-                    'adaptive clipping\'s final clip (only when given).', **_d)
+                    'segment\'s clip and post-rounding bound and adaptive clipping\'s final clip '
+                    '(default: with SecAgg, the one beside --plan).', **_d)
 flags.DEFINE_string('canaries', None, 'With --participation_log: a run\'s canaries.json (written '
                     'with --canary_clients; its canaries.csv beside it), for the empirical privacy '
                     'of its canary clients (one row per threat model) beside the accounted epsilon.',
@@ -101,44 +102,6 @@ _PLAN_FLAGS = ('mechanism', 'mechanism_file', *sorted(registry.option_table()),
                'clipped_count_stddev', 'sampling_prob', 'sampling_groups')
 #: What --plan leaves to the flags when they are given.
 _SETTING_FLAGS = ('rounds', 'min_sep', 'max_participations', 'fixed_epoch', 'target_delta')
-
-
-class InputFileError(ValueError):
-  """An input file that exists but cannot be read or parsed: bad input, like a missing file (exit
-  status 2, one line naming the flag and the path)."""
-
-
-def _input_file_error(flag: str, path: str, error: Exception) -> Exception:
-  """A missing `path` (or a directory) is `no file`; an existing one that fails to load is an
-  `InputFileError`; both name `flag` and `path`."""
-  if not os.path.isfile(path):
-    return ValueError(f'`{flag}`: no file at {path!r}.')
-  return InputFileError(f'`{flag}`: {error} Fix or regenerate {path}.')
-
-
-def _read_log(fv):
-  if not fv.participation_log:
-    return None
-  try:
-    log = participation_log.read_participation_log(fv.participation_log)
-  except (ValueError, OSError) as e:
-    raise _input_file_error('participation_log', fv.participation_log, e) from None
-  if not log.num_rows:
-    raise ValueError(f'`participation_log`: {fv.participation_log} has no rows.')
-  return log
-
-
-def _read_canaries(fv):
-  """The `auditing.CanaryRecord` of --canaries, or None."""
-  if fv.canaries is None:
-    return None
-  if not fv.participation_log:
-    raise ValueError('`canaries` requires `participation_log`: the canaries are clients of the '
-                     'run\'s participation log, which gives their rounds.')
-  try:
-    return auditing.read_canaries(fv.canaries)
-  except (ValueError, OSError) as e:
-    raise _input_file_error('canaries', fv.canaries, e) from None
 
 
 def _sampling(fv):
@@ -180,7 +143,7 @@ def _plan_from_flags(fv, log) -> plan_lib.RunPlan:
       strategy_source=resolved.source)
   if fv.noise_multiplier is not None:
     return run_plan
-  num_rounds, schema, _, _ = report.headline_setting(run_plan, log)
+  num_rounds, schema, _, _ = report_participation.headline_setting(run_plan, log)
   return calibration.calibrate_plan(run_plan, target_epsilon=fv.target_epsilon,
                                     target_rho=fv.target_rho, participation=schema,
                                     num_rounds=num_rounds)
@@ -196,7 +159,7 @@ def _plan_from_file(fv) -> plan_lib.RunPlan:
   except plan_lib.InvalidPlanFileError as e:  # JSON, but a field of the wrong type or value
     raise ValueError(f'`plan`: {e}') from None
   except (ValueError, OSError) as e:
-    raise _input_file_error('plan', fv.plan, e) from None
+    raise report_files.RunFileError('plan', fv.plan, e) from None
   if fv['rounds'].present:
     config['num_rounds'] = fv.rounds
   if fv['min_sep'].present or fv['max_participations'].present or fv.fixed_epoch:
@@ -207,60 +170,36 @@ def _plan_from_file(fv) -> plan_lib.RunPlan:
   return plan_lib.RunPlan.from_config(config)
 
 
-def _secure_segments(fv, run_plan: plan_lib.RunPlan):
-  """With SecAgg, the segments and wrapped rounds from the run's metrics.csv, else None."""
-  if run_plan.secure is None:
-    return None
-  path = fv.metrics or os.path.join(os.path.dirname(os.path.abspath(fv.plan or '.')),
-                                    run_dir.METRICS_FILE)
-  try:
-    segments = run_dir.read_secure_segments(path)
-  except (ValueError, OSError, csv.Error) as e:
-    raise _input_file_error('metrics', path, e) from None
-  if not segments['segments']:
-    raise InputFileError(f'`metrics`: {path} holds no rounds of a SecAgg run. Fix or regenerate '
-                         f'{path}.')
-  return segments
-
-
-def _final_clip(fv, run_plan: plan_lib.RunPlan):
-  """With adaptive clipping and --metrics, the clip of the run's last round (as the drivers' report
-  states it), else None (the report says the final clip is not recorded)."""
-  if run_plan.adaptive_clip is None or fv.metrics is None:
-    return None
-  try:
-    return run_dir.read_final_clip(fv.metrics)
-  except (ValueError, OSError, csv.Error) as e:
-    raise _input_file_error('metrics', fv.metrics, e) from None
+def _metrics(fv, run_plan: plan_lib.RunPlan):
+  """--metrics, or with a SecAgg plan the metrics.csv beside --plan (its segments are there)."""
+  if fv.metrics is not None or run_plan.secure is None:
+    return fv.metrics
+  return os.path.join(os.path.dirname(os.path.abspath(fv.plan or '.')), run_dir.METRICS_FILE)
 
 
 def build_from_flags(fv) -> report.PrivacyReport:
-  """The report of the parsed `fv`; raises ValueError (a usage error) or `InputFileError`."""
+  """The report of the parsed `fv` (`report_files.report_from_run_files`, as the drivers build
+  theirs); raises ValueError (a usage error, naming the flag)."""
   if fv.metrics is not None and not os.path.isfile(fv.metrics):
     raise ValueError(f'`metrics`: no file at {fv.metrics!r}.')
-  canaries = _read_canaries(fv)
-  log = _read_log(fv)
+  if fv.canaries is not None and not fv.participation_log:
+    raise ValueError('`canaries` requires `participation_log`: the canaries are clients of the '
+                     'run\'s participation log, which gives their rounds.')
+  log = report_files.read_log(fv.participation_log) if fv.participation_log else None
   if log is None and (fv.plan is None and (fv.rounds is None or fv.min_sep is None)):
     raise ValueError(f'`{"rounds" if fv.rounds is None else "min_sep"}` is required (or '
                      '`participation_log`).')
   if fv.plan:
     run_plan = _plan_from_file(fv)
-    memory.check_fits(run_plan.mechanism, max(run_plan.num_rounds or 1, log.num_rounds if log else 0),
-                      losses=False)
+    memory.check_fits(run_plan.mechanism,
+                      max(run_plan.num_rounds or 1, log.num_rounds if log else 0), losses=False)
   else:
     run_plan = _plan_from_flags(fv, log)
-  try:
-    return report.build_report(
-        run_plan, log, observed_patterns=fv.observed_patterns,
-        secure_segments=_secure_segments(fv, run_plan),
-        equal_privacy=fv.equal_privacy and bool(fv.output_dir),
-        require_amplification=not fv.plan, final_clip=_final_clip(fv, run_plan),
-        canaries=canaries, log_complete=bool(fv.plan) and not fv['rounds'].present)
-  except report.LogMismatchError as e:  # rows missing, or the log of another run
-    raise InputFileError(f'`participation_log`: {fv.participation_log} cannot be the log of '
-                         f'--plan: {e.reason}') from None
-  except report.CanaryMismatchError as e:  # a canary file of another run
-    raise InputFileError(f'`canaries`: {fv.canaries}: {e.reason}') from None
+  return report_files.report_from_run_files(
+      run_plan, log, metrics=_metrics(fv, run_plan), canaries=fv.canaries,
+      log_complete=bool(fv.plan) and not fv['rounds'].present,
+      observed_patterns=fv.observed_patterns,
+      equal_privacy=fv.equal_privacy and bool(fv.output_dir), require_amplification=not fv.plan)
 
 
 def _check_output_dir(path: str) -> None:
@@ -281,7 +220,7 @@ def _fail(error: BaseException) -> int:
   usage = isinstance(error, ValueError)  # a user mistake; memory refusals included
   if isinstance(error, MemoryError):
     message = 'out of memory; use fewer --rounds.'
-  elif isinstance(error, ValueError | OSError | InputFileError):
+  elif isinstance(error, ValueError | OSError):
     message = str(error)
   else:
     message = f'{type(error).__name__}: {error} (rerun with --debug for the traceback)'

@@ -6,9 +6,12 @@ Modules:
   * `calibration`: the noise multiplier that meets a target rho or a target (epsilon, delta).
   * `participation_log`: the `client_id,round` participation log: its format, writer and reader;
     realized min_sep and max participations.
-  * `report`: the privacy report's data and computation (`PrivacyReport`, `build_report`).
+  * `report`: the privacy report's data and composition (`PrivacyReport`, `build_report`), of the
+    section builders `report_participation`, `report_sections` and `report_empirical`, each
+    returning its data and its typed findings (`report_parts.Finding`).
   * `report_files`: `report_from_run_files`, the report of a run from its plan, participation log,
-    metrics CSV and canary record (the one path of the drivers and the program release).
+    metrics CSV and canary record (the one builder of the drivers, the program release and
+    `experiments.privacy_report`).
   * `run_metrics`: what the report reads of a run's metrics CSV (SecAgg segments and wrapped
     rounds, adaptive clipping's final clip).
   * `report_render`: the report as JSON, terminal summary, markdown checklist and plots.

@@ -59,7 +59,7 @@ class EqualPrivacyRow:
     sensitivity_exact: False when sens_i^2 is an upper bound (then the row is conservative).
     run_mechanism: True for the run's own strategy.
     source: how the strategy was obtained ('parameter-free', 'the run's strategy', or the
-      optimizer, its objective and its wall time).
+      optimizer and its objective; no wall time, so a report is a function of its inputs).
   """
   mechanism: str
   noise_multiplier: float
@@ -143,8 +143,8 @@ def _candidate(entry, comparison, num_rounds, participation, run_strategy, run_i
   def make():
     resolved = resolve.resolve_strategy(entry.name, options=options, num_rounds=num_rounds,
                                         participation=participation)
-    source = (f"optimized on the spot for {resolved.source.setting.get('error')} loss "
-              f'({resolved.optimization.seconds:.2g} s)')
+    # No wall time here: the report is a function of the run's inputs (the same bytes on rebuild).
+    source = f"optimized on the spot for {resolved.source.setting.get('error')} loss"
     return resolved.strategy, comparison.source.format(source=source)
 
   return comparison.label, entry.name, make, False

@@ -1,18 +1,22 @@
-"""The privacy report of a run from its files: the one report path of the drivers and programs.
+"""The privacy report of a run from its inputs: the one report builder of every run and binary.
 
 `report_from_run_files` builds a `report.PrivacyReport` from a run's plan (a `plan.RunPlan` or its
 `plan.json`), its participation log (`participation.csv`), its per-round metrics CSV
 (`metrics.csv`, for a SecAgg run's segments and adaptive clipping's final clip) and its canary
-record (`canaries.json`), with every mechanism compared at equal privacy. The drivers
-(`experiments.run.run_report.finish`) and `programs.report_release.PrivacyReportReleaseManager`
-call it, and it reads what `experiments.privacy_report --plan=RUN/plan.json
---participation_log=RUN/participation.csv --metrics=RUN/metrics.csv [--canaries=...]` reads, so
-their reports are equal (apart from the optimizers' wall times). No TensorFlow.
+record (`canaries.json`). The drivers' end of run (`experiments.run.run_report.finish`), the
+programs' `programs.report_release.PrivacyReportReleaseManager` and `python -m
+experiments.privacy_report` all call it, so a driver's report and `privacy_report
+--plan=RUN/plan.json --participation_log=RUN/participation.csv --metrics=RUN/metrics.csv
+[--canaries=...]` on the same run are the same bytes (the report holds no wall time; only the log's path differs when it is
+given another way). `read_log` is its log reader, for a caller that needs the log before the plan
+(the binary's calibration). A file that is missing or does not parse is a
+`RunFileError` naming its input and path. No TensorFlow.
 
 Conventions: rounds are 0-based; `num_rounds` = n means rounds 0 .. n-1 (the report of the first
 n rounds of a run, with the log's and the metrics' later rows left out).
 """
 
+import csv
 import os
 from typing import Optional, Union
 
@@ -22,7 +26,24 @@ from dp_ftrl_tff import auditing
 from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.accounting import participation_log as log_lib
 from dp_ftrl_tff.accounting import report as report_lib
-from dp_ftrl_tff.accounting import run_metrics
+from dp_ftrl_tff.accounting import report_empirical, report_participation, run_metrics
+
+Path = Union[str, os.PathLike]
+
+
+class RunFileError(ValueError):
+  """A run file that is missing or cannot be read as what it should be (bad input). The message
+  names the input (`participation_log`, `metrics`, `canaries`) and the path."""
+
+  def __init__(self, name: str, path: str, error: Optional[Exception] = None):
+    if error is None or not os.path.isfile(path):
+      message = f'`{name}`: no file at {path!r}.'
+    else:
+      message = f'`{name}`: {error} Fix or regenerate {path}.'
+    super().__init__(message)
+
+
+_READ_ERRORS = (ValueError, OSError, csv.Error)
 
 
 def _first_rounds(log: log_lib.ParticipationLog, num_rounds: int) -> log_lib.ParticipationLog:
@@ -34,37 +55,58 @@ def _first_rounds(log: log_lib.ParticipationLog, num_rounds: int) -> log_lib.Par
   return log_lib.ParticipationLog.from_arrays(ids[keep], rounds[keep], path=log.path)
 
 
-def report_from_run_files(plan: Union[plan_lib.RunPlan, str, os.PathLike],
-                          participation_log: Union[str, os.PathLike], *,
-                          metrics: Optional[Union[str, os.PathLike]] = None,
-                          canaries: Optional[Union[str, os.PathLike]] = None,
-                          num_rounds: Optional[int] = None) -> report_lib.PrivacyReport:
-  """The privacy report of a run, from its plan and files, as the drivers write it.
+def read_log(path: Path) -> log_lib.ParticipationLog:
+  """The participation log at `path`, with at least one row; `RunFileError` otherwise."""
+  path = os.fspath(path)
+  try:
+    log = log_lib.read_participation_log(path)
+  except _READ_ERRORS as e:
+    raise RunFileError('participation_log', path, e) from None
+  if not log.num_rows:
+    raise ValueError(f'`participation_log`: {path} has no rows.')
+  return log
 
-  Args:
-    plan: the run's `RunPlan`, or the path of its `plan.json` (`plan.load_plan`). Its noise
-      multiplier must be > 0 (a run without noise has no guarantee to report).
-    participation_log: the run's `client_id,round` log (`participation.csv`); the headline uses
-      the participation observed in it.
-    metrics: the run's metrics CSV (`metrics.csv`, keyed by the 0-based `round`). Read with SecAgg
-      (the segments and the rounds whose secure sum wrapped; then required) and with adaptive
-      clipping (the final clip; a missing file gives none).
-    canaries: the run's canary record (`canaries.json`), for the empirical epsilon; None without
-      canary clients.
-    num_rounds: if set, the report of the first `num_rounds` rounds (0 .. num_rounds - 1): the
-      plan's rounds are replaced (as `privacy_report --rounds`), and the log's and metrics' rows of
-      later rounds are left out.
 
-  Returns:
-    The `report.PrivacyReport` (write it with `report_render.write_report`).
+def read_canary_record(path: Path) -> auditing.CanaryRecord:
+  """The canary record at `path` (`auditing.read_canaries`); `RunFileError` otherwise."""
+  path = os.fspath(path)
+  try:
+    return auditing.read_canaries(path)
+  except _READ_ERRORS as e:
+    raise RunFileError('canaries', path, e) from None
 
-  Raises:
-    ValueError: naming the parameter, on a plan without noise, a bad `num_rounds`, a missing
-      `metrics` for a SecAgg run, unreadable files (as their readers raise), a participation log
-      that cannot be the plan's (`report.check_log_of_plan`; without `num_rounds` it must reach the
-      plan's last round) or canaries that cannot be the run's, naming the file; OSError when a
-      file cannot be read.
-  """
+
+def _secure_segments(plan: plan_lib.RunPlan, metrics: Optional[str],
+                     num_rounds: Optional[int]) -> Optional[dict]:
+  """With SecAgg, the segments and wrapped rounds of `metrics` (required), else None."""
+  if plan.secure is None:
+    return None
+  if metrics is None:
+    raise ValueError('`metrics` is required for a SecAgg plan: its segments and wrapped rounds '
+                     'are in the run\'s metrics.csv.')
+  try:
+    segments = run_metrics.read_secure_segments(metrics, max_rounds=num_rounds)
+  except _READ_ERRORS as e:
+    raise RunFileError('metrics', metrics, e) from None
+  if not segments['segments']:
+    raise RunFileError('metrics', metrics,
+                       ValueError(f'{metrics} holds no rounds of a SecAgg run.'))
+  return segments
+
+
+def _final_clip(plan: plan_lib.RunPlan, metrics: Optional[str],
+                num_rounds: Optional[int]) -> Optional[float]:
+  """With adaptive clipping and `metrics`, the clip of the run's last round, else None."""
+  if plan.adaptive_clip is None or metrics is None:
+    return None
+  try:
+    return run_metrics.read_final_clip(metrics, max_rounds=num_rounds)
+  except _READ_ERRORS as e:
+    raise RunFileError('metrics', metrics, e) from None
+
+
+def _plan_of(plan: Union[plan_lib.RunPlan, Path], num_rounds: Optional[int]) -> plan_lib.RunPlan:
+  """The plan (loaded from its plan.json), with `num_rounds` in place of its rounds when set."""
   if isinstance(plan, (str, os.PathLike)):
     plan = plan_lib.load_plan(os.fspath(plan))
   elif not isinstance(plan, plan_lib.RunPlan):
@@ -72,34 +114,69 @@ def report_from_run_files(plan: Union[plan_lib.RunPlan, str, os.PathLike],
   if plan.noise_multiplier == 0:
     raise ValueError('`plan` has noise multiplier 0: the run has no differential-privacy '
                      'guarantee to report.')
-  if num_rounds is not None:
-    if isinstance(num_rounds, (bool, np.bool_)) or not isinstance(num_rounds, (int, np.integer)) \
-        or num_rounds < 1:
-      raise ValueError(f'`num_rounds` must be a positive int or None, got {num_rounds!r}.')
-    num_rounds = int(num_rounds)
-    plan = plan_lib.RunPlan.from_config({**plan.to_config(), 'num_rounds': num_rounds})
-  if metrics is not None:
-    metrics = os.fspath(metrics)
+  if num_rounds is None:
+    return plan
+  if isinstance(num_rounds, (bool, np.bool_)) or not isinstance(num_rounds, (int, np.integer)) \
+      or num_rounds < 1:
+    raise ValueError(f'`num_rounds` must be a positive int or None, got {num_rounds!r}.')
+  return plan_lib.RunPlan.from_config({**plan.to_config(), 'num_rounds': int(num_rounds)})
+
+
+def report_from_run_files(
+    plan: Union[plan_lib.RunPlan, Path],
+    participation_log: Union[Path, log_lib.ParticipationLog, None] = None, *,
+    metrics: Optional[Path] = None,
+    canaries: Optional[Path] = None,
+    num_rounds: Optional[int] = None, log_complete: bool = True, observed_patterns: bool = True,
+    equal_privacy: bool = True, require_amplification: bool = False) -> report_lib.PrivacyReport:
+  """The privacy report of a run, from its plan and files.
+
+  Args:
+    plan: the run's `RunPlan`, or the path of its `plan.json` (`plan.load_plan`). Its noise
+      multiplier must be > 0 (a run without noise has no guarantee to report).
+    participation_log: the run's `client_id,round` log (`participation.csv`, or the
+      `ParticipationLog` read from it with `read_log`); the headline then uses the participation
+      observed in it. None: the plan's declared participation (it must have rounds and one).
+    metrics: the run's metrics CSV (`metrics.csv`, keyed by the 0-based `round`). Read with SecAgg
+      (the segments and the rounds whose secure sum wrapped; then required) and with adaptive
+      clipping (the final clip; a missing file gives none).
+    canaries: the run's canary record (`canaries.json`), for the empirical epsilon; needs the
+      log; None without canary clients.
+    num_rounds: if set, the report of the first `num_rounds` rounds (0 .. num_rounds - 1): the
+      plan's rounds are replaced, and the log's and metrics' rows of later rounds are left out.
+    log_complete: without `num_rounds`, the log must reach the plan's last round (False when the
+      plan's rounds were set by hand, as `privacy_report --rounds` does).
+    observed_patterns, equal_privacy, require_amplification: as `report.build_report`'s.
+
+  Returns:
+    The `report.PrivacyReport` (write it with `report_render.write_report`).
+
+  Raises:
+    ValueError: naming the parameter, on a plan without noise, a bad `num_rounds`, a missing
+      `metrics` for a SecAgg run, a file that is missing or does not parse (`RunFileError`), a
+      participation log that cannot be the plan's (`report_participation.check_log_of_plan`) or
+      canaries that cannot be the run's, naming the file.
+  """
+  plan = _plan_of(plan, num_rounds)
+  metrics = None if metrics is None else os.fspath(metrics)
   # The reading order (metrics, log, metrics, canaries) is the drivers' one, so a run with several
   # bad files reports the same first error as before.
-  secure_segments = None
-  if plan.secure is not None:
-    if metrics is None:
-      raise ValueError('`metrics` is required for a SecAgg plan: its segments and wrapped rounds '
-                       'are in the run\'s metrics.csv.')
-    secure_segments = run_metrics.read_secure_segments(metrics, max_rounds=num_rounds)
-  log = log_lib.read_participation_log(os.fspath(participation_log))
-  if num_rounds is not None:
+  secure_segments = _secure_segments(plan, metrics, num_rounds)
+  log = (participation_log if participation_log is None
+         or isinstance(participation_log, log_lib.ParticipationLog)
+         else read_log(participation_log))
+  if log is not None and num_rounds is not None:
     log = _first_rounds(log, num_rounds)
-  final_clip = (run_metrics.read_final_clip(metrics, max_rounds=num_rounds)
-                if plan.adaptive_clip and metrics is not None else None)
-  canary_record = None if canaries is None else auditing.read_canaries(os.fspath(canaries))
+  final_clip = _final_clip(plan, metrics, num_rounds)
+  record = None if canaries is None else read_canary_record(canaries)
   try:
-    return report_lib.build_report(plan, log, secure_segments=secure_segments, equal_privacy=True,
-                                   final_clip=final_clip, canaries=canary_record,
-                                   log_complete=num_rounds is None)
-  except report_lib.LogMismatchError as e:
-    raise ValueError(f'`participation_log`: {os.fspath(participation_log)} cannot be the log of '
-                     f'this plan: {e.reason}') from None
-  except report_lib.CanaryMismatchError as e:
+    return report_lib.build_report(
+        plan, log, observed_patterns=observed_patterns, secure_segments=secure_segments,
+        equal_privacy=equal_privacy, require_amplification=require_amplification,
+        final_clip=final_clip, canaries=record,
+        log_complete=log_complete and num_rounds is None)
+  except report_participation.LogMismatchError as e:
+    raise ValueError(f'`participation_log`: {log.path} cannot be the log of this plan: '
+                     f'{e.reason}') from None
+  except report_empirical.CanaryMismatchError as e:
     raise ValueError(f'`canaries`: {os.fspath(canaries)}: {e.reason}') from None

@@ -2,17 +2,20 @@
 
 After Ponomareva et al. 2023, Sec. 5.3: DP setting, data accesses covered, final output, unit of
 privacy, adjacency, accounting method, assumptions, formal statement, then the equal-privacy table
-when the report has one, and the empirical privacy of the run's canaries when it has them. Both `min_sep` = b (r2 - r1 >= b) and TF-Privacy's `min_separation` =
-b - 1 are printed.
+when the report has one, the empirical privacy of the run's canaries when it has them, and the
+sections registered with `report_parts.register`. The warnings come first, all of them; each
+section's findings (`report_parts.Finding`) are also listed in their section where it has its own
+list (the empirical one, the registered ones); notes of the other sections come first. Both
+`min_sep` = b (r2 - r1 >= b) and TF-Privacy's `min_separation` = b - 1 are printed.
 """
 
 import json
-from typing import List
+from typing import List, Tuple
 
 import dp_accounting
 
 from dp_ftrl_tff import auditing
-from dp_ftrl_tff.accounting import amplification
+from dp_ftrl_tff.accounting import amplification, report_empirical, report_sections
 from dp_ftrl_tff.accounting import equal_privacy as equal_privacy_lib
 from dp_ftrl_tff.accounting import report as report_lib
 
@@ -37,8 +40,8 @@ def amplified_text(a: amplification.AmplifiedGuarantee) -> str:
 def empirical_text(row: auditing.EmpiricalRow, accounted_epsilon: float) -> str:
   """One line: an empirical row beside the accounted epsilon."""
   return (f'empirical epsilon ({row.threat_model}): {row.epsilon:.4g} (lower bound '
-          f'{row.epsilon_lower_bound:.4g} at {report_lib.confidence_text(row.confidence)}) vs accounted '
-          f'{accounted_epsilon:.4g}')
+          f'{row.epsilon_lower_bound:.4g} at {report_empirical.confidence_text(row.confidence)}) '
+          f'vs accounted {accounted_epsilon:.4g}')
 
 
 def row_label(row: equal_privacy_lib.EqualPrivacyRow) -> str:
@@ -54,7 +57,8 @@ def to_markdown(report: report_lib.PrivacyReport) -> str:
   md = [f'# Privacy report: {g.mechanism}, {g.num_rounds} rounds', '']
   if report.warnings:
     md += ['> **WARNING**', '>'] + [f'> - {w}' for w in report.warnings] + ['']
-  other_notes = [n for n in report.notes if not n.startswith(report_lib.EMPIRICAL_NOTE_STARTS)]
+  other_notes = [f.text for f in report.findings
+                 if f.severity == 'note' and f.section not in _own_findings(report)]
   if other_notes:
     md += ['> **Note**', '>'] + [f'> - {n}' for n in other_notes] + ['']
   md += _setting_markdown(report) + _mechanism_markdown(report) + _participation_markdown(report)
@@ -63,7 +67,20 @@ def to_markdown(report: report_lib.PrivacyReport) -> str:
     md += _equal_privacy_markdown(report)
   if report.empirical_privacy is not None:
     md += _empirical_markdown(report)
+  for section, data in report.sections:
+    md += section.markdown(data) + _findings_markdown(report.findings_of(section.name))
   return '\n'.join(md)
+
+
+def _own_findings(report: report_lib.PrivacyReport) -> Tuple[str, ...]:
+  """The sections that list their own findings (so their notes are not listed first)."""
+  return ('empirical', *(section.name for section, _ in report.sections))
+
+
+def _findings_markdown(findings) -> List[str]:
+  """A section's own findings: its warnings (also listed first), then its notes."""
+  return ([f'- **WARNING:** {f.text}' for f in findings if f.severity == 'warning']
+          + [f'- Note: {f.text}' for f in findings if f.severity == 'note'] + [''])
 
 
 def _setting_markdown(report: report_lib.PrivacyReport) -> List[str]:
@@ -127,7 +144,7 @@ def _mechanism_markdown(report: report_lib.PrivacyReport) -> List[str]:
   return md + ['']
 
 
-def run_facts_markdown(facts: report_lib.RunFacts) -> List[str]:
+def run_facts_markdown(facts: report_sections.RunFacts) -> List[str]:
   """The noise seed and the clip (section 3 bullets); what the plan does not record is omitted."""
   md = []
   if facts.noise_seed_fixed is not None:
@@ -146,7 +163,7 @@ def run_facts_markdown(facts: report_lib.RunFacts) -> List[str]:
   return md
 
 
-def cohorts_text(facts: report_lib.RunFacts) -> str:
+def cohorts_text(facts: report_sections.RunFacts) -> str:
   """The sampler, clients per round, population and sampling probability, in words."""
   population = ('an unrecorded population' if facts.population is None else
                 f'a population of {facts.population} clients')
@@ -273,9 +290,7 @@ def _empirical_markdown(report: report_lib.PrivacyReport) -> List[str]:
       flag = ' **(above the accounted epsilon)**' if row.epsilon_lower_bound > g.epsilon else ''
       md.append(f'| `{row.threat_model}` | {auditing.THREAT_MODEL_TEXT[row.threat_model]} | '
                 f'{row.epsilon:.4g} | {row.epsilon_lower_bound:.4g}{flag} '
-                f'({report_lib.confidence_text(row.confidence)}) | {row.canaries_seen} / {row.canaries_unseen} |')
+                f'({report_empirical.confidence_text(row.confidence)}) | {row.canaries_seen} / '
+                f'{row.canaries_unseen} |')
     md.append('')
-  md += [f'- **WARNING:** {w}' for w in report.warnings
-         if w.startswith(report_lib.EMPIRICAL_WARNING_START)]
-  md += [f'- Note: {n}' for n in report.notes if n.startswith(report_lib.EMPIRICAL_NOTE_STARTS)]
-  return md + ['']
+  return md + _findings_markdown(report.findings_of('empirical'))

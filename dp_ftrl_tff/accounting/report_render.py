@@ -2,7 +2,8 @@
 
 `to_dict` / `to_json` give report.json (`REQUIRED_KEYS` first: the CLI contract; `run_facts` states
 the run: noise seed, clip, sampler, cohorts; `empirical_privacy` the canary rows, or null without
-canaries; `notes` the remarks that are not warnings), `summary` a few lines for a terminal (one per
+canaries; `findings` the sections' typed remarks, {'section', 'severity': 'warning' or 'note',
+'text'}; then each registered section's data under its name), `summary` a few lines for a terminal (one per
 empirical row), `to_markdown` report.md (`report_markdown`: the BLT paper's App. C checklist).
 `write_plots` draws epsilon over rounds and epsilon versus min_sep of the run's mechanism (with the
 exact Gaussian conversion: fast, within ~1e-7 of PLD) and, with an equal-privacy table, every
@@ -66,7 +67,7 @@ def to_dict(report: report_lib.PrivacyReport) -> dict:
       'secure_aggregation': report.secure_aggregation,
       'declared': None if report.declared is None else _guarantee_dict(report.declared),
       'observed': None if report.observed is None else dataclasses.asdict(report.observed),
-      'warnings': list(report.warnings),
+      'findings': [f.to_dict() for f in report.findings],
       'dp_accounting_version': report_markdown.DP_ACCOUNTING_VERSION,
       'equal_privacy': (None if report.equal_privacy is None
                         else [dataclasses.asdict(row) for row in report.equal_privacy.rows]),
@@ -77,8 +78,12 @@ def to_dict(report: report_lib.PrivacyReport) -> dict:
       'run_facts': dataclasses.asdict(report.run_facts),
       'empirical_privacy': (None if report.empirical_privacy is None
                             else [row.to_dict() for row in report.empirical_privacy]),
-      'notes': list(report.notes),
   }
+  for section, data in report.sections:
+    if section.name in out:
+      raise ValueError(f'`report`: the registered section {section.name!r} has the name of a key '
+                       'of report.json.')
+    out[section.name] = data
   if out['observed'] is not None:
     out['observed']['histogram'] = {str(k): v for k, v in report.observed.histogram.items()}
     out['observed']['violations'] = list(report.observed.violations)

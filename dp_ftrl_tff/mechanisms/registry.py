@@ -77,7 +77,7 @@ class Comparison:
     options: optimizer options of the row (options left out that the run's own strategy of this
       mechanism has are taken from it, e.g. the run's number of bands).
     source: how the row's source reads; '{source}' is how the strategy was obtained (e.g.
-      'optimized on the spot for max loss (0.1 s)').
+      'optimized on the spot for max loss').
     max_rounds: the row is skipped above this many rounds, or None.
     cost: why, e.g. 'its losses cost O(n^3)'.
   """

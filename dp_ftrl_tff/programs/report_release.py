@@ -5,8 +5,8 @@ round number (rounds done). At the last round it writes the run's report (report
 plots) into `output_dir`, the drivers' `privacy_report/`, and with `every=K` also after every K
 rounds into `output_dir/round_<key>/` (the report of rounds 0 .. key-1). It builds the report with
 `accounting.report_files.report_from_run_files` from the plan file, the participation log and the
-metrics CSV, the path of the drivers and of `experiments.privacy_report --plan=...
---participation_log=... --metrics=...`, so the reports are equal (apart from wall times).
+metrics CSV, the one report builder of the drivers and of `experiments.privacy_report --plan=...
+--participation_log=... --metrics=...`, so the reports are the same bytes.
 
 Put it in `metrics_release.RoundMetricsReleaseManager(..., after_metrics=[report])`, so the round's
 metrics row (the clip, SecAgg's wrap flags) is in the metrics CSV before the report reads it.

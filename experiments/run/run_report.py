@@ -1,11 +1,10 @@
 """The end of a driver run: its privacy report, its completion marker and the closing summary.
 
 `finish` builds the report from the run's plan, participation log and metrics with
-`accounting.report_files.report_from_run_files` (the one report path, which a `tff.program`
-program's `programs.report_release.PrivacyReportReleaseManager` calls too; it builds the report with
-`accounting.report.build_report`, the function `experiments.privacy_report --plan=RUN/plan.json
---participation_log=RUN/participation.csv --metrics=RUN/metrics.csv [--canaries=RUN/canaries.json]`
-calls too, so the two reports agree (without --metrics the standalone report of an adaptive-clipping run lacks the final clip);
+`accounting.report_files.report_from_run_files`, the one report builder, which a `tff.program`
+program's `programs.report_release.PrivacyReportReleaseManager` and `experiments.privacy_report
+--plan=RUN/plan.json --participation_log=RUN/participation.csv --metrics=RUN/metrics.csv
+[--canaries=RUN/canaries.json]` call too, so their report.json and report.md are the same bytes;
 then it marks the run complete (`summary.json`, written last) and prints the summary.
 """
 
@@ -31,15 +30,17 @@ def finish(config: RunConfig, plan: plan_lib.RunPlan, accuracy_metric: str,
 
   The report (`privacy_report/`: report.json, report.md with the BLT paper's App. C checklist,
   plots, every mechanism at equal privacy) comes from the plan, the participation log and the
-  metrics through `report_files.report_from_run_files`, as `experiments.privacy_report --plan=RUN/plan.json
-  --participation_log=RUN/participation.csv --metrics=RUN/metrics.csv` does, so the two agree.
+  metrics through `report_files.report_from_run_files`, as `experiments.privacy_report
+  --plan=RUN/plan.json --participation_log=RUN/participation.csv --metrics=RUN/metrics.csv` does,
+  so the two are the same bytes.
   With adaptive clipping, `run_facts.final_clip` is the clip of the last round in metrics.csv
   (`run_dir.read_final_clip`). Its headline uses the
   participation observed in `participation.csv`; the declared schema's guarantee is under
   `declared`, and any violation of it is a warning. With random sampling the amplified guarantee
   stands beside the headline; with SecAgg the report lists each segment's post-rounding bound and
   the rounds whose secure sum wrapped; with `canary_clients`, the empirical epsilon of the run's
-  canaries (`canaries.json`, as `privacy_report --canaries=RUN/canaries.json`). The completion marker is the TensorBoard HParams session and
+  canaries (`canaries.json`, as `privacy_report --canaries=RUN/canaries.json`). The completion
+  marker is the TensorBoard HParams session and
   final scalars, then `summary.json`, written last and atomically (its presence means the run
   finished). A `report` already written to `privacy_report/` from the same files (a `tff.program`
   program's report release) is used as it is, not built again.

@@ -18,7 +18,15 @@ import pytest
 
 from dp_ftrl_tff import auditing
 from dp_ftrl_tff import plan as plan_lib
-from dp_ftrl_tff.accounting import participation_bits, report, report_markdown, report_render
+from dp_ftrl_tff.accounting import (
+    participation_bits,
+    report,
+    report_empirical,
+    report_markdown,
+    report_parts,
+    report_render,
+    report_sections,
+)
 from dp_ftrl_tff.accounting import participation_log as log_lib
 from dp_ftrl_tff.mechanisms import blt, gaussian
 from dp_ftrl_tff.mechanisms import participation as participation_lib
@@ -102,7 +110,7 @@ def test_without_canaries_the_keys_are_null_and_empty():
   run_plan, log, _, _ = canary_run(gaussian.GaussianStrategy(), 2.0, 10, 1.0)
   result = report.build_report(run_plan, log)
   out = report_render.to_dict(result)
-  assert out['empirical_privacy'] is None and out['notes'] == []
+  assert out['empirical_privacy'] is None and [f['text'] for f in out['findings'] if f['severity'] == 'note'] == []
   assert 'Empirical privacy' not in report_render.to_markdown(result)
   assert 'empirical' not in report_render.summary(result)
 
@@ -129,12 +137,12 @@ def test_half_the_noise_warns_do_not_launch():
   assert result.guarantee.epsilon == pytest.approx(2.318, abs=1e-3)
   (row,) = result.empirical_privacy
   assert row.epsilon_lower_bound > 1.4 * result.guarantee.epsilon
-  (warning,) = [w for w in result.warnings if w.startswith(report.EMPIRICAL_WARNING_START)]
+  (warning,) = [f.text for f in result.findings_of('empirical') if f.severity == 'warning']
   assert 'all_iterates' in warning and f'{row.epsilon_lower_bound:.4g}' in warning
   assert '95%' in warning and 'Do not launch' in warning
   assert 'less than the accountant assumes' in warning
   out = report_render.to_dict(result)
-  assert warning in out['warnings']
+  assert {'section': 'empirical', 'severity': 'warning', 'text': warning} in out['findings']
   markdown = report_render.to_markdown(result)
   assert f'- **WARNING:** {warning}' in markdown and f'> - {warning}' in markdown
   assert '**(above the accounted epsilon)**' in markdown
@@ -160,8 +168,10 @@ def test_an_estimate_above_the_accounted_epsilon_with_a_lower_bound_below_is_a_n
   assert row.epsilon_lower_bound < result.guarantee.epsilon < row.epsilon
   assert result.warnings == ()
   (note,) = result.notes
-  assert note.startswith(report.EMPIRICAL_NOTE_STARTS[0]) and 'not a proof' in note
-  assert report_render.to_dict(result)['notes'] == [note]
+  assert note.startswith('the one-shot empirical estimate') and 'not a proof' in note
+  assert result.findings == (report_parts.note('empirical', note),)
+  assert report_render.to_dict(result)['findings'] == [
+      {'section': 'empirical', 'severity': 'note', 'text': note}]
   assert f'note: {note}' in report_render.summary(result)
   markdown = report_render.to_markdown(result)
   assert f'- Note: {note}' in markdown and '> **Note**' not in markdown
@@ -187,7 +197,7 @@ def test_fixed_noise_seed_rows_are_computed_as_usual():
   run_plan, log, record, patterns = canary_run(gaussian.GaussianStrategy(), 2.0, 100, 1.0)
   fixed = dataclasses.replace(run_plan, noise_seed_fixed=True)
   result = report.build_report(fixed, log, canaries=record)
-  assert report.FIXED_SEED_WARNING in result.warnings
+  assert report_sections.FIXED_SEED_WARNING in result.warnings
   assert result.empirical_privacy == _direct_rows(run_plan, record, patterns, 1e-3)
 
 
@@ -197,7 +207,7 @@ def test_canaries_absent_from_the_log_give_no_rows_and_a_note():
   result = report.build_report(run_plan, log, canaries=other)
   assert result.empirical_privacy == () and result.warnings == ()
   (note,) = result.notes
-  assert note.startswith(report.EMPIRICAL_NOTE_STARTS[1])
+  assert note.startswith('no empirical privacy')
   assert report_render.to_dict(result)['empirical_privacy'] == []
   markdown = report_render.to_markdown(result)
   assert '## Empirical privacy (canaries)' in markdown and f'- Note: {note}' in markdown
@@ -227,11 +237,11 @@ def test_bad_inputs_name_the_parameter():
     with pytest.raises(ValueError, match='confidence'):
       report.build_report(run_plan, log, canaries=record, confidence=confidence)
   longer = dataclasses.replace(record, round_projections=np.zeros((20, NUM_ROUNDS + 3)))
-  with pytest.raises(report.CanaryMismatchError, match='`canaries`: the canary record holds 23 '
+  with pytest.raises(report_empirical.CanaryMismatchError, match='`canaries`: the canary record holds 23 '
                      'rounds, the run 20') as caught:
     report.build_report(run_plan, log, canaries=longer)
   assert isinstance(caught.value, ValueError) and caught.value.reason.startswith('the canary')
   shorter = dataclasses.replace(record, round_projections=record.round_projections[:, :-1])
-  with pytest.raises(report.CanaryMismatchError, match='holds 19 rounds, the run 20 .*: it is '
+  with pytest.raises(report_empirical.CanaryMismatchError, match='holds 19 rounds, the run 20 .*: it is '
                      'truncated'):
     report.build_report(run_plan, log, canaries=shorter)

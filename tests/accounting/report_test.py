@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from dp_ftrl_tff import plan, settings
-from dp_ftrl_tff.accounting import calibration, report, report_render, zcdp
+from dp_ftrl_tff.accounting import calibration, report, report_render, report_sections, zcdp
 from dp_ftrl_tff.accounting import participation_log as log_lib
 from dp_ftrl_tff.mechanisms import banded, blt, gaussian, tree
 from dp_ftrl_tff.mechanisms import participation as participation_lib
@@ -41,7 +41,7 @@ def test_declared_report_keys_and_values():
   assert (out['min_sep'], out['min_separation'], out['max_participations']) == (30, 29, 2)
   assert out['effective_noise_multiplier'] == pytest.approx(2.0 / np.sqrt(2.0))
   assert out['epsilon'] == pytest.approx(zcdp.epsilon_from_rho(0.25, 1e-6))
-  assert out['participation_source'] == 'declared' and out['warnings'] == []
+  assert out['participation_source'] == 'declared' and [f['text'] for f in out['findings'] if f['severity'] == 'warning'] == []
 
 
 def test_effective_k_is_reported():
@@ -57,7 +57,7 @@ def test_log_that_violates_the_schema_is_reported_with_the_realized_guarantee():
   assert out['participation_source'] == 'observed'
   assert (out['min_sep'], out['max_participations']) == (4, 3)
   assert out['sensitivity_squared'] == 3.0  # realized k = 3 participations, C = I
-  assert len(out['observed']['violations']) == 2 and len(out['warnings']) == 2
+  assert len(out['observed']['violations']) == 2 and len([f['text'] for f in out['findings'] if f['severity'] == 'warning']) == 2
   assert out['declared']['sensitivity_squared'] == 2.0
   markdown = report_render.to_markdown(result)
   assert 'VIOLATES' in markdown and 'does NOT hold' in markdown
@@ -221,9 +221,9 @@ def _run_plan(**kwargs):
 def test_fixed_noise_seed_is_flagged_testing_only():
   fixed = report.build_report(_run_plan(noise_seed_fixed=True, population=100))
   assert fixed.run_facts.noise_seed_fixed is True
-  assert report.FIXED_SEED_WARNING in fixed.warnings
+  assert report_sections.FIXED_SEED_WARNING in fixed.warnings
   out = report_render.to_dict(fixed)
-  assert any('TESTING ONLY' in w and '--noise_seed' in w for w in out['warnings'])
+  assert any('TESTING ONLY' in w and '--noise_seed' in w for w in [f['text'] for f in out['findings'] if f['severity'] == 'warning'])
   markdown = report_render.to_markdown(fixed)
   assert '**WARNING**' in markdown and 'Noise seed: **FIXED (--noise_seed): testing only.**' in markdown
   assert 'the statement does not hold for it' in markdown.split('## 1.')[0]
@@ -237,7 +237,7 @@ def test_fixed_noise_seed_is_flagged_testing_only():
 
 def test_fixed_clip_and_min_sep_cohorts_are_stated():
   result = report.build_report(_run_plan(clip_norm=0.5, population=1000, noise_seed_fixed=False))
-  assert result.run_facts == report.RunFacts(
+  assert result.run_facts == report_sections.RunFacts(
       noise_seed_fixed=False, clip='fixed', clip_norm=0.5, sampler='min_sep',
       clients_per_round=10.0, population=1000, cohort_fraction=0.01)
   assert json.loads(report_render.to_json(result))['run_facts'] == {
@@ -294,7 +294,7 @@ def test_random_sampling_cohorts_are_stated(kind, groups, fragment):
 
 def test_accounting_only_plan_states_no_clip_or_sampler():
   result = _report(gaussian.GaussianStrategy(), 10, Schema(2, 2), noise_multiplier=1.0)
-  assert result.run_facts == report.RunFacts()
+  assert result.run_facts == report_sections.RunFacts()
   assert set(report_render.to_dict(result)['run_facts'].values()) == {None}
 
 

@@ -117,7 +117,7 @@ def _row(privacy, threat_model):
 
 
 def _lower_bound_warnings(privacy):
-  return [w for w in privacy.warnings if w.startswith(report.EMPIRICAL_WARNING_START)]
+  return [f.text for f in privacy.findings_of('empirical') if f.severity == 'warning']
 
 
 # Gaussian: C = I, the plain all-iterates score is the optimal test; BLT: the whitened one.

@@ -115,4 +115,4 @@ def test_plan_whose_strategy_the_theorem_does_not_cover_keeps_the_unamplified_re
   assert proc.returncode == 0, proc.stderr
   out = json.loads(proc.stdout)
   assert out['amplified'] is None
-  assert any('no amplified guarantee' in w and '3 bands' in w for w in out['warnings'])
+  assert any('no amplified guarantee' in w and '3 bands' in w for w in [f['text'] for f in out['findings'] if f['severity'] == 'warning'])

@@ -58,7 +58,7 @@ def test_a_log_missing_its_first_rounds_is_refused(tmp_path):
   _write_run(run, first_round=3)
   line = _error_line(*_report(run)[::2])
   assert line.startswith(f'privacy_report.py: error: --participation_log: {run}/participation.csv '
-                         'cannot be the log of --plan: round 0 has 0 rows')
+                         'cannot be the log of this plan: round 0 has 0 rows')
 
 
 def test_a_log_shorter_than_the_plan_needs_explicit_rounds(tmp_path):

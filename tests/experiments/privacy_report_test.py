@@ -54,7 +54,7 @@ def test_blt_from_file_and_participation_log(tmp_path):
   assert out['mechanism'] == 'blt' and out['participation_source'] == 'observed'
   assert (out['min_sep'], out['max_participations']) == (3, 2)
   assert out['epsilon'] == pytest.approx(2.0, rel=1e-6)
-  assert any('min_sep=4' in w for w in out['warnings'])
+  assert any('min_sep=4' in w for w in [f['text'] for f in out['findings'] if f['severity'] == 'warning'])
 
 
 @pytest.mark.parametrize('args, flag', [
@@ -204,4 +204,4 @@ def test_strategy_file_for_another_setting_is_refused_or_reported_with_its_sha25
   out = json.loads(allowed.stdout)
   assert out['strategy_file']['sha256'] == digest
   assert out['strategy_file']['mismatches'] == ['min_sep: optimized for 4, the run has 5']
-  assert any('optimized for another setting' in w for w in out['warnings'])
+  assert any('optimized for another setting' in w for w in [f['text'] for f in out['findings'] if f['severity'] == 'warning'])

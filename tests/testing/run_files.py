@@ -4,7 +4,6 @@ killed and resumed run, a driver and the example program, a driver's report and 
 import csv
 import json
 import os
-import re
 
 
 def metrics_rows(run):
@@ -18,19 +17,24 @@ def read_bytes(path):
     return f.read()
 
 
-def without_wall_times(report: dict) -> dict:
-  """The report with the optimizers' wall times (in the equal-privacy rows' sources, e.g.
-  '(0.28 s)') masked: the only figures that differ between two reports of one run (a report holds
-  no output path or timestamp)."""
-  return json.loads(re.sub(r'\(\d+(\.\d+)?(e-?\d+)? s\)', '(wall time)', json.dumps(report)))
-
-
 def masked_report(report: dict) -> dict:
-  """`without_wall_times`, and the participation log's path masked."""
-  report = without_wall_times(report)
+  """The report with the participation log's path masked."""
   if report.get('observed'):
     report['observed']['path'] = '<log>'
   return report
+
+
+def report_texts(report_dir, *roots) -> tuple:
+  """(report.json, report.md) of `report_dir` as text, each of `roots` (directories whose paths the
+  report may hold: the run's, the strategy file's) replaced by '<root i>'."""
+  texts = []
+  for name in ('report.json', 'report.md'):
+    with open(os.path.join(report_dir, name)) as f:
+      text = f.read()
+    for i, root in enumerate(roots):
+      text = text.replace(os.fspath(root), f'<root {i}>')
+    texts.append(text)
+  return tuple(texts)
 
 
 def standalone_report(run_dir, out, *extra) -> dict:
