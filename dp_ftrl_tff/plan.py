@@ -35,15 +35,14 @@ from dp_ftrl_tff.plan_checks import (  # noqa: F401  (re-exported)
   StrategyTooShortError,
   check_sampled_participation,
 )
+from dp_ftrl_tff.sampling import Sampling
 from dp_ftrl_tff.settings import (  # noqa: F401  (the plan's parts, re-exported)
   DEFAULT_INITIAL_CLIP,
   EVERY_ROUND,
   GBOARD_RESTARTS,
   MAX_SCALE_FACTOR,
-  SAMPLING_KINDS,
   AdaptiveClipping,
   RestartSchedule,
-  Sampling,
   SecureAggregation,
   accounted_noise_multiplier,
   inflated_noise_multiplier,
@@ -72,9 +71,9 @@ class RunPlan:
     zeroing_norm: updates with a larger L2 norm are zeroed; None zeroes only non-finite updates.
     beyond_max_rounds: banded strategies past their `max_rounds`: 'error' or 'restart' (the flag
       `--banded_beyond_max_rounds`).
-    sampling: the random `Sampling` of the cohorts (then `clients_per_round` is its
-      `expected_clients_per_round`), or None: min-sep sampling of exactly `clients_per_round`
-      clients, accounted with the declared participation schema.
+    sampling: the `Sampling` of the cohorts: random ones (then `clients_per_round` is its
+      `expected_clients_per_round`), or kind 'min_sep': exactly `clients_per_round` clients,
+      accounted with the declared participation schema.
     num_rounds: n, the run's rounds, or None (a plan for an aggregator alone).
     participation: the declared `ParticipationSchema` (b-min-sep with at most k participations),
       or None.
@@ -101,7 +100,7 @@ class RunPlan:
   secure: Optional[SecureAggregation]
   zeroing_norm: Optional[float]
   beyond_max_rounds: str = 'error'
-  sampling: Optional[Sampling] = None
+  sampling: Sampling = Sampling()
   num_rounds: Optional[int] = None
   participation: Optional[participation_lib.ParticipationSchema] = None
   target_delta: Optional[float] = None
@@ -115,7 +114,7 @@ class RunPlan:
             clients_per_round: Optional[float], clip_norm: Optional[float], *, adaptive_clip=None,
             secure=None, zeroing_norm: Optional[float] = None,
             restarts: Optional[RestartSchedule] = None, beyond_max_rounds: str = 'error',
-            sampling: Optional[Sampling] = None, num_rounds: Optional[int] = None,
+            sampling: Sampling = Sampling(), num_rounds: Optional[int] = None,
             participation: Optional[participation_lib.ParticipationSchema] = None,
             target_delta: Optional[float] = None,
             strategy_source: Optional[resolve.StrategySource] = None,
@@ -136,7 +135,7 @@ class RunPlan:
         default (`EVERY_ROUND` for Gaussian noise, `GBOARD_RESTARTS` otherwise) with adaptive
         clipping, and no restarts with a fixed clip.
       beyond_max_rounds: 'error' or 'restart' (banded strategies).
-      sampling: a `Sampling` (Poisson or cyclic Poisson cohorts), or None (min-sep sampling).
+      sampling: a `Sampling` (default: kind 'min_sep').
       num_rounds: n >= 1, or None; every segment must fit the strategy (`beyond_max_rounds`).
       participation: the declared `ParticipationSchema`, or None; with `sampling`, one the sampler
         enforces (its min_sep at most the groups' b-hat, no cap on participations below it).
@@ -156,7 +155,7 @@ class RunPlan:
   def for_accounting(cls, strategy: base.Strategy, noise_multiplier: float, *,
                      clipped_count_stddev: Optional[float] = None,
                      restarts: Optional[RestartSchedule] = None, secure=None,
-                     beyond_max_rounds: str = 'error', sampling: Optional[Sampling] = None,
+                     beyond_max_rounds: str = 'error', sampling: Sampling = Sampling(),
                      num_rounds: Optional[int] = None,
                      participation: Optional[participation_lib.ParticipationSchema] = None,
                      target_delta: Optional[float] = None,
@@ -188,8 +187,7 @@ class RunPlan:
     if training and clip_norm is None and adaptive_clip in (None, False):
       raise ValueError('`clip_norm` is required without `adaptive_clip`.')
     if training and m is None:
-      m = (None if plan_checks.check_sampling(sampling) is None
-           else sampling.expected_clients_per_round)
+      m = plan_checks.check_sampling(sampling).expected_clients_per_round
       if m is None:
         raise ValueError('`clients_per_round` must be given: a positive number, or None with a '
                          '`sampling` of known population (its expected cohort size).')
@@ -296,7 +294,7 @@ class RunPlan:
         'secure': None if self.secure is None else self.secure.to_config(),
         'zeroing_norm': self.zeroing_norm,
         'beyond_max_rounds': self.beyond_max_rounds,
-        'sampling': None if self.sampling is None else self.sampling.to_config(),
+        'sampling': self.sampling.to_config(),
         'num_rounds': self.num_rounds,
         'participation': (None if self.participation is None
                           else dataclasses.asdict(self.participation)),
@@ -323,13 +321,16 @@ class RunPlan:
                        else value for key, value in config['strategy'].items()}
     optional = {
         'adaptive_clip': AdaptiveClipping.from_config, 'restarts': RestartSchedule.from_config,
-        'secure': lambda c: SecureAggregation(**c), 'sampling': lambda c: Sampling(**c),
+        'secure': lambda c: SecureAggregation(**c),
         'participation': lambda c: participation_lib.ParticipationSchema(**c),
         'strategy_source': resolve.StrategySource.from_config,
         'strategy': lambda _: registry.strategy_from_config(strategy_config)}
     parts = {key: None if config.get(key) is None else _parse_field(key, parse, config[key])
              for key, parse in optional.items()}
     strategy = parts.pop('strategy')
+    # A plan of an earlier release without a sampling (null) drew min-sep cohorts.
+    parts['sampling'] = _parse_field('sampling', lambda c: Sampling(**c),
+                                     config.get('sampling') or {})
     setting = dict(population=config.get('population'),
                    noise_seed_fixed=config.get('noise_seed_fixed'))
     if config['clip_norm'] is None:
@@ -361,8 +362,7 @@ class RunPlan:
              f'  clip: {clip}',
              f'  restarts={self.restarts}, beyond_max_rounds={self.beyond_max_rounds}',
              f'  secure={self.secure}, zeroing_norm={self.zeroing_norm}',
-             '  sampling=' + ('None (min-sep sampler, declared participation schema)'
-                              if self.sampling is None else str(self.sampling)),
+             f'  sampling={self.sampling}',
              f'  rounds={self.num_rounds}, participation={self.participation}, '
              f'target_delta={self.target_delta}, population={self.population}',
              '  noise seed: ' + {None: 'not recorded', False: 'from OS entropy (secret)',

@@ -303,7 +303,7 @@ def _run(task: run_config.Task, config: run_config.RunConfig, directory: run_dir
     scope.enter_context(tff.framework.get_context_stack().install(
         tff.program.NativeFederatedContext(
             tff.backends.native.create_async_local_cpp_execution_context())))
-    source = data_source.SampledClientDataSource.from_plan(
+    source = data_source.SampledClientDataSource(
         client_ids, plan, path(run_dir.PARTICIPATION_FILE), config.seed)
     console.out(console.header(plan, f'{config.data}: {len(client_ids)} training clients', out,
                                task.keras_model_fn().count_params()))

@@ -40,12 +40,11 @@ import numpy as np
 import tensorflow_federated as tff
 from absl import logging
 
-from dp_ftrl_tff import aggregators, auditing
+from dp_ftrl_tff import aggregators, auditing, sampling
 from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.accounting import participation_log
 from dp_ftrl_tff.learning import canaries as canaries_lib
-from dp_ftrl_tff.learning import client_sampler as sampler_lib
-from dp_ftrl_tff.learning import dp_ftrl, poisson_sampler, remote_execution
+from dp_ftrl_tff.learning import dp_ftrl, remote_execution
 from dp_ftrl_tff.mechanisms import resolve
 from dp_ftrl_tff.programs import metrics_release
 from experiments.cli import flag_parsing
@@ -135,7 +134,7 @@ class _Setup:
   strategy_unsaved: bool
   process: Any
   client_ids: List[str]
-  sampler: Any
+  sampler: sampling.Sampler
   canaries: Optional[canaries_lib.Canaries]
   canary_ids: List[str]
   resumption: checkpoint_records.Resumption
@@ -148,8 +147,6 @@ def _set_up(task: Task, config: RunConfig, directory: run_dir.RunDirectory) -> _
   with _setup_errors():
     canary_ids = canary_client_ids(task, config)
     client_ids = list(task.train_data.client_ids) + canary_ids
-    # The min-sep sampler checks its schedule now; a Poisson sampler needs the plan's sampling.
-    sampler = _min_sep_sampler(config, client_ids) if config.sampler == 'min_sep' else None
     if config.secure_aggregation:
       # Chosen before anything is written or built (see experiments/run/secure_context.py).
       secure_context.use_secure_context()
@@ -168,8 +165,7 @@ def _set_up(task: Task, config: RunConfig, directory: run_dir.RunDirectory) -> _
                                                         resumption.record['plan'])
     plan = run_setup.build_plan(config, resolved, len(client_ids))
     checkpoint_records.check_plan(resumption, checkpoint_records.plan_document(plan))
-    if sampler is None:
-      sampler = poisson_sampler.PoissonSampler(client_ids, plan.sampling, seed=config.seed)
+    sampler = sampling.make_sampler(client_ids, plan, config.seed)  # checks a min-sep schedule
     # The header before the process: TFF takes most of the start-up to build it (10-20 s).
     console.out(console.header(plan, f'{config.data}: {len(client_ids)} training clients',
                                config.output_dir, task.keras_model_fn().count_params()))
@@ -260,12 +256,6 @@ def _trainable_size(process, state) -> int:
   return sum(int(np.size(w)) for w in process.get_model_weights(state).trainable)
 
 
-def _min_sep_sampler(config: RunConfig, client_ids: List[str]) -> sampler_lib.ClientSampler:
-  return sampler_lib.ClientSampler(client_ids, config.clients_per_round, min_sep=config.min_sep,
-                                   max_participations=config.max_participations, seed=config.seed,
-                                   num_rounds=config.rounds)
-
-
 class _Training:
   """The rounds of a run: its sampler, checkpoints, participation log and metric releases."""
 
@@ -298,7 +288,7 @@ class _Training:
     """Saves the state after `done` rounds, then its record of the run's files
     (`checkpoint_records`): a checkpoint counts only once its record is written."""
     asyncio.run(self.state_manager.save({'learning': self.state,
-                                         'sampler': self.sampler.state.to_dict()}, done))
+                                         'sampler': self.sampler.state}, done))
     checkpoint_records.write_record(self.config.output_dir, done,
                                     run_config.hparams_document(self.config),
                                     checkpoint_records.plan_document(self.setup.plan))
@@ -327,7 +317,7 @@ class _Training:
       return 0
     checkpoint_records.check_rebuilt(output_dir, resumption, self.setup.rebuild)
     start_round = resumption.round_num
-    structure = {'learning': self.initial_state, 'sampler': self.sampler.state.to_dict()}
+    structure = {'learning': self.initial_state, 'sampler': self.sampler.state}
     try:
       loaded = asyncio.run(self.state_manager.load(start_round, structure))
     except Exception as error:  # noqa: BLE001 (TFF's SavedModel reader raises many kinds)
@@ -336,7 +326,7 @@ class _Training:
           f'{type(error).__name__}: {error}', 'start a new run with another --experiment_name.'
       ) from error
     self.state = loaded['learning']
-    self.sampler.load_state(type(self.sampler.state).from_dict(loaded['sampler']))
+    self.sampler.load_state(loaded['sampler'])
     console.notice(f'Resuming {output_dir} after round {start_round}/{self.config.rounds}.')
     if start_round < self.config.rounds:  # more rounds to train: not complete until they are
       run_summary.remove_summary(output_dir)

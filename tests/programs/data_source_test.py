@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from dp_ftrl_tff import plan as plan_lib
+from dp_ftrl_tff import sampling as sampling_lib
 from dp_ftrl_tff.accounting import participation_log
 from dp_ftrl_tff.learning import client_sampler, poisson_sampler
 from dp_ftrl_tff.mechanisms import blt
@@ -21,24 +22,25 @@ IDS = [f'client-{i:03d}' for i in range(60)]
 HEADER_SIZE = len(b'client_id,round\r\n')
 Iterator = data_source.SampledClientDataSourceIterator
 
-# name -> (constructor settings, k passed to select, the drivers' sampler for the same settings)
+BLT = blt.BLTStrategy(theta=(0.9, 0.5), omega=(0.3, 0.2))
+POISSON = sampling_lib.Sampling('poisson', 0.1, 1, len(IDS))
+CYCLIC = sampling_lib.Sampling('cyclic_poisson', 0.3, 4, len(IDS))
+# name -> (the plan, k passed to select, the sampler of the same settings built by hand)
 SETTINGS = {
-    'min_sep': (dict(clients_per_round=5, min_sep=6, max_participations=5, num_rounds=48), 5,
+    'min_sep': (plan_lib.RunPlan.build(
+        BLT, 1.0, 5, 1.0, num_rounds=48, population=len(IDS),
+        participation=participation_lib.ParticipationSchema.b_min_sep(6, 5)), 5,
                 lambda ids, seed: client_sampler.ClientSampler(
                     ids, 5, min_sep=6, max_participations=5, seed=seed, num_rounds=48)),
-    'poisson': (dict(sampling=plan_lib.Sampling('poisson', 0.1, 1, len(IDS))), 6,
-                lambda ids, seed: poisson_sampler.PoissonSampler(
-                    ids, plan_lib.Sampling('poisson', 0.1, 1, len(IDS)), seed=seed)),
-    'cyclic_poisson': (dict(sampling=plan_lib.Sampling('cyclic_poisson', 0.3, 4, len(IDS))), 5,
-                       lambda ids, seed: poisson_sampler.PoissonSampler(
-                           ids, plan_lib.Sampling('cyclic_poisson', 0.3, 4, len(IDS)),
-                           seed=seed)),
+    'poisson': (plan_lib.RunPlan.build(BLT, 1.0, None, 1.0, sampling=POISSON), 6,
+                lambda ids, seed: poisson_sampler.PoissonSampler(ids, POISSON, seed=seed)),
+    'cyclic_poisson': (plan_lib.RunPlan.build(BLT, 1.0, None, 1.0, sampling=CYCLIC), 5,
+                       lambda ids, seed: poisson_sampler.PoissonSampler(ids, CYCLIC, seed=seed)),
 }
 
 
 def _source(path, kind='min_sep', seed=11, ids=IDS):
-  return data_source.SampledClientDataSource(ids, participation_log=str(path), seed=seed,
-                                             **SETTINGS[kind][0])
+  return data_source.SampledClientDataSource(ids, SETTINGS[kind][0], str(path), seed)
 
 
 def _driver_log(path, kind, rounds, seed=11, ids=IDS):
@@ -90,8 +92,8 @@ def test_log_and_cohorts_equal_the_drivers(tmp_path, kind):
 
 def test_ids_that_need_quoting_are_logged_as_the_drivers_log_them(tmp_path):
   ids = ['plain', 'with,comma', 'with "quote"', 'ünïcödé', 'line\nbreak', ' space ']
-  source = data_source.SampledClientDataSource(ids, participation_log=str(tmp_path / 'p.csv'),
-                                               seed=1, clients_per_round=2, min_sep=1)
+  source = data_source.SampledClientDataSource(ids, plan_lib.RunPlan.build(BLT, 1.0, 2, 1.0),
+                                               str(tmp_path / 'p.csv'), 1)
   iterator = source.iterator()
   sampler = client_sampler.ClientSampler(ids, 2, seed=1)
   writer = participation_log.ParticipationLogWriter(str(tmp_path / 'd.csv'))
@@ -164,9 +166,9 @@ def test_a_discarded_round_reselects_the_same_cohort(tmp_path, kind):
 
 
 def test_poisson_rounds_can_be_empty(tmp_path):
-  sampling = plan_lib.Sampling('poisson', 0.01, 1, 20)
-  source = data_source.SampledClientDataSource(IDS[:20], participation_log=str(tmp_path / 'p.csv'),
-                                               seed=0, sampling=sampling)
+  plan = plan_lib.RunPlan.build(BLT, 1.0, None, 1.0,
+                                sampling=sampling_lib.Sampling('poisson', 0.01, 1, 20))
+  source = data_source.SampledClientDataSource(IDS[:20], plan, str(tmp_path / 'p.csv'), 0)
   iterator = source.iterator()
   sizes = [len(iterator.select(0)) for _ in range(20)]
   assert 0 in sizes and iterator.next_round == 20
@@ -185,26 +187,27 @@ def _corrupt(buffer, what):
 
   return {
       'magic': b'NOTMAGIC' + buffer[8:],
-      'version': buffer[:8] + struct.pack('<H', 2) + buffer[10:],
+      'version': buffer[:8] + struct.pack('<H', 3) + buffer[10:],
       'truncated_prefix': buffer[:5],
       'truncated_header': buffer[:40],
       'checksum': buffer[:-1] + bytes([buffer[-1] ^ 1]),
       'not_json': buffer[:prefix] + b'{' * header_size + payload,
       'missing_field': buffer[:10] + struct.pack('<Q', 2) + b'{}' + payload,
-      'bad_seed': with_header(seed=-3),
+      'bad_seed': with_header(config=header['config'] | {'seed': -3}),
       'bad_offset': with_header(log_offset=3),
-      'bad_population': with_header(population=len(IDS) + 1),
+      'bad_cohort': with_header(config=header['config'] | {'clients_per_round': len(IDS) + 1}),
       'sampler_kind': with_header(sampler='poisson'),
+      'unknown_kind': with_header(sampler='uniform'),
       'not_bytes': 'a string',
   }[what]
 
 
 @pytest.mark.parametrize('what, match', [
-    ('magic', 'magic'), ('version', 'version 2'), ('truncated_prefix', 'Truncated'),
+    ('magic', 'magic'), ('version', 'version 3'), ('truncated_prefix', 'Truncated'),
     ('truncated_header', 'Truncated'), ('checksum', 'SHA-256'), ('not_json', 'JSON'),
     ('missing_field', 'lacks'), ('bad_seed', 'seed'), ('bad_offset', 'log_offset'),
-    ('bad_population', 'client_ids|min-sep state'), ('sampler_kind', 'sampler'),
-    ('not_bytes', '`buffer`')])
+    ('bad_cohort', 'clients_per_round'), ('sampler_kind', "'poisson' sampler.*config"),
+    ('unknown_kind', 'kind'), ('not_bytes', '`buffer`')])
 def test_corrupt_bytes_raise_value_error_naming_the_problem(tmp_path, what, match):
   iterator = _source(tmp_path / 'p.csv').iterator()
   iterator.select(5)
@@ -215,8 +218,8 @@ def test_corrupt_bytes_raise_value_error_naming_the_problem(tmp_path, what, matc
 def test_an_impossible_state_is_refused(tmp_path):
   iterator = _source(tmp_path / 'p.csv', 'poisson').iterator()
   buffer = iterator.to_bytes()
-  header = _header(buffer) | {'sampling': {'kind': 'poisson', 'sampling_prob': 2.0,
-                                           'num_groups': 1, 'population': len(IDS)}}
+  header = _header(buffer)
+  header['config']['sampling']['sampling_prob'] = 2.0
   blob = json.dumps(header).encode()
   size = struct.unpack_from('<Q', buffer, 10)[0]
   with pytest.raises(ValueError, match='sampling_prob'):
@@ -262,27 +265,20 @@ def test_append_round_at_writes_the_bytes_of_append_round(tmp_path):
 
 
 def _plan(**kwargs):
-  return plan_lib.RunPlan.build(blt.BLTStrategy(theta=(0.9, 0.5), omega=(0.3, 0.2)), 1.0,
-                                **kwargs)
+  return plan_lib.RunPlan.build(BLT, 1.0, **kwargs)
 
 
-def test_from_plan_builds_the_plan_sampler(tmp_path):
-  min_sep = data_source.SampledClientDataSource.from_plan(
-      IDS, _plan(clients_per_round=5, clip_norm=1.0, num_rounds=48, population=len(IDS),
-                 participation=participation_lib.ParticipationSchema.b_min_sep(6, 5)),
-      str(tmp_path / 'a.csv'), 11)
-  assert min_sep.iterator() == _source(tmp_path / 'a.csv').iterator()
-  sampling = SETTINGS['cyclic_poisson'][0]['sampling']
-  cyclic = data_source.SampledClientDataSource.from_plan(
-      IDS, _plan(clients_per_round=None, clip_norm=1.0, sampling=sampling),
-      str(tmp_path / 'b.csv'), 11)
-  assert cyclic.iterator() == _source(tmp_path / 'b.csv', 'cyclic_poisson').iterator()
+def test_the_plan_makes_the_sampler(tmp_path):
+  for kind in SETTINGS:
+    iterator = _source(tmp_path / f'{kind}.csv', kind).iterator()
+    assert iterator.sampler_kind == kind and iterator.select(SETTINGS[kind][1]) == (
+        SETTINGS[kind][2](IDS, 11).sample(0))
   with pytest.raises(ValueError, match='population'):
-    data_source.SampledClientDataSource.from_plan(
+    data_source.SampledClientDataSource(
         IDS[:50], _plan(clients_per_round=5, clip_norm=1.0, population=len(IDS)),
         str(tmp_path / 'c.csv'), 11)
   with pytest.raises(ValueError, match='fractional'):
-    data_source.SampledClientDataSource.from_plan(
+    data_source.SampledClientDataSource(
         IDS, _plan(clients_per_round=2.5, clip_norm=1.0), str(tmp_path / 'c.csv'), 11)
   with pytest.raises(ValueError, match='`plan`'):
-    data_source.SampledClientDataSource.from_plan(IDS, {'plan': 1}, str(tmp_path / 'c.csv'), 11)
+    data_source.SampledClientDataSource(IDS, {'plan': 1}, str(tmp_path / 'c.csv'), 11)
