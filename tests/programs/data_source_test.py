@@ -2,6 +2,7 @@
 drivers' log bytes, restart and discard idempotence, and corrupt state."""
 
 import copy
+import hashlib
 import json
 import struct
 
@@ -136,13 +137,23 @@ def test_restart_from_bytes_gives_the_uninterrupted_log(tmp_path, kind, saved_af
   assert path.read_bytes() == reference_path.read_bytes()
   assert restored.log_offset == reference.log_offset
   # Every field but the log path is the uninterrupted iterator's.
-  assert _header(restored.to_bytes()) | {'participation_log': ''} == (
-      _header(reference.to_bytes()) | {'participation_log': ''})
+  assert _fields(restored.to_bytes()) | {'participation_log': ''} == (
+      _fields(reference.to_bytes()) | {'participation_log': ''})
 
 
-def _header(buffer):
-  size = struct.unpack_from('<Q', buffer, 10)[0]
-  return json.loads(buffer[18:18 + size])
+PREFIX = 8 + 2 + 32  # magic, version, SHA-256 of the body
+
+
+def _fields(buffer):
+  return json.loads(buffer[PREFIX:])
+
+
+def _with_body(buffer, body):
+  return buffer[:10] + hashlib.sha256(body).digest() + body
+
+
+def _with_fields(buffer, **changes):
+  return _with_body(buffer, json.dumps(_fields(buffer) | changes).encode())
 
 
 @pytest.mark.parametrize('kind', list(SETTINGS))
@@ -177,37 +188,32 @@ def test_poisson_rounds_can_be_empty(tmp_path):
 
 
 def _corrupt(buffer, what):
-  prefix, header_size = 18, struct.unpack_from('<Q', buffer, 10)[0]
-  header = _header(buffer)
-  payload = buffer[prefix + header_size:]
-
-  def with_header(**changes):
-    blob = json.dumps(header | changes).encode()
-    return buffer[:10] + struct.pack('<Q', len(blob)) + blob + payload
-
+  fields = _fields(buffer)
   return {
       'magic': b'NOTMAGIC' + buffer[8:],
       'version': buffer[:8] + struct.pack('<H', 3) + buffer[10:],
       'truncated_prefix': buffer[:5],
-      'truncated_header': buffer[:40],
+      'truncated_body': buffer[:60],
       'checksum': buffer[:-1] + bytes([buffer[-1] ^ 1]),
-      'not_json': buffer[:prefix] + b'{' * header_size + payload,
-      'missing_field': buffer[:10] + struct.pack('<Q', 2) + b'{}' + payload,
-      'bad_seed': with_header(config=header['config'] | {'seed': -3}),
-      'bad_offset': with_header(log_offset=3),
-      'bad_cohort': with_header(config=header['config'] | {'clients_per_round': len(IDS) + 1}),
-      'sampler_kind': with_header(sampler='poisson'),
-      'unknown_kind': with_header(sampler='uniform'),
+      'not_json': _with_body(buffer, b'{' * 20),
+      'not_an_object': _with_body(buffer, b'[]'),
+      'missing_field': _with_body(buffer, b'{}'),
+      'bad_seed': _with_fields(buffer, config=fields['config'] | {'seed': -3}),
+      'bad_cohort': _with_fields(buffer, config=fields['config'] | {'clients_per_round': 61}),
+      'bad_state': _with_fields(buffer, state=fields['state'] | {'last_round': [0]}),
+      'sampler_kind': _with_fields(buffer, sampler='poisson'),
+      'unknown_kind': _with_fields(buffer, sampler='uniform'),
       'not_bytes': 'a string',
   }[what]
 
 
 @pytest.mark.parametrize('what, match', [
     ('magic', 'magic'), ('version', 'version 3'), ('truncated_prefix', 'Truncated'),
-    ('truncated_header', 'Truncated'), ('checksum', 'SHA-256'), ('not_json', 'JSON'),
-    ('missing_field', 'lacks'), ('bad_seed', 'seed'), ('bad_offset', 'log_offset'),
-    ('bad_cohort', 'clients_per_round'), ('sampler_kind', "'poisson' sampler.*config"),
-    ('unknown_kind', 'kind'), ('not_bytes', '`buffer`')])
+    ('truncated_body', 'SHA-256'), ('checksum', 'SHA-256'), ('not_json', 'JSON'),
+    ('not_an_object', 'lack'), ('missing_field', 'lack'), ('bad_seed', 'seed'),
+    ('bad_cohort', 'clients_per_round'), ('bad_state', 'population changed'),
+    ('sampler_kind', "'poisson' sampler.*config"), ('unknown_kind', 'kind'),
+    ('not_bytes', '`buffer`')])
 def test_corrupt_bytes_raise_value_error_naming_the_problem(tmp_path, what, match):
   iterator = _source(tmp_path / 'p.csv').iterator()
   iterator.select(5)
@@ -216,14 +222,11 @@ def test_corrupt_bytes_raise_value_error_naming_the_problem(tmp_path, what, matc
 
 
 def test_an_impossible_state_is_refused(tmp_path):
-  iterator = _source(tmp_path / 'p.csv', 'poisson').iterator()
-  buffer = iterator.to_bytes()
-  header = _header(buffer)
-  header['config']['sampling']['sampling_prob'] = 2.0
-  blob = json.dumps(header).encode()
-  size = struct.unpack_from('<Q', buffer, 10)[0]
+  buffer = _source(tmp_path / 'p.csv', 'poisson').iterator().to_bytes()
+  config = _fields(buffer)['config']
+  config['sampling']['sampling_prob'] = 2.0
   with pytest.raises(ValueError, match='sampling_prob'):
-    Iterator.from_bytes(buffer[:10] + struct.pack('<Q', len(blob)) + blob + buffer[18 + size:])
+    Iterator.from_bytes(_with_fields(buffer, config=config))
 
 
 @pytest.mark.parametrize('damage, match', [
