@@ -113,7 +113,7 @@ def build_plan(config: run_config.RunConfig, resolved: resolve.ResolvedStrategy,
     plan.StrategyTooShortError: the strategy covers fewer rounds (on resume: with the remedies of
       a run directory).
   """
-  if config.sampler != 'min_sep' and population is None:
+  if sampling_lib.entry(config.sampler).random_cohorts and population is None:
     raise ValueError(f'`population` is required with `sampler`={config.sampler}.')
   saved = saved_strategy_path(config.output_dir)
   try:

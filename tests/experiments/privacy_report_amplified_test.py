@@ -36,7 +36,7 @@ def _direct_epsilon(sigma, q, count, delta):
   return accountant.get_epsilon(delta)
 
 
-def _report(strategy, schema, sampling=None, **kwargs):
+def _report(strategy, schema, sampling=sampling_lib.Sampling(), **kwargs):
   run_plan = plan_lib.RunPlan.for_accounting(strategy, 3.0, sampling=sampling, num_rounds=24,
                                              participation=schema, target_delta=1e-6)
   return report.build_report(run_plan, **kwargs)
