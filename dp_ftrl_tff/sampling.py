@@ -108,13 +108,13 @@ class Sampling:
   """How a run's cohorts are drawn: its kind, and the settings of random cohorts.
 
   'poisson': in every round each of the `population` clients participates independently with
-  probability q = `sampling_prob`. 'cyclic_poisson' (b-hat-cyclic Poisson, BandMF paper Alg. 2 with
-  Poisson draws, docs/papers.md): the population is split once into b-hat = `num_groups` fixed groups
-  (the flag `--sampling_groups`), and round t (0-based) draws each member of group t mod b-hat
-  independently with probability q, so a client's participations are b-hat rounds apart or more
-  (min_sep = b-hat). Groups are as equal as possible: the first population mod b-hat groups have one
-  client more. The realized cohort size is random (it may be 0); the mean divides by the fixed
-  `expected_clients_per_round` = q * population / b-hat.
+  probability q = `sampling_prob`. 'cyclic_poisson' (b-hat-cyclic Poisson, BandMF paper Alg. 2
+  with Poisson draws, docs/papers.md): the population is split once into b-hat = `num_groups`
+  fixed groups (the flag `--sampling_groups`), and round t (0-based) draws each member of group
+  t mod b-hat independently with probability q, so a client's participations are b-hat rounds
+  apart or more (min_sep = b-hat). Groups are as equal as possible: the first population mod
+  b-hat groups have one client more. The realized cohort size is random (it may be 0); the mean
+  divides by the fixed `expected_clients_per_round` = q * population / b-hat.
 
   A kind without random cohorts ('min_sep') takes no setting here: its cohort size and
   participation are the plan's.

@@ -151,7 +151,7 @@ def _sampling(fv):
     return sampling_lib.Sampling()
   groups = fv.sampling_groups or 1
   return sampling_lib.Sampling('poisson' if fv.sampling_groups is None else 'cyclic_poisson',
-                           fv.sampling_prob, groups)
+                               fv.sampling_prob, groups)
 
 
 def _plan_from_flags(fv, log) -> plan_lib.RunPlan:

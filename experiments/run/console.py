@@ -143,7 +143,8 @@ def _cohorts(plan: plan_lib.RunPlan) -> str:
   sampling probability q)."""
   sampling = plan.sampling
   if not sampling.random_cohorts:
-    return f'{sampling.kind.replace("_", "-")} sampler, {plan.clients_per_round:g} clients per round'
+    return (f'{sampling.kind.replace("_", "-")} sampler, {plan.clients_per_round:g} clients per '
+            'round')
   groups = f', {sampling.num_groups} groups' if sampling.kind == 'cyclic_poisson' else ''
   return (f'{sampling.kind} sampling q={sampling.sampling_prob:g}{groups}, expected '
           f'{plan.clients_per_round:.4g} clients per round')

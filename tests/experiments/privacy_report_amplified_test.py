@@ -90,7 +90,8 @@ def test_flags(tmp_path):
 
 
 def test_plan_with_sampling(tmp_path):
-  sampling = sampling_lib.Sampling(kind='poisson', sampling_prob=0.05, num_groups=1, population=2000)
+  sampling = sampling_lib.Sampling(kind='poisson', sampling_prob=0.05, num_groups=1,
+                                   population=2000)
   run_plan = plan_lib.RunPlan.build(gaussian.GaussianStrategy(), 1.5, None, 1.0, sampling=sampling)
   path = str(tmp_path / 'plan.json')
   plan_lib.save_plan(run_plan, path)
@@ -104,7 +105,8 @@ def test_plan_with_sampling(tmp_path):
 
 
 def test_plan_whose_strategy_the_theorem_does_not_cover_keeps_the_unamplified_report(tmp_path):
-  sampling = sampling_lib.Sampling(kind='poisson', sampling_prob=0.05, num_groups=1, population=2000)
+  sampling = sampling_lib.Sampling(kind='poisson', sampling_prob=0.05, num_groups=1,
+                                   population=2000)
   run_plan = plan_lib.RunPlan.build(_banded(), 3.0, None, 1.0, sampling=sampling)
   path = str(tmp_path / 'plan.json')
   plan_lib.save_plan(run_plan, path)

@@ -99,7 +99,8 @@ def test_cyclic_participations_are_multiples_of_the_group_count_apart():
 
 
 def test_probability_one_takes_the_whole_group():
-  sampler = poisson_sampler.PoissonSampler(_ids(7), sampling_lib.Sampling('cyclic_poisson', 1.0, 2, 7))
+  sampler = poisson_sampler.PoissonSampler(_ids(7),
+                                           sampling_lib.Sampling('cyclic_poisson', 1.0, 2, 7))
   assert sampler.sample(0) == sampler.group(0) and sampler.sample(1) == sampler.group(1)
   assert len(sampler.group(0)) == 4 and len(sampler.group(1)) == 3
 

@@ -31,7 +31,8 @@ WRAP_ROUND = 3  # 0-based round whose secure sum wraps in the fake metrics
 def _plan(kind: str, **kwargs) -> plan_lib.RunPlan:
   if kind == 'poisson':  # amplification by sampling needs independent noise
     return plan_lib.RunPlan.build(gaussian.GaussianStrategy(), 1.0, None, 1.0, num_rounds=ROUNDS,
-                                  sampling=sampling_lib.Sampling('poisson', 0.1, 1, len(IDS)), **kwargs)
+                                  sampling=sampling_lib.Sampling('poisson', 0.1, 1, len(IDS)),
+                                  **kwargs)
   strategy = blt.BLTStrategy(theta=(0.9, 0.5), omega=(0.3, 0.2))
   return plan_lib.RunPlan.build(strategy, 1.0, 5, 1.0, num_rounds=ROUNDS, population=len(IDS),
                                 participation=participation_lib.ParticipationSchema.b_min_sep(2, 3),
