@@ -29,7 +29,7 @@ import numpy as np
 from dp_ftrl_tff import _atomic, _validation, plan_checks, settings
 from dp_ftrl_tff.mechanisms import base, registry, resolve
 from dp_ftrl_tff.mechanisms import participation as participation_lib
-from dp_ftrl_tff.settings import SAMPLING_KINDS, Sampling  # noqa: F401  (re-exported)
+from dp_ftrl_tff.sampling import Sampling
 
 BEYOND_MAX_ROUNDS = ('error', 'restart')
 
@@ -59,18 +59,18 @@ class RunPlan:
     zeroing_norm: updates with a larger L2 norm are zeroed; None zeroes only non-finite updates.
     beyond_max_rounds: banded strategies past their `max_rounds`: 'error' or 'restart' (the flag
       `--banded_beyond_max_rounds`).
-    sampling: the random `Sampling` of the cohorts (then `clients_per_round` is its
-      `expected_clients_per_round`), or None: min-sep sampling of exactly `clients_per_round`
-      clients, accounted with the declared participation schema.
+    sampling: the `Sampling` of the cohorts: random ones (then `clients_per_round` is its
+      `expected_clients_per_round`), or kind 'min_sep': exactly `clients_per_round` clients,
+      accounted with the declared participation schema.
     num_rounds: n, the run's rounds, or None (a plan for an aggregator alone).
     participation: the declared `ParticipationSchema` (b-min-sep with at most k participations),
-      or None; with `sampling`, one the sampler enforces.
+      or None; with random cohorts, one the sampler enforces.
     target_delta: the delta of the run's (epsilon, delta) statement, in (0, 1), or None.
     strategy_source: the `resolve.StrategySource` of the strategy (file, optimizer, ...), or None.
     calibration: {'target_epsilon': e} or {'target_rho': r} when sigma was calibrated to it, else
       None.
     population: the number of clients the run samples from (its training clients), or None: not
-      recorded (a plan for accounting only). With `sampling`, its `population`.
+      recorded (a plan for accounting only). With random cohorts, the sampling's `population`.
     noise_seed_fixed: True when the noise comes from a seed given explicitly (the drivers'
       `--noise_seed`): anyone who knows the seed can regenerate and subtract the noise, so the run
       is for testing only and has no privacy guarantee; False when the seed is drawn from OS
@@ -87,7 +87,7 @@ class RunPlan:
   secure: Optional[settings.SecureAggregation] = None
   zeroing_norm: Optional[float] = None
   beyond_max_rounds: str = 'error'
-  sampling: Optional[Sampling] = None
+  sampling: Sampling = Sampling()
   num_rounds: Optional[int] = None
   participation: Optional[participation_lib.ParticipationSchema] = None
   target_delta: Optional[float] = None
@@ -135,7 +135,7 @@ class RunPlan:
   @classmethod
   def build(cls, strategy: base.Strategy, noise_multiplier: float,
             clients_per_round: Optional[float], clip_norm: Optional[float], *, adaptive_clip=None,
-            sampling: Optional[Sampling] = None, **setting) -> 'RunPlan':
+            sampling: Sampling = Sampling(), **setting) -> 'RunPlan':
     """The plan an aggregator can run, its defaults resolved: the clip from the adaptive clipping,
     the clients per round from the sampling.
 
@@ -143,10 +143,10 @@ class RunPlan:
       strategy: a registered `Strategy` with a streaming noise state.
       noise_multiplier: sigma: 0 (no noise) or in [1e-100, 1e100]
         (`plan_checks.check_noise_multiplier`).
-      clients_per_round: m > 0; with `sampling`, None or its `expected_clients_per_round`.
+      clients_per_round: m > 0; with random cohorts, None or its `expected_clients_per_round`.
       clip_norm: the fixed clip; with `adaptive_clip` the initial clip, or None.
       adaptive_clip: None or False (fixed clip), True (Gboard defaults) or an `AdaptiveClipping`.
-      sampling: a `Sampling` (Poisson or cyclic Poisson cohorts), or None (min-sep sampling).
+      sampling: a `Sampling` (default: kind 'min_sep').
       setting: the other fields of the plan, by keyword: `restarts`, `secure`, `zeroing_norm`,
         `beyond_max_rounds`, `num_rounds` (every segment must fit the strategy), `participation`,
         `target_delta`, `strategy_source`, `calibration`, `population` (>= `clients_per_round`; with
@@ -155,8 +155,8 @@ class RunPlan:
     adaptive = plan_checks.adaptive_settings(adaptive_clip)
     if clip_norm is None and adaptive is None:
       raise ValueError('`clip_norm` is required without `adaptive_clip`.')
-    if clients_per_round is None and plan_checks.check_sampling(sampling) is not None:
-      clients_per_round = sampling.expected_clients_per_round
+    if clients_per_round is None:
+      clients_per_round = plan_checks.check_sampling(sampling).expected_clients_per_round
     return cls(strategy=strategy, noise_multiplier=noise_multiplier,
                clients_per_round=clients_per_round, clip_norm=plan_checks.resolve_clip(
                    adaptive, clip_norm), adaptive_clip=adaptive, sampling=sampling, **setting)
@@ -263,8 +263,7 @@ class RunPlan:
              f'  clip: {clip}',
              f'  restarts={self.restarts}, beyond_max_rounds={self.beyond_max_rounds}',
              f'  secure={self.secure}, zeroing_norm={self.zeroing_norm}',
-             '  sampling=' + ('None (min-sep sampler, declared participation schema)'
-                              if self.sampling is None else str(self.sampling)),
+             f'  sampling={self.sampling}',
              f'  rounds={self.num_rounds}, participation={self.participation}, '
              f'target_delta={self.target_delta}, population={self.population}',
              '  noise seed: ' + {None: 'not recorded', False: 'from OS entropy (secret)',
@@ -345,7 +344,8 @@ _FIELDS = {
     'secure': _settings_field(lambda config: settings.SecureAggregation(**config)),
     'zeroing_norm': _Field('number'),
     'beyond_max_rounds': _Field('string'),
-    'sampling': _settings_field(lambda config: Sampling(**config)),
+    'sampling': _Field('object', False, lambda value, _: value.to_config(),
+                       lambda config: Sampling(**config)),
     'num_rounds': _Field('integer'),
     'participation': _Field('object', True, lambda schema, _: dataclasses.asdict(schema),
                             lambda config: participation_lib.ParticipationSchema(**config)),

@@ -17,10 +17,10 @@ import numpy as np
 from dp_ftrl_tff import _validation
 from dp_ftrl_tff.mechanisms import base, resolve
 from dp_ftrl_tff.mechanisms import participation as participation_lib
+from dp_ftrl_tff.sampling import Sampling
 from dp_ftrl_tff.settings import (
   DEFAULT_INITIAL_CLIP,
   AdaptiveClipping,
-  Sampling,
   SecureAggregation,
   inflated_noise_multiplier,
 )
@@ -47,17 +47,17 @@ def check_noise_multiplier(noise_multiplier) -> float:
   return sigma
 
 
-def check_sampling(sampling) -> Optional[Sampling]:
-  """`sampling` (a `Sampling` or None); ValueError otherwise."""
-  if sampling is not None and not isinstance(sampling, Sampling):
-    raise ValueError(f'`sampling` must be a Sampling or None, got {sampling!r}.')
+def check_sampling(sampling) -> Sampling:
+  """`sampling` (a `Sampling`); ValueError otherwise."""
+  if not isinstance(sampling, Sampling):
+    raise ValueError(f'`sampling` must be a dp_ftrl_tff.sampling.Sampling, got {sampling!r}.')
   return sampling
 
 
-def check_clients_per_round(m: Optional[float], sampling: Optional[Sampling]) -> None:
-  """Raises ValueError unless a clients per round `m` (checked, or None) given with a `sampling`
-  is its expected cohort size."""
-  if m is None or sampling is None:
+def check_clients_per_round(m: Optional[float], sampling: Sampling) -> None:
+  """Raises ValueError unless a clients per round `m` (checked, or None) given with random
+  cohorts is their expected cohort size."""
+  if m is None or not sampling.random_cohorts:
     return
   expected = sampling.expected_clients_per_round
   if not (expected is not None and math.isclose(m, expected, rel_tol=1e-12)):
@@ -66,18 +66,17 @@ def check_clients_per_round(m: Optional[float], sampling: Optional[Sampling]) ->
                      'pass None.')
 
 
-def check_population(population, m: Optional[float],
-                     sampling: Optional[Sampling]) -> Optional[int]:
+def check_population(population, m: Optional[float], sampling: Sampling) -> Optional[int]:
   """The population (a number of clients >= 1, or None: not recorded), checked against the plan:
-  it equals a `sampling`'s population, and a min-sep sampler's `m` clients per round fit in it.
-  With None, a sampling's population is taken."""
+  it equals a random sampling's population, and a fixed cohort of `m` clients fits in it. With
+  None, the sampling's population is taken."""
   if population is None:
-    return None if sampling is None else sampling.population
+    return sampling.population
   population = _validation.check_positive_int(population, 'population')
-  if sampling is not None and sampling.population not in (None, population):
+  if sampling.population not in (None, population):
     raise ValueError(f'`population`={population} conflicts with `sampling`, whose population is '
                      f'{sampling.population}.')
-  if sampling is None and m is not None and m > population:
+  if not sampling.random_cohorts and m is not None and m > population:
     raise ValueError(f'`clients_per_round`={m:g} exceeds the `population` of {population} '
                      'clients.')
   return population
@@ -160,7 +159,7 @@ def check_setting(plan) -> None:
       path = None if plan.strategy_source is None else plan.strategy_source.path
       raise StrategyTooShortError(plan.mechanism, max_rounds, longest,
                                   origin='' if path is None else f' in {path}')
-  if plan.sampling is not None and plan.participation is not None:
+  if plan.sampling.random_cohorts and plan.participation is not None:
     check_sampled_participation(plan.sampling, plan.participation, n)
 
 

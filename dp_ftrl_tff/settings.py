@@ -1,12 +1,11 @@
-"""The settings a run plan is made of: restarts, adaptive clipping, SecAgg and random sampling.
+"""The settings a run plan is made of: restarts, adaptive clipping and SecAgg.
 
 `RestartSchedule` (when the noise starts a fresh segment), `AdaptiveClipping` (quantile clipping,
 Gboard paper Alg. 1 / TFF's `gaussian_adaptive`, with the noise split `inflated_noise_multiplier`),
 `SecureAggregation` (the SecAgg chain's settings and scale-factor arithmetic; the TensorFlow chain is
-`aggregators.secure`) and `Sampling` (Poisson and cyclic Poisson cohorts). Each is a frozen,
-validated dataclass named like the flags (`--target_unclipped_quantile`, `--clip_learning_rate`,
-`--sampling_prob`; SecAgg's without their `secure_` prefix, the groups of the sampling
-`num_groups` for `--sampling_groups`); the binaries name the flag in every error
+`aggregators.secure`); the sampling is `dp_ftrl_tff.sampling`'s. Each is a frozen,
+validated dataclass named like the flags (`--target_unclipped_quantile`, `--clip_learning_rate`;
+SecAgg's without their `secure_` prefix); the binaries name the flag in every error
 (`experiments.cli.errors`). `dp_ftrl_tff.plan.RunPlan` holds them. Imports no TensorFlow.
 
 Conventions (docs/papers.md): rounds are 0-based; noise multipliers are relative to the clip norm
@@ -260,79 +259,6 @@ class SecureAggregation:
     """1 / gamma: the scale applied before rounding for the clip `clip_norm`."""
     clip_norm = _validation.check_positive_float(clip_norm, 'clip_norm')
     return min(self.unit_scale_factor(clients_per_round, dim) / clip_norm, MAX_SCALE_FACTOR)
-
-  def to_config(self) -> dict:
-    return dataclasses.asdict(self)
-
-# ------------------------------------------------------------------------------------------------
-# Client sampling.
-
-SAMPLING_KINDS = ('poisson', 'cyclic_poisson')
-
-
-@dataclasses.dataclass(frozen=True)
-class Sampling:
-  """Random client sampling with independent per-client coins (`learning.poisson_sampler`).
-
-  'poisson': in every round each of the `population` clients participates independently with
-  probability q = `sampling_prob`. 'cyclic_poisson' (b-hat-cyclic Poisson, BandMF paper Alg. 2 with
-  Poisson draws, docs/papers.md): the population is split once into b-hat = `num_groups` fixed groups
-  (the flag `--sampling_groups`), and round t (0-based) draws each member of group t mod b-hat
-  independently with probability q, so a client's participations are b-hat rounds apart or more
-  (min_sep = b-hat).
-
-  Groups are as equal as possible: the first population mod b-hat groups have one client more than the
-  others. The realized cohort size is random (it may be 0); the mean divides by the fixed
-  `expected_clients_per_round` = q * population / b-hat, the expected cohort size averaged over the
-  b-hat rounds of a cycle (so with a remainder, rounds of a larger group expect q more clients).
-
-  Attributes:
-    kind: 'poisson' or 'cyclic_poisson' (the flag `--sampler`).
-    sampling_prob: q in (0, 1], a client's inclusion probability in a round it is eligible for.
-    num_groups: b-hat >= 1 (1 for 'poisson'), at most `population`.
-    population: number of clients >= 1, or None in a plan made for accounting only (a planned run's
-      report: the amplified guarantee does not depend on it).
-  """
-  kind: str
-  sampling_prob: float
-  num_groups: int = 1
-  population: Optional[int] = None
-
-  def __post_init__(self):
-    _validation.check_one_of(self.kind, 'kind', SAMPLING_KINDS)
-    # Stored as Python scalars, so `to_config` is JSON-ready whatever numpy types were passed.
-    object.__setattr__(self, 'sampling_prob', _validation.check_float_in_range(
-        self.sampling_prob, 'sampling_prob', 0.0, 1.0, low_inclusive=False))
-    object.__setattr__(self, 'num_groups',
-                       _validation.check_positive_int(self.num_groups, 'num_groups'))
-    if self.population is not None:
-      object.__setattr__(self, 'population',
-                         _validation.check_positive_int(self.population, 'population'))
-    if self.kind == 'poisson' and self.num_groups != 1:
-      raise ValueError(f"`num_groups` must be 1 for kind='poisson', got {self.num_groups!r}.")
-    if self.population is not None and self.num_groups > self.population:
-      raise ValueError(f'`num_groups`={self.num_groups} exceeds the `population` of '
-                       f'{self.population} clients: every group needs a client.')
-
-  @property
-  def enforced_min_sep(self) -> int:
-    """The separation the sampler enforces between two participations of a client: b-hat."""
-    return self.num_groups
-
-  def group_sizes(self) -> list:
-    """The b-hat group sizes (Python ints): the first population mod b-hat are one larger."""
-    if self.population is None:
-      raise ValueError('This sampling has no `population` (a plan made for accounting only).')
-    base_size, remainder = divmod(self.population, self.num_groups)
-    return [base_size + (1 if g < remainder else 0) for g in range(self.num_groups)]
-
-  @property
-  def expected_clients_per_round(self) -> Optional[float]:
-    """q * population / b-hat: the fixed denominator of the mean (expected cohort size); None
-    without a population."""
-    if self.population is None:
-      return None
-    return self.sampling_prob * self.population / self.num_groups
 
   def to_config(self) -> dict:
     return dataclasses.asdict(self)

@@ -50,6 +50,7 @@ import traceback
 from absl import app, flags
 
 from dp_ftrl_tff import plan as plan_lib
+from dp_ftrl_tff import sampling as sampling_lib
 from dp_ftrl_tff.accounting import (
     amplification,
     calibration,
@@ -105,14 +106,14 @@ _SETTING_FLAGS = ('rounds', 'min_sep', 'max_participations', 'fixed_epoch', 'tar
 
 
 def _sampling(fv):
-  """The random sampling of --sampling_prob / --sampling_groups, or None."""
+  """The random sampling of --sampling_prob / --sampling_groups, or min-sep sampling."""
   if fv.sampling_groups is not None and fv.sampling_prob is None:
     raise ValueError('`sampling_groups` needs `sampling_prob`.')
   if fv.sampling_prob is None:
-    return None
+    return sampling_lib.Sampling()
   groups = fv.sampling_groups or 1
-  return plan_lib.Sampling('poisson' if fv.sampling_groups is None else 'cyclic_poisson',
-                           fv.sampling_prob, groups)
+  return sampling_lib.Sampling('poisson' if fv.sampling_groups is None else 'cyclic_poisson',
+                               fv.sampling_prob, groups)
 
 
 def _plan_from_flags(fv, log) -> plan_lib.RunPlan:
@@ -133,7 +134,7 @@ def _plan_from_flags(fv, log) -> plan_lib.RunPlan:
   restarts = plan_flags.restarts(plan_flags.restart_rounds(fv.restart_rounds), fv.restart_warmup,
                                  fv.restart_period)
   sampling = _sampling(fv)
-  if sampling is not None and rounds is not None:  # the amplified figure asked for must apply
+  if sampling.random_cohorts and rounds is not None:  # the amplified figure asked for must apply
     amplification.check_banded(resolved.strategy, rounds, sampling.num_groups,
                                None if restarts is None else restarts.restart_rounds(rounds))
   run_plan = plan_lib.RunPlan.for_accounting(

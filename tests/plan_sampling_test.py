@@ -1,10 +1,11 @@
-"""Tests of `plan.Sampling` and the plan's optional `sampling` field."""
+"""Tests of `sampling.Sampling` and the plan's `sampling` field."""
 
 import json
 
 import pytest
 
 from dp_ftrl_tff import plan
+from dp_ftrl_tff import sampling as sampling_lib
 from dp_ftrl_tff.mechanisms import blt
 
 pytestmark = pytest.mark.unit
@@ -15,7 +16,7 @@ BLT = blt.BLTStrategy(theta=(0.9, 0.5), omega=(0.3, 0.2))
 @pytest.mark.parametrize('population, groups, sizes', [
     (10, 1, [10]), (10, 3, [4, 3, 3]), (12, 4, [3, 3, 3, 3]), (5, 5, [1] * 5)])
 def test_group_sizes_partition_the_population(population, groups, sizes):
-  sampling = plan.Sampling('cyclic_poisson', 0.25, groups, population)
+  sampling = sampling_lib.Sampling('cyclic_poisson', 0.25, groups, population)
   assert sampling.group_sizes() == sizes
   assert sampling.expected_clients_per_round == pytest.approx(0.25 * population / groups,
                                                               rel=1e-15)
@@ -28,16 +29,20 @@ def test_group_sizes_partition_the_population(population, groups, sizes):
     (dict(kind='uniform'), 'kind'), (dict(sampling_prob=0.0), 'sampling_prob'),
     (dict(sampling_prob=1.5), 'sampling_prob'), (dict(num_groups=0), 'num_groups'),
     (dict(population=0), 'population'), (dict(num_groups=11), 'num_groups'),
-    (dict(kind='poisson', num_groups=2), 'num_groups'), (dict(population=2.5), 'population')])
+    (dict(kind='poisson', num_groups=2), 'num_groups'), (dict(population=2.5), 'population'),
+    (dict(sampling_prob=None), 'sampling_prob'),
+    (dict(kind='min_sep', num_groups=1, population=None), 'sampling_prob'),
+    (dict(kind='min_sep', sampling_prob=None, population=None), 'num_groups'),
+    (dict(kind='min_sep', sampling_prob=None, num_groups=1), 'population')])
 def test_sampling_validation_names_the_parameter(kwargs, name):
   args = dict(kind='cyclic_poisson', sampling_prob=0.1, num_groups=2, population=10)
   args.update(kwargs)
   with pytest.raises(ValueError, match=name):
-    plan.Sampling(**args)
+    sampling_lib.Sampling(**args)
 
 
 def test_plan_takes_the_expected_cohort_as_clients_per_round():
-  sampling = plan.Sampling('cyclic_poisson', 0.1, 3, 100)
+  sampling = sampling_lib.Sampling('cyclic_poisson', 0.1, 3, 100)
   run_plan = plan.RunPlan.build(BLT, 1.0, None, 1.0, sampling=sampling)
   assert run_plan.clients_per_round == sampling.expected_clients_per_round
   assert plan.RunPlan.build(BLT, 1.0, 0.1 * 100 / 3, 1.0, sampling=sampling) == run_plan
@@ -45,12 +50,14 @@ def test_plan_takes_the_expected_cohort_as_clients_per_round():
     plan.RunPlan.build(BLT, 1.0, 10, 1.0, sampling=sampling)
   with pytest.raises(ValueError, match='sampling'):
     plan.RunPlan.build(BLT, 1.0, 10, 1.0, sampling={'kind': 'poisson'})
+  with pytest.raises(ValueError, match='sampling'):
+    plan.RunPlan.build(BLT, 1.0, 10, 1.0, sampling=None)
   with pytest.raises(ValueError, match='clients_per_round'):
     plan.RunPlan.build(BLT, 1.0, None, 1.0)
 
 
 def test_sampling_round_trips_and_old_plans_still_load(tmp_path):
-  sampling = plan.Sampling('poisson', 0.05, 1, 400)
+  sampling = sampling_lib.Sampling('poisson', 0.05, 1, 400)
   run_plan = plan.RunPlan.build(BLT, 2.0, None, 1.0, sampling=sampling)
   path = tmp_path / 'plan.json'
   plan.save_plan(run_plan, path)
@@ -58,8 +65,17 @@ def test_sampling_round_trips_and_old_plans_still_load(tmp_path):
   assert json.loads(path.read_text())['sampling'] == {
       'kind': 'poisson', 'sampling_prob': 0.05, 'num_groups': 1, 'population': 400}
   assert 'sampling=Sampling(kind=' in str(run_plan)
-  # A plan file written before the field existed: min-sep sampling.
-  config = plan.RunPlan.build(BLT, 2.0, 10, 1.0).to_config()
-  del config['sampling']
-  old = plan.RunPlan.from_config(config)
-  assert old.sampling is None and 'min-sep sampler' in str(old)
+  min_sep = plan.RunPlan.build(BLT, 2.0, 10, 1.0)
+  config = min_sep.to_config()
+  assert config['sampling'] == {'kind': 'min_sep', 'sampling_prob': None, 'num_groups': 1,
+                                'population': None}
+  assert min_sep.sampling == sampling_lib.Sampling() and not min_sep.sampling.random_cohorts
+  # A plan file of an earlier release (no field, or null) drew min-sep cohorts.
+  for old in (None, 'missing'):
+    if old is None:
+      config['sampling'] = None
+    else:
+      del config['sampling']
+    assert plan.RunPlan.from_config(config) == min_sep
+  with pytest.raises(ValueError, match="field 'sampling'.*kind"):
+    plan.RunPlan.from_config(dict(config, sampling={'kind': 'uniform'}))

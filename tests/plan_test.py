@@ -10,6 +10,7 @@ import pytest
 import tensorflow_federated as tff
 
 from dp_ftrl_tff import plan, settings
+from dp_ftrl_tff import sampling as sampling_lib
 from dp_ftrl_tff.mechanisms import banded, blt, gaussian, tree
 
 pytestmark = pytest.mark.unit
@@ -246,7 +247,7 @@ def test_plan_without_population_and_seed_keys_loads(tmp_path):
 
 
 def test_population_of_a_sampling_is_the_plans():
-  sampling = plan.Sampling('poisson', 0.1, population=200)
+  sampling = sampling_lib.Sampling('poisson', 0.1, population=200)
   sampled = plan.RunPlan.build(gaussian.GaussianStrategy(), 1.0, None, 1.0, sampling=sampling)
   assert sampled.population == 200
   with pytest.raises(ValueError, match='population'):

@@ -169,9 +169,10 @@ def cohorts_text(facts: report_sections.RunFacts) -> str:
                 f'a population of {facts.population} clients')
   fraction = ('' if facts.cohort_fraction is None else
               f', {facts.cohort_fraction:.4g} of the population per round')
-  if facts.sampler == 'min_sep':
-    return (f'min-sep sampler: exactly {facts.clients_per_round:g} clients per round from '
-            f'{population}{fraction} (no random sampling probability: no amplification)')
+  if facts.sampling_prob is None:  # fixed cohorts
+    return (f'{facts.sampler.replace("_", "-")} sampler: exactly {facts.clients_per_round:g} '
+            f'clients per round from {population}{fraction} (no random sampling probability: no '
+            'amplification)')
   groups = (f' in {facts.sampling_groups} fixed groups (round t samples group t mod '
             f'{facts.sampling_groups})' if facts.sampler == 'cyclic_poisson' else '')
   expected = ('' if facts.clients_per_round is None else

@@ -77,7 +77,7 @@ def check_log_of_plan(plan: plan_lib.RunPlan, log: log_lib.ParticipationLog, *,
   With `complete` (a finished run's report, its rounds not given explicitly), the log must also
   reach the plan's last round: rows of later rounds that are missing would lower epsilon.
   """
-  if plan.sampling is None and plan.clients_per_round is not None:
+  if not plan.sampling.random_cohorts and plan.clients_per_round is not None:
     short = np.flatnonzero(log.round_counts < plan.clients_per_round)
     if short.size:
       r = int(short[0])

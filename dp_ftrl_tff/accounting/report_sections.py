@@ -79,16 +79,15 @@ class RunFacts:
         raise ValueError('`final_clip` is for adaptive clipping; the plan has a fixed clip.')
       final_clip = _validation.check_positive_float(final_clip, 'final_clip')
     sampling, m, population = plan.sampling, plan.clients_per_round, plan.population
-    sampler = (sampling.kind if sampling is not None else
-               None if plan.accounting_only else 'min_sep')
+    sampler = None if plan.accounting_only and not sampling.random_cohorts else sampling.kind
     return cls(
         noise_seed_fixed=plan.noise_seed_fixed,
         clip=None if plan.accounting_only else 'adaptive' if adaptive else 'fixed',
         clip_norm=plan.clip_norm,
         target_unclipped_quantile=None if adaptive is None else adaptive.target_unclipped_quantile,
         final_clip=final_clip, sampler=sampler, clients_per_round=m, population=population,
-        sampling_prob=None if sampling is None else sampling.sampling_prob,
-        sampling_groups=None if sampling is None else sampling.num_groups,
+        sampling_prob=sampling.sampling_prob,
+        sampling_groups=sampling.num_groups if sampling.random_cohorts else None,
         cohort_fraction=None if m is None or population is None else m / population)
 
 
@@ -154,7 +153,7 @@ def amplification_section(plan: plan_lib.RunPlan, headline: zcdp.Guarantee, requ
   """(the amplified guarantee under the plan's sampling or None, findings). A strategy the theorem
   does not cover gets a warning, or with `require` a ValueError."""
   sampling = plan.sampling
-  if sampling is None:
+  if not sampling.random_cohorts:
     return None, []
   n, restarts = headline.num_rounds, headline.restart_rounds
   try:

@@ -130,7 +130,7 @@ def plan_guarantee(plan: plan_lib.RunPlan, *, rounds: int, min_sep: int,
                                                          'max_participations')))
   delta = _validation.check_float_in_range(delta, 'delta', 0.0, 1.0, low_inclusive=False,
                                            high_inclusive=False)
-  if plan.sampling is not None:
+  if plan.sampling.random_cohorts:
     plan_checks.check_sampled_participation(plan.sampling, participation, rounds)
   if plan.noise_multiplier == 0:
     raise ValueError('`plan` has noise_multiplier 0: the run adds no noise and has no DP '

@@ -15,12 +15,12 @@ out a timer before it checks in again):
 No privacy amplification is claimed for the random draw: the accountant uses only min_sep and k.
 """
 
-import dataclasses
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from dp_ftrl_tff import _validation
+from dp_ftrl_tff import _validation, sampling
+from dp_ftrl_tff.mechanisms import participation as participation_lib
 
 _NEVER = -1  # `last_round` of a client that has not participated yet.
 
@@ -65,36 +65,15 @@ def check_schedule(num_clients: int, clients_per_round: int, min_sep: int,
         f'clients.')
 
 
-@dataclasses.dataclass
-class SamplerState:
-  """What a checkpoint stores: per-client history (indices follow the sampler's `client_ids` order).
-
-  Attributes:
-    next_round: the 0-based round the next `sample` call draws for.
-    last_round: int64[num_clients], the last round each client participated in, -1 for never.
-    num_participations: int64[num_clients], participations so far per client.
-  """
-  next_round: int
-  last_round: np.ndarray
-  num_participations: np.ndarray
-
-  def to_dict(self) -> Dict[str, np.ndarray]:
-    """A flat dict of numpy arrays, as `tff.program` program state managers save it."""
-    return {'next_round': np.int64(self.next_round), 'last_round': self.last_round.copy(),
-            'num_participations': self.num_participations.copy()}
-
-  @classmethod
-  def from_dict(cls, value: Dict[str, np.ndarray]) -> 'SamplerState':
-    return cls(next_round=int(value['next_round']),
-               last_round=np.asarray(value['last_round'], dtype=np.int64).copy(),
-               num_participations=np.asarray(value['num_participations'], dtype=np.int64).copy())
+_STATE_KEYS = ('next_round', 'last_round', 'num_participations')
 
 
-class ClientSampler:
-  """Draws each round's cohort from the clients whose min-sep timer has expired.
+class ClientSampler(sampling.Sampler):
+  """Draws each round's cohort from the clients whose min-sep timer has expired (kind 'min_sep').
 
-  Usage: `cohort = sampler.sample(t)` for t = 0, 1, 2, ... in order; checkpoint `sampler.state`
-  and restore it with `sampler.load_state(...)`.
+  Its `state`: 'next_round' (the round the next `sample` draws), 'last_round' (int64[num_clients],
+  the last round each client participated in, -1 for never) and 'num_participations'
+  (int64[num_clients]); indices follow `client_ids`.
   """
 
   def __init__(self, client_ids: Sequence[str], clients_per_round: int, *, min_sep: int = 1,
@@ -129,9 +108,43 @@ class ClientSampler:
         None if max_participations is None else
         _validation.check_positive_int(max_participations, 'max_participations'))
     self._seed = _validation.check_nonnegative_int(seed, 'seed')
-    self._state = SamplerState(
-        next_round=0, last_round=np.full(len(client_ids), _NEVER, dtype=np.int64),
-        num_participations=np.zeros(len(client_ids), dtype=np.int64))
+    self._num_rounds = None if num_rounds is None else int(num_rounds)
+    self._next_round = 0
+    self._last_round = np.full(len(client_ids), _NEVER, dtype=np.int64)
+    self._num_participations = np.zeros(len(client_ids), dtype=np.int64)
+
+  @classmethod
+  def from_plan(cls, client_ids: Sequence[str], plan, seed: int) -> 'ClientSampler':
+    """`plan.clients_per_round` clients a round under `plan.participation` (b, k; default b = 1,
+    no cap) over `plan.num_rounds`; ValueError for a plan made for accounting only, a fractional
+    `clients_per_round` or a fixed-epoch participation."""
+    m = plan.clients_per_round
+    if m is None:
+      raise ValueError('`plan` was made for accounting only: it has no `clients_per_round`.')
+    if float(m) != int(m):
+      raise ValueError(f'`plan.clients_per_round`={m} is fractional; min-sep sampling draws whole '
+                       'cohorts.')
+    schema = plan.participation or participation_lib.ParticipationSchema()
+    if schema.fixed_epoch:
+      raise ValueError('`plan.participation` is a fixed-epoch schema; the min-sep sampler enforces '
+                       'b-min-sep participation only.')
+    return cls(client_ids, int(m), min_sep=schema.min_sep,
+               max_participations=schema.max_participations, seed=seed,
+               num_rounds=plan.num_rounds)
+
+  @classmethod
+  def from_config(cls, client_ids: Sequence[str], config: dict) -> 'ClientSampler':
+    if not isinstance(config, dict):
+      raise ValueError(f'`config` must be a dict, got {type(config).__name__}.')
+    try:
+      return cls(client_ids, **config)
+    except TypeError as error:  # a missing or unknown key
+      raise ValueError(f'`config`: {error}') from error
+
+  def config(self) -> dict:
+    return {'clients_per_round': self._clients_per_round, 'min_sep': self._min_sep,
+            'max_participations': self._max_participations, 'seed': self._seed,
+            'num_rounds': self._num_rounds}
 
   @property
   def client_ids(self) -> List[str]:
@@ -146,27 +159,35 @@ class ClientSampler:
     return self._max_participations
 
   @property
-  def state(self) -> SamplerState:
-    """A copy of the current state (safe to checkpoint)."""
-    return SamplerState.from_dict(self._state.to_dict())
+  def cohort_size(self) -> int:
+    return self._clients_per_round
 
-  def load_state(self, state: SamplerState) -> None:
-    """Restores a state produced by `state` on a sampler with the same population."""
-    if not isinstance(state, SamplerState):
-      raise ValueError(f'`state` must be a SamplerState, got {type(state).__name__}.')
+  @property
+  def next_round(self) -> int:
+    return self._next_round
+
+  @property
+  def state(self) -> Dict[str, np.ndarray]:
+    return {'next_round': np.int64(self._next_round), 'last_round': self._last_round.copy(),
+            'num_participations': self._num_participations.copy()}
+
+  def load_state(self, state: Dict[str, np.ndarray]) -> None:
+    state = sampling.check_state_keys(state, _STATE_KEYS)
     shape = (len(self._client_ids),)
-    if state.last_round.shape != shape or state.num_participations.shape != shape:
-      raise ValueError(f'`state` holds {state.last_round.shape[0]} clients, the sampler has '
+    if state['last_round'].shape != shape or state['num_participations'].shape != shape:
+      raise ValueError(f"`state` holds {state['last_round'].size} clients, the sampler has "
                        f'{len(self._client_ids)}: the population changed since the checkpoint.')
-    self._state = SamplerState.from_dict(state.to_dict())
+    self._next_round = _validation.check_nonnegative_int(int(state['next_round']),
+                                                         'state.next_round')
+    self._last_round, self._num_participations = state['last_round'], state['num_participations']
 
   def eligible(self, round_num: int) -> np.ndarray:
     """Indices (into `client_ids`) of the clients that may participate in round `round_num`."""
     round_num = _validation.check_nonnegative_int(round_num, 'round_num')
-    last = self._state.last_round
+    last = self._last_round
     ok = (last == _NEVER) | (round_num - last >= self._min_sep)
     if self._max_participations is not None:
-      ok &= self._state.num_participations < self._max_participations
+      ok &= self._num_participations < self._max_participations
     return np.flatnonzero(ok)
 
   def sample(self, round_num: int) -> List[str]:
@@ -181,8 +202,8 @@ class ClientSampler:
         `max_participations` cap late in a run that `check_schedule` let through).
     """
     round_num = _validation.check_nonnegative_int(round_num, 'round_num')
-    if round_num != self._state.next_round:
-      raise ValueError(f'`round_num` must be the next round {self._state.next_round}, got '
+    if round_num != self._next_round:
+      raise ValueError(f'`round_num` must be the next round {self._next_round}, got '
                        f'{round_num}.')
     pool = self.eligible(round_num)
     if pool.size < self._clients_per_round:
@@ -191,9 +212,9 @@ class ClientSampler:
           f'max_participations={self._max_participations}), {self._clients_per_round} needed.')
     rng = np.random.default_rng([self._seed, round_num])
     chosen = rng.choice(pool, size=self._clients_per_round, replace=False)
-    self._state.last_round[chosen] = round_num
-    self._state.num_participations[chosen] += 1
-    self._state.next_round = round_num + 1
+    self._last_round[chosen] = round_num
+    self._num_participations[chosen] += 1
+    self._next_round = round_num + 1
     return [self._client_ids[i] for i in chosen]
 
   def __repr__(self) -> str:

@@ -1,4 +1,4 @@
-"""Poisson and b-hat-cyclic Poisson client sampling (the random cohorts of `plan.Sampling`).
+"""Poisson and b-hat-cyclic Poisson client sampling (the random cohorts of `sampling.Sampling`).
 
   * 'poisson': in round t every client participates independently with probability q.
   * 'cyclic_poisson' (BandMF paper Alg. 2 with Poisson draws, Sec. 7; docs/papers.md): the population
@@ -7,21 +7,20 @@
     apart, so the run also satisfies the b-min-sep schema with b = b-hat.
 
 Rounds are 0-based. The cohort size is random and may be 0 (the training loop still runs the round,
-so its noise is added); the mean divides by the fixed `plan.Sampling.expected_clients_per_round`.
+so its noise is added); the mean divides by the fixed `Sampling.expected_clients_per_round`.
 
 Reproducibility: the groups are a seeded permutation of the population (stream 0 of `seed`), and the
 coins of round t come from their own stream (1, t) of `seed` (numpy `SeedSequence` spawn keys), so a
 round's cohort is a pure function of (seed, population, t): a resumed run needs no history, only the
-next round (`PoissonSamplerState`), and draws what an uninterrupted run draws.
+next round (its `state`), and draws what an uninterrupted run draws.
 """
 
-import dataclasses
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
 from dp_ftrl_tff import _validation
-from dp_ftrl_tff import plan as plan_lib
+from dp_ftrl_tff import sampling as sampling_lib
 
 # SeedSequence spawn keys of the two random streams (see the module docstring).
 _GROUPS_STREAM = (0,)
@@ -32,46 +31,28 @@ def _rng(seed: int, spawn_key) -> np.random.Generator:
   return np.random.default_rng(np.random.SeedSequence(entropy=seed, spawn_key=spawn_key))
 
 
-@dataclasses.dataclass
-class PoissonSamplerState:
-  """What a checkpoint stores: the next round (the draws need no history) and the population size
-  (checked on resume).
-
-  Attributes:
-    next_round: the 0-based round the next `sample` call draws for.
-    population: number of clients of the sampler that produced the state.
-  """
-  next_round: int
-  population: int
-
-  def to_dict(self) -> Dict[str, np.ndarray]:
-    """A flat dict of numpy scalars, as `tff.program` program state managers save it."""
-    return {'next_round': np.int64(self.next_round), 'population': np.int64(self.population)}
-
-  @classmethod
-  def from_dict(cls, value: Dict[str, np.ndarray]) -> 'PoissonSamplerState':
-    return cls(next_round=int(value['next_round']), population=int(value['population']))
+_STATE_KEYS = ('next_round', 'population')
 
 
-class PoissonSampler:
-  """Draws Poisson or cyclic-Poisson cohorts; the `ClientSampler` interface of the drivers.
+class PoissonSampler(sampling_lib.Sampler):
+  """Draws Poisson or cyclic-Poisson cohorts (kinds 'poisson' and 'cyclic_poisson').
 
-  Usage: `cohort = sampler.sample(t)` for t = 0, 1, 2, ... in order; checkpoint `sampler.state`
-  and restore it with `sampler.load_state(...)`.
+  Its `state`: 'next_round' (the draws need no history) and 'population' (checked on restore).
   """
 
-  def __init__(self, client_ids: Sequence[str], sampling: plan_lib.Sampling, *, seed: int = 0):
+  def __init__(self, client_ids: Sequence[str], sampling: sampling_lib.Sampling, *,
+               seed: int = 0):
     """Builds a sampler.
 
     Args:
       client_ids: the population (unique ids); its size must be `sampling.population`. Groups and
         cohorts are drawn over this order, so the same order and seed give the same cohorts.
-      sampling: the `plan.Sampling` (kind, q, b-hat, population).
+      sampling: a `Sampling` with random cohorts (kind, q, b-hat, population).
       seed: non-negative int; the groups and every round's coins derive from it.
     """
     client_ids = list(client_ids)
-    if not isinstance(sampling, plan_lib.Sampling):
-      raise ValueError(f'`sampling` must be a plan.Sampling, got {sampling!r}.')
+    if not isinstance(sampling, sampling_lib.Sampling) or not sampling.random_cohorts:
+      raise ValueError(f'`sampling` must be a Sampling of random cohorts, got {sampling!r}.')
     if len(set(client_ids)) != len(client_ids):
       raise ValueError('`client_ids` must be unique.')
     if len(client_ids) != sampling.population:
@@ -86,13 +67,37 @@ class PoissonSampler:
     self._groups = [np.sort(order[g::sampling.num_groups]) for g in range(sampling.num_groups)]
     self._next_round = 0
 
+  @classmethod
+  def from_plan(cls, client_ids: Sequence[str], plan, seed: int) -> 'PoissonSampler':
+    return cls(client_ids, plan.sampling, seed=seed)
+
+  @classmethod
+  def from_config(cls, client_ids: Sequence[str], config: dict) -> 'PoissonSampler':
+    if not isinstance(config, dict) or set(config) != {'sampling', 'seed'}:
+      raise ValueError(f"`config` must be a dict with keys ['sampling', 'seed'], got {config!r}.")
+    settings = config['sampling']
+    if not isinstance(settings, dict):
+      raise ValueError(f'`config.sampling` must be a dict, got {settings!r}.')
+    return cls(client_ids, sampling_lib.Sampling(**settings), seed=config['seed'])
+
+  def config(self) -> dict:
+    return {'sampling': self._sampling.to_config(), 'seed': self._seed}
+
   @property
   def client_ids(self) -> List[str]:
     return list(self._client_ids)
 
   @property
-  def sampling(self) -> plan_lib.Sampling:
+  def sampling(self) -> sampling_lib.Sampling:
     return self._sampling
+
+  @property
+  def cohort_size(self) -> Optional[int]:
+    return None
+
+  @property
+  def next_round(self) -> int:
+    return self._next_round
 
   def group(self, group_num: int) -> List[str]:
     """The client ids of group `group_num` (0 .. b-hat - 1), drawn from in rounds t = group_num
@@ -103,18 +108,18 @@ class PoissonSampler:
     return [self._client_ids[i] for i in self._groups[group_num]]
 
   @property
-  def state(self) -> PoissonSamplerState:
-    """A copy of the current state (safe to checkpoint)."""
-    return PoissonSamplerState(next_round=self._next_round, population=len(self._client_ids))
+  def state(self) -> Dict[str, np.ndarray]:
+    return {'next_round': np.int64(self._next_round),
+            'population': np.int64(len(self._client_ids))}
 
-  def load_state(self, state: PoissonSamplerState) -> None:
-    """Restores a state produced by `state` on a sampler with the same population."""
-    if not isinstance(state, PoissonSamplerState):
-      raise ValueError(f'`state` must be a PoissonSamplerState, got {type(state).__name__}.')
-    if state.population != len(self._client_ids):
-      raise ValueError(f'`state` comes from a population of {state.population} clients, the sampler '
+  def load_state(self, state: Dict[str, np.ndarray]) -> None:
+    state = sampling_lib.check_state_keys(state, _STATE_KEYS)
+    population = int(state['population'])
+    if population != len(self._client_ids):
+      raise ValueError(f'`state` comes from a population of {population} clients, the sampler '
                        f'has {len(self._client_ids)}: the population changed since the checkpoint.')
-    self._next_round = _validation.check_nonnegative_int(state.next_round, 'state.next_round')
+    self._next_round = _validation.check_nonnegative_int(int(state['next_round']),
+                                                         'state.next_round')
 
   def cohort_indices(self, round_num: int) -> np.ndarray:
     """Indices (into `client_ids`, increasing) of the cohort of round `round_num`, without recording

@@ -187,7 +187,7 @@ def _start(task: run_config.Task, config: run_config.RunConfig, directory: run_d
     scope.enter_context(tff.framework.get_context_stack().install(
         tff.program.NativeFederatedContext(
             tff.backends.native.create_async_local_cpp_execution_context())))
-    source = data_source.SampledClientDataSource.from_plan(
+    source = data_source.SampledClientDataSource(
         client_ids, start.plan, os.path.join(config.output_dir, run_dir.PARTICIPATION_FILE),
         config.seed)
     run_start.print_header(task, config, start.plan, len(client_ids))

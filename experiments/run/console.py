@@ -174,8 +174,9 @@ def _cohorts(plan: plan_lib.RunPlan) -> str:
   """The cohorts of the header: the min-sep sampler's fixed count, or the random sampling (its
   sampling probability q)."""
   sampling = plan.sampling
-  if sampling is None:
-    return f'min-sep sampler, {plan.clients_per_round:g} clients per round'
+  if not sampling.random_cohorts:
+    return (f'{sampling.kind.replace("_", "-")} sampler, {plan.clients_per_round:g} clients per '
+            'round')
   groups = f', {sampling.num_groups} groups' if sampling.kind == 'cyclic_poisson' else ''
   return (f'{sampling.kind} sampling q={sampling.sampling_prob:g}{groups}, expected '
           f'{plan.clients_per_round:.4g} clients per round')

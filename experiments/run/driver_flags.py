@@ -15,6 +15,7 @@ from typing import Any, Dict
 
 from absl import flags
 
+from dp_ftrl_tff import sampling
 from dp_ftrl_tff.mechanisms import memory
 from experiments.cli import plan_flags
 from experiments.run import run_config
@@ -68,7 +69,7 @@ def _define_training_flags(fv: flags.FlagValues) -> None:
                        'Clients per round m of the min-sep sampler, also the fixed denominator of '
                        f'the mean (default {run_config.DEFAULT_CLIENTS_PER_ROUND}). Not with a '
                        'Poisson --sampler: the denominator is then the expected cohort size.', **d)
-  flags.DEFINE_enum('sampler', 'min_sep', list(run_config.SAMPLERS),
+  flags.DEFINE_enum('sampler', 'min_sep', list(sampling.names()),
                     'Client sampler: min_sep (exactly --clients_per_round clients whose min-sep '
                     'timer expired), poisson (each client with probability --sampling_prob every '
                     'round) or cyclic_poisson (--sampling_groups fixed groups, round t draws group '

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple
 
 from dp_ftrl_tff import _atomic, _validation, plan_checks, settings
 from dp_ftrl_tff import plan as plan_lib
+from dp_ftrl_tff import sampling as sampling_lib
 from dp_ftrl_tff.accounting import zcdp
 from dp_ftrl_tff.learning import remote_execution
 from dp_ftrl_tff.mechanisms import participation as participation_lib
@@ -36,9 +37,6 @@ SECURE_ROTATIONS = ('dft', 'hd', 'none')
 RESUMABLE_CHANGES = ('rounds', 'checkpoint_every', 'eval_every', 'eval_max_examples',
                      'target_delta', 'banded_beyond_max_rounds', 'workers',
                      'allow_strategy_setting_mismatch')
-#: Client samplers: min-sep (exactly `clients_per_round`, `learning.client_sampler`) or the random
-#: cohorts of `plan.Sampling` (`learning.poisson_sampler`).
-SAMPLERS = ('min_sep',) + plan_lib.SAMPLING_KINDS
 #: `clients_per_round` of the min-sep sampler when not given.
 DEFAULT_CLIENTS_PER_ROUND = 10
 # hparams.json keys of earlier releases -> today's names; mechanism options that were settings of
@@ -177,14 +175,14 @@ class RunConfig:
 
     min_sep: `clients_per_round` defaults to `DEFAULT_CLIENTS_PER_ROUND`; no `sampling_*` settings.
     poisson / cyclic_poisson: `sampling_prob` is required, and `clients_per_round` must not be given:
-    the mean divides by the expected cohort size q * population / b-hat (`plan.Sampling`). The
+    the mean divides by the expected cohort size q * population / b-hat (`sampling.Sampling`). The
     sampler cannot cap participations (no `max_participations`) and SecAgg is not offered (its field
     is sized for a fixed cohort). Poisson enforces no separation (`min_sep` 1); cyclic Poisson
     enforces b = b-hat, so `min_sep` is set to `sampling_groups` (given as 1 or as b-hat), which
     defaults to the `num_bands` option.
     """
-    _validation.check_one_of(self.sampler, 'sampler', SAMPLERS)
-    if self.sampler == 'min_sep':
+    _validation.check_one_of(self.sampler, 'sampler', sampling_lib.names())
+    if not sampling_lib.entry(self.sampler).random_cohorts:
       for name in ('sampling_prob', 'sampling_groups'):
         if getattr(self, name) is not None:
           raise ValueError(f'`{name}` applies only to `sampler`=poisson or cyclic_poisson.')
@@ -232,12 +230,12 @@ class RunConfig:
       raise ValueError(f'`secure_aggregation` is not supported with `sampler`={self.sampler}: the '
                        'SecAgg field is sized for a fixed number of clients per round.')
 
-  def sampling(self, population: int) -> Optional[plan_lib.Sampling]:
-    """The `plan.Sampling` of a Poisson sampler over `population` clients, or None (min-sep)."""
-    if self.sampler == 'min_sep':
-      return None
-    return plan_lib.Sampling(kind=self.sampler, sampling_prob=self.sampling_prob,
-                             num_groups=self.sampling_groups, population=population)
+  def sampling(self, population: int) -> sampling_lib.Sampling:
+    """The `Sampling` of `sampler`; random cohorts are drawn over `population` clients."""
+    if not sampling_lib.entry(self.sampler).random_cohorts:
+      return sampling_lib.Sampling(self.sampler)
+    return sampling_lib.Sampling(kind=self.sampler, sampling_prob=self.sampling_prob,
+                                 num_groups=self.sampling_groups, population=population)
 
   def _secure_settings(self) -> settings.SecureAggregation:
     rotation = None if self.secure_rotation == 'none' else self.secure_rotation
@@ -246,8 +244,8 @@ class RunConfig:
 
   def plan_settings(self, population: int) -> Dict[str, Any]:
     """The plan's settings objects (`RunPlan.build` keywords): `adaptive_clip` (None for a fixed
-    clip), `secure` (None without SecAgg), `restarts` (None without) and `sampling` over
-    `population` clients (None with the min-sep sampler)."""
+    clip), `secure` (None without SecAgg), `restarts` (None without) and `sampling` (random
+    cohorts over `population` clients)."""
     return {'adaptive_clip': self._adaptive_settings() if self.adaptive_clipping else None,
             'secure': self._secure_settings() if self.secure_aggregation else None,
             'restarts': self.restart_schedule(), 'sampling': self.sampling(population)}

@@ -19,6 +19,7 @@ from absl import logging
 
 from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff import plan_checks
+from dp_ftrl_tff import sampling as sampling_lib
 from dp_ftrl_tff.accounting import amplification, calibration
 from dp_ftrl_tff.mechanisms import base, files, registry, resolve
 from experiments.run import run_config, run_dir
@@ -113,7 +114,7 @@ def build_plan(config: run_config.RunConfig, resolved: resolve.ResolvedStrategy,
     plan_checks.StrategyTooShortError: the strategy covers fewer rounds (on resume: with the remedies of
       a run directory).
   """
-  if config.sampler != 'min_sep' and population is None:
+  if sampling_lib.entry(config.sampler).random_cohorts and population is None:
     raise ValueError(f'`population` is required with `sampler`={config.sampler}.')
   saved = saved_strategy_path(config.output_dir)
   try:
@@ -132,14 +133,14 @@ def build_plan(config: run_config.RunConfig, resolved: resolve.ResolvedStrategy,
     plan = calibration.calibrate_plan(plan, target_epsilon=config.target_epsilon)
     logging.info('Noise multiplier %.6g calibrated to epsilon=%g at delta=%g.',
                  plan.noise_multiplier, config.target_epsilon, config.target_delta)
-  warning = None if plan.sampling is None else amplification_warning(plan.strategy, plan.sampling,
-                                                                       config.rounds)
+  warning = (amplification_warning(plan.strategy, plan.sampling, config.rounds)
+             if plan.sampling.random_cohorts else None)
   if warning is not None:
     logging.warning('%s', warning)
   return plan
 
 
-def amplification_warning(strategy: base.Strategy, sampling: plan_lib.Sampling,
+def amplification_warning(strategy: base.Strategy, sampling: sampling_lib.Sampling,
                           num_rounds: Optional[int] = None) -> Optional[str]:
   """Why the random sampling cannot amplify the strategy's privacy, or None when it can.
 

@@ -39,10 +39,10 @@ import numpy as np
 import tensorflow_federated as tff
 from absl import logging
 
+from dp_ftrl_tff import sampling
 from dp_ftrl_tff.accounting import participation_log
 from dp_ftrl_tff.learning import canaries as canaries_lib
-from dp_ftrl_tff.learning import client_sampler as sampler_lib
-from dp_ftrl_tff.learning import dp_ftrl, poisson_sampler, remote_execution
+from dp_ftrl_tff.learning import dp_ftrl, remote_execution
 from dp_ftrl_tff.programs import metrics_release
 from experiments.run import (
   canary_clients,
@@ -80,7 +80,7 @@ class _Setup:
   start: run_start.RunStart
   process: Any
   client_ids: List[str]
-  sampler: Any
+  sampler: sampling.Sampler
   canaries: Optional[canaries_lib.Canaries]
   canary_ids: List[str]
 
@@ -92,8 +92,6 @@ def _set_up(task: Task, config: RunConfig, directory: run_dir.RunDirectory) -> _
     canary_ids = canary_clients.canary_client_ids(task.train_data.client_ids,
                                                   config.canary_clients)
     client_ids = list(task.train_data.client_ids) + canary_ids
-    # The min-sep sampler checks its schedule now; a Poisson sampler needs the plan's sampling.
-    sampler = _min_sep_sampler(config, client_ids) if config.sampler == 'min_sep' else None
     if config.secure_aggregation:
       # Chosen before anything is written or built (see experiments/run/secure_context.py).
       secure_context.use_secure_context()
@@ -101,8 +99,7 @@ def _set_up(task: Task, config: RunConfig, directory: run_dir.RunDirectory) -> _
       # Before any computation runs, as the SecAgg context (see experiments/run/secure_context.py).
       remote_execution.set_remote_execution_context(config.workers)
     start = run_start.start_run(config, directory, len(client_ids))
-    if sampler is None:
-      sampler = poisson_sampler.PoissonSampler(client_ids, start.plan.sampling, seed=config.seed)
+    sampler = sampling.make_sampler(client_ids, start.plan, config.seed)  # checks a min-sep schedule
     run_start.print_header(task, config, start.plan, len(client_ids))
     canaries = canary_clients.run_canaries(config.canary_clients, config.seed, start.plan)
     process = run_start.build_process(task, config, start.plan, canaries)
@@ -161,12 +158,6 @@ def _trainable_size(process, state) -> int:
   return sum(int(np.size(w)) for w in process.get_model_weights(state).trainable)
 
 
-def _min_sep_sampler(config: RunConfig, client_ids: List[str]) -> sampler_lib.ClientSampler:
-  return sampler_lib.ClientSampler(client_ids, config.clients_per_round, min_sep=config.min_sep,
-                                   max_participations=config.max_participations, seed=config.seed,
-                                   num_rounds=config.rounds)
-
-
 class _Training:
   """The rounds of a run: its sampler, checkpoints, participation log and metric releases."""
 
@@ -197,7 +188,7 @@ class _Training:
     """Saves the state after `done` rounds, then its record of the run's files
     (`checkpoint_records`): a checkpoint counts only once its record is written."""
     asyncio.run(self.state_manager.save({'learning': self.state,
-                                         'sampler': self.sampler.state.to_dict()}, done))
+                                         'sampler': self.sampler.state}, done))
     checkpoint_records.write_record(self.config.output_dir, done,
                                     run_config.hparams_document(self.config),
                                     checkpoint_records.plan_document(self.plan))
@@ -231,7 +222,7 @@ class _Training:
   def _load(self, start_round: int) -> int:
     """Loads checkpoint `start_round` (the state and the sampler's); returns it."""
     output_dir = self.config.output_dir
-    structure = {'learning': self.initial_state, 'sampler': self.sampler.state.to_dict()}
+    structure = {'learning': self.initial_state, 'sampler': self.sampler.state}
     try:
       loaded = asyncio.run(self.state_manager.load(start_round, structure))
     except Exception as error:  # noqa: BLE001 (TFF's SavedModel reader raises many kinds)
@@ -240,7 +231,7 @@ class _Training:
           f'{type(error).__name__}: {error}', 'start a new run with another --experiment_name.'
       ) from error
     self.state = loaded['learning']
-    self.sampler.load_state(type(self.sampler.state).from_dict(loaded['sampler']))
+    self.sampler.load_state(loaded['sampler'])
     console.notice(f'Resuming {output_dir} after round {start_round}/{self.config.rounds}.')
     if start_round < self.config.rounds:  # more rounds to train: not complete until they are
       run_summary.remove_summary(output_dir)

@@ -11,6 +11,7 @@ import pytest
 
 from dp_ftrl_tff import auditing
 from dp_ftrl_tff import plan as plan_lib
+from dp_ftrl_tff import sampling as sampling_lib
 from dp_ftrl_tff.accounting import participation_log as log_lib
 from dp_ftrl_tff.accounting import (
     report,
@@ -57,7 +58,7 @@ def test_a_min_sep_log_missing_its_first_rounds_is_refused():
 
 
 def test_random_cohorts_and_planned_reports_have_no_cohort_check():
-  sampling = plan_lib.Sampling('poisson', 0.25, 1, population=12)
+  sampling = sampling_lib.Sampling('poisson', 0.25, 1, population=12)
   poisson = plan_lib.RunPlan.build(gaussian.GaussianStrategy(), 1.0, None, 1.0, sampling=sampling,
                                    num_rounds=ROUNDS)
   assert report.build_report(poisson, _cohort_log(range(3, ROUNDS))).guarantee.epsilon > 0

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from dp_ftrl_tff import plan, settings
+from dp_ftrl_tff import sampling as sampling_lib
 from dp_ftrl_tff.accounting import calibration, report, report_render, report_sections, zcdp
 from dp_ftrl_tff.accounting import participation_log as log_lib
 from dp_ftrl_tff.mechanisms import banded, blt, gaussian, tree
@@ -281,7 +282,7 @@ def test_adaptive_clip_states_its_quantile_and_final_clip():
      'fixed groups (round t samples group t mod 2) joins a round it is eligible for with sampling '
      'probability q = 0.05, expected 10 clients per round')])
 def test_random_sampling_cohorts_are_stated(kind, groups, fragment):
-  sampling = plan.Sampling(kind, 0.05, groups, population=400)
+  sampling = sampling_lib.Sampling(kind, 0.05, groups, population=400)
   run_plan = plan.RunPlan.build(gaussian.GaussianStrategy(), 1.0, None, 1.0, sampling=sampling,
                                 num_rounds=4, participation=Schema(groups))
   facts = report.build_report(run_plan).run_facts

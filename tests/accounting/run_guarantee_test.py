@@ -15,6 +15,7 @@ import scipy.linalg
 
 from dp_ftrl_tff import accounting, settings
 from dp_ftrl_tff import plan as plan_lib
+from dp_ftrl_tff import sampling as sampling_lib
 from dp_ftrl_tff.accounting import run_guarantee, zcdp
 from dp_ftrl_tff.mechanisms import banded_optimizer, blt, gaussian, tree
 from dp_ftrl_tff.mechanisms import participation as participation_lib
@@ -173,7 +174,7 @@ def test_matches_zcdp_guarantee_for_the_run():
 
 
 def test_sampled_plan_refuses_a_schema_its_sampler_does_not_enforce():
-  sampling = plan_lib.Sampling(kind='cyclic_poisson', sampling_prob=0.5, num_groups=3,
+  sampling = sampling_lib.Sampling(kind='cyclic_poisson', sampling_prob=0.5, num_groups=3,
                                population=30)
   plan = plan_lib.RunPlan.build(tree.TreeStrategy('vanilla'), SIGMA, None, 1.0, sampling=sampling)
   with pytest.raises(ValueError, match='min_sep'):

@@ -6,6 +6,7 @@ read as a violation."""
 import pytest
 
 from dp_ftrl_tff import plan as plan_lib
+from dp_ftrl_tff import sampling as sampling_lib
 from dp_ftrl_tff import settings
 from dp_ftrl_tff.accounting import participation_log
 from dp_ftrl_tff.mechanisms import gaussian
@@ -52,7 +53,7 @@ def test_header_states_sampler_cohorts_and_population():
   assert schedule.startswith('schedule    min-sep sampler, 10 clients per round, 10 rounds, '
                              'min_sep 5, max_participations 2')
   assert schedule.endswith('; population 1000 clients (0.01 of them per round)')
-  sampling = plan_lib.Sampling('cyclic_poisson', 0.3, 2, population=30)
+  sampling = sampling_lib.Sampling('cyclic_poisson', 0.3, 2, population=30)
   sampled = plan_lib.RunPlan.build(gaussian.GaussianStrategy(), 1.0, None, 1.0, sampling=sampling,
                                    num_rounds=4, participation=Schema(2), target_delta=1e-6)
   schedule = _line(console.header(sampled, 'synthetic', '/tmp/run'), 'schedule')

@@ -11,6 +11,7 @@ import pytest
 from absl import flags
 
 from dp_ftrl_tff import plan as plan_lib
+from dp_ftrl_tff import sampling as sampling_lib
 from dp_ftrl_tff.learning import poisson_sampler
 from experiments.emnist import run_emnist
 from experiments.run import driver_flags, run_config, run_setup, training_loop
@@ -32,7 +33,7 @@ def _expected_cohorts(sampling, seed, num_rounds, client_ids=None):
 
 def _seed_with_an_empty_round(num_rounds):
   """The first seed whose first `num_rounds` Poisson rounds include an empty and a non-empty one."""
-  sampling = plan_lib.Sampling('poisson', Q, 1, POPULATION)
+  sampling = sampling_lib.Sampling('poisson', Q, 1, POPULATION)
   for seed in range(100):
     sizes = [len(c) for c in _expected_cohorts(sampling, seed, num_rounds).values()]
     if 0 in sizes and max(sizes) > 0:
@@ -61,7 +62,7 @@ def test_poisson_run_logs_the_seeded_cohorts_and_runs_empty_rounds(config_factor
   task = run_emnist.build_task(config)
   result = training_loop.run(task, config)
 
-  sampling = plan_lib.Sampling('poisson', Q, 1, POPULATION)
+  sampling = sampling_lib.Sampling('poisson', Q, 1, POPULATION)
   expected = _expected_cohorts(sampling, seed, 3, list(task.train_data.client_ids))
   logged = _log(config)
   assert {t: logged.get(t, set()) for t in range(3)} == expected
@@ -90,7 +91,7 @@ def test_poisson_run_resumes_with_the_same_cohorts(config_factory):
   training_loop.run(task, first)
   resumed = config_factory(rounds=3, **_poisson_settings(seed))
   training_loop.run(run_emnist.build_task(resumed), resumed)
-  expected = _expected_cohorts(plan_lib.Sampling('poisson', Q, 1, POPULATION), seed, 3,
+  expected = _expected_cohorts(sampling_lib.Sampling('poisson', Q, 1, POPULATION), seed, 3,
                                list(task.train_data.client_ids))
   logged = _log(resumed)
   assert {t: logged.get(t, set()) for t in range(3)} == expected
@@ -106,7 +107,7 @@ def _parse(*args):
 def test_sampler_flags_resolve_the_schedule():
   config = _parse('--sampler=cyclic_poisson', '--sampling_prob=0.2', '--sampling_groups=4')
   assert (config.min_sep, config.clients_per_round, config.sampling_groups) == (4, None, 4)
-  assert config.sampling(90) == plan_lib.Sampling('cyclic_poisson', 0.2, 4, 90)
+  assert config.sampling(90) == sampling_lib.Sampling('cyclic_poisson', 0.2, 4, 90)
   assert config.participation.min_sep == 4
   banded = _parse('--sampler=cyclic_poisson', '--sampling_prob=0.2', '--mechanism=banded',
                   '--num_bands=3')
@@ -138,14 +139,14 @@ def test_bad_sampler_combinations_name_the_flag(args, fragment):
 
 def test_amplification_warning_only_for_strategies_sampling_cannot_amplify():
   from dp_ftrl_tff.mechanisms import banded, registry
-  cyclic = plan_lib.Sampling('cyclic_poisson', 0.1, 3, 30)
+  cyclic = sampling_lib.Sampling('cyclic_poisson', 0.1, 3, 30)
   two_bands = banded.BandedStrategy.from_band_rows(np.array([[1.0, 0.0]] + [[1.0, 0.3]] * 9))
   assert run_setup.amplification_warning(registry.default_strategy('gaussian'), cyclic) is None
   assert run_setup.amplification_warning(two_bands, cyclic) is None
   assert 'not banded' in run_setup.amplification_warning(
       registry.default_strategy('tree'), cyclic)
   assert 'bands exceed' in run_setup.amplification_warning(
-      two_bands, plan_lib.Sampling('poisson', 0.1, 1, 30))
+      two_bands, sampling_lib.Sampling('poisson', 0.1, 1, 30))
 
 
 @pytest.mark.e2e
@@ -161,7 +162,7 @@ def test_cyclic_poisson_binary_runs_and_a_bad_combination_is_one_line(tmp_path):
   assert 'cyclic_poisson sampling q=0.3, 2 groups, expected 4.5 clients per round' in stdout
   out = tmp_path / 'runs' / 'cyclic'
   plan = plan_lib.load_plan(out / 'plan.json')
-  assert plan.sampling == plan_lib.Sampling('cyclic_poisson', 0.3, 2, 30)
+  assert plan.sampling == sampling_lib.Sampling('cyclic_poisson', 0.3, 2, 30)
   assert plan.strategy.num_bands <= 2  # optimized for min_sep = 2 groups
   history = runs.read_log(out / 'participation.csv')
   rounds = sorted(r for rs in history.values() for r in rs)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from dp_ftrl_tff import plan as plan_lib
+from dp_ftrl_tff import sampling as sampling_lib
 from dp_ftrl_tff.accounting import report, report_render
 from dp_ftrl_tff.mechanisms import banded, files, gaussian, participation
 from tests.testing import binaries
@@ -35,7 +36,7 @@ def _direct_epsilon(sigma, q, count, delta):
   return accountant.get_epsilon(delta)
 
 
-def _report(strategy, schema, sampling=None, **kwargs):
+def _report(strategy, schema, sampling=sampling_lib.Sampling(), **kwargs):
   run_plan = plan_lib.RunPlan.for_accounting(strategy, 3.0, sampling=sampling, num_rounds=24,
                                              participation=schema, target_delta=1e-6)
   return report.build_report(run_plan, **kwargs)
@@ -46,7 +47,7 @@ def test_build_report_adds_the_amplified_guarantee_next_to_the_headline():
   strategy = _banded()
   schema = participation.ParticipationSchema(min_sep=4)
   plain = _report(strategy, schema)
-  sampled = _report(strategy, schema, plan_lib.Sampling('cyclic_poisson', 0.2, 4))
+  sampled = _report(strategy, schema, sampling_lib.Sampling('cyclic_poisson', 0.2, 4))
   assert plain.amplified is None
   assert sampled.guarantee == plain.guarantee  # the headline holds whatever the sampling
   kappa = np.linalg.norm(strategy.strategy_matrix(24), axis=0).max()
@@ -64,10 +65,10 @@ def test_build_report_adds_the_amplified_guarantee_next_to_the_headline():
 def test_build_report_refuses_more_bands_than_groups_and_groups_without_probability():
   schema = participation.ParticipationSchema(min_sep=2)
   with pytest.raises(ValueError, match='3 bands but `num_groups`=2'):
-    _report(_banded(), schema, plan_lib.Sampling('cyclic_poisson', 0.2, 2),
+    _report(_banded(), schema, sampling_lib.Sampling('cyclic_poisson', 0.2, 2),
             require_amplification=True)
   with pytest.raises(ValueError, match='sampling_prob'):
-    plan_lib.Sampling('cyclic_poisson', None, 2)
+    sampling_lib.Sampling('cyclic_poisson', None, 2)
 
 
 def test_flags(tmp_path):
@@ -89,7 +90,8 @@ def test_flags(tmp_path):
 
 
 def test_plan_with_sampling(tmp_path):
-  sampling = plan_lib.Sampling(kind='poisson', sampling_prob=0.05, num_groups=1, population=2000)
+  sampling = sampling_lib.Sampling(kind='poisson', sampling_prob=0.05, num_groups=1,
+                                   population=2000)
   run_plan = plan_lib.RunPlan.build(gaussian.GaussianStrategy(), 1.5, None, 1.0, sampling=sampling)
   path = str(tmp_path / 'plan.json')
   plan_lib.save_plan(run_plan, path)
@@ -103,7 +105,8 @@ def test_plan_with_sampling(tmp_path):
 
 
 def test_plan_whose_strategy_the_theorem_does_not_cover_keeps_the_unamplified_report(tmp_path):
-  sampling = plan_lib.Sampling(kind='poisson', sampling_prob=0.05, num_groups=1, population=2000)
+  sampling = sampling_lib.Sampling(kind='poisson', sampling_prob=0.05, num_groups=1,
+                                   population=2000)
   run_plan = plan_lib.RunPlan.build(_banded(), 3.0, None, 1.0, sampling=sampling)
   path = str(tmp_path / 'plan.json')
   plan_lib.save_plan(run_plan, path)

@@ -74,7 +74,7 @@ def test_deterministic_for_a_seed_and_resumable():
   assert other != full
   head, state = run(11, stop=13)
   resumed = client_sampler.ClientSampler(_ids(50), 5, min_sep=3, max_participations=4, seed=11)
-  resumed.load_state(client_sampler.SamplerState.from_dict(state.to_dict()))
+  resumed.load_state(state)
   assert head + [resumed.sample(r) for r in range(13, 30)] == full
 
 

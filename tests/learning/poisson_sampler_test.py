@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from dp_ftrl_tff import plan
+from dp_ftrl_tff import sampling as sampling_lib
 from dp_ftrl_tff.learning import poisson_sampler
 
 pytestmark = pytest.mark.unit
@@ -44,7 +44,7 @@ def _counts(sampler, num_rounds):
 def test_poisson_inclusion_rates_and_cohort_sizes_are_binomial():
   population, q, rounds = 40, 0.1, 8000
   sampler = poisson_sampler.PoissonSampler(
-      _ids(population), plan.Sampling('poisson', q, 1, population), seed=7)
+      _ids(population), sampling_lib.Sampling('poisson', q, 1, population), seed=7)
   cohorts, counts = _counts(sampler, rounds)
   # Each client's count is Binomial(rounds, q); one band per client.
   lo, hi = _band(rounds, q, population + 3)
@@ -65,7 +65,7 @@ def test_poisson_inclusion_rates_and_cohort_sizes_are_binomial():
 
 def test_cyclic_poisson_inclusion_rates_and_groups():
   population, groups, q, rounds = 103, 4, 0.3, 2000
-  sampling = plan.Sampling('cyclic_poisson', q, groups, population)
+  sampling = sampling_lib.Sampling('cyclic_poisson', q, groups, population)
   sampler = poisson_sampler.PoissonSampler(_ids(population), sampling, seed=3)
   members = [sampler.group(g) for g in range(groups)]
   # A partition of the population, sizes as stated (103 = 26 + 26 + 26 + 25).
@@ -88,7 +88,7 @@ def test_cyclic_poisson_inclusion_rates_and_groups():
 
 
 def test_cyclic_participations_are_multiples_of_the_group_count_apart():
-  sampling = plan.Sampling('cyclic_poisson', 0.9, 5, 23)
+  sampling = sampling_lib.Sampling('cyclic_poisson', 0.9, 5, 23)
   sampler = poisson_sampler.PoissonSampler(_ids(23), sampling, seed=11)
   history = {}
   for t in range(60):
@@ -99,13 +99,14 @@ def test_cyclic_participations_are_multiples_of_the_group_count_apart():
 
 
 def test_probability_one_takes_the_whole_group():
-  sampler = poisson_sampler.PoissonSampler(_ids(7), plan.Sampling('cyclic_poisson', 1.0, 2, 7))
+  sampler = poisson_sampler.PoissonSampler(_ids(7),
+                                           sampling_lib.Sampling('cyclic_poisson', 1.0, 2, 7))
   assert sampler.sample(0) == sampler.group(0) and sampler.sample(1) == sampler.group(1)
   assert len(sampler.group(0)) == 4 and len(sampler.group(1)) == 3
 
 
 def test_same_seed_same_cohorts_other_seed_other_cohorts():
-  sampling = plan.Sampling('cyclic_poisson', 0.5, 3, 30)
+  sampling = sampling_lib.Sampling('cyclic_poisson', 0.5, 3, 30)
   draws = {}
   for seed in (1, 1, 2):
     sampler = poisson_sampler.PoissonSampler(_ids(30), sampling, seed=seed)
@@ -115,14 +116,14 @@ def test_same_seed_same_cohorts_other_seed_other_cohorts():
 
 
 def test_resume_from_state_is_bit_identical():
-  sampling = plan.Sampling('poisson', 0.3, 1, 50)
+  sampling = sampling_lib.Sampling('poisson', 0.3, 1, 50)
   uninterrupted = poisson_sampler.PoissonSampler(_ids(50), sampling, seed=5)
   expected = [uninterrupted.sample(t) for t in range(20)]
   first = poisson_sampler.PoissonSampler(_ids(50), sampling, seed=5)
   got = [first.sample(t) for t in range(8)]
-  saved = first.state.to_dict()
+  saved = first.state
   resumed = poisson_sampler.PoissonSampler(_ids(50), sampling, seed=5)
-  resumed.load_state(poisson_sampler.PoissonSamplerState.from_dict(saved))
+  resumed.load_state(saved)
   got += [resumed.sample(t) for t in range(8, 20)]
   assert got == expected
   # The cohort of a round does not depend on the rounds drawn before it.
@@ -130,7 +131,7 @@ def test_resume_from_state_is_bit_identical():
 
 
 def test_errors_name_the_parameter():
-  sampling = plan.Sampling('poisson', 0.3, 1, 5)
+  sampling = sampling_lib.Sampling('poisson', 0.3, 1, 5)
   sampler = poisson_sampler.PoissonSampler(_ids(5), sampling)
   with pytest.raises(ValueError, match='next round 0'):
     sampler.sample(1)
@@ -142,7 +143,7 @@ def test_errors_name_the_parameter():
     poisson_sampler.PoissonSampler(_ids(5), {'kind': 'poisson'})
   with pytest.raises(ValueError, match='seed'):
     poisson_sampler.PoissonSampler(_ids(5), sampling, seed=-1)
-  other = poisson_sampler.PoissonSampler(_ids(4), plan.Sampling('poisson', 0.3, 1, 4))
+  other = poisson_sampler.PoissonSampler(_ids(4), sampling_lib.Sampling('poisson', 0.3, 1, 4))
   with pytest.raises(ValueError, match='population changed'):
     sampler.load_state(other.state)
   with pytest.raises(ValueError, match='state'):

@@ -5,7 +5,8 @@ The cases follow TFF 0.87's `DatasetDataSourceTest` / `DatasetDataSourceIterator
 `select` TypeError for a non-int k and ValueError for None, negative or too large k, and
 `from_bytes(to_bytes())` is a new, equal iterator. Documented differences: a wrong-typed argument
 raises `DataSourceTypeError`, both a TypeError (TFF's contract) and a ValueError (the project's); a
-min-sep iterator accepts only k = `clients_per_round` (so k = 0 is invalid for it).
+min-sep iterator accepts only k = `clients_per_round` (so k = 0 is invalid for it); the settings
+come from a run plan (its own checks are tests/plan_test.py's).
 """
 
 import collections
@@ -15,25 +16,32 @@ import pytest
 import tensorflow_federated as tff
 
 from dp_ftrl_tff import plan as plan_lib
+from dp_ftrl_tff import sampling as sampling_lib
 from dp_ftrl_tff.learning import poisson_sampler
+from dp_ftrl_tff.mechanisms import blt
+from dp_ftrl_tff.mechanisms import participation as participation_lib
 from dp_ftrl_tff.programs import data_source
 
 pytestmark = pytest.mark.unit
 
 IDS = [f'client-{i:02d}' for i in range(12)]
-POISSON = plan_lib.Sampling('poisson', 0.5, 1, len(IDS))
-CYCLIC = plan_lib.Sampling('cyclic_poisson', 0.9, 3, len(IDS))
+POISSON = sampling_lib.Sampling('poisson', 0.5, 1, len(IDS))
+CYCLIC = sampling_lib.Sampling('cyclic_poisson', 0.9, 3, len(IDS))
+BLT = blt.BLTStrategy(theta=(0.9, 0.5), omega=(0.3, 0.2))
 
 
-def _kwargs(tmp_path, **overrides):
-  kwargs = dict(participation_log=str(tmp_path / 'participation.csv'), seed=5,
-                clients_per_round=3, min_sep=2, max_participations=None, num_rounds=None)
-  kwargs.update(overrides)
-  return kwargs
+def _kwargs(tmp_path, *, clients_per_round=3, min_sep=2, max_participations=None,
+            num_rounds=None, **overrides):
+  """The constructor's keywords of a min-sep plan."""
+  plan = plan_lib.RunPlan.build(
+      BLT, 1.0, clients_per_round, 1.0, num_rounds=num_rounds,
+      participation=participation_lib.ParticipationSchema.b_min_sep(min_sep, max_participations))
+  return dict(plan=plan, participation_log=str(tmp_path / 'participation.csv'), seed=5) | overrides
 
 
 def _poisson_kwargs(tmp_path, sampling):
-  return dict(participation_log=str(tmp_path / 'participation.csv'), seed=5, sampling=sampling)
+  return dict(plan=plan_lib.RunPlan.build(BLT, 1.0, None, 1.0, sampling=sampling),
+              participation_log=str(tmp_path / 'participation.csv'), seed=5)
 
 
 def _client_data(ids):
@@ -45,16 +53,16 @@ CLASSES = [data_source.SampledClientDataSource, data_source.SampledClientDataSou
 
 
 @pytest.mark.parametrize('cls', CLASSES)
-@pytest.mark.parametrize('population', [
-    IDS, tuple(IDS), _client_data(IDS), tff.program.ClientIdDataSource(IDS)],
-    ids=['list', 'tuple', 'client_data', 'client_id_data_source'])
+@pytest.mark.parametrize('population', [IDS, tuple(IDS), _client_data(IDS)],
+                         ids=['list', 'tuple', 'client_data'])
 def test_init_does_not_raise_type_error(tmp_path, cls, population):
   made = cls(population, **_kwargs(tmp_path))
   assert made.client_ids == tuple(IDS)
 
 
 @pytest.mark.parametrize('cls', CLASSES)
-@pytest.mark.parametrize('population', [None, True, 1, 'a', [True, 1, 'a'], b'ab'])
+@pytest.mark.parametrize('population', [None, True, 1, 'a', [True, 1, 'a'], b'ab',
+                                        tff.program.ClientIdDataSource(IDS)])
 def test_init_raises_type_error_with_population(tmp_path, cls, population):
   with pytest.raises(TypeError, match='population'):
     cls(population, **_kwargs(tmp_path))
@@ -65,22 +73,14 @@ def test_init_raises_type_error_with_population(tmp_path, cls, population):
 @pytest.mark.parametrize('cls', CLASSES)
 @pytest.mark.parametrize('population, kwargs, match', [
     ([], {}, 'must not be empty'),
-    (['a', 'b', 'a', 'c'], dict(clients_per_round=1), "'a' repeats"),
+    (['a', 'b', 'a', 'c'], dict(clients_per_round=1), 'unique'),
     (IDS, dict(clients_per_round=4, min_sep=4, num_rounds=10), 'Impossible schedule'),
     (IDS, dict(clients_per_round=13), 'clients_per_round'),
-    (IDS, dict(clients_per_round=None), 'clients_per_round'),
-    (IDS, dict(clients_per_round=0), 'clients_per_round'),
-    (IDS, dict(min_sep=0), 'min_sep'),
-    (IDS, dict(max_participations=0), 'max_participations'),
-    (IDS, dict(num_rounds=0), 'num_rounds'),
     (IDS, dict(seed=-1), 'seed'),
     (IDS, dict(participation_log=''), 'participation_log'),
-    (IDS, dict(sampling=POISSON), 'clients_per_round'),
-    (IDS, dict(clients_per_round=None, min_sep=1,
-               sampling=plan_lib.Sampling('poisson', 0.5, 1, 11)), 'sampling.population'),
-    (IDS, dict(clients_per_round=None, min_sep=1, sampling=plan_lib.Sampling('poisson', 0.5)),
-     'sampling.population'),
-    (IDS, dict(clients_per_round=None, min_sep=1, sampling={'kind': 'poisson'}), 'sampling'),
+    (IDS, dict(plan={'clients_per_round': 3}), '`plan`'),
+    (IDS[:11], dict(plan=plan_lib.RunPlan.build(BLT, 1.0, None, 1.0, sampling=POISSON)),
+     'population'),
 ])
 def test_init_raises_value_error(tmp_path, cls, population, kwargs, match):
   with pytest.raises(ValueError, match=match):

@@ -2,6 +2,7 @@
 drivers' log bytes, restart and discard idempotence, and corrupt state."""
 
 import copy
+import hashlib
 import json
 import struct
 
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 
 from dp_ftrl_tff import plan as plan_lib
+from dp_ftrl_tff import sampling as sampling_lib
 from dp_ftrl_tff.accounting import participation_log
 from dp_ftrl_tff.learning import client_sampler, poisson_sampler
 from dp_ftrl_tff.mechanisms import blt
@@ -21,24 +23,25 @@ IDS = [f'client-{i:03d}' for i in range(60)]
 HEADER_SIZE = len(b'client_id,round\r\n')
 Iterator = data_source.SampledClientDataSourceIterator
 
-# name -> (constructor settings, k passed to select, the drivers' sampler for the same settings)
+BLT = blt.BLTStrategy(theta=(0.9, 0.5), omega=(0.3, 0.2))
+POISSON = sampling_lib.Sampling('poisson', 0.1, 1, len(IDS))
+CYCLIC = sampling_lib.Sampling('cyclic_poisson', 0.3, 4, len(IDS))
+# name -> (the plan, k passed to select, the sampler of the same settings built by hand)
 SETTINGS = {
-    'min_sep': (dict(clients_per_round=5, min_sep=6, max_participations=5, num_rounds=48), 5,
+    'min_sep': (plan_lib.RunPlan.build(
+        BLT, 1.0, 5, 1.0, num_rounds=48, population=len(IDS),
+        participation=participation_lib.ParticipationSchema.b_min_sep(6, 5)), 5,
                 lambda ids, seed: client_sampler.ClientSampler(
                     ids, 5, min_sep=6, max_participations=5, seed=seed, num_rounds=48)),
-    'poisson': (dict(sampling=plan_lib.Sampling('poisson', 0.1, 1, len(IDS))), 6,
-                lambda ids, seed: poisson_sampler.PoissonSampler(
-                    ids, plan_lib.Sampling('poisson', 0.1, 1, len(IDS)), seed=seed)),
-    'cyclic_poisson': (dict(sampling=plan_lib.Sampling('cyclic_poisson', 0.3, 4, len(IDS))), 5,
-                       lambda ids, seed: poisson_sampler.PoissonSampler(
-                           ids, plan_lib.Sampling('cyclic_poisson', 0.3, 4, len(IDS)),
-                           seed=seed)),
+    'poisson': (plan_lib.RunPlan.build(BLT, 1.0, None, 1.0, sampling=POISSON), 6,
+                lambda ids, seed: poisson_sampler.PoissonSampler(ids, POISSON, seed=seed)),
+    'cyclic_poisson': (plan_lib.RunPlan.build(BLT, 1.0, None, 1.0, sampling=CYCLIC), 5,
+                       lambda ids, seed: poisson_sampler.PoissonSampler(ids, CYCLIC, seed=seed)),
 }
 
 
 def _source(path, kind='min_sep', seed=11, ids=IDS):
-  return data_source.SampledClientDataSource(ids, participation_log=str(path), seed=seed,
-                                             **SETTINGS[kind][0])
+  return data_source.SampledClientDataSource(ids, SETTINGS[kind][0], str(path), seed)
 
 
 def _driver_log(path, kind, rounds, seed=11, ids=IDS):
@@ -90,8 +93,8 @@ def test_log_and_cohorts_equal_the_drivers(tmp_path, kind):
 
 def test_ids_that_need_quoting_are_logged_as_the_drivers_log_them(tmp_path):
   ids = ['plain', 'with,comma', 'with "quote"', 'ünïcödé', 'line\nbreak', ' space ']
-  source = data_source.SampledClientDataSource(ids, participation_log=str(tmp_path / 'p.csv'),
-                                               seed=1, clients_per_round=2, min_sep=1)
+  source = data_source.SampledClientDataSource(ids, plan_lib.RunPlan.build(BLT, 1.0, 2, 1.0),
+                                               str(tmp_path / 'p.csv'), 1)
   iterator = source.iterator()
   sampler = client_sampler.ClientSampler(ids, 2, seed=1)
   writer = participation_log.ParticipationLogWriter(str(tmp_path / 'd.csv'))
@@ -134,13 +137,23 @@ def test_restart_from_bytes_gives_the_uninterrupted_log(tmp_path, kind, saved_af
   assert path.read_bytes() == reference_path.read_bytes()
   assert restored.log_offset == reference.log_offset
   # Every field but the log path is the uninterrupted iterator's.
-  assert _header(restored.to_bytes()) | {'participation_log': ''} == (
-      _header(reference.to_bytes()) | {'participation_log': ''})
+  assert _fields(restored.to_bytes()) | {'participation_log': ''} == (
+      _fields(reference.to_bytes()) | {'participation_log': ''})
 
 
-def _header(buffer):
-  size = struct.unpack_from('<Q', buffer, 10)[0]
-  return json.loads(buffer[18:18 + size])
+PREFIX = 8 + 2 + 32  # magic, version, SHA-256 of the body
+
+
+def _fields(buffer):
+  return json.loads(buffer[PREFIX:])
+
+
+def _with_body(buffer, body):
+  return buffer[:10] + hashlib.sha256(body).digest() + body
+
+
+def _with_fields(buffer, **changes):
+  return _with_body(buffer, json.dumps(_fields(buffer) | changes).encode())
 
 
 @pytest.mark.parametrize('kind', list(SETTINGS))
@@ -164,9 +177,9 @@ def test_a_discarded_round_reselects_the_same_cohort(tmp_path, kind):
 
 
 def test_poisson_rounds_can_be_empty(tmp_path):
-  sampling = plan_lib.Sampling('poisson', 0.01, 1, 20)
-  source = data_source.SampledClientDataSource(IDS[:20], participation_log=str(tmp_path / 'p.csv'),
-                                               seed=0, sampling=sampling)
+  plan = plan_lib.RunPlan.build(BLT, 1.0, None, 1.0,
+                                sampling=sampling_lib.Sampling('poisson', 0.01, 1, 20))
+  source = data_source.SampledClientDataSource(IDS[:20], plan, str(tmp_path / 'p.csv'), 0)
   iterator = source.iterator()
   sizes = [len(iterator.select(0)) for _ in range(20)]
   assert 0 in sizes and iterator.next_round == 20
@@ -175,35 +188,31 @@ def test_poisson_rounds_can_be_empty(tmp_path):
 
 
 def _corrupt(buffer, what):
-  prefix, header_size = 18, struct.unpack_from('<Q', buffer, 10)[0]
-  header = _header(buffer)
-  payload = buffer[prefix + header_size:]
-
-  def with_header(**changes):
-    blob = json.dumps(header | changes).encode()
-    return buffer[:10] + struct.pack('<Q', len(blob)) + blob + payload
-
+  fields = _fields(buffer)
   return {
       'magic': b'NOTMAGIC' + buffer[8:],
-      'version': buffer[:8] + struct.pack('<H', 2) + buffer[10:],
+      'version': buffer[:8] + struct.pack('<H', 3) + buffer[10:],
       'truncated_prefix': buffer[:5],
-      'truncated_header': buffer[:40],
+      'truncated_body': buffer[:60],
       'checksum': buffer[:-1] + bytes([buffer[-1] ^ 1]),
-      'not_json': buffer[:prefix] + b'{' * header_size + payload,
-      'missing_field': buffer[:10] + struct.pack('<Q', 2) + b'{}' + payload,
-      'bad_seed': with_header(seed=-3),
-      'bad_offset': with_header(log_offset=3),
-      'bad_population': with_header(population=len(IDS) + 1),
-      'sampler_kind': with_header(sampler='poisson'),
+      'not_json': _with_body(buffer, b'{' * 20),
+      'not_an_object': _with_body(buffer, b'[]'),
+      'missing_field': _with_body(buffer, b'{}'),
+      'bad_seed': _with_fields(buffer, config=fields['config'] | {'seed': -3}),
+      'bad_cohort': _with_fields(buffer, config=fields['config'] | {'clients_per_round': 61}),
+      'bad_state': _with_fields(buffer, state=fields['state'] | {'last_round': [0]}),
+      'sampler_kind': _with_fields(buffer, sampler='poisson'),
+      'unknown_kind': _with_fields(buffer, sampler='uniform'),
       'not_bytes': 'a string',
   }[what]
 
 
 @pytest.mark.parametrize('what, match', [
-    ('magic', 'magic'), ('version', 'version 2'), ('truncated_prefix', 'Truncated'),
-    ('truncated_header', 'Truncated'), ('checksum', 'SHA-256'), ('not_json', 'JSON'),
-    ('missing_field', 'lacks'), ('bad_seed', 'seed'), ('bad_offset', 'log_offset'),
-    ('bad_population', 'client_ids|min-sep state'), ('sampler_kind', 'sampler'),
+    ('magic', 'magic'), ('version', 'version 3'), ('truncated_prefix', 'Truncated'),
+    ('truncated_body', 'SHA-256'), ('checksum', 'SHA-256'), ('not_json', 'JSON'),
+    ('not_an_object', 'lack'), ('missing_field', 'lack'), ('bad_seed', 'seed'),
+    ('bad_cohort', 'clients_per_round'), ('bad_state', 'population changed'),
+    ('sampler_kind', "'poisson' sampler.*config"), ('unknown_kind', 'kind'),
     ('not_bytes', '`buffer`')])
 def test_corrupt_bytes_raise_value_error_naming_the_problem(tmp_path, what, match):
   iterator = _source(tmp_path / 'p.csv').iterator()
@@ -213,14 +222,11 @@ def test_corrupt_bytes_raise_value_error_naming_the_problem(tmp_path, what, matc
 
 
 def test_an_impossible_state_is_refused(tmp_path):
-  iterator = _source(tmp_path / 'p.csv', 'poisson').iterator()
-  buffer = iterator.to_bytes()
-  header = _header(buffer) | {'sampling': {'kind': 'poisson', 'sampling_prob': 2.0,
-                                           'num_groups': 1, 'population': len(IDS)}}
-  blob = json.dumps(header).encode()
-  size = struct.unpack_from('<Q', buffer, 10)[0]
+  buffer = _source(tmp_path / 'p.csv', 'poisson').iterator().to_bytes()
+  config = _fields(buffer)['config']
+  config['sampling']['sampling_prob'] = 2.0
   with pytest.raises(ValueError, match='sampling_prob'):
-    Iterator.from_bytes(buffer[:10] + struct.pack('<Q', len(blob)) + blob + buffer[18 + size:])
+    Iterator.from_bytes(_with_fields(buffer, config=config))
 
 
 @pytest.mark.parametrize('damage, match', [
@@ -262,27 +268,20 @@ def test_append_round_at_writes_the_bytes_of_append_round(tmp_path):
 
 
 def _plan(**kwargs):
-  return plan_lib.RunPlan.build(blt.BLTStrategy(theta=(0.9, 0.5), omega=(0.3, 0.2)), 1.0,
-                                **kwargs)
+  return plan_lib.RunPlan.build(BLT, 1.0, **kwargs)
 
 
-def test_from_plan_builds_the_plan_sampler(tmp_path):
-  min_sep = data_source.SampledClientDataSource.from_plan(
-      IDS, _plan(clients_per_round=5, clip_norm=1.0, num_rounds=48, population=len(IDS),
-                 participation=participation_lib.ParticipationSchema.b_min_sep(6, 5)),
-      str(tmp_path / 'a.csv'), 11)
-  assert min_sep.iterator() == _source(tmp_path / 'a.csv').iterator()
-  sampling = SETTINGS['cyclic_poisson'][0]['sampling']
-  cyclic = data_source.SampledClientDataSource.from_plan(
-      IDS, _plan(clients_per_round=None, clip_norm=1.0, sampling=sampling),
-      str(tmp_path / 'b.csv'), 11)
-  assert cyclic.iterator() == _source(tmp_path / 'b.csv', 'cyclic_poisson').iterator()
+def test_the_plan_makes_the_sampler(tmp_path):
+  for kind in SETTINGS:
+    iterator = _source(tmp_path / f'{kind}.csv', kind).iterator()
+    assert iterator.sampler_kind == kind and iterator.select(SETTINGS[kind][1]) == (
+        SETTINGS[kind][2](IDS, 11).sample(0))
   with pytest.raises(ValueError, match='population'):
-    data_source.SampledClientDataSource.from_plan(
+    data_source.SampledClientDataSource(
         IDS[:50], _plan(clients_per_round=5, clip_norm=1.0, population=len(IDS)),
         str(tmp_path / 'c.csv'), 11)
   with pytest.raises(ValueError, match='fractional'):
-    data_source.SampledClientDataSource.from_plan(
+    data_source.SampledClientDataSource(
         IDS, _plan(clients_per_round=2.5, clip_norm=1.0), str(tmp_path / 'c.csv'), 11)
   with pytest.raises(ValueError, match='`plan`'):
-    data_source.SampledClientDataSource.from_plan(IDS, {'plan': 1}, str(tmp_path / 'c.csv'), 11)
+    data_source.SampledClientDataSource(IDS, {'plan': 1}, str(tmp_path / 'c.csv'), 11)

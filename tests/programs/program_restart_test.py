@@ -16,7 +16,6 @@ keeps a pipe open). The uninterrupted reference run starts once per module, in t
 """
 
 import csv
-import dataclasses
 import json
 import os
 import shutil
@@ -77,7 +76,7 @@ def final_state(run):
     leaf = np.asarray(leaf) if leaf is not None else None
     if leaf is not None and leaf.dtype == object:
       leaf = leaf.item()
-    if isinstance(leaf, bytes) and leaf.startswith(data_source._MAGIC):
+    if isinstance(leaf, bytes) and leaf.startswith(b'DPFTRLIT'):  # the iterator's bytes
       leaf = _iterator_fields(leaf)
     leaves.append(leaf)
   return leaves
@@ -85,9 +84,8 @@ def final_state(run):
 
 def _iterator_fields(buffer):
   """The data-source iterator's bytes decoded, its (absolute) log path left out."""
-  client_ids, settings, state, log_offset = data_source._unpack(buffer)
-  state = {name: np.asarray(value).tolist() for name, value in dataclasses.asdict(state).items()}
-  return (client_ids, dataclasses.replace(settings, participation_log='<log>'), state, log_offset)
+  iterator = data_source.SampledClientDataSourceIterator.from_bytes(buffer)
+  return (iterator.client_ids, iterator.sampler_kind, iterator.next_round, iterator.log_offset)
 
 
 def masked_report(run):

@@ -15,6 +15,7 @@ import pytest
 import tensorflow_federated as tff
 
 from dp_ftrl_tff import plan as plan_lib
+from dp_ftrl_tff import sampling as sampling_lib
 from dp_ftrl_tff.accounting import report_files, run_metrics
 from dp_ftrl_tff.mechanisms import blt, gaussian
 from dp_ftrl_tff.mechanisms import participation as participation_lib
@@ -31,7 +32,8 @@ WRAP_ROUND = 3  # 0-based round whose secure sum wraps in the fake metrics
 def _plan(kind: str, **kwargs) -> plan_lib.RunPlan:
   if kind == 'poisson':  # amplification by sampling needs independent noise
     return plan_lib.RunPlan.build(gaussian.GaussianStrategy(), 1.0, None, 1.0, num_rounds=ROUNDS,
-                                  sampling=plan_lib.Sampling('poisson', 0.1, 1, len(IDS)), **kwargs)
+                                  sampling=sampling_lib.Sampling('poisson', 0.1, 1, len(IDS)),
+                                  **kwargs)
   strategy = blt.BLTStrategy(theta=(0.9, 0.5), omega=(0.3, 0.2))
   return plan_lib.RunPlan.build(strategy, 1.0, 5, 1.0, num_rounds=ROUNDS, population=len(IDS),
                                 participation=participation_lib.ParticipationSchema.b_min_sep(2, 3),
@@ -61,7 +63,7 @@ def _run_files(run_dir, kind: str, plan: plan_lib.RunPlan, rounds: int = ROUNDS,
   run_dir.mkdir(parents=True, exist_ok=True)
   plan_lib.save_plan(plan, run_dir / 'plan.json')
   log_path = f'{run_dir}/participation.csv'
-  iterator = data_source.SampledClientDataSource.from_plan(IDS, plan, log_path, 11).iterator()
+  iterator = data_source.SampledClientDataSource(IDS, plan, log_path, 11).iterator()
   csv_manager = tff.program.CSVFileReleaseManager(f'{run_dir}/metrics.csv', key_fieldname='round')
   release = metrics_release.RoundMetricsReleaseManager([csv_manager], after_metrics=after_metrics)
 

@@ -30,7 +30,7 @@ def test_train_model_releases_the_drivers_metrics_and_report(tmp_path):
   run = tmp_path / 'run'
   run.mkdir()
   plan_lib.save_plan(plan, run / 'plan.json')
-  source = data_source.SampledClientDataSource.from_plan(
+  source = data_source.SampledClientDataSource(
       client_data, plan, f'{run}/participation.csv', SEED)
   report = report_release.PrivacyReportReleaseManager(
       f'{run}/plan.json', f'{run}/participation.csv', f'{run}/privacy_report',

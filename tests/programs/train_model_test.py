@@ -6,8 +6,11 @@ import asyncio
 import pytest
 import tensorflow_federated as tff
 
+from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.accounting import participation_log
 from dp_ftrl_tff.learning import client_sampler
+from dp_ftrl_tff.mechanisms import blt
+from dp_ftrl_tff.mechanisms import participation as participation_lib
 from dp_ftrl_tff.programs import data_source
 from tests.testing import programs
 
@@ -53,11 +56,12 @@ def test_train_model_saves_restores_and_logs_like_the_drivers(tmp_path):
   context = tff.program.NativeFederatedContext(
       tff.backends.native.create_async_local_cpp_execution_context())
   log_path = tmp_path / 'participation.csv'
+  plan = plan_lib.RunPlan.build(
+      blt.BLTStrategy(theta=(0.9, 0.5), omega=(0.3, 0.2)), 1.0, PER_ROUND, 1.0, num_rounds=6,
+      participation=participation_lib.ParticipationSchema.b_min_sep(MIN_SEP))
 
   def source():  # what a program builds on every start
-    return data_source.SampledClientDataSource(
-        client_data, participation_log=str(log_path), seed=SEED, clients_per_round=PER_ROUND,
-        min_sep=MIN_SEP, num_rounds=6)
+    return data_source.SampledClientDataSource(client_data, plan, str(log_path), SEED)
 
   discard = _DiscardOnce(2)  # round 2 runs twice: its cohort is re-selected from the deep copy
   with tff.framework.get_context_stack().install(context):
