@@ -22,6 +22,7 @@ import tempfile
 
 from absl import flags
 
+from dp_ftrl_tff import plan
 from dp_ftrl_tff.accounting import participation_log, report, report_render, zcdp
 from dp_ftrl_tff.mechanisms import blt, participation, tree
 from experiments.benchmarks import harness, synthetic_log
@@ -56,9 +57,10 @@ def main(argv):
   declared = participation.ParticipationSchema(min_sep=100)
 
   def full_report(strategy, **kwargs):
-    result = report.build_report(strategy, _ROUNDS.value, declared, noise_multiplier=7.379,
-                                 log=log, **kwargs)
-    report_render.write_report(result, strategy, os.path.join(work_dir, strategy.name), plots=True)
+    run_plan = plan.RunPlan.for_accounting(strategy, 7.379, num_rounds=_ROUNDS.value,
+                                           participation=declared)
+    result = report.build_report(run_plan, log, **kwargs)
+    report_render.write_report(result, os.path.join(work_dir, strategy.name), plots=True)
     return result
 
   result, blt_s = _timed('blt report (build + json/md + plots)',

@@ -32,11 +32,12 @@ from experiments.benchmarks import harness
 from experiments.cli import flag_parsing
 
 FLAGS = flags.FlagValues()
-_ROUNDS = flags.DEFINE_integer('rounds', 2000, 'Rounds n.', flag_values=FLAGS)
+_ROUNDS = flags.DEFINE_integer('rounds', 2000, 'Rounds n.', lower_bound=1, flag_values=FLAGS)
 _NUM_SAMPLES = flags.DEFINE_list('num_samples', ['10000', '100000'],
                                  'Samples per direction, one run each.', flag_values=FLAGS)
 _BANDS = flags.DEFINE_integer('bands', 20, 'Bands of the banded C, its cyclic period and min_sep, '
-                              'and the balls-in-bins epoch length.', flag_values=FLAGS)
+                              'and the balls-in-bins epoch length.', lower_bound=1,
+                              flag_values=FLAGS)
 _SIGMA = flags.DEFINE_float('noise_multiplier', 1.0, 'Noise multiplier sigma.', flag_values=FLAGS)
 _Q = flags.DEFINE_float('sampling_prob', 0.01, 'Poisson sampling probability of the identity cases.',
                         flag_values=FLAGS)

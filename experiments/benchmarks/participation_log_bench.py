@@ -56,15 +56,17 @@ if case == 'old_read':
   log = module.read_participation_log(path)
   read_s = time.perf_counter() - start
 else:
+  from dp_ftrl_tff import plan
   from dp_ftrl_tff.accounting import participation_log, report, report_render
   from dp_ftrl_tff.mechanisms import blt, participation, tree
   start = time.perf_counter()
   log = participation_log.read_participation_log(path)
   read_s = time.perf_counter() - start
   strategy = blt.PRODUCTION_STRATEGIES[400] if case == 'report' else tree.TreeStrategy('efficient')
-  result = report.build_report(strategy, None, participation.ParticipationSchema(min_sep=20),
-                               noise_multiplier=7.379, log=log)
-  report_render.write_report(result, strategy, out_dir, plots=False)
+  run_plan = plan.RunPlan.for_accounting(  # rounds: the log's
+      strategy, 7.379, participation=participation.ParticipationSchema(min_sep=20))
+  result = report.build_report(run_plan, log)
+  report_render.write_report(result, out_dir, plots=False)
 print(json.dumps({'read_s': read_s, 'total_s': time.perf_counter() - start,
                   'rows': log.num_rows, 'clients': log.num_clients,
                   'min_sep': log.min_sep, 'max_participations': log.max_participations,
