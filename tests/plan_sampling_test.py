@@ -56,7 +56,7 @@ def test_plan_takes_the_expected_cohort_as_clients_per_round():
     plan.RunPlan.build(BLT, 1.0, None, 1.0)
 
 
-def test_sampling_round_trips_and_old_plans_still_load(tmp_path):
+def test_sampling_round_trips_and_defaults_to_min_sep(tmp_path):
   sampling = sampling_lib.Sampling('poisson', 0.05, 1, 400)
   run_plan = plan.RunPlan.build(BLT, 2.0, None, 1.0, sampling=sampling)
   path = tmp_path / 'plan.json'
@@ -70,12 +70,9 @@ def test_sampling_round_trips_and_old_plans_still_load(tmp_path):
   assert config['sampling'] == {'kind': 'min_sep', 'sampling_prob': None, 'num_groups': 1,
                                 'population': None}
   assert min_sep.sampling == sampling_lib.Sampling() and not min_sep.sampling.random_cohorts
-  # A plan file of an earlier release (no field, or null) drew min-sep cohorts.
-  for old in (None, 'missing'):
-    if old is None:
-      config['sampling'] = None
-    else:
-      del config['sampling']
-    assert plan.RunPlan.from_config(config) == min_sep
+  # Min-sep is a kind, not the absence of one: a missing field is the default kind, null is refused.
+  assert plan.RunPlan.from_config({k: v for k, v in config.items() if k != 'sampling'}) == min_sep
+  with pytest.raises(ValueError, match="field 'sampling' must be an object, got None"):
+    plan.RunPlan.from_config(dict(config, sampling=None))
   with pytest.raises(ValueError, match="field 'sampling'.*kind"):
     plan.RunPlan.from_config(dict(config, sampling={'kind': 'uniform'}))

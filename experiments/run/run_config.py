@@ -39,10 +39,6 @@ RESUMABLE_CHANGES = ('rounds', 'checkpoint_every', 'eval_every', 'eval_max_examp
                      'allow_strategy_setting_mismatch')
 #: `clients_per_round` of the min-sep sampler when not given.
 DEFAULT_CLIENTS_PER_ROUND = 10
-# hparams.json keys of earlier releases -> today's names; mechanism options that were settings of
-# their own.
-_RENAMED_HPARAMS = {'aggregator': 'mechanism'}
-_OPTIONS_OF_EARLIER_RELEASES = ('num_bands', 'num_buffers')
 
 #: The longest directory name of the usual file systems (NAME_MAX of ext4, XFS, tmpfs).
 _MAX_NAME_BYTES = 255
@@ -322,7 +318,6 @@ def check_hparams(config: RunConfig) -> None:
   saved = run_dir.read_json(path, _HPARAMS_REMEDY)
   if not isinstance(saved, dict):
     raise run_dir.corrupt_file_error(path, 'not a JSON object', _HPARAMS_REMEDY)
-  saved = _migrate(saved)
   # A setting added after the run started (absent from its file) had its default value.
   saved = {**{k: v for k, v in _DEFAULT_HPARAMS.items() if k not in saved}, **saved}
   changed = sorted(k for k in set(saved) | set(current)
@@ -331,18 +326,6 @@ def check_hparams(config: RunConfig) -> None:
     details = ', '.join(f'{k}: {saved.get(k)!r} -> {current.get(k)!r}' for k in changed)
     raise ValueError(f'{config.output_dir} holds a run with other settings ({details}); use '
                      'another --experiment_name or the same settings to resume.')
-
-
-def _migrate(saved: dict) -> dict:
-  """An `hparams.json` document of an earlier release in today's names."""
-  saved = {_RENAMED_HPARAMS.get(key, key): value for key, value in saved.items()}
-  options = dict(saved.get('mechanism_options') or {})
-  for name in _OPTIONS_OF_EARLIER_RELEASES:
-    if name in saved:
-      value = saved.pop(name)
-      if value is not None:
-        options[name] = value
-  return {**saved, 'mechanism_options': options}
 
 
 def write_hparams(config: RunConfig) -> str:
