@@ -12,13 +12,14 @@ the console and `experiments.privacy_report --plan` read everything from it. `wr
 writes `hparams.json`, the strategy and `plan.json`. Nothing here trains.
 """
 
+import json
 import os
 from typing import Optional, Tuple
 
 from absl import logging
 
+from dp_ftrl_tff import _atomic, plan_checks
 from dp_ftrl_tff import plan as plan_lib
-from dp_ftrl_tff import plan_checks
 from dp_ftrl_tff import sampling as sampling_lib
 from dp_ftrl_tff.accounting import amplification, calibration
 from dp_ftrl_tff.mechanisms import base, files, registry, resolve
@@ -165,10 +166,19 @@ def check_plan_file(config: run_config.RunConfig) -> None:
   _saved_plan_source(config.output_dir)
 
 
+def write_hparams(config: run_config.RunConfig) -> str:
+  """Writes `hparams.json` atomically (after `run_config.check_hparams`); returns its path."""
+  path = os.path.join(config.output_dir, run_dir.HPARAMS_FILE)
+  os.makedirs(config.output_dir, exist_ok=True)
+  _atomic.write_text(path, json.dumps(run_config.hparams_document(config), indent=2,
+                                      sort_keys=True))
+  return path
+
+
 def write_run_files(config: run_config.RunConfig, resolved: resolve.ResolvedStrategy,
                     plan: plan_lib.RunPlan, strategy_unsaved: bool) -> None:
   """Writes `hparams.json`, the strategy (first start only) and `plan.json`, each atomically."""
-  run_config.write_hparams(config)
+  write_hparams(config)
   if strategy_unsaved:
     save_run_strategy(config, resolved)
   plan_lib.save_plan(plan, os.path.join(config.output_dir, run_dir.PLAN_FILE))

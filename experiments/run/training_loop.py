@@ -21,7 +21,7 @@ into `<root_output_dir>/<experiment_name>/`:
     (`experiments.run.run_report`);
   * `summary.json`: the completion marker, written last (`experiments.run.run_summary`: final
     metrics, epsilon, per-round times, hparams), with the TensorBoard HParams session and `final/*`
-    scalars in `tensorboard/` (`experiments.run.hparams_summary`).
+    scalars in `tensorboard/`.
 Rerunning with the same output directory resumes from the latest checkpoint. The directory's safety
 (`run.lock` held by one run at a time, atomic files, torn log lines dropped, `workers.json` with the
 run's worker_binary PIDs) is `experiments.run.run_dir`'s; SIGINT / SIGTERM stop after the current
