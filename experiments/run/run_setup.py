@@ -94,16 +94,6 @@ def run_strategy(config: run_config.RunConfig, recorded_plan: Optional[dict] = N
       'file', path=saved, sha256=files.file_sha256(saved))), False
 
 
-def save_run_strategy(config: run_config.RunConfig, resolved: resolve.ResolvedStrategy) -> str:
-  """Writes the strategy (and the setting it was made for) atomically to the run directory's
-  `mechanism.json` / `.npz`, which a resumed run reuses; returns the path."""
-  os.makedirs(config.output_dir, exist_ok=True)
-  path = os.path.join(config.output_dir,
-                      _MECHANISM_BASENAME + registry.entry(resolved.strategy.name).file_suffix)
-  files.save_strategy(resolved.strategy, path, setting=resolved.source.setting)
-  return path
-
-
 def build_plan(config: run_config.RunConfig, resolved: resolve.ResolvedStrategy,
                population: Optional[int] = None) -> plan_lib.RunPlan:
   """The run's `RunPlan`, calibrated to `target_epsilon` when given. A Poisson `sampler` needs the
@@ -177,8 +167,11 @@ def write_hparams(config: run_config.RunConfig) -> str:
 
 def write_run_files(config: run_config.RunConfig, resolved: resolve.ResolvedStrategy,
                     plan: plan_lib.RunPlan, strategy_unsaved: bool) -> None:
-  """Writes `hparams.json`, the strategy (first start only) and `plan.json`, each atomically."""
+  """Writes `hparams.json`, the strategy (first start only: `mechanism.json` / `.npz` with the
+  setting it was made for, which a resumed run reuses) and `plan.json`, each atomically."""
   write_hparams(config)
-  if strategy_unsaved:
-    save_run_strategy(config, resolved)
+  if strategy_unsaved:  # a resumed run reuses the strategy its first start saved
+    path = os.path.join(config.output_dir,
+                        _MECHANISM_BASENAME + registry.entry(resolved.strategy.name).file_suffix)
+    files.save_strategy(resolved.strategy, path, setting=resolved.source.setting)
   plan_lib.save_plan(plan, os.path.join(config.output_dir, run_dir.PLAN_FILE))
