@@ -95,19 +95,19 @@ def run_strategy(config: run_config.RunConfig, recorded_plan: Optional[dict] = N
 
 
 def build_plan(config: run_config.RunConfig, resolved: resolve.ResolvedStrategy,
-               population: Optional[int] = None) -> plan_lib.RunPlan:
-  """The run's `RunPlan`, calibrated to `target_epsilon` when given. A Poisson `sampler` needs the
-  `population` (number of training clients): the plan's `sampling`, whose expected cohort size is
-  the plan's `clients_per_round`. The plan records the `population` (any sampler) and whether the
-  noise seed was fixed (`noise_seed` given: a testing-only run), for the report and the console.
+               population: int) -> plan_lib.RunPlan:
+  """The run's `RunPlan` over `population` training clients, calibrated to `target_epsilon` when
+  given. A Poisson `sampler` draws from the `population`: the plan's `sampling`, whose expected
+  cohort size is the plan's `clients_per_round`. The plan records the `population` (any sampler)
+  and whether the noise seed was fixed (`noise_seed` given: a testing-only run), for the report and
+  the console.
 
   Raises:
     plan_checks.StrategyTooShortError: the strategy covers fewer rounds (on resume: with the remedies of
       a run directory).
   """
-  if sampling_lib.entry(config.sampler).random_cohorts and population is None:
-    raise ValueError(f'`population` is required with `sampler`={config.sampler}.')
-  saved = saved_strategy_path(config.output_dir)
+  if population is None:  # the plan checks a given one
+    raise ValueError('`population` (the number of training clients) is required.')
   try:
     plan = plan_lib.RunPlan.build(
         resolved.strategy, config.noise_multiplier or 0.0, config.clients_per_round,
@@ -117,6 +117,7 @@ def build_plan(config: run_config.RunConfig, resolved: resolve.ResolvedStrategy,
         strategy_source=resolved.source, population=population,
         noise_seed_fixed=config.noise_seed is not None)
   except plan_checks.StrategyTooShortError as error:
+    saved = saved_strategy_path(config.output_dir)
     if saved is None:
       raise
     raise error.with_context(f' in {saved}', 'a new `experiment_name`') from None
