@@ -147,9 +147,10 @@ def _run(task: Task, config: RunConfig, directory: run_dir.RunDirectory,
   training = _Training(task, config, setup, directory)
   start_round = training.restore()
   training.train(start_round, stop)
-  training.record_final_canaries(trained=start_round < config.rounds)
-  report = run_report.finish(config, start.plan, task.accuracy_metric,
-                             trained=start_round < config.rounds)
+  trained = start_round < config.rounds
+  if training.canaries is not None:
+    training.canaries.record_final(setup.process, training.initial_state, training.state, trained)
+  report = run_report.finish(config, start.plan, task.accuracy_metric, trained=trained)
   return {'metrics': training.metrics, 'state': training.state, 'process': setup.process,
           'privacy_report': report, 'modular_wrap_rounds': training.wrap_rounds}
 
@@ -302,15 +303,6 @@ class _Training:
       self.metrics.update(self.workers.run(
           f'the evaluation after round {round_num}', lambda: evaluation.evaluate(
               self.task, process.get_model_weights(state), config.eval_max_examples)))
-
-  def record_final_canaries(self, trained: bool) -> None:
-    """Records the final model delta's cosines with the canary directions (once rounds were
-    trained, or when a finished run lacks them)."""
-    if self.canaries is None or (not trained and self.canaries.has_final()):
-      return
-    process = self.setup.process
-    self.canaries.record_final(process.get_model_weights(self.initial_state).trainable,
-                               process.get_model_weights(self.state).trainable)
 
   def _print_round(self, round_num: int, mean_seconds: float) -> None:
     config, metrics = self.config, self.metrics
