@@ -172,7 +172,7 @@ def _start(task: run_config.Task, config: run_config.RunConfig, directory: run_d
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
   from dp_ftrl_tff.programs import data_source  # pylint: disable=g-import-not-at-top
-  from experiments.run import run_start  # pylint: disable=g-import-not-at-top
+  from experiments.run import console, run_start  # pylint: disable=g-import-not-at-top
 
   client_ids = list(task.train_data.client_ids)
   with run_start.setup_errors():
@@ -190,7 +190,7 @@ def _start(task: run_config.Task, config: run_config.RunConfig, directory: run_d
     source = data_source.SampledClientDataSource(
         client_ids, start.plan, os.path.join(config.output_dir, run_dir.PARTICIPATION_FILE),
         config.seed)
-    run_start.print_header(task, config, start.plan, len(client_ids))
+    console.print_header(task, config, start.plan, len(client_ids))
     # The process takes client ids: each id becomes its preprocessed dataset inside the
     # computation (TFF's `compose_dataset_computation_with_learning_process`).
     process = tff.simulation.compose_dataset_computation_with_learning_process(

@@ -73,14 +73,15 @@ class CanaryRecorder:
     projections = np.asarray(measurements[canaries_lib.PROJECTIONS_MEASUREMENT], np.float64)
     self.files.append_round(round_num, projections * self.plan.clients_per_round / clip)
 
-  def has_final(self) -> bool:
-    """Whether `canaries.json` holds the final model's cosines."""
-    return auditing.read_canaries(self.files.path).final_cosines is not None
-
-  def record_final(self, initial_weights, final_weights) -> None:
-    """Records the cosines of the final model delta (initial minus final trainable weights) with
-    the canary directions."""
-    delta = [initial - final for initial, final in zip(initial_weights, final_weights, strict=True)]
+  def record_final(self, process, initial_state, final_state, trained: bool) -> None:
+    """Records the cosines of the final model delta (the `process`'s trainable weights in
+    `initial_state` minus those in `final_state`) with the canary directions, once rounds were
+    `trained` or when a finished run's `canaries.json` lacks them."""
+    if not trained and auditing.read_canaries(self.files.path).final_cosines is not None:
+      return
+    delta = [initial - final for initial, final in zip(
+        process.get_model_weights(initial_state).trainable,
+        process.get_model_weights(final_state).trainable, strict=True)]
     projections = canaries_lib.projections(self.canaries, delta).numpy().astype(np.float64)
     norm = float(np.sqrt(sum(np.sum(np.square(np.asarray(d, np.float64))) for d in delta)))
     self.files.write_final(projections / norm if norm > 0 else projections)

@@ -122,6 +122,14 @@ def _noise_warning(plan: plan_lib.RunPlan, num_params: Optional[int]) -> List[st
           '(no privacy).']
 
 
+def print_header(task, config, plan: plan_lib.RunPlan, population: int) -> None:
+  """Prints the header of a run of `task` (`run_config.Task`) with the settings `config`
+  (`run_config.RunConfig`) and `plan` over `population` training clients; before the process is
+  built (TFF takes most of the start-up, 10-20 s, to build it)."""
+  out(header(plan, f'{config.data}: {population} training clients', config.output_dir,
+             task.keras_model_fn().count_params()))
+
+
 def header(plan: plan_lib.RunPlan, data: str, output_dir: str,
            num_params: Optional[int] = None) -> str:
   """The run's header (a few lines): what determines the model and its privacy guarantee; `data`

@@ -18,7 +18,7 @@ import json
 import os
 from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple
 
-from dp_ftrl_tff import _atomic, _validation, plan_checks, settings
+from dp_ftrl_tff import _validation, plan_checks, settings
 from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff import sampling as sampling_lib
 from dp_ftrl_tff.accounting import zcdp
@@ -328,23 +328,13 @@ def check_hparams(config: RunConfig) -> None:
                      'another --experiment_name or the same settings to resume.')
 
 
-def write_hparams(config: RunConfig) -> str:
-  """Writes `hparams.json` atomically (after `check_hparams`); returns its path."""
-  path = os.path.join(config.output_dir, run_dir.HPARAMS_FILE)
-  os.makedirs(config.output_dir, exist_ok=True)
-  _atomic.write_text(path, json.dumps(hparams_document(config), indent=2, sort_keys=True))
-  return path
 
 
 def hparams_document(config: RunConfig) -> dict:
+  """The `hparams.json` document of `config` (JSON types: what reading the file back gives)."""
   return json.loads(json.dumps(dataclasses.asdict(config)))
 
 
 #: The hparams of a run with every default (`root_output_dir` is not compared on resume).
 _DEFAULT_HPARAMS = hparams_document(RunConfig(root_output_dir='.'))
 
-
-def check_and_write_hparams(config: RunConfig) -> None:
-  """`check_hparams`, then `write_hparams`."""
-  check_hparams(config)
-  write_hparams(config)

@@ -18,7 +18,7 @@ from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.accounting import report as report_lib
 from dp_ftrl_tff.accounting import report_files, report_render
 from experiments.cli import flag_parsing
-from experiments.run import console, hparams_summary, run_dir, run_summary
+from experiments.run import console, run_config, run_dir, run_summary
 from experiments.run.run_config import RunConfig
 
 
@@ -47,9 +47,6 @@ def finish(config: RunConfig, plan: plan_lib.RunPlan, accuracy_metric: str,
   """
   output_dir = config.output_dir
   complete = not trained and run_summary.is_complete(output_dir)
-  hparams = None if complete else run_dir.read_json(
-      os.path.join(output_dir, run_dir.HPARAMS_FILE),
-      'rerun the same command: it rewrites hparams.json.')
   if report is not None:
     pass
   elif plan.noise_multiplier == 0:
@@ -64,12 +61,13 @@ def finish(config: RunConfig, plan: plan_lib.RunPlan, accuracy_metric: str,
   if not complete:
     guarantee = None if report is None else report.guarantee
     summary = run_summary.build_summary(
-        output_dir, rounds=config.rounds, hparams=hparams, accuracy_metric=accuracy_metric,
+        output_dir, rounds=config.rounds, hparams=run_config.hparams_document(config),
+        accuracy_metric=accuracy_metric,
         noise_multiplier=plan.noise_multiplier,
         epsilon=None if guarantee is None else guarantee.epsilon,
         delta=None if guarantee is None else guarantee.delta,
         rho=None if guarantee is None else guarantee.rho)
-    hparams_summary.write_hparams_summary(output_dir, summary)
+    run_summary.write_hparams_summary(output_dir, summary)
     run_summary.write_summary(output_dir, summary)
   console.out(console.summary(
       output_dir, None if report is None else report_render.summary(report, warnings=False)))

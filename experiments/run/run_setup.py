@@ -12,13 +12,14 @@ the console and `experiments.privacy_report --plan` read everything from it. `wr
 writes `hparams.json`, the strategy and `plan.json`. Nothing here trains.
 """
 
+import json
 import os
 from typing import Optional, Tuple
 
 from absl import logging
 
+from dp_ftrl_tff import _atomic, plan_checks
 from dp_ftrl_tff import plan as plan_lib
-from dp_ftrl_tff import plan_checks
 from dp_ftrl_tff import sampling as sampling_lib
 from dp_ftrl_tff.accounting import amplification, calibration
 from dp_ftrl_tff.mechanisms import base, files, registry, resolve
@@ -93,30 +94,20 @@ def run_strategy(config: run_config.RunConfig, recorded_plan: Optional[dict] = N
       'file', path=saved, sha256=files.file_sha256(saved))), False
 
 
-def save_run_strategy(config: run_config.RunConfig, resolved: resolve.ResolvedStrategy) -> str:
-  """Writes the strategy (and the setting it was made for) atomically to the run directory's
-  `mechanism.json` / `.npz`, which a resumed run reuses; returns the path."""
-  os.makedirs(config.output_dir, exist_ok=True)
-  path = os.path.join(config.output_dir,
-                      _MECHANISM_BASENAME + registry.entry(resolved.strategy.name).file_suffix)
-  files.save_strategy(resolved.strategy, path, setting=resolved.source.setting)
-  return path
-
-
 def build_plan(config: run_config.RunConfig, resolved: resolve.ResolvedStrategy,
-               population: Optional[int] = None) -> plan_lib.RunPlan:
-  """The run's `RunPlan`, calibrated to `target_epsilon` when given. A Poisson `sampler` needs the
-  `population` (number of training clients): the plan's `sampling`, whose expected cohort size is
-  the plan's `clients_per_round`. The plan records the `population` (any sampler) and whether the
-  noise seed was fixed (`noise_seed` given: a testing-only run), for the report and the console.
+               population: int) -> plan_lib.RunPlan:
+  """The run's `RunPlan` over `population` training clients, calibrated to `target_epsilon` when
+  given. A Poisson `sampler` draws from the `population`: the plan's `sampling`, whose expected
+  cohort size is the plan's `clients_per_round`. The plan records the `population` (any sampler)
+  and whether the noise seed was fixed (`noise_seed` given: a testing-only run), for the report and
+  the console.
 
   Raises:
     plan_checks.StrategyTooShortError: the strategy covers fewer rounds (on resume: with the remedies of
       a run directory).
   """
-  if sampling_lib.entry(config.sampler).random_cohorts and population is None:
-    raise ValueError(f'`population` is required with `sampler`={config.sampler}.')
-  saved = saved_strategy_path(config.output_dir)
+  if population is None:  # the plan checks a given one
+    raise ValueError('`population` (the number of training clients) is required.')
   try:
     plan = plan_lib.RunPlan.build(
         resolved.strategy, config.noise_multiplier or 0.0, config.clients_per_round,
@@ -126,6 +117,7 @@ def build_plan(config: run_config.RunConfig, resolved: resolve.ResolvedStrategy,
         strategy_source=resolved.source, population=population,
         noise_seed_fixed=config.noise_seed is not None)
   except plan_checks.StrategyTooShortError as error:
+    saved = saved_strategy_path(config.output_dir)
     if saved is None:
       raise
     raise error.with_context(f' in {saved}', 'a new `experiment_name`') from None
@@ -165,10 +157,22 @@ def check_plan_file(config: run_config.RunConfig) -> None:
   _saved_plan_source(config.output_dir)
 
 
+def write_hparams(config: run_config.RunConfig) -> str:
+  """Writes `hparams.json` atomically (after `run_config.check_hparams`); returns its path."""
+  path = os.path.join(config.output_dir, run_dir.HPARAMS_FILE)
+  os.makedirs(config.output_dir, exist_ok=True)
+  _atomic.write_text(path, json.dumps(run_config.hparams_document(config), indent=2,
+                                      sort_keys=True))
+  return path
+
+
 def write_run_files(config: run_config.RunConfig, resolved: resolve.ResolvedStrategy,
                     plan: plan_lib.RunPlan, strategy_unsaved: bool) -> None:
-  """Writes `hparams.json`, the strategy (first start only) and `plan.json`, each atomically."""
-  run_config.write_hparams(config)
-  if strategy_unsaved:
-    save_run_strategy(config, resolved)
+  """Writes `hparams.json`, the strategy (first start only: `mechanism.json` / `.npz` with the
+  setting it was made for, which a resumed run reuses) and `plan.json`, each atomically."""
+  write_hparams(config)
+  if strategy_unsaved:  # a resumed run reuses the strategy its first start saved
+    path = os.path.join(config.output_dir,
+                        _MECHANISM_BASENAME + registry.entry(resolved.strategy.name).file_suffix)
+    files.save_strategy(resolved.strategy, path, setting=resolved.source.setting)
   plan_lib.save_plan(plan, os.path.join(config.output_dir, run_dir.PLAN_FILE))

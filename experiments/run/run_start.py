@@ -3,9 +3,9 @@ program (`experiments.programs.emnist_program`).
 
 `start_run` locks the run directory, checks a resume against its checkpoint's record
 (`experiments.run.checkpoint_records`), resolves the strategy and builds the plan
-(`experiments.run.run_setup`), writing nothing; `print_header` prints the console header and
-`build_process` builds the DP-FTRL process from the plan. `SetupError` is how any of them refuses to
-start (`setup_errors` turns the ValueErrors of a start into it, in the flags' words).
+(`experiments.run.run_setup`), writing nothing; `build_process` builds the DP-FTRL process from
+the plan (after `experiments.run.console.print_header`). `SetupError` is how either refuses to start
+(`setup_errors` turns the ValueErrors of a start into it, in the flags' words).
 """
 
 import contextlib
@@ -15,7 +15,7 @@ from typing import Callable, List, Optional
 from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.mechanisms import resolve
 from experiments.cli import flag_parsing
-from experiments.run import checkpoint_records, console, run_config, run_dir, run_setup
+from experiments.run import checkpoint_records, run_config, run_dir, run_setup
 
 
 class SetupError(ValueError):
@@ -77,14 +77,6 @@ def start_run(config: run_config.RunConfig, directory: run_dir.RunDirectory, pop
   if check_plan is not None:
     check_plan(plan)
   return RunStart(plan, resolved, strategy_unsaved, resumption, rebuild)
-
-
-def print_header(task: run_config.Task, config: run_config.RunConfig, plan: plan_lib.RunPlan,
-                 population: int) -> None:
-  """Prints the run's console header (before the process: TFF takes most of the start-up, 10-20 s,
-  to build it)."""
-  console.out(console.header(plan, f'{config.data}: {population} training clients',
-                             config.output_dir, task.keras_model_fn().count_params()))
 
 
 def build_process(task: run_config.Task, config: run_config.RunConfig, plan: plan_lib.RunPlan,

@@ -21,7 +21,7 @@ into `<root_output_dir>/<experiment_name>/`:
     (`experiments.run.run_report`);
   * `summary.json`: the completion marker, written last (`experiments.run.run_summary`: final
     metrics, epsilon, per-round times, hparams), with the TensorBoard HParams session and `final/*`
-    scalars in `tensorboard/` (`experiments.run.hparams_summary`).
+    scalars in `tensorboard/`.
 Rerunning with the same output directory resumes from the latest checkpoint. The directory's safety
 (`run.lock` held by one run at a time, atomic files, torn log lines dropped, `workers.json` with the
 run's worker_binary PIDs) is `experiments.run.run_dir`'s; SIGINT / SIGTERM stop after the current
@@ -100,7 +100,7 @@ def _set_up(task: Task, config: RunConfig, directory: run_dir.RunDirectory) -> _
       remote_execution.set_remote_execution_context(config.workers)
     start = run_start.start_run(config, directory, len(client_ids))
     sampler = sampling.make_sampler(client_ids, start.plan, config.seed)  # checks a min-sep schedule
-    run_start.print_header(task, config, start.plan, len(client_ids))
+    console.print_header(task, config, start.plan, len(client_ids))
     canaries = canary_clients.run_canaries(config.canary_clients, config.seed, start.plan)
     process = run_start.build_process(task, config, start.plan, canaries)
   return _Setup(start, process, client_ids, sampler, canaries, canary_ids)
@@ -147,9 +147,10 @@ def _run(task: Task, config: RunConfig, directory: run_dir.RunDirectory,
   training = _Training(task, config, setup, directory)
   start_round = training.restore()
   training.train(start_round, stop)
-  training.record_final_canaries(trained=start_round < config.rounds)
-  report = run_report.finish(config, start.plan, task.accuracy_metric,
-                             trained=start_round < config.rounds)
+  trained = start_round < config.rounds
+  if training.canaries is not None:
+    training.canaries.record_final(setup.process, training.initial_state, training.state, trained)
+  report = run_report.finish(config, start.plan, task.accuracy_metric, trained=trained)
   return {'metrics': training.metrics, 'state': training.state, 'process': setup.process,
           'privacy_report': report, 'modular_wrap_rounds': training.wrap_rounds}
 
@@ -302,15 +303,6 @@ class _Training:
       self.metrics.update(self.workers.run(
           f'the evaluation after round {round_num}', lambda: evaluation.evaluate(
               self.task, process.get_model_weights(state), config.eval_max_examples)))
-
-  def record_final_canaries(self, trained: bool) -> None:
-    """Records the final model delta's cosines with the canary directions (once rounds were
-    trained, or when a finished run lacks them)."""
-    if self.canaries is None or (not trained and self.canaries.has_final()):
-      return
-    process = self.setup.process
-    self.canaries.record_final(process.get_model_weights(self.initial_state).trainable,
-                               process.get_model_weights(self.state).trainable)
 
   def _print_round(self, round_num: int, mean_seconds: float) -> None:
     config, metrics = self.config, self.metrics

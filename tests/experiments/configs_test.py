@@ -80,7 +80,8 @@ def test_synthetic_flagfile_states_its_epsilon(path, tmp_path):
   # The strategy the driver would use (optimized at start), accounted for the declared schedule.
   config = _parse(path, f'--root_output_dir={tmp_path}')
   assert config.target_delta == delta
-  plan = run_setup.build_plan(config, run_setup.run_strategy(config)[0])
+  plan = run_setup.build_plan(config, run_setup.run_strategy(config)[0],
+                              config.synthetic_num_clients)
   guarantee = zcdp.guarantee(plan.strategy, config.rounds, config.participation,
                              plan.noise_multiplier, delta,
                              restart_rounds=plan.restart_rounds(config.rounds))

@@ -359,8 +359,11 @@ def test_corrupt_run_files_name_the_path(tmp_path):
   os.makedirs(config.output_dir)
   resolved, unsaved = run_setup.run_strategy(config)
   assert unsaved
-  saved = run_setup.save_run_strategy(config, resolved)
-  assert os.listdir(config.output_dir) == [os.path.basename(saved)]  # no temp file left
+  run_setup.write_run_files(config, resolved, run_setup.build_plan(
+      config, resolved, config.synthetic_num_clients), unsaved)
+  saved = run_setup.saved_strategy_path(config.output_dir)
+  assert sorted(os.listdir(config.output_dir)) == sorted([  # no temp file left
+      'hparams.json', os.path.basename(saved), 'plan.json'])
   assert run_setup.run_strategy(config)[1] is False
   for name, check in (('hparams.json', run_config.check_hparams),
                       ('plan.json', run_setup.check_plan_file),

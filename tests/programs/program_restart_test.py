@@ -28,7 +28,7 @@ import tensorflow as tf
 from dp_ftrl_tff.accounting import participation_log
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from dp_ftrl_tff.programs import data_source
-from experiments.run import run_config, run_dir
+from experiments.run import run_config, run_dir, run_setup
 from tests.testing import binaries, run_files
 
 pytestmark = pytest.mark.e2e
@@ -250,10 +250,10 @@ def test_driver_and_program_run_directories_refuse_each_other(tmp_path):
   driver = run_config.RunConfig(**common, task={'model': 'tiny', 'only_digits': True})
   program = run_config.RunConfig(**common, task={'model': 'tiny', 'only_digits': True,
                                                  'program': 'train_model'})
-  run_config.write_hparams(driver)
+  run_setup.write_hparams(driver)
   with pytest.raises(ValueError, match='holds a run with other settings .*task'):
     run_config.check_hparams(program)
-  run_config.write_hparams(program)
+  run_setup.write_hparams(program)
   with pytest.raises(ValueError, match='holds a run with other settings .*task'):
     run_config.check_hparams(driver)
 
