@@ -328,8 +328,6 @@ def check_hparams(config: RunConfig) -> None:
                      'another --experiment_name or the same settings to resume.')
 
 
-
-
 def hparams_document(config: RunConfig) -> dict:
   """The `hparams.json` document of `config` (JSON types: what reading the file back gives)."""
   return json.loads(json.dumps(dataclasses.asdict(config)))
