@@ -197,6 +197,15 @@ class Sampler(abc.ABC):
   """
 
   @classmethod
+  def check_cohorts(cls, population: int, clients_per_round: Optional[float], participation,
+                    num_rounds: int) -> None:
+    """Raises ValueError when no cohorts of this kind can fill `num_rounds` rounds of
+    `clients_per_round` clients from `population` under `participation` (a
+    `ParticipationSchema`): the settings' own check, before any plan or run directory is read.
+    The default checks only the population: random cohorts fit any."""
+    _validation.check_positive_int(population, 'population')
+
+  @classmethod
   @abc.abstractmethod
   def from_plan(cls, client_ids: Sequence[str], plan, seed: int) -> 'Sampler':
     """The sampler of a trainable `plan.RunPlan` over `client_ids`, seeded by `seed`."""

@@ -114,6 +114,13 @@ class ClientSampler(sampling.Sampler):
     self._num_participations = np.zeros(len(client_ids), dtype=np.int64)
 
   @classmethod
+  def check_cohorts(cls, population: int, clients_per_round: Optional[float], participation,
+                    num_rounds: int) -> None:
+    """`check_schedule` of the cohorts (see `sampling.Sampler.check_cohorts`)."""
+    check_schedule(population, clients_per_round, participation.min_sep,
+                   participation.max_participations, num_rounds)
+
+  @classmethod
   def from_plan(cls, client_ids: Sequence[str], plan, seed: int) -> 'ClientSampler':
     """`plan.clients_per_round` clients a round under `plan.participation` (b, k; default b = 1,
     no cap) over `plan.num_rounds`; ValueError for a plan made for accounting only, a fractional

@@ -13,6 +13,7 @@ import dataclasses
 from typing import Callable, List, Optional
 
 from dp_ftrl_tff import plan as plan_lib
+from dp_ftrl_tff import sampling
 from dp_ftrl_tff.mechanisms import resolve
 from experiments.cli import flag_parsing
 from experiments.run import checkpoint_records, run_config, run_dir, run_setup
@@ -60,6 +61,9 @@ def start_run(config: run_config.RunConfig, directory: run_dir.RunDirectory, pop
     run_dir.RunDirError: the directory is in use, or a run file is corrupt or differs from the
       record.
   """
+  # Cohorts the sampler cannot draw are the user's settings: refused before the directory is read.
+  sampling.sampler_class(config.sampler).check_cohorts(
+      population, config.clients_per_round, config.participation, config.rounds)
   # The lock first, then every check (reading only); nothing is written before they pass.
   directory.acquire()
   directory.end_stale_workers()
