@@ -2,12 +2,11 @@
 
 `tests.testing.round_robin` holds a `Sampler` subclass and one registry entry; this test registers
 it and takes it through the plan (and its file), `sampling.make_sampler` (the drivers' road), the
-program's data source (select, the participation log, the iterator's bytes) and a driver's
-checkpointed state.
+program's data source (select, the participation log, the iterator's bytes) and the checkpointed
+state a driver stores (the drivers call `make_sampler`; their runs are the shared ones of
+tests/experiments).
 """
 
-import json
-import os
 
 import pytest
 
@@ -16,9 +15,7 @@ from dp_ftrl_tff import sampling
 from dp_ftrl_tff.accounting import participation_log
 from dp_ftrl_tff.mechanisms import blt
 from dp_ftrl_tff.programs import data_source
-from experiments.emnist import run_emnist
-from experiments.run import training_loop
-from tests.testing import round_robin, runs
+from tests.testing import round_robin
 
 pytestmark = pytest.mark.unit
 
@@ -91,18 +88,3 @@ def test_unregistered_the_kind_is_unknown():
     sampling.register(round_robin.KIND)
   with pytest.raises(ValueError, match='built in'):
     sampling.unregister('min_sep')
-
-
-@pytest.mark.integration
-def test_a_driver_run_and_its_resume(tmp_path):
-  first, config = (runs.tiny_config(tmp_path, sampler=round_robin.NAME, rounds=rounds,
-                                    task={'model': 'tiny', 'only_digits': True})
-                   for rounds in (2, 3))
-  training_loop.run(run_emnist.build_task(first), first)
-  task = run_emnist.build_task(config)
-  training_loop.run(task, config)  # resumes from the checkpointed sampler state
-  with open(os.path.join(config.output_dir, 'plan.json')) as f:
-    assert json.load(f)['sampling']['kind'] == round_robin.NAME
-  ids = list(task.train_data.client_ids)
-  assert runs.read_log(os.path.join(config.output_dir, 'participation.csv')) == {
-      ids[t * 3 + i]: [t] for t in range(3) for i in range(3)}
