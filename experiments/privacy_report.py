@@ -58,6 +58,7 @@ from dp_ftrl_tff.accounting import (
     report_files,
     report_participation,
     report_render,
+    zcdp,
 )
 from dp_ftrl_tff.mechanisms import memory, registry, resolve
 from experiments.cli import flag_parsing, plan_flags
@@ -145,9 +146,9 @@ def _plan_from_flags(fv, log) -> plan_lib.RunPlan:
   if fv.noise_multiplier is not None:
     return run_plan
   num_rounds, schema, _, _ = report_participation.headline_setting(run_plan, log)
-  return calibration.calibrate_plan(run_plan, target_epsilon=fv.target_epsilon,
-                                    target_rho=fv.target_rho, participation=schema,
-                                    num_rounds=num_rounds)
+  return calibration.calibrate_plan(
+      run_plan, target_epsilon=fv.target_epsilon, target_rho=fv.target_rho,
+      sensitivity_squared=zcdp.plan_sensitivity_squared(run_plan, num_rounds, schema))
 
 
 def _plan_from_file(fv) -> plan_lib.RunPlan:

@@ -32,7 +32,6 @@ import scipy.optimize
 from dp_ftrl_tff import _validation
 from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.accounting import zcdp
-from dp_ftrl_tff.mechanisms import participation as participation_lib
 
 #: Relative tolerance on sigma: the calibrated sigma is at most this much above the smallest sigma
 #: that meets the target.
@@ -190,21 +189,20 @@ def rho_for_epsilon(target_epsilon: float, delta: float = zcdp.DEFAULT_DELTA,
 
 def calibrate_plan(plan: plan_lib.RunPlan, *, target_epsilon: Optional[float] = None,
                    target_rho: Optional[float] = None,
-                   participation: Optional[participation_lib.ParticipationSchema] = None,
-                   num_rounds: Optional[int] = None) -> plan_lib.RunPlan:
+                   sensitivity_squared: Optional[float] = None) -> plan_lib.RunPlan:
   """`plan` with the noise multiplier that meets one target, recorded in its `calibration`.
 
-  The sensitivity is the plan's strategy over `num_rounds` (default: the plan's rounds) with its
-  restarts, under `participation` (default: the plan's declared one; a report of a finished run
-  passes the participation realized in its log). A (epsilon, delta) target is met at the plan's
-  `target_delta` (`zcdp.DEFAULT_DELTA` without one), never exceeded (`noise_multiplier_for_epsilon`).
+  The sensitivity is the plan's strategy over its rounds, restarts and declared participation
+  (`zcdp.planned_sensitivity_squared`), or `sensitivity_squared` when given (a report of a finished
+  run passes `zcdp.plan_sensitivity_squared` of the participation realized in its log). A
+  (epsilon, delta) target is met at the plan's `target_delta` (`zcdp.DEFAULT_DELTA` without one),
+  never exceeded (`noise_multiplier_for_epsilon`).
 
   Args:
     plan: the `RunPlan` (its noise multiplier is replaced).
     target_epsilon, target_rho: exactly one: a target epsilon in [`MIN_TARGET_EPSILON`,
       `max_epsilon(delta)`] or a target rho in (0, `zcdp.MAX_RHO`].
-    participation: the `ParticipationSchema` to calibrate for, or None.
-    num_rounds: n, or None.
+    sensitivity_squared: sens^2 > 0 of the run to calibrate for (clip norm 1), or None.
   """
   if (target_epsilon is None) == (target_rho is None):
     raise ValueError('Exactly one of `target_epsilon`, `target_rho` must be given.')
@@ -213,9 +211,10 @@ def calibrate_plan(plan: plan_lib.RunPlan, *, target_epsilon: Optional[float] = 
     target, name = check_target_epsilon(target_epsilon, delta), 'target_epsilon'
   else:
     target, name = _check_target_rho(target_rho), 'target_rho'
-  sens_sq = zcdp.plan_sensitivity_squared(plan, num_rounds, participation)
+  sens_sq = (zcdp.planned_sensitivity_squared(plan) if sensitivity_squared is None
+             else sensitivity_squared)
   if not sens_sq > 0:
-    raise ValueError(f'The plan\'s `sensitivity_squared` must be positive, got {sens_sq!r}.')
+    raise ValueError(f'`sensitivity_squared` must be positive, got {sens_sq!r}.')
   if name == 'target_rho':
     sigma = _noise_multiplier_for_rho(target, sens_sq)
   else:

@@ -293,7 +293,8 @@ def guarantee(strategy: base.Strategy, num_rounds: int,
   _validation.check_one_of(conversion, 'conversion', CONVERSIONS)
   participation = participation_lib.check_participation(participation)
   restarts = check_restart_rounds(restart_rounds, num_rounds)
-  return _guarantee(strategy, int(num_rounds), participation, sigma, delta, restarts, conversion)
+  segments = plan_lib.Segments(restarts, base.lengths_between(int(num_rounds), restarts))
+  return _guarantee(strategy, int(num_rounds), participation, sigma, delta, segments, conversion)
 
 
 def guarantee_for_plan(plan: plan_lib.RunPlan, num_rounds: Optional[int] = None,
@@ -302,7 +303,8 @@ def guarantee_for_plan(plan: plan_lib.RunPlan, num_rounds: Optional[int] = None,
   """The `Guarantee` of a run plan over `num_rounds` rounds (default: the plan's) under
   `participation` (default: the plan's declared one), at the plan's accounted noise multiplier,
   restarts and target delta (`DEFAULT_DELTA` when it has none). The plan was validated when it was
-  built, so only what it lacks is checked here.
+  built, so only what it lacks is checked here. `planned_guarantee` is this for the plan's own
+  setting.
 
   Raises:
     ValueError: the plan adds no noise (it has no DP guarantee), or lacks the rounds or the
@@ -310,49 +312,83 @@ def guarantee_for_plan(plan: plan_lib.RunPlan, num_rounds: Optional[int] = None,
       whatever the conversion.
   """
   num_rounds, participation = _plan_setting(plan, num_rounds, participation)
+  return _plan_guarantee(plan, num_rounds, participation, _segments(plan, num_rounds), conversion)
+
+
+def planned_guarantee(plan: plan_lib.RunPlan, conversion: str = 'pld') -> Guarantee:
+  """`guarantee_for_plan` of the plan's own rounds and declared participation, from the segments
+  the plan carries (`RunPlan.planned_segments`)."""
+  num_rounds, participation = _planned_setting(plan)
+  return _plan_guarantee(plan, num_rounds, participation, plan.planned_segments, conversion)
+
+
+def _plan_guarantee(plan: plan_lib.RunPlan, num_rounds: int,
+                    participation: participation_lib.ParticipationSchema,
+                    segments: plan_lib.Segments, conversion: str) -> Guarantee:
   if plan.noise_multiplier == 0:
     raise ValueError('`plan` has noise_multiplier 0: the run adds no noise and has no DP guarantee.')
   delta = DEFAULT_DELTA if plan.target_delta is None else plan.target_delta
   # Every conversion: a run's header (a closed form) must not promise what its report (the PLD)
   # cannot compute.
   return _guarantee(plan.strategy, num_rounds, participation, plan.noise_multiplier, delta,
-                    tuple(plan.restart_rounds(num_rounds)), conversion, any_conversion=True)
+                    segments, conversion, any_conversion=True)
 
 
 def plan_sensitivity_squared(plan: plan_lib.RunPlan, num_rounds: Optional[int] = None,
                              participation: Optional[participation_lib.ParticipationSchema] = None
                              ) -> float:
   """`accounted_sensitivity_squared` of the plan's strategy and restarts over `num_rounds`
-  (default: the plan's rounds) under `participation` (default: the plan's declared one)."""
-  lengths_rounds = num_rounds  # None: the plan's own rounds
+  (default: the plan's rounds) under `participation` (default: the plan's declared one);
+  `planned_sensitivity_squared` is this for the plan's own setting."""
   num_rounds, participation = _plan_setting(plan, num_rounds, participation)
-  lengths = plan.segment_lengths(lengths_rounds)
-  return _sensitivity_squared(plan.strategy, lengths, participation)
+  return _sensitivity_squared(plan.strategy, _segments(plan, num_rounds).lengths, participation)
+
+
+def planned_sensitivity_squared(plan: plan_lib.RunPlan) -> float:
+  """`plan_sensitivity_squared` of the plan's own rounds and declared participation, from the
+  segments the plan carries (`RunPlan.planned_segments`)."""
+  _, participation = _planned_setting(plan)
+  return _sensitivity_squared(plan.strategy, plan.planned_segments.lengths, participation)
+
+
+def _segments(plan: plan_lib.RunPlan, num_rounds: int) -> plan_lib.Segments:
+  """The plan's `Segments` over `num_rounds` (checked) rounds."""
+  if num_rounds == plan.num_rounds:
+    return plan.planned_segments
+  restarts = tuple(plan.restart_rounds(num_rounds))
+  return plan_lib.Segments(restarts, base.lengths_between(num_rounds, restarts))
 
 
 def _plan_setting(plan, num_rounds, participation) -> tuple:
   """(n, participation) of a plan: the arguments given (checked here), else the plan's own
   (checked when the plan was made)."""
-  if not isinstance(plan, plan_lib.RunPlan):
-    raise ValueError(f'`plan` must be a dp_ftrl_tff.plan.RunPlan, got {plan!r}.')
   if num_rounds is not None:
     num_rounds = _validation.check_positive_int(num_rounds, 'num_rounds')
   if participation is not None:
     participation = participation_lib.check_participation(participation)
-  num_rounds = plan.num_rounds if num_rounds is None else num_rounds
-  participation = plan.participation if participation is None else participation
-  if num_rounds is None or participation is None:
+  planned_rounds, planned_participation = _planned_setting(
+      plan, lacks_ok=(num_rounds is not None, participation is not None))
+  return num_rounds or planned_rounds, participation or planned_participation
+
+
+def _planned_setting(plan, lacks_ok=(False, False)) -> tuple:
+  """(n, declared participation) of a `RunPlan` (checked when the plan was made); ValueError when
+  it lacks one that is not given (`lacks_ok`: (rounds given, participation given))."""
+  if not isinstance(plan, plan_lib.RunPlan):
+    raise ValueError(f'`plan` must be a dp_ftrl_tff.plan.RunPlan, got {plan!r}.')
+  if ((plan.num_rounds is None and not lacks_ok[0])
+      or (plan.participation is None and not lacks_ok[1])):
     raise ValueError('`plan` lacks the run\'s `rounds` or `participation`; give them.')
-  return num_rounds, participation
+  return plan.num_rounds, plan.participation
 
 
 def _guarantee(strategy: base.Strategy, num_rounds: int,
                participation: participation_lib.ParticipationSchema, sigma: float, delta: float,
-               restarts: tuple, conversion: str, any_conversion: bool = False) -> Guarantee:
-  """`guarantee` of checked arguments (`restarts` sorted, distinct, in (0, n)); with
+               segments: plan_lib.Segments, conversion: str,
+               any_conversion: bool = False) -> Guarantee:
+  """`guarantee` of checked arguments (`segments`' restarts sorted, distinct, in (0, n)); with
   `any_conversion` rho is checked against `MAX_RHO` whatever the conversion."""
-  sens_sq = _sensitivity_squared(strategy, base.lengths_between(num_rounds, restarts),
-                                 participation)
+  sens_sq = _sensitivity_squared(strategy, segments.lengths, participation)
   rho = _rho(sens_sq, sigma)
   if conversion == 'pld' or any_conversion:
     check_rho(rho, f'`noise_multiplier`={sigma:g} gives rho-zCDP {rho:.4g} over {num_rounds} '
@@ -360,6 +396,7 @@ def _guarantee(strategy: base.Strategy, num_rounds: int,
               f'a `noise_multiplier` of at least {math.sqrt(sens_sq / (2 * MAX_RHO)):.4g} (or '
               'fewer `rounds`)' if math.isfinite(sens_sq) else 'fewer `rounds`')
   return Guarantee(mechanism=strategy.name, num_rounds=num_rounds, participation=participation,
-                   restart_rounds=restarts, sensitivity_squared=sens_sq, noise_multiplier=sigma,
+                   restart_rounds=segments.restart_rounds, sensitivity_squared=sens_sq,
+                   noise_multiplier=sigma,
                    rho=rho, epsilon=_epsilon(rho, delta, conversion), delta=delta,
                    conversion=conversion)

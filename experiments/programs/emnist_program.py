@@ -190,7 +190,7 @@ def _start(task: run_config.Task, config: run_config.RunConfig, directory: run_d
     source = data_source.SampledClientDataSource(
         client_ids, start.plan, os.path.join(config.output_dir, run_dir.PARTICIPATION_FILE),
         config.seed)
-    console.print_header(task, config, start.plan, len(client_ids))
+    console.print_header(task, config, start.plan, start.planned, len(client_ids))
     # The process takes client ids: each id becomes its preprocessed dataset inside the
     # computation (TFF's `compose_dataset_computation_with_learning_process`).
     process = tff.simulation.compose_dataset_computation_with_learning_process(

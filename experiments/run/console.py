@@ -76,7 +76,7 @@ def planned_guarantee(plan: plan_lib.RunPlan) -> Optional[zcdp.Guarantee]:
   """The guarantee of the whole planned run for its declared participation (None without noise)."""
   if plan.noise_multiplier == 0:
     return None
-  return zcdp.guarantee_for_plan(plan, conversion=CONVERSION)
+  return zcdp.planned_guarantee(plan, conversion=CONVERSION)
 
 
 def spent_guarantee(plan: plan_lib.RunPlan, log_path: str,
@@ -122,19 +122,22 @@ def _noise_warning(plan: plan_lib.RunPlan, num_params: Optional[int]) -> List[st
           '(no privacy).']
 
 
-def print_header(task, config, plan: plan_lib.RunPlan, population: int) -> None:
+def print_header(task, config, plan: plan_lib.RunPlan, planned: Optional[zcdp.Guarantee],
+                 population: int) -> None:
   """Prints the header of a run of `task` (`run_config.Task`) with the settings `config`
-  (`run_config.RunConfig`) and `plan` over `population` training clients; before the process is
-  built (TFF takes most of the start-up, 10-20 s, to build it)."""
-  out(header(plan, f'{config.data}: {population} training clients', config.output_dir,
+  (`run_config.RunConfig`), `plan` and its `planned` guarantee (`planned_guarantee`) over
+  `population` training clients; before the process is built (TFF takes most of the start-up,
+  10-20 s, to build it)."""
+  out(header(plan, planned, f'{config.data}: {population} training clients', config.output_dir,
              task.keras_model_fn().count_params()))
 
 
-def header(plan: plan_lib.RunPlan, data: str, output_dir: str,
-           num_params: Optional[int] = None) -> str:
-  """The run's header (a few lines): what determines the model and its privacy guarantee; `data`
-  describes the training data (e.g. 'synthetic: 1000 training clients'); with the model's
-  `num_params`, a warning when the noise dwarfs the mean update (`noise_to_signal`)."""
+def header(plan: plan_lib.RunPlan, guarantee: Optional[zcdp.Guarantee], data: str,
+           output_dir: str, num_params: Optional[int] = None) -> str:
+  """The run's header (a few lines): what determines the model and its privacy guarantee (the
+  plan's `planned_guarantee`, None without noise); `data` describes the training data (e.g.
+  'synthetic: 1000 training clients'); with the model's `num_params`, a warning when the noise
+  dwarfs the mean update (`noise_to_signal`)."""
   sigma = f'{plan.noise_multiplier:.6g}'
   if plan.calibration is not None:
     (target, value), = plan.calibration.items()
@@ -145,11 +148,10 @@ def header(plan: plan_lib.RunPlan, data: str, output_dir: str,
           f'{plan.clip_norm:g} (initial; adaptive to the unclipped quantile '
           f'{plan.adaptive_clip.target_unclipped_quantile:g})')
   k = plan.participation.max_participations
-  guarantee = planned_guarantee(plan)
   planned = ('none (noise multiplier 0)' if guarantee is None else
              f'epsilon {guarantee.epsilon:.4g} at delta {guarantee.delta:g} (rho-zCDP '
              f'{guarantee.rho:.4g}, declared participation, no amplification)')
-  restarts = plan.restart_rounds()
+  restarts = plan.planned_segments.restart_rounds
   lines = [
       f'data        {data}',
       f'mechanism   {plan.mechanism}'

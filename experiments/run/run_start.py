@@ -14,9 +14,10 @@ from typing import Callable, List, Optional
 
 from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff import sampling
+from dp_ftrl_tff.accounting import zcdp
 from dp_ftrl_tff.mechanisms import resolve
 from experiments.cli import flag_parsing
-from experiments.run import checkpoint_records, run_config, run_dir, run_setup
+from experiments.run import checkpoint_records, console, run_config, run_dir, run_setup
 
 
 class SetupError(ValueError):
@@ -41,12 +42,14 @@ def setup_errors(*errors):
 class RunStart:
   """What a run starts from, checked before anything is written: its plan, the strategy behind it
   (`strategy_unsaved`: not yet saved in the run directory), where it resumes (`resumption`) and
-  the run files to rebuild from the verified settings (`checkpoint_records.check_files`)."""
+  the run files to rebuild from the verified settings (`checkpoint_records.check_files`) and the
+  planned guarantee the header states (`console.planned_guarantee`; None without noise)."""
   plan: plan_lib.RunPlan
   resolved: resolve.ResolvedStrategy
   strategy_unsaved: bool
   resumption: checkpoint_records.Resumption
   rebuild: List[str]
+  planned: Optional[zcdp.Guarantee]
 
 
 def start_run(config: run_config.RunConfig, directory: run_dir.RunDirectory, population: int,
@@ -80,7 +83,10 @@ def start_run(config: run_config.RunConfig, directory: run_dir.RunDirectory, pop
   checkpoint_records.check_plan(resumption, checkpoint_records.plan_document(plan))
   if check_plan is not None:
     check_plan(plan)
-  return RunStart(plan, resolved, strategy_unsaved, resumption, rebuild)
+  # Computed once the plan is checked and before anything is written: a plan whose guarantee
+  # cannot be computed (rho beyond `zcdp.MAX_RHO`) is refused here.
+  planned = console.planned_guarantee(plan)
+  return RunStart(plan, resolved, strategy_unsaved, resumption, rebuild, planned)
 
 
 def build_process(task: run_config.Task, config: run_config.RunConfig, plan: plan_lib.RunPlan,

@@ -100,7 +100,7 @@ def _set_up(task: Task, config: RunConfig, directory: run_dir.RunDirectory) -> _
       remote_execution.set_remote_execution_context(config.workers)
     start = run_start.start_run(config, directory, len(client_ids))
     sampler = sampling.make_sampler(client_ids, start.plan, config.seed)  # checks a min-sep schedule
-    console.print_header(task, config, start.plan, len(client_ids))
+    console.print_header(task, config, start.plan, start.planned, len(client_ids))
     canaries = canary_clients.run_canaries(config.canary_clients, config.seed, start.plan)
     process = run_start.build_process(task, config, start.plan, canaries)
   return _Setup(start, process, client_ids, sampler, canaries, canary_ids)

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from dp_ftrl_tff import plan as plan_lib
+from dp_ftrl_tff import settings
 from dp_ftrl_tff.accounting import zcdp
 from dp_ftrl_tff.mechanisms import banded, blt, gaussian, tree
 from dp_ftrl_tff.mechanisms import participation as participation_lib
@@ -310,3 +311,20 @@ def test_guarantee_beyond_the_accountant_names_the_noise_multiplier(sigma, round
 def test_rho_of_extreme_noise_multipliers_is_a_number_not_an_exception():
   assert zcdp.rho_from_sensitivity(1.0, 1e300) == 0.0
   assert zcdp.rho_from_sensitivity(1.0, 1e-300) == math.inf
+
+
+@pytest.mark.parametrize('restarts', [None, settings.RestartSchedule.at((3, 7)),
+                                      settings.EVERY_ROUND])
+def test_planned_guarantee_is_the_guarantee_of_the_plans_own_setting(restarts):
+  # The segments a plan carries (`RunPlan.planned_segments`) against the ones computed from its
+  # restart rounds over the same rounds, given explicitly.
+  run_plan = plan_lib.RunPlan.build(tree.TreeStrategy(), 2.0, 10, 1.0, restarts=restarts,
+                                    num_rounds=12, participation=Schema(3, 2), target_delta=1e-6)
+  restart_rounds = tuple(run_plan.restart_rounds(12))
+  assert run_plan.planned_segments == (restart_rounds, zcdp.segment_lengths(12, restart_rounds))
+  planned = zcdp.planned_guarantee(run_plan)
+  assert planned == zcdp.guarantee_for_plan(run_plan, 12, Schema(3, 2))
+  assert planned == zcdp.guarantee(tree.TreeStrategy(), 12, Schema(3, 2), 2.0, 1e-6,
+                                   restart_rounds=restart_rounds)
+  assert zcdp.planned_sensitivity_squared(run_plan) == zcdp.plan_sensitivity_squared(
+      run_plan, 12, Schema(3, 2)) == planned.sensitivity_squared

@@ -25,38 +25,43 @@ def _plan(**kwargs):
                                 args.pop('clip_norm', 1.0), **args)
 
 
+def _header(plan, *args, **kwargs) -> str:
+  """The header of `plan` with its planned guarantee, as a run prints it."""
+  return console.header(plan, console.planned_guarantee(plan), *args, **kwargs)
+
+
 def _line(header: str, label: str) -> str:
   (line,) = [line for line in header.splitlines() if line.startswith(label + ' ')]
   return line
 
 
 def test_header_flags_a_fixed_noise_seed_as_testing_only():
-  header = console.header(_plan(noise_seed_fixed=True, population=100), 'synthetic', '/tmp/run')
+  header = _header(_plan(noise_seed_fixed=True, population=100), 'synthetic', '/tmp/run')
   assert _line(header, 'seed') == f'seed        {console.FIXED_SEED_TEXT}'
   assert 'TESTING ONLY' in console.FIXED_SEED_TEXT and '--noise_seed' in console.FIXED_SEED_TEXT
-  secret = console.header(_plan(noise_seed_fixed=False, population=100), 'synthetic', '/tmp/run')
+  secret = _header(_plan(noise_seed_fixed=False, population=100), 'synthetic', '/tmp/run')
   assert _line(secret, 'seed') == 'seed        noise seed drawn from OS entropy (secret)'
-  assert 'not recorded' in _line(console.header(_plan(), 'synthetic', '/tmp/run'), 'seed')
+  assert 'not recorded' in _line(_header(_plan(), 'synthetic', '/tmp/run'), 'seed')
 
 
 def test_header_states_the_clip():
-  fixed = console.header(_plan(clip_norm=0.5), 'synthetic', '/tmp/run')
+  fixed = _header(_plan(clip_norm=0.5), 'synthetic', '/tmp/run')
   assert 'clip 0.5 (fixed)' in _line(fixed, 'noise')
   adaptive = settings.AdaptiveClipping(target_unclipped_quantile=0.7, clipped_count_stddev=2.0)
-  header = console.header(_plan(clients_per_round=50, clip_norm=0.2, adaptive_clip=adaptive),
+  header = _header(_plan(clients_per_round=50, clip_norm=0.2, adaptive_clip=adaptive),
                           'synthetic', '/tmp/run')
   assert 'clip 0.2 (initial; adaptive to the unclipped quantile 0.7)' in _line(header, 'noise')
 
 
 def test_header_states_sampler_cohorts_and_population():
-  schedule = _line(console.header(_plan(population=1000), 'synthetic', '/tmp/run'), 'schedule')
+  schedule = _line(_header(_plan(population=1000), 'synthetic', '/tmp/run'), 'schedule')
   assert schedule.startswith('schedule    min-sep sampler, 10 clients per round, 10 rounds, '
                              'min_sep 5, max_participations 2')
   assert schedule.endswith('; population 1000 clients (0.01 of them per round)')
   sampling = sampling_lib.Sampling('cyclic_poisson', 0.3, 2, population=30)
   sampled = plan_lib.RunPlan.build(gaussian.GaussianStrategy(), 1.0, None, 1.0, sampling=sampling,
                                    num_rounds=4, participation=Schema(2), target_delta=1e-6)
-  schedule = _line(console.header(sampled, 'synthetic', '/tmp/run'), 'schedule')
+  schedule = _line(_header(sampled, 'synthetic', '/tmp/run'), 'schedule')
   assert 'cyclic_poisson sampling q=0.3, 2 groups, expected 4.5 clients per round' in schedule
   assert schedule.endswith('; population 30 clients (0.15 of them per round)')
 
@@ -81,9 +86,9 @@ def test_header_warns_when_the_noise_dwarfs_the_update():
   # defaults); 30 clients per round bring it to 2.95.
   plan = _plan()
   assert console.noise_to_signal(plan, 7850) == pytest.approx(7850 ** 0.5 / 10, rel=1e-12)
-  warning = _line(console.header(plan, 'synthetic', '/tmp/run', num_params=7850), 'warning')
+  warning = _line(_header(plan, 'synthetic', '/tmp/run', num_params=7850), 'warning')
   assert 'noise 8.86x the update per coordinate' in warning
   assert '>= 30 clients per round' in warning and '--noise_multiplier=0' in warning
-  assert 'warning' not in console.header(_plan(clients_per_round=30), 'synthetic', '/tmp/run',
+  assert 'warning' not in _header(_plan(clients_per_round=30), 'synthetic', '/tmp/run',
                                          num_params=7850)
-  assert 'warning' not in console.header(plan, 'synthetic', '/tmp/run')  # model size unknown
+  assert 'warning' not in _header(plan, 'synthetic', '/tmp/run')  # model size unknown
