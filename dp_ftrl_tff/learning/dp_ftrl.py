@@ -22,7 +22,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from dp_ftrl_tff import _validation, aggregators
+from dp_ftrl_tff import aggregators
 from dp_ftrl_tff.aggregators import secure as secure_lib
 from dp_ftrl_tff.learning import canaries as canaries_lib
 
@@ -32,11 +32,10 @@ def build_dp_ftrl_process(
     client_optimizer_fn: tff.learning.optimizers.Optimizer,
     *,
     aggregator: tff.aggregators.UnweightedAggregationFactory,
-    server_learning_rate: float,
-    server_momentum: float = 0.9,
+    server_optimizer_fn: tff.learning.optimizers.Optimizer,
     canaries: Optional[canaries_lib.Canaries] = None,
 ) -> tff.learning.templates.LearningProcess:
-  """Builds DP-FTRL with momentum as TFF's unweighted FedAvg with an SGD-momentum server optimizer.
+  """Builds DP-FTRL as TFF's unweighted FedAvg with the aggregator's noise and a server optimizer.
 
   Args:
     model_fn: no-argument callable returning a `tff.learning.models.VariableModel` (e.g. from
@@ -45,8 +44,10 @@ def build_dp_ftrl_process(
     aggregator: an unweighted aggregation factory that clips, sums, adds the (correlated) noise and
       divides by the fixed `clients_per_round`: `dp_ftrl_tff.aggregators.CorrelatedNoiseFactory` or
       TFF's `DifferentiallyPrivateFactory`.
-    server_learning_rate: eta > 0 of the server SGD.
-    server_momentum: gamma in [0, 1) of the server heavy-ball momentum.
+    server_optimizer_fn: a `tff.learning.optimizers.Optimizer` applying the released update, as
+      TFF's `build_weighted_fed_avg` takes it: DP-FTRLM's is SGD with heavy-ball momentum,
+      `tff.learning.optimizers.build_sgdm(learning_rate, momentum=0.9)` (the drivers' from
+      `--server_learning_rate` and `--server_momentum`); post-processing, whatever it is.
     canaries: `dp_ftrl_tff.learning.canaries.Canaries` to insert, or None. With canaries the
       process takes, per client, `(dataset, canary_index)` (`canaries.client_data`) and its
       aggregator measurements hold `canary_projections` (see dp_ftrl_tff/learning/canaries.py).
@@ -59,6 +60,9 @@ def build_dp_ftrl_process(
   if not isinstance(client_optimizer_fn, tff.learning.optimizers.Optimizer):
     raise ValueError('`client_optimizer_fn` must be a `tff.learning.optimizers.Optimizer`, got '
                      f'{type(client_optimizer_fn).__name__}.')
+  if not isinstance(server_optimizer_fn, tff.learning.optimizers.Optimizer):
+    raise ValueError('`server_optimizer_fn` must be a `tff.learning.optimizers.Optimizer`, got '
+                     f'{type(server_optimizer_fn).__name__}.')
   if not isinstance(aggregator, tff.aggregators.UnweightedAggregationFactory):
     raise ValueError('`aggregator` must be a `tff.aggregators.UnweightedAggregationFactory`, got '
                      f'{type(aggregator).__name__}.')
@@ -67,25 +71,19 @@ def build_dp_ftrl_process(
   # work zeroed.
   counting = isinstance(aggregator, aggregators.CorrelatedNoiseFactory)
   model_aggregator = count_non_finite_updates(aggregator) if counting else aggregator
-  server_learning_rate = _validation.check_positive_float(server_learning_rate,
-                                                          'server_learning_rate')
-  server_momentum = _validation.check_float_in_range(server_momentum, 'server_momentum', 0.0, 1.0,
-                                                     high_inclusive=False)
-  server_optimizer = tff.learning.optimizers.build_sgdm(learning_rate=server_learning_rate,
-                                                        momentum=server_momentum or None)
   if canaries is not None:
-    return _build_with_canaries(model_fn, client_optimizer_fn, server_optimizer, model_aggregator,
-                                canaries)
+    return _build_with_canaries(model_fn, client_optimizer_fn, server_optimizer_fn,
+                                model_aggregator, canaries)
   if counting:
     return tff.learning.algorithms.build_weighted_fed_avg(
-        model_fn, client_optimizer_fn, server_optimizer_fn=server_optimizer,
+        model_fn, client_optimizer_fn, server_optimizer_fn=server_optimizer_fn,
         client_weighting=tff.learning.ClientWeighting.UNIFORM, model_aggregator=model_aggregator)
   return tff.learning.algorithms.build_unweighted_fed_avg(
-      model_fn, client_optimizer_fn, server_optimizer_fn=server_optimizer,
+      model_fn, client_optimizer_fn, server_optimizer_fn=server_optimizer_fn,
       model_aggregator=model_aggregator)
 
 
-def _build_with_canaries(model_fn, client_optimizer_fn, server_optimizer, model_aggregator,
+def _build_with_canaries(model_fn, client_optimizer_fn, server_optimizer_fn, model_aggregator,
                          canaries: canaries_lib.Canaries) -> tff.learning.templates.LearningProcess:
   """`build_weighted_fed_avg` with UNIFORM weights, from TFF's own parts (the builder takes no
   client work): its client work with the canaries inserted, its broadcast and its optimizer
@@ -109,7 +107,7 @@ def _build_with_canaries(model_fn, client_optimizer_fn, server_optimizer, model_
   return tff.learning.templates.compose_learning_process(
       initial_model_weights_fn, tff.learning.templates.build_broadcast_process(weights_type),
       client_work, aggregator,
-      tff.learning.templates.build_apply_optimizer_finalizer(server_optimizer, weights_type))
+      tff.learning.templates.build_apply_optimizer_finalizer(server_optimizer_fn, weights_type))
 
 
 class _NonFiniteCountingFactory(tff.aggregators.WeightedAggregationFactory):

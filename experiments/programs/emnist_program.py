@@ -121,7 +121,7 @@ def _stop_at_once():
 
 
 def _check_restarts(config: run_config.RunConfig, plan) -> None:
-  if not (plan.strategy.correlated and plan.restart_rounds()):
+  if not (plan.strategy.correlated and plan.planned_segments.restart_rounds):
     return
   flag = ('restart_rounds' if config.restart_rounds is not None else
           'restart_period' if config.restart_period is not None else
@@ -215,7 +215,7 @@ def _run(task: run_config.Task, config: run_config.RunConfig, directory: run_dir
   start, source, process = _start(task, config, directory, scope)
   directory.remove_stale_temps()
   checkpoint_records.set_aside(out, start.resumption)
-  run_setup.write_run_files(config, start.resolved, start.plan, start.strategy_unsaved)
+  run_setup.write_run_files(config, start.resolved, start.plan, start.saved_strategy)
   # A kill during an append of metrics.csv leaves a torn last line (the CSV manager cannot parse
   # it); the participation log's is cut by the data source at its checkpointed offset.
   run_dir.drop_torn_last_line(os.path.join(out, run_dir.METRICS_FILE), 'round')

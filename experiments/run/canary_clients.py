@@ -8,7 +8,7 @@ and `canaries.csv` (per-round projections, in units of the round's clip on the s
 model delta's cosines with the canary directions (`dp_ftrl_tff.auditing.records`; docs/auditing.md).
 """
 
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -23,8 +23,10 @@ CANARY_ID_PREFIX = 'canary-'
 ADAPTIVE_CANARY_NORM_FACTOR = 1e6
 
 
-def canary_client_ids(client_ids: Sequence[str], num_canaries: int) -> List[str]:
-  """The ids of `num_canaries` canary clients, appended to the population `client_ids`.
+def run_canaries(client_ids: Sequence[str], num_canaries: int, seed: int, plan: plan_lib.RunPlan
+                 ) -> Tuple[List[str], Optional[canaries_lib.Canaries]]:
+  """(the ids of the run's `num_canaries` canary clients, appended to the population `client_ids`;
+  its canaries, seeded by `seed`, or None without canaries).
 
   Raises:
     ValueError: a client of `client_ids` bears a canary id (naming `canary_clients`).
@@ -34,16 +36,10 @@ def canary_client_ids(client_ids: Sequence[str], num_canaries: int) -> List[str]
   if clashes:
     raise ValueError(f'`canary_clients`: the data has a client named {sorted(clashes)[0]!r}, a '
                      'canary id; rename it or run without canaries.')
-  return ids
-
-
-def run_canaries(num_canaries: int, seed: int,
-                 plan: plan_lib.RunPlan) -> Optional[canaries_lib.Canaries]:
-  """The run's `num_canaries` canaries (seeded by `seed`), or None without canaries."""
   if not num_canaries:
-    return None
+    return ids, None
   norm = plan.clip_norm * (1.0 if plan.adaptive_clip is None else ADAPTIVE_CANARY_NORM_FACTOR)
-  return canaries_lib.Canaries(num_canaries, seed=seed, norm=norm)
+  return ids, canaries_lib.Canaries(num_canaries, seed=seed, norm=norm)
 
 
 class CanaryRecorder:

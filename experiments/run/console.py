@@ -4,7 +4,7 @@ stdout of a driver run:
   * a header from the run's plan: data, mechanism, noise multiplier, clip (fixed, or adaptive with
     its target quantile), the noise seed (a fixed --noise_seed is flagged: testing only), the
     sampler with clients per round, sampling probability and population, rounds, min_sep and the
-    planned epsilon at --target_delta for the declared participation (`planned_guarantee`);
+    planned epsilon at --target_delta for the declared participation (`run_start.RunStart.planned`);
   * one line per round (`round_log_line`): loss, accuracy, round time, ETA;
   * an eval line every --eval_every rounds (`eval_line`) with the epsilon spent so far, from the
     participation observed in the log up to that round (`spent_guarantee`,
@@ -72,13 +72,6 @@ def wrap_summary(wrap_rounds: List[int], start_round: int, num_rounds: int,
           f'{num_rounds}' + (f': rounds {[r + 1 for r in wrap_rounds]}.' if wrap_rounds else '.'))
 
 
-def planned_guarantee(plan: plan_lib.RunPlan) -> Optional[zcdp.Guarantee]:
-  """The guarantee of the whole planned run for its declared participation (None without noise)."""
-  if plan.noise_multiplier == 0:
-    return None
-  return zcdp.planned_guarantee(plan, conversion=CONVERSION)
-
-
 def spent_guarantee(plan: plan_lib.RunPlan, log_path: str,
                     rounds_done: int) -> Optional[zcdp.Guarantee]:
   """The guarantee of the first `rounds_done` rounds for the participation observed in the run's
@@ -125,7 +118,7 @@ def _noise_warning(plan: plan_lib.RunPlan, num_params: Optional[int]) -> List[st
 def print_header(task, config, plan: plan_lib.RunPlan, planned: Optional[zcdp.Guarantee],
                  population: int) -> None:
   """Prints the header of a run of `task` (`run_config.Task`) with the settings `config`
-  (`run_config.RunConfig`), `plan` and its `planned` guarantee (`planned_guarantee`) over
+  (`run_config.RunConfig`), `plan` and its `planned` guarantee (`run_start.RunStart.planned`) over
   `population` training clients; before the process is built (TFF takes most of the start-up,
   10-20 s, to build it)."""
   out(header(plan, planned, f'{config.data}: {population} training clients', config.output_dir,
@@ -134,10 +127,10 @@ def print_header(task, config, plan: plan_lib.RunPlan, planned: Optional[zcdp.Gu
 
 def header(plan: plan_lib.RunPlan, guarantee: Optional[zcdp.Guarantee], data: str,
            output_dir: str, num_params: Optional[int] = None) -> str:
-  """The run's header (a few lines): what determines the model and its privacy guarantee (the
-  plan's `planned_guarantee`, None without noise); `data` describes the training data (e.g.
-  'synthetic: 1000 training clients'); with the model's `num_params`, a warning when the noise
-  dwarfs the mean update (`noise_to_signal`)."""
+  """The run's header (a few lines): what determines the model and its privacy `guarantee` (the
+  plan's `zcdp.planned_guarantee` in `CONVERSION`, None without noise); `data` describes the
+  training data (e.g. 'synthetic: 1000 training clients'); with the model's `num_params`, a
+  warning when the noise dwarfs the mean update (`noise_to_signal`)."""
   sigma = f'{plan.noise_multiplier:.6g}'
   if plan.calibration is not None:
     (target, value), = plan.calibration.items()

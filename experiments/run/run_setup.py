@@ -58,9 +58,9 @@ def _saved_plan_source(output_dir: str) -> Optional[resolve.StrategySource]:
 
 
 def run_strategy(config: run_config.RunConfig, recorded_plan: Optional[dict] = None
-                 ) -> Tuple[resolve.ResolvedStrategy, bool]:
-  """(the run's strategy and its source, whether it still has to be saved in the run directory),
-  writing nothing. On resume, `recorded_plan` is the plan the latest checkpoint's record holds
+                 ) -> Tuple[resolve.ResolvedStrategy, Optional[str]]:
+  """(the run's strategy and its source, the run directory's strategy file it was loaded from or
+  None when it still has to be saved there), writing nothing. On resume, `recorded_plan` is the plan the latest checkpoint's record holds
   (`checkpoint_records`): the saved strategy's source comes from it, not from plan.json.
 
   Raises:
@@ -81,7 +81,7 @@ def run_strategy(config: run_config.RunConfig, recorded_plan: Optional[dict] = N
         num_rounds=config.rounds, participation=config.participation,
         allow_setting_mismatch=config.allow_strategy_setting_mismatch)
     logging.info('Mechanism (%s): %s', resolved.source.describe(), resolved.strategy)
-    return resolved, True
+    return resolved, None
   try:
     strategy = files.load_strategy(saved)
   except (ValueError, OSError) as error:
@@ -91,11 +91,11 @@ def run_strategy(config: run_config.RunConfig, recorded_plan: Optional[dict] = N
                      f'`mechanism`={config.mechanism}.')
   logging.info('Mechanism (run directory): %s', strategy)
   return resolve.ResolvedStrategy(strategy, source or resolve.StrategySource(
-      'file', path=saved, sha256=files.file_sha256(saved))), False
+      'file', path=saved, sha256=files.file_sha256(saved))), saved
 
 
 def build_plan(config: run_config.RunConfig, resolved: resolve.ResolvedStrategy,
-               population: int) -> plan_lib.RunPlan:
+               population: int, saved_strategy: Optional[str] = None) -> plan_lib.RunPlan:
   """The run's `RunPlan` over `population` training clients, calibrated to `target_epsilon` when
   given. A Poisson `sampler` draws from the `population`: the plan's `sampling`, whose expected
   cohort size is the plan's `clients_per_round`. The plan records the `population` (any sampler)
@@ -103,8 +103,8 @@ def build_plan(config: run_config.RunConfig, resolved: resolve.ResolvedStrategy,
   the console.
 
   Raises:
-    plan_checks.StrategyTooShortError: the strategy covers fewer rounds (on resume: with the remedies of
-      a run directory).
+    plan_checks.StrategyTooShortError: the strategy covers fewer rounds (one loaded from the run
+      directory's `saved_strategy` file: with the remedies of a run directory).
   """
   if population is None:  # the plan checks a given one
     raise ValueError('`population` (the number of training clients) is required.')
@@ -117,10 +117,9 @@ def build_plan(config: run_config.RunConfig, resolved: resolve.ResolvedStrategy,
         strategy_source=resolved.source, population=population,
         noise_seed_fixed=config.noise_seed is not None)
   except plan_checks.StrategyTooShortError as error:
-    saved = saved_strategy_path(config.output_dir)
-    if saved is None:
+    if saved_strategy is None:
       raise
-    raise error.with_context(f' in {saved}', 'a new `experiment_name`') from None
+    raise error.with_context(f' in {saved_strategy}', 'a new `experiment_name`') from None
   if config.target_epsilon is not None:
     plan = calibration.calibrate_plan(plan, target_epsilon=config.target_epsilon)
     logging.info('Noise multiplier %.6g calibrated to epsilon=%g at delta=%g.',
@@ -167,11 +166,11 @@ def write_hparams(config: run_config.RunConfig) -> str:
 
 
 def write_run_files(config: run_config.RunConfig, resolved: resolve.ResolvedStrategy,
-                    plan: plan_lib.RunPlan, strategy_unsaved: bool) -> None:
+                    plan: plan_lib.RunPlan, saved_strategy: Optional[str]) -> None:
   """Writes `hparams.json`, the strategy (first start only: `mechanism.json` / `.npz` with the
   setting it was made for, which a resumed run reuses) and `plan.json`, each atomically."""
   write_hparams(config)
-  if strategy_unsaved:  # a resumed run reuses the strategy its first start saved
+  if saved_strategy is None:  # a resumed run reuses the strategy its first start saved
     path = os.path.join(config.output_dir,
                         _MECHANISM_BASENAME + registry.entry(resolved.strategy.name).file_suffix)
     files.save_strategy(resolved.strategy, path, setting=resolved.source.setting)

@@ -41,12 +41,13 @@ def setup_errors(*errors):
 @dataclasses.dataclass(frozen=True)
 class RunStart:
   """What a run starts from, checked before anything is written: its plan, the strategy behind it
-  (`strategy_unsaved`: not yet saved in the run directory), where it resumes (`resumption`) and
+  (`saved_strategy`: the run directory's file it was loaded from, None until it is saved there), where it resumes (`resumption`) and
   the run files to rebuild from the verified settings (`checkpoint_records.check_files`) and the
-  planned guarantee the header states (`console.planned_guarantee`; None without noise)."""
+  planned guarantee the header states (`zcdp.planned_guarantee` in the console's conversion;
+  None without noise)."""
   plan: plan_lib.RunPlan
   resolved: resolve.ResolvedStrategy
-  strategy_unsaved: bool
+  saved_strategy: Optional[str]
   resumption: checkpoint_records.Resumption
   rebuild: List[str]
   planned: Optional[zcdp.Guarantee]
@@ -77,22 +78,24 @@ def start_run(config: run_config.RunConfig, directory: run_dir.RunDirectory, pop
   if check_resumption is not None:
     check_resumption(resumption)
   rebuild = checkpoint_records.check_files(config.output_dir, resumption)
-  resolved, strategy_unsaved = run_setup.run_strategy(config, resumption.record and
-                                                      resumption.record['plan'])
-  plan = run_setup.build_plan(config, resolved, population)
+  resolved, saved_strategy = run_setup.run_strategy(config, resumption.record and
+                                                    resumption.record['plan'])
+  plan = run_setup.build_plan(config, resolved, population, saved_strategy)
+  # The header's guarantee, once: a plan whose guarantee cannot be computed (rho beyond
+  # `zcdp.MAX_RHO`) is refused before anything is written.
+  planned = (None if plan.noise_multiplier == 0 else
+             zcdp.planned_guarantee(plan, conversion=console.CONVERSION))
   checkpoint_records.check_plan(resumption, checkpoint_records.plan_document(plan))
   if check_plan is not None:
     check_plan(plan)
-  # Computed once the plan is checked and before anything is written: a plan whose guarantee
-  # cannot be computed (rho beyond `zcdp.MAX_RHO`) is refused here.
-  planned = console.planned_guarantee(plan)
-  return RunStart(plan, resolved, strategy_unsaved, resumption, rebuild, planned)
+  return RunStart(plan, resolved, saved_strategy, resumption, rebuild, planned)
 
 
 def build_process(task: run_config.Task, config: run_config.RunConfig, plan: plan_lib.RunPlan,
                   canaries=None):
   """The run's DP-FTRL learning process (`learning.dp_ftrl`) with the plan's aggregator, the
-  settings' optimizers and the run's `canaries` (None without)."""
+  settings' optimizers (the server's: SGD with heavy-ball momentum, DP-FTRLM) and the run's
+  `canaries` (None without)."""
   # TensorFlow comes with the process: imported once the flags are checked.
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
@@ -101,5 +104,6 @@ def build_process(task: run_config.Task, config: run_config.RunConfig, plan: pla
   return dp_ftrl.build_dp_ftrl_process(
       task.model_fn, tff.learning.optimizers.build_sgdm(config.client_learning_rate),
       aggregator=aggregators.CorrelatedNoiseFactory(plan, noise_seed=config.noise_seed),
-      server_learning_rate=config.server_learning_rate, server_momentum=config.server_momentum,
+      server_optimizer_fn=tff.learning.optimizers.build_sgdm(
+          learning_rate=config.server_learning_rate, momentum=config.server_momentum or None),
       canaries=canaries)

@@ -89,19 +89,18 @@ def _set_up(task: Task, config: RunConfig, directory: run_dir.RunDirectory) -> _
   """Checks everything and builds the plan and the process, writing nothing (see `run`); prints
   the console header once the plan is built."""
   with run_start.setup_errors(secure_context.SecureContextError):
-    canary_ids = canary_clients.canary_client_ids(task.train_data.client_ids,
-                                                  config.canary_clients)
-    client_ids = list(task.train_data.client_ids) + canary_ids
+    train_ids = list(task.train_data.client_ids)
+    start = run_start.start_run(config, directory, len(train_ids) + config.canary_clients)
+    canary_ids, canaries = canary_clients.run_canaries(train_ids, config.canary_clients,
+                                                       config.seed, start.plan)
+    client_ids = train_ids + canary_ids
+    console.print_header(task, config, start.plan, start.planned, len(client_ids))
+    # The execution context before any computation runs (see experiments/run/secure_context.py).
     if config.secure_aggregation:
-      # Chosen before anything is written or built (see experiments/run/secure_context.py).
       secure_context.use_secure_context()
     elif config.workers is not None:
-      # Before any computation runs, as the SecAgg context (see experiments/run/secure_context.py).
       remote_execution.set_remote_execution_context(config.workers)
-    start = run_start.start_run(config, directory, len(client_ids))
-    sampler = sampling.make_sampler(client_ids, start.plan, config.seed)  # checks a min-sep schedule
-    console.print_header(task, config, start.plan, start.planned, len(client_ids))
-    canaries = canary_clients.run_canaries(config.canary_clients, config.seed, start.plan)
+    sampler = sampling.make_sampler(client_ids, start.plan, config.seed)
     process = run_start.build_process(task, config, start.plan, canaries)
   return _Setup(start, process, client_ids, sampler, canaries, canary_ids)
 
@@ -143,7 +142,7 @@ def _run(task: Task, config: RunConfig, directory: run_dir.RunDirectory,
   setup = _set_up(task, config, directory)
   start = setup.start
   directory.remove_stale_temps()
-  run_setup.write_run_files(config, start.resolved, start.plan, start.strategy_unsaved)
+  run_setup.write_run_files(config, start.resolved, start.plan, start.saved_strategy)
   training = _Training(task, config, setup, directory)
   start_round = training.restore()
   training.train(start_round, stop)
@@ -245,7 +244,7 @@ class _Training:
                                                   key_fieldname='round'),
                 tff.program.TensorBoardReleaseManager(self._path('tensorboard')))
     # DP-FTRLM (`restart_dp_tree`) resets the server momentum where a new correlated segment starts.
-    restarts = set(plan.restart_rounds() if plan.strategy.correlated else ())
+    restarts = set(plan.planned_segments.restart_rounds if plan.strategy.correlated else ())
     started = time.time()
     stop.training = True  # a first SIGINT / SIGTERM now stops after the current round
     for round_num in range(start_round, config.rounds):

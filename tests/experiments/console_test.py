@@ -8,7 +8,7 @@ import pytest
 from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff import sampling as sampling_lib
 from dp_ftrl_tff import settings
-from dp_ftrl_tff.accounting import participation_log
+from dp_ftrl_tff.accounting import participation_log, zcdp
 from dp_ftrl_tff.mechanisms import gaussian
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from experiments.run import console
@@ -27,7 +27,9 @@ def _plan(**kwargs):
 
 def _header(plan, *args, **kwargs) -> str:
   """The header of `plan` with its planned guarantee, as a run prints it."""
-  return console.header(plan, console.planned_guarantee(plan), *args, **kwargs)
+  planned = (None if plan.noise_multiplier == 0 else
+             zcdp.planned_guarantee(plan, conversion=console.CONVERSION))
+  return console.header(plan, planned, *args, **kwargs)
 
 
 def _line(header: str, label: str) -> str:

@@ -357,14 +357,14 @@ def test_torn_last_lines(tmp_path):
 def test_corrupt_run_files_name_the_path(tmp_path):
   config = runs.tiny_config(tmp_path, mechanism='tree')
   os.makedirs(config.output_dir)
-  resolved, unsaved = run_setup.run_strategy(config)
-  assert unsaved
+  resolved, saved = run_setup.run_strategy(config)
+  assert saved is None
   run_setup.write_run_files(config, resolved, run_setup.build_plan(
-      config, resolved, config.synthetic_num_clients), unsaved)
+      config, resolved, config.synthetic_num_clients), saved)
   saved = run_setup.saved_strategy_path(config.output_dir)
   assert sorted(os.listdir(config.output_dir)) == sorted([  # no temp file left
       'hparams.json', os.path.basename(saved), 'plan.json'])
-  assert run_setup.run_strategy(config)[1] is False
+  assert run_setup.run_strategy(config)[1] == saved
   for name, check in (('hparams.json', run_config.check_hparams),
                       ('plan.json', run_setup.check_plan_file),
                       (os.path.basename(saved), run_setup.run_strategy)):

@@ -54,7 +54,8 @@ def test_canary_update_and_projections_without_noise():
   factory = aggregators.CorrelatedNoiseFactory.gaussian(0.0, m, clip_norm=0.5)
   process = dp_ftrl.build_dp_ftrl_process(
       lambda: _model_fn(inputs), tff.learning.optimizers.build_sgdm(0.0),
-      aggregator=factory, server_learning_rate=1.0, server_momentum=0.0, canaries=canaries)
+      aggregator=factory, server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
+      canaries=canaries)
   real = _dataset(inputs, 3, 0)
   data = canaries_lib.client_data([real, real.take(0), real.take(0)],
                                   [canaries_lib.NOT_A_CANARY, 1, 0])
@@ -85,7 +86,7 @@ def _gaussian_run(noise_multiplier):
                                                         noise_seed=2)
   process = dp_ftrl.build_dp_ftrl_process(
       _model_fn, tff.learning.optimizers.build_sgdm(0.01), aggregator=factory,
-      server_learning_rate=1.0, server_momentum=0.0, canaries=canaries)
+      server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0), canaries=canaries)
   real = _dataset(INPUTS, 4, 1)
   state = process.initialize()
   rows, ids, rounds = [], [], []

@@ -27,8 +27,9 @@ def process():
   # No noise, no effective clipping: the process must be plain FedAvg with server SGD-momentum.
   aggregator = tff.aggregators.UnweightedMeanFactory()
   return dp_ftrl.build_dp_ftrl_process(_model_fn, tff.learning.optimizers.build_sgdm(0.1),
-                                       aggregator=aggregator, server_learning_rate=0.5,
-                                       server_momentum=0.9)
+                                       aggregator=aggregator,
+                                       server_optimizer_fn=tff.learning.optimizers.build_sgdm(
+                                           0.5, momentum=0.9))
 
 
 def _client(x, y):
@@ -72,9 +73,9 @@ def test_restart_keeps_model_and_zeroes_momentum(process):
 
 @pytest.mark.unit
 @pytest.mark.parametrize('kwargs, match', [
-    (dict(server_learning_rate=0.0), 'server_learning_rate'),
-    (dict(server_learning_rate=1.0, server_momentum=1.0), 'server_momentum'),
-    (dict(server_learning_rate=1.0, aggregator=object()), 'aggregator'),
+    (dict(server_optimizer_fn=0.5), 'server_optimizer_fn'),
+    (dict(server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0), aggregator=object()),
+     'aggregator'),
 ])
 def test_validation(kwargs, match):
   kwargs.setdefault('aggregator', tff.aggregators.UnweightedMeanFactory())
@@ -86,8 +87,8 @@ def test_non_finite_client_updates_are_counted_in_zeroed_count():
   from dp_ftrl_tff.aggregators import CorrelatedNoiseFactory
   factory = CorrelatedNoiseFactory.gaussian(0.0, 3, 10.0)
   ours = dp_ftrl.build_dp_ftrl_process(_model_fn, tff.learning.optimizers.build_sgdm(0.1),
-                                       aggregator=factory, server_learning_rate=1.0,
-                                       server_momentum=0.0)
+                                       aggregator=factory,
+                                       server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0))
   plain = tff.learning.algorithms.build_unweighted_fed_avg(
       _model_fn, tff.learning.optimizers.build_sgdm(0.1),
       server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0), model_aggregator=factory)
