@@ -120,7 +120,6 @@ def _given(options: Optional[Dict[str, Any]]) -> Dict[str, Any]:
 def _from_file(mechanism, given, path, num_rounds, participation,
                allow_setting_mismatch) -> ResolvedStrategy:
   """The strategy of a file (`path`), which must hold a `mechanism` strategy (when given)."""
-  entry = None if mechanism is None else registry.entry(mechanism)
   if given:
     raise ValueError(f'`mechanism_file` excludes `{sorted(given)[0]}`.')
   if not isinstance(path, (str, os.PathLike)):
@@ -134,9 +133,9 @@ def _from_file(mechanism, given, path, num_rounds, participation,
     raise StrategyFileError(f'`mechanism_file` {path} is corrupt or not a strategy file ({error}); '
                             'rewrite it with `python -m experiments.mechanisms_cli optimize '
                             '--output=...`.') from error
-  if entry is not None and stored.strategy.name != entry.name:
+  if mechanism is not None and stored.strategy.name != registry.entry(mechanism).name:
     raise ValueError(f'`mechanism_file` {path!r} holds a {stored.strategy.name!r} strategy, but '
-                     f'`mechanism`={entry.name}.')
+                     f'`mechanism`={mechanism}.')
   if stored.mismatches and not allow_setting_mismatch:
     raise StrategySettingMismatchError(
         f'`mechanism_file` {path} was optimized for another setting '

@@ -167,17 +167,17 @@ def run(task: run_config.Task, config: run_config.RunConfig) -> Dict[str, Any]:
 
 def _start(task: run_config.Task, config: run_config.RunConfig, directory: run_dir.RunDirectory,
            scope: contextlib.ExitStack):
-  """The drivers' start (`run_start.start_run`) with the program's own checks, then its context,
-  data source, header and process; writes nothing. Returns (start, data source, process)."""
+  """The drivers' start (`run_start.start_run`: checks, plan, header, process) with the program's
+  own checks, then its context and data source; writes nothing. Returns (start, data source,
+  process over client ids)."""
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
   from dp_ftrl_tff.programs import data_source  # pylint: disable=g-import-not-at-top
-  from experiments.run import console, run_start  # pylint: disable=g-import-not-at-top
+  from experiments.run import run_start  # pylint: disable=g-import-not-at-top
 
-  client_ids = list(task.train_data.client_ids)
   with run_start.setup_errors():
     start = run_start.start_run(
-        config, directory, len(client_ids),
+        task, config, directory,
         check_resumption=lambda resumption: _check_rounds_unchanged(
             config, resumption.record and resumption.record['settings']),
         check_plan=lambda plan: _check_restarts(config, plan))
@@ -188,14 +188,12 @@ def _start(task: run_config.Task, config: run_config.RunConfig, directory: run_d
         tff.program.NativeFederatedContext(
             tff.backends.native.create_async_local_cpp_execution_context())))
     source = data_source.SampledClientDataSource(
-        client_ids, start.plan, os.path.join(config.output_dir, run_dir.PARTICIPATION_FILE),
-        config.seed)
-    console.print_header(task, config, start.plan, start.planned, len(client_ids))
+        start.client_ids, start.plan,
+        os.path.join(config.output_dir, run_dir.PARTICIPATION_FILE), config.seed)
     # The process takes client ids: each id becomes its preprocessed dataset inside the
     # computation (TFF's `compose_dataset_computation_with_learning_process`).
     process = tff.simulation.compose_dataset_computation_with_learning_process(
-        task.train_data.preprocess(task.client_preprocess_fn).dataset_computation,
-        run_start.build_process(task, config, start.plan))
+        task.train_data.preprocess(task.client_preprocess_fn).dataset_computation, start.process)
   return start, source, process
 
 

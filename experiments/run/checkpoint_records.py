@@ -308,11 +308,12 @@ def check_settings(resumption: Resumption, config: run_config.RunConfig) -> None
     ValueError: other settings.
     run_dir.CorruptRunFileError: (a run without a checkpoint) hparams.json is not valid JSON.
   """
-  if resumption.fresh:
-    run_config.check_hparams(config)
+  if not resumption.fresh:
+    _refuse_changes(resumption, resumption.record['settings'],
+                    run_config.hparams_document(config),
+                    changeable_settings(resumption.record['settings']))
     return
-  _refuse_changes(resumption, resumption.record['settings'], run_config.hparams_document(config),
-                  changeable_settings(resumption.record['settings']))
+  run_config.check_hparams(config)
 
 
 def check_plan(resumption: Resumption, plan: dict) -> None:

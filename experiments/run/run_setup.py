@@ -108,10 +108,11 @@ def build_plan(config: run_config.RunConfig, resolved: resolve.ResolvedStrategy,
   """
   if population is None:  # the plan checks a given one
     raise ValueError('`population` (the number of training clients) is required.')
+  settings = config.plan_settings(population)
   try:
     plan = plan_lib.RunPlan.build(
         resolved.strategy, config.noise_multiplier or 0.0, config.clients_per_round,
-        config.clip_norm, **config.plan_settings(population),
+        config.clip_norm, **settings,
         beyond_max_rounds=config.banded_beyond_max_rounds, num_rounds=config.rounds,
         participation=config.participation, target_delta=config.target_delta,
         strategy_source=resolved.source, population=population,

@@ -1,23 +1,35 @@
 """The start of a run, shared by the drivers (`experiments.run.training_loop`) and the train_model
 program (`experiments.programs.emnist_program`).
 
-`start_run` locks the run directory, checks a resume against its checkpoint's record
-(`experiments.run.checkpoint_records`), resolves the strategy and builds the plan
-(`experiments.run.run_setup`), writing nothing; `build_process` builds the DP-FTRL process from
-the plan (after `experiments.run.console.print_header`). `SetupError` is how either refuses to start
+`start_run` is the one set-up of a run: it locks the run directory, checks a resume against its
+checkpoint's record (`experiments.run.checkpoint_records`), resolves the strategy and builds the
+plan (`experiments.run.run_setup`), sets up the canary clients
+(`experiments.run.canary_clients`), prints the header (`experiments.run.console.print_header`) and
+builds the DP-FTRL process from the plan, writing nothing. `SetupError` is how it refuses to start
 (`setup_errors` turns the ValueErrors of a start into it, in the flags' words).
 """
 
 import contextlib
 import dataclasses
-from typing import Callable, List, Optional
+from typing import Any, Callable, List, Optional
 
+import tensorflow_federated as tff
+
+from dp_ftrl_tff import aggregators, sampling
 from dp_ftrl_tff import plan as plan_lib
-from dp_ftrl_tff import sampling
 from dp_ftrl_tff.accounting import zcdp
+from dp_ftrl_tff.learning import canaries as canaries_lib
+from dp_ftrl_tff.learning import dp_ftrl
 from dp_ftrl_tff.mechanisms import resolve
 from experiments.cli import flag_parsing
-from experiments.run import checkpoint_records, console, run_config, run_dir, run_setup
+from experiments.run import (
+  canary_clients,
+  checkpoint_records,
+  console,
+  run_config,
+  run_dir,
+  run_setup,
+)
 
 
 class SetupError(ValueError):
@@ -41,30 +53,41 @@ def setup_errors(*errors):
 @dataclasses.dataclass(frozen=True)
 class RunStart:
   """What a run starts from, checked before anything is written: its plan, the strategy behind it
-  (`saved_strategy`: the run directory's file it was loaded from, None until it is saved there), where it resumes (`resumption`) and
-  the run files to rebuild from the verified settings (`checkpoint_records.check_files`) and the
-  planned guarantee the header states (`zcdp.planned_guarantee` in the console's conversion;
-  None without noise)."""
+  (`saved_strategy`: the run directory's file it was loaded from, None until it is saved there),
+  where it resumes (`resumption`), the run files to rebuild from the verified settings
+  (`checkpoint_records.check_files`), the planned guarantee the header states
+  (`zcdp.planned_guarantee` in the console's conversion; None without noise), the population's
+  `client_ids` (the task's training clients, then the `canary_ids`), the run's `canaries` (None
+  without) and the DP-FTRL `process` (`learning.dp_ftrl`)."""
   plan: plan_lib.RunPlan
   resolved: resolve.ResolvedStrategy
   saved_strategy: Optional[str]
   resumption: checkpoint_records.Resumption
   rebuild: List[str]
   planned: Optional[zcdp.Guarantee]
+  client_ids: List[str]
+  canary_ids: List[str]
+  canaries: Optional[canaries_lib.Canaries]
+  process: Any
 
 
-def start_run(config: run_config.RunConfig, directory: run_dir.RunDirectory, population: int,
+def start_run(task: run_config.Task, config: run_config.RunConfig,
+              directory: run_dir.RunDirectory,
               check_resumption: Optional[Callable[[checkpoint_records.Resumption], None]] = None,
               check_plan: Optional[Callable[[plan_lib.RunPlan], None]] = None) -> RunStart:
-  """Locks the run directory, then checks everything and builds the plan over `population`
-  training clients, writing nothing; `check_resumption` and `check_plan` are a caller's own checks
-  (the train_model program's), run after the settings and the plan are checked against the record.
+  """Locks the run directory, then checks everything and builds the plan over the task's training
+  clients and the run's canary clients, the canaries, the header and the process, writing nothing;
+  `check_resumption` and `check_plan` are a caller's own checks (the train_model program's), run
+  after the settings and the plan are checked against the record. The process is built before any
+  execution context is chosen: building runs no computation.
 
   Raises:
     ValueError: other settings than the checkpoint's record, a strategy or plan that does not fit.
     run_dir.RunDirError: the directory is in use, or a run file is corrupt or differs from the
       record.
   """
+  train_ids = list(task.train_data.client_ids)
+  population = len(train_ids) + config.canary_clients
   # Cohorts the sampler cannot draw are the user's settings: refused before the directory is read.
   sampling.sampler_class(config.sampler).check_cohorts(
       population, config.clients_per_round, config.participation, config.rounds)
@@ -74,10 +97,10 @@ def start_run(config: run_config.RunConfig, directory: run_dir.RunDirectory, pop
   # A resumed run is checked against its checkpoint's record, never against hparams.json or
   # plan.json alone (they may be gone or replaced; they are rewritten from the record's settings).
   resumption = checkpoint_records.find_resumption(config.output_dir)
+  rebuild = checkpoint_records.check_files(config.output_dir, resumption)
   checkpoint_records.check_settings(resumption, config)
   if check_resumption is not None:
     check_resumption(resumption)
-  rebuild = checkpoint_records.check_files(config.output_dir, resumption)
   resolved, saved_strategy = run_setup.run_strategy(config, resumption.record and
                                                     resumption.record['plan'])
   plan = run_setup.build_plan(config, resolved, population, saved_strategy)
@@ -88,22 +111,15 @@ def start_run(config: run_config.RunConfig, directory: run_dir.RunDirectory, pop
   checkpoint_records.check_plan(resumption, checkpoint_records.plan_document(plan))
   if check_plan is not None:
     check_plan(plan)
-  return RunStart(plan, resolved, saved_strategy, resumption, rebuild, planned)
-
-
-def build_process(task: run_config.Task, config: run_config.RunConfig, plan: plan_lib.RunPlan,
-                  canaries=None):
-  """The run's DP-FTRL learning process (`learning.dp_ftrl`) with the plan's aggregator, the
-  settings' optimizers (the server's: SGD with heavy-ball momentum, DP-FTRLM) and the run's
-  `canaries` (None without)."""
-  # TensorFlow comes with the process: imported once the flags are checked.
-  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-
-  from dp_ftrl_tff import aggregators  # pylint: disable=g-import-not-at-top
-  from dp_ftrl_tff.learning import dp_ftrl  # pylint: disable=g-import-not-at-top
-  return dp_ftrl.build_dp_ftrl_process(
+  canary_ids, canaries = canary_clients.run_canaries(train_ids, config.canary_clients,
+                                                     config.seed, plan)
+  console.print_header(task, config, plan, planned, population)
+  process = dp_ftrl.build_dp_ftrl_process(
       task.model_fn, tff.learning.optimizers.build_sgdm(config.client_learning_rate),
       aggregator=aggregators.CorrelatedNoiseFactory(plan, noise_seed=config.noise_seed),
+      # DP-FTRLM's server optimizer: SGD with heavy-ball momentum.
       server_optimizer_fn=tff.learning.optimizers.build_sgdm(
           learning_rate=config.server_learning_rate, momentum=config.server_momentum or None),
       canaries=canaries)
+  return RunStart(plan, resolved, saved_strategy, resumption, rebuild, planned,
+                  train_ids + canary_ids, canary_ids, canaries, process)

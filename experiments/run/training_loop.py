@@ -30,10 +30,9 @@ the console (`experiments.run.console`) and the report all read it.
 """
 
 import asyncio
-import dataclasses
 import os
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 import tensorflow_federated as tff
@@ -41,7 +40,6 @@ from absl import logging
 
 from dp_ftrl_tff import sampling
 from dp_ftrl_tff.accounting import participation_log
-from dp_ftrl_tff.learning import canaries as canaries_lib
 from dp_ftrl_tff.learning import dp_ftrl, remote_execution
 from dp_ftrl_tff.programs import metrics_release
 from experiments.run import (
@@ -69,40 +67,24 @@ def _round_metrics(output) -> Dict[str, float]:
                                         'aggregator': output.metrics['aggregator']})
 
 
-@dataclasses.dataclass
-class _Setup:
-  """What a run starts from (`run_start.RunStart`), the process and the client sampler (min-sep:
-  exactly `clients_per_round` clients; with the plan's `sampling`, Poisson / cyclic Poisson cohorts
-  of random size; either seeded by `config.seed` and checkpointed through `state` / `load_state`).
-  A round whose random cohort is empty still runs with no client: the aggregator adds the round's
+def _set_up(task: Task, config: RunConfig, directory: run_dir.RunDirectory
+            ) -> Tuple[run_start.RunStart, sampling.Sampler]:
+  """The run's start (`run_start.start_run`: every check, the plan, the header and the process,
+  writing nothing; see `run`), its execution context and its client sampler (min-sep: exactly
+  `clients_per_round` clients; with the plan's `sampling`, Poisson / cyclic Poisson cohorts of
+  random size; either seeded by `config.seed` and checkpointed through `state` / `load_state`). A
+  round whose random cohort is empty still runs with no client: the aggregator adds the round's
   noise to a zero sum (the guarantee of Poisson sampling assumes every round is released with its
   noise), and its train metrics are NaN."""
-  start: run_start.RunStart
-  process: Any
-  client_ids: List[str]
-  sampler: sampling.Sampler
-  canaries: Optional[canaries_lib.Canaries]
-  canary_ids: List[str]
-
-
-def _set_up(task: Task, config: RunConfig, directory: run_dir.RunDirectory) -> _Setup:
-  """Checks everything and builds the plan and the process, writing nothing (see `run`); prints
-  the console header once the plan is built."""
   with run_start.setup_errors(secure_context.SecureContextError):
-    train_ids = list(task.train_data.client_ids)
-    start = run_start.start_run(config, directory, len(train_ids) + config.canary_clients)
-    canary_ids, canaries = canary_clients.run_canaries(train_ids, config.canary_clients,
-                                                       config.seed, start.plan)
-    client_ids = train_ids + canary_ids
-    console.print_header(task, config, start.plan, start.planned, len(client_ids))
+    start = run_start.start_run(task, config, directory)
     # The execution context before any computation runs (see experiments/run/secure_context.py).
     if config.secure_aggregation:
       secure_context.use_secure_context()
     elif config.workers is not None:
       remote_execution.set_remote_execution_context(config.workers)
-    sampler = sampling.make_sampler(client_ids, start.plan, config.seed)
-    process = run_start.build_process(task, config, start.plan, canaries)
-  return _Setup(start, process, client_ids, sampler, canaries, canary_ids)
+    sampler = sampling.make_sampler(start.client_ids, start.plan, config.seed)
+  return start, sampler
 
 
 def run(task: Task, config: RunConfig) -> Dict[str, Any]:
@@ -139,18 +121,17 @@ def run(task: Task, config: RunConfig) -> Dict[str, Any]:
 def _run(task: Task, config: RunConfig, directory: run_dir.RunDirectory,
          stop: stop_signals.StopSignals) -> Dict[str, Any]:
   """`run` with the run directory (not yet locked) and the stop signals installed."""
-  setup = _set_up(task, config, directory)
-  start = setup.start
+  start, sampler = _set_up(task, config, directory)
   directory.remove_stale_temps()
   run_setup.write_run_files(config, start.resolved, start.plan, start.saved_strategy)
-  training = _Training(task, config, setup, directory)
+  training = _Training(task, config, start, sampler, directory)
   start_round = training.restore()
   training.train(start_round, stop)
   trained = start_round < config.rounds
   if training.canaries is not None:
-    training.canaries.record_final(setup.process, training.initial_state, training.state, trained)
+    training.canaries.record_final(start.process, training.initial_state, training.state, trained)
   report = run_report.finish(config, start.plan, task.accuracy_metric, trained=trained)
-  return {'metrics': training.metrics, 'state': training.state, 'process': setup.process,
+  return {'metrics': training.metrics, 'state': training.state, 'process': start.process,
           'privacy_report': report, 'modular_wrap_rounds': training.wrap_rounds}
 
 
@@ -161,25 +142,26 @@ def _trainable_size(process, state) -> int:
 class _Training:
   """The rounds of a run: its sampler, checkpoints, participation log and metric releases."""
 
-  def __init__(self, task: Task, config: RunConfig, setup: _Setup,
+  def __init__(self, task: Task, config: RunConfig, start: run_start.RunStart,
+               sampler: sampling.Sampler,
                directory: run_dir.RunDirectory):
-    self.task, self.config, self.setup, self.directory = task, config, setup, directory
-    self.plan = setup.start.plan
-    self.sampler = setup.sampler
-    self.initial_state = setup.process.initialize()
+    self.task, self.config, self.start, self.directory = task, config, start, directory
+    self.plan = start.plan
+    self.sampler = sampler
+    self.initial_state = start.process.initialize()
     directory.record_workers()
     self.state_manager = tff.program.FileProgramStateManager(
         checkpoint_records.checkpoints_dir(config.output_dir), keep_total=3)
     self.state, self.metrics, self.wrap_rounds = self.initial_state, {}, []
     self.workers = remote_workers.RemoteWorkers(config.workers)
     self.canaries = None
-    if setup.canaries is not None:
+    if start.canaries is not None:
       # A canary's dataset is never read: an empty one of the task's type.
       empty = task.client_preprocess_fn(
-          task.train_data.create_tf_dataset_for_client(setup.client_ids[0])).take(0)
+          task.train_data.create_tf_dataset_for_client(start.client_ids[0])).take(0)
       self.canaries = canary_clients.CanaryRecorder(
-          setup.canaries, setup.canary_ids, empty, config.output_dir,
-          _trainable_size(setup.process, self.initial_state), self.plan)
+          start.canaries, start.canary_ids, empty, config.output_dir,
+          _trainable_size(start.process, self.initial_state), self.plan)
 
   def _path(self, name: str) -> str:
     return os.path.join(self.config.output_dir, name)
@@ -197,7 +179,7 @@ class _Training:
     """Loads the checkpoint the run resumes from (`RunStart.resumption`, its files checked) and
     trims the logs to its record, or starts the logs and saves round 0's checkpoint; returns the
     first round to train."""
-    resumption, rebuild = self.setup.start.resumption, self.setup.start.rebuild
+    resumption, rebuild = self.start.resumption, self.start.rebuild
     output_dir = self.config.output_dir
     checkpoint_records.set_aside(output_dir, resumption)
     if resumption.fresh:  # a run killed while creating the log leaves a torn header
@@ -281,7 +263,7 @@ class _Training:
 
   def _round(self, round_num: int) -> None:
     """One round: sample, log, train, and the round's metrics (with the evaluation when due)."""
-    config, process = self.config, self.setup.process
+    config, process = self.config, self.start.process
     cohort = self.sampler.sample(round_num)
     self.log.append_round(round_num, cohort)
     output = self.workers.run(f'round {round_num}', process.next, self.state,
