@@ -18,15 +18,14 @@ packs the same dict into its bytes. Rounds are 0-based; `min_sep` = b (r2 - r1 >
 """
 
 import abc
-import contextlib
 import copy
 import dataclasses
 import importlib
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from dp_ftrl_tff import _validation
+from dp_ftrl_tff import _registry, _validation
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,46 +54,11 @@ _BUILT_IN = (
     SamplerKind('cyclic_poisson', 'dp_ftrl_tff.learning.poisson_sampler:PoissonSampler', True,
                 'Poisson draws within group t mod sampling_groups of fixed groups'),
 )
-_REGISTRY: Dict[str, SamplerKind] = {k.name: k for k in _BUILT_IN}
-
-
-def register(kind: SamplerKind) -> None:
-  """Adds a sampler kind; ValueError if its name is taken."""
-  if not isinstance(kind, SamplerKind):
-    raise ValueError(f'`kind` must be a SamplerKind, got {kind!r}.')
-  if kind.name in _REGISTRY:
-    raise ValueError(f'`kind` {kind.name!r} is already registered.')
-  _REGISTRY[kind.name] = kind
-
-
-def unregister(name: str) -> None:
-  """Removes a kind added with `register` (the built-in ones stay)."""
-  if name in {k.name for k in _BUILT_IN}:
-    raise ValueError(f'`name` {name!r} is built in and cannot be removed.')
-  entry(name)
-  del _REGISTRY[name]
-
-
-@contextlib.contextmanager
-def registered(kind: SamplerKind) -> Iterator[SamplerKind]:
-  """`register(kind)` for the duration of a `with` block."""
-  register(kind)
-  try:
-    yield kind
-  finally:
-    unregister(kind.name)
-
-
-def names() -> Tuple[str, ...]:
-  """The registered sampler kinds, built-in first."""
-  return tuple(_REGISTRY)
-
-
-def entry(name: str) -> SamplerKind:
-  """The registry entry of kind `name`; ValueError naming `kind` for an unknown one."""
-  if not isinstance(name, str) or name not in _REGISTRY:
-    raise ValueError(f'`kind` must be one of {list(_REGISTRY)}, got {name!r}.')
-  return _REGISTRY[name]
+_REGISTRY = _registry.Registry('kind', SamplerKind, 'SamplerKind', _BUILT_IN)
+#: Adds a sampler kind (ValueError if its name is taken); removes one added; both for a block.
+register, unregister, registered = _REGISTRY.register, _REGISTRY.unregister, _REGISTRY.registered
+#: The registered kinds' names, built-in first; the registry entry of one (ValueError naming `kind`).
+names, entry = _REGISTRY.names, _REGISTRY.entry
 
 
 def sampler_class(name: str) -> type:

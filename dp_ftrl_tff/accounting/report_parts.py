@@ -11,11 +11,10 @@ report.json under its `name`, and `markdown` renders it in report.md after the b
 Adding a section is one module (the builder and its renderer), one `register` call and its test.
 """
 
-import contextlib
 import dataclasses
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
-from dp_ftrl_tff import _validation
+from dp_ftrl_tff import _registry, _validation
 from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.accounting import participation_log as log_lib
 from dp_ftrl_tff.accounting import zcdp
@@ -85,29 +84,10 @@ class Section:
   markdown: Callable[[Any], List[str]]
 
 
-_REGISTERED: Dict[str, Section] = {}
-
-
-def register(section: Section) -> None:
-  """Adds `section` to every report built from now on (after the registered ones)."""
-  if not isinstance(section, Section):
-    raise ValueError(f'`section` must be a report_parts.Section, got {section!r}.')
-  if section.name in _REGISTERED or section.name in SECTIONS:
-    raise ValueError(f'`section`: a section named {section.name!r} exists.')
-  _REGISTERED[section.name] = section
-
-
-@contextlib.contextmanager
-def registered(section: Section) -> Iterator[Section]:
-  """`register(section)` for the duration of a `with` block (tests)."""
-  register(section)
-  try:
-    yield section
-  finally:
-    del _REGISTERED[section.name]
-
-
-def registered_sections() -> Tuple[Section, ...]:
-  """The registered sections, in registration order."""
-  return tuple(_REGISTERED.values())
-
+_REGISTERED = _registry.Registry('section', Section, 'report_parts.Section',
+                                 reserved_names=SECTIONS)
+#: Adds a section to every report built from now on (after the registered ones; ValueError for a
+#: taken name, the built-in sections' included); the same for the duration of a `with` block.
+register, registered = _REGISTERED.register, _REGISTERED.registered
+#: The registered sections, in registration order.
+registered_sections = _REGISTERED.entries

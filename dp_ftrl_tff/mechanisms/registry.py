@@ -16,12 +16,11 @@ inverse square root), the closed forms whose registered optimizer only builds th
 See docs/papers.md for the papers behind each. `register` adds a mechanism of one's own.
 """
 
-import contextlib
 import dataclasses
 import importlib
-from typing import Any, Callable, Dict, Iterator, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
-from dp_ftrl_tff import _validation
+from dp_ftrl_tff import _registry, _validation
 from dp_ftrl_tff.mechanisms import base
 
 OPTION_KINDS = ('int', 'floats', 'bool', 'choice')
@@ -295,57 +294,29 @@ _BUILT_IN = (
                  'dp_ftrl_tff.noise.moving_average:MovingAverageNoise',
                  MemoryModel(losses=(0, 79), sensitivity=(0, 79))),
 )
-_REGISTRY: Dict[str, Mechanism] = {m.name: m for m in _BUILT_IN}
+_REGISTRY = _registry.Registry('mechanism', Mechanism, 'registry.Mechanism', _BUILT_IN)
+#: Removes a mechanism added with `register`; `register` for the duration of a `with` block.
+unregister, registered = _REGISTRY.unregister, _REGISTRY.registered
+#: Every registered `Mechanism`, in registration order; the entry of one name (ValueError naming
+#: `mechanism` and the registered names otherwise).
+entries, entry = _REGISTRY.entries, _REGISTRY.entry
 
 
 def register(mechanism: Mechanism) -> None:
   """Adds `mechanism` to the registry; ValueError if its name is taken or an option it shares
   with another mechanism has another kind (each option name is one flag)."""
-  if not isinstance(mechanism, Mechanism):
-    raise ValueError(f'`mechanism` must be a registry.Mechanism, got {mechanism!r}.')
-  if mechanism.name in _REGISTRY:
-    raise ValueError(f'`mechanism` {mechanism.name!r} is already registered.')
-  kinds = {o.name: o.kind for m in _REGISTRY.values() for o in m.options}
-  for option in mechanism.options:
-    if kinds.get(option.name, option.kind) != option.kind:
-      raise ValueError(f'Option `{option.name}` of {mechanism.name!r} is a {option.kind}, but '
-                       f'another mechanism has it as a {kinds[option.name]}.')
-  _REGISTRY[mechanism.name] = mechanism
-
-
-def unregister(name: str) -> None:
-  """Removes a mechanism added with `register` (the built-in ones stay)."""
-  if name in {m.name for m in _BUILT_IN}:
-    raise ValueError(f'`name` {name!r} is built in and cannot be removed.')
-  entry(name)
-  del _REGISTRY[name]
-
-
-@contextlib.contextmanager
-def registered(mechanism: Mechanism) -> Iterator[Mechanism]:
-  """`register(mechanism)` for the duration of a `with` block."""
-  register(mechanism)
-  try:
-    yield mechanism
-  finally:
-    unregister(mechanism.name)
+  if isinstance(mechanism, Mechanism):
+    kinds = {o.name: o.kind for m in entries() for o in m.options}
+    for option in mechanism.options:
+      if kinds.get(option.name, option.kind) != option.kind:
+        raise ValueError(f'Option `{option.name}` of {mechanism.name!r} is a {option.kind}, but '
+                         f'another mechanism has it as a {kinds[option.name]}.')
+  _REGISTRY.register(mechanism)
 
 
 def names(streaming_only: bool = False) -> Tuple[str, ...]:
   """The registered mechanism names (only those with a streaming noise state if asked)."""
-  return tuple(name for name, m in _REGISTRY.items() if m.streams or not streaming_only)
-
-
-def entries() -> Tuple[Mechanism, ...]:
-  """Every registered `Mechanism`, in registration order."""
-  return tuple(_REGISTRY.values())
-
-
-def entry(name: str) -> Mechanism:
-  """The registry entry of `name`; ValueError naming the accepted names otherwise."""
-  if not isinstance(name, str) or name not in _REGISTRY:
-    raise ValueError(f'`mechanism` must be one of {sorted(_REGISTRY)}, got {name!r}.')
-  return _REGISTRY[name]
+  return tuple(m.name for m in entries() if m.streams or not streaming_only)
 
 
 def import_path(path: str) -> Any:
@@ -390,7 +361,7 @@ def optimizer(name: str) -> Callable[..., base.OptimizationResult]:
 
 def optimizable() -> Tuple[str, ...]:
   """The names of the mechanisms with an optimizer."""
-  return tuple(name for name, m in _REGISTRY.items() if m.optimizer is not None)
+  return tuple(m.name for m in entries() if m.optimizer is not None)
 
 
 def noise_class(name: str) -> type:
@@ -406,7 +377,7 @@ def option_table() -> Dict[str, Tuple[Option, Tuple[str, ...]]]:
   """{option name: (its first `Option`, the mechanisms that have it)} over every mechanism: one flag
   per name."""
   table: Dict[str, Tuple[Option, Tuple[str, ...]]] = {}
-  for mechanism in _REGISTRY.values():
+  for mechanism in entries():
     for option in mechanism.options:
       first, owners = table.get(option.name, (option, ()))
       table[option.name] = (first, owners + (mechanism.name,))

@@ -96,7 +96,7 @@ def test_rows_and_bands_follow_the_run():
 def test_tree_full_is_skipped_past_its_cost_limit(monkeypatch):
   entry = registry.entry('tree_full')
   comparison = dataclasses.replace(entry.comparisons[0], max_rounds=8)
-  monkeypatch.setitem(registry._REGISTRY, 'tree_full',  # pylint: disable=protected-access
+  monkeypatch.setitem(registry._REGISTRY._entries, 'tree_full',  # pylint: disable=protected-access
                       dataclasses.replace(entry, comparisons=(comparison,)))
   table = equal_privacy.equal_privacy(10, P(3), rho=1.0)
   assert 'tree_full' not in _by_label(table)
