@@ -114,7 +114,8 @@ def _check_flags() -> None:
     flag_parsing.exit_with_error(ValueError(f'--cases: unknown {sorted(unknown)}'), FLAGS)
 
 
-def main(argv):
+def main(argv) -> int:
+  """Exit status 1 when a case failed (named on stderr), else 0."""
   del argv
   _check_flags()
   made_dir = _WORK_DIR.value is None
@@ -130,7 +131,7 @@ def main(argv):
     old_module = None
     if 'old_read' in _CASES.value and _OLD_READER_REV.value:
       old_module = _old_reader(_OLD_READER_REV.value, work_dir)
-    best = {}
+    best, failed = {}, []
     print(f'{"case":10s} {"read s":>8s} {"total s":>8s} {"wall s":>8s} {"peak MB":>9s} '
           f'{"peak/file":>9s}  realized (min_sep, k)')
     for _ in range(_REPEATS.value):
@@ -140,6 +141,7 @@ def main(argv):
         result = _run_case(case, log_path, work_dir, old_module)
         if 'error' in result:
           print(f'{case:10s} failed: {result["error"]}')
+          failed.append(case)
           continue
         ratio = result['peak_bytes'] / file_bytes
         print(f'{case:10s} {result["read_s"]:8.2f} {result["total_s"]:8.2f} '
@@ -153,6 +155,10 @@ def main(argv):
       print(f'streaming / old reader: read time {harness.ratio(new["read_s"], old["read_s"]):.2f}, '
             f'peak memory {harness.ratio(new["peak_bytes"], old["peak_bytes"]):.2f} (the new peak '
             'includes the whole report)')
+    if failed:
+      print(f'participation_log_bench: failed cases: {sorted(set(failed))}', file=sys.stderr)
+      return 1
+    return 0
   finally:
     if made_dir:
       shutil.rmtree(work_dir, ignore_errors=True)
