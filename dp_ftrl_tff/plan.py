@@ -23,7 +23,7 @@ import dataclasses
 import functools
 import hashlib
 import json
-from typing import Any, Callable, NamedTuple, Optional, Tuple
+from typing import Any, Callable, NamedTuple, Optional
 
 import numpy as np
 
@@ -33,13 +33,6 @@ from dp_ftrl_tff.mechanisms import participation as participation_lib
 from dp_ftrl_tff.sampling import Sampling
 
 BEYOND_MAX_ROUNDS = ('error', 'restart')
-
-
-class Segments(NamedTuple):
-  """A plan's noise segments over some rounds: the 0-based rounds at which the noise restarts
-  (sorted, distinct, inside the run) and the lengths of the segments between them."""
-  restart_rounds: Tuple[int, ...]
-  lengths: Tuple[int, ...]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,12 +207,11 @@ class RunPlan:
     return sorted(rounds)
 
   @functools.cached_property
-  def planned_segments(self) -> Segments:
-    """The `Segments` over the plan's own rounds, computed once and carried with the plan: the
+  def planned_segments(self) -> base.Segments:
+    """The noise segments over the plan's own rounds, computed once and carried with the plan: the
     accountant, the calibration and the console read them (ValueError for a plan without rounds).
     """
-    restarts = tuple(self.restart_rounds())
-    return Segments(restarts, base.lengths_between(self.num_rounds, restarts))
+    return base.segments_between(self.num_rounds, self.restart_rounds())
 
   def segment_lengths(self, num_rounds: Optional[int] = None) -> tuple:
     """The noise segments' lengths over `num_rounds` rounds (default: the plan's rounds)."""

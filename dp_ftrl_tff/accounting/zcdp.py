@@ -293,8 +293,8 @@ def guarantee(strategy: base.Strategy, num_rounds: int,
   _validation.check_one_of(conversion, 'conversion', CONVERSIONS)
   participation = participation_lib.check_participation(participation)
   restarts = check_restart_rounds(restart_rounds, num_rounds)
-  segments = plan_lib.Segments(restarts, base.lengths_between(int(num_rounds), restarts))
-  return _guarantee(strategy, int(num_rounds), participation, sigma, delta, segments, conversion)
+  return _guarantee(strategy, int(num_rounds), participation, sigma, delta,
+                    base.segments_between(int(num_rounds), restarts), conversion)
 
 
 def guarantee_for_plan(plan: plan_lib.RunPlan, num_rounds: Optional[int] = None,
@@ -302,9 +302,8 @@ def guarantee_for_plan(plan: plan_lib.RunPlan, num_rounds: Optional[int] = None,
                        conversion: str = 'pld') -> Guarantee:
   """The `Guarantee` of a run plan over `num_rounds` rounds (default: the plan's) under
   `participation` (default: the plan's declared one), at the plan's accounted noise multiplier,
-  restarts and target delta (`DEFAULT_DELTA` when it has none). The plan was validated when it was
-  built, so only what it lacks is checked here. `planned_guarantee` is this for the plan's own
-  setting.
+  restarts and target delta (`DEFAULT_DELTA` when it has none); the plan was validated when it was
+  built, so only what it lacks is checked here (`planned_guarantee`: the plan's own setting).
 
   Raises:
     ValueError: the plan adds no noise (it has no DP guarantee), or lacks the rounds or the
@@ -324,7 +323,7 @@ def planned_guarantee(plan: plan_lib.RunPlan, conversion: str = 'pld') -> Guaran
 
 def _plan_guarantee(plan: plan_lib.RunPlan, num_rounds: int,
                     participation: participation_lib.ParticipationSchema,
-                    segments: plan_lib.Segments, conversion: str) -> Guarantee:
+                    segments: base.Segments, conversion: str) -> Guarantee:
   if plan.noise_multiplier == 0:
     raise ValueError('`plan` has noise_multiplier 0: the run adds no noise and has no DP guarantee.')
   delta = DEFAULT_DELTA if plan.target_delta is None else plan.target_delta
@@ -351,12 +350,11 @@ def planned_sensitivity_squared(plan: plan_lib.RunPlan) -> float:
   return _sensitivity_squared(plan.strategy, plan.planned_segments.lengths, participation)
 
 
-def _segments(plan: plan_lib.RunPlan, num_rounds: int) -> plan_lib.Segments:
-  """The plan's `Segments` over `num_rounds` (checked) rounds."""
+def _segments(plan: plan_lib.RunPlan, num_rounds: int) -> base.Segments:
+  """The plan's noise segments over `num_rounds` (checked) rounds."""
   if num_rounds == plan.num_rounds:
     return plan.planned_segments
-  restarts = tuple(plan.restart_rounds(num_rounds))
-  return plan_lib.Segments(restarts, base.lengths_between(num_rounds, restarts))
+  return base.segments_between(num_rounds, plan.restart_rounds(num_rounds))
 
 
 def _plan_setting(plan, num_rounds, participation) -> tuple:
@@ -384,7 +382,7 @@ def _planned_setting(plan, lacks_ok=(False, False)) -> tuple:
 
 def _guarantee(strategy: base.Strategy, num_rounds: int,
                participation: participation_lib.ParticipationSchema, sigma: float, delta: float,
-               segments: plan_lib.Segments, conversion: str,
+               segments: base.Segments, conversion: str,
                any_conversion: bool = False) -> Guarantee:
   """`guarantee` of checked arguments (`segments`' restarts sorted, distinct, in (0, n)); with
   `any_conversion` rho is checked against `MAX_RHO` whatever the conversion."""

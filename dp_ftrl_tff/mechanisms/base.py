@@ -22,7 +22,7 @@ All computations are float64 numpy; nothing here imports TensorFlow.
 
 import abc
 import dataclasses
-from typing import Optional, Sequence
+from typing import NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -141,6 +141,18 @@ def lengths_between(num_rounds: int, restarts: tuple) -> tuple:
   """`segment_lengths` for restarts already checked (sorted, distinct, in (0, n))."""
   bounds = (0,) + tuple(restarts) + (num_rounds,)
   return tuple(b - a for a, b in zip(bounds[:-1], bounds[1:], strict=True))
+
+
+class Segments(NamedTuple):
+  """The noise segments of a run over some rounds: the 0-based rounds at which the noise restarts
+  (sorted, distinct, inside the run) and the lengths of the segments between them."""
+  restart_rounds: Tuple[int, ...]
+  lengths: Tuple[int, ...]
+
+
+def segments_between(num_rounds: int, restarts: Sequence[int]) -> Segments:
+  """The `Segments` of restarts already checked (sorted, distinct, in (0, n))."""
+  return Segments(tuple(restarts), lengths_between(num_rounds, tuple(restarts)))
 
 
 def errors_from_decoder(decoder_matrix: np.ndarray) -> tuple:

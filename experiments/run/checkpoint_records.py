@@ -309,11 +309,10 @@ def check_settings(resumption: Resumption, config: run_config.RunConfig) -> None
     run_dir.CorruptRunFileError: (a run without a checkpoint) hparams.json is not valid JSON.
   """
   if not resumption.fresh:
-    _refuse_changes(resumption, resumption.record['settings'],
-                    run_config.hparams_document(config),
+    _refuse_changes(resumption, resumption.record['settings'], run_config.hparams_document(config),
                     changeable_settings(resumption.record['settings']))
-    return
-  run_config.check_hparams(config)
+  else:
+    run_config.check_hparams(config)
 
 
 def check_plan(resumption: Resumption, plan: dict) -> None:
