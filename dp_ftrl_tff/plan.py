@@ -208,15 +208,19 @@ class RunPlan:
 
   @functools.cached_property
   def planned_segments(self) -> base.Segments:
-    """The noise segments over the plan's own rounds, computed once and carried with the plan: the
-    accountant, the calibration and the console read them (ValueError for a plan without rounds).
-    """
+    """The noise segments over the plan's own rounds, computed once and carried with the plan (the
+    accountant, the calibration and the console read them); ValueError without rounds."""
     return base.segments_between(self.num_rounds, self.restart_rounds())
+
+  def segments(self, num_rounds: Optional[int] = None) -> base.Segments:
+    """The noise segments over `num_rounds` rounds (default: the plan's, `planned_segments`)."""
+    num_rounds = self._rounds(num_rounds)
+    return (self.planned_segments if num_rounds == self.num_rounds else
+            base.segments_between(num_rounds, self.restart_rounds(num_rounds)))
 
   def segment_lengths(self, num_rounds: Optional[int] = None) -> tuple:
     """The noise segments' lengths over `num_rounds` rounds (default: the plan's rounds)."""
-    restart_rounds = tuple(self.restart_rounds(num_rounds))
-    return base.lengths_between(self._rounds(num_rounds), restart_rounds)
+    return self.segments(num_rounds).lengths
 
   def _rounds(self, num_rounds: Optional[int]) -> int:
     """`num_rounds` checked, or the plan's own rounds (checked when the plan was made)."""

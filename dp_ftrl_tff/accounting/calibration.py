@@ -211,8 +211,10 @@ def calibrate_plan(plan: plan_lib.RunPlan, *, target_epsilon: Optional[float] = 
     target, name = check_target_epsilon(target_epsilon, delta), 'target_epsilon'
   else:
     target, name = _check_target_rho(target_rho), 'target_rho'
-  sens_sq = (zcdp.planned_sensitivity_squared(plan) if sensitivity_squared is None
-             else sensitivity_squared)
+  if sensitivity_squared is None:
+    sens_sq = zcdp.planned_sensitivity_squared(plan)
+  else:
+    sens_sq = _validation.check_positive_float(sensitivity_squared, 'sensitivity_squared')
   if not sens_sq > 0:
     raise ValueError(f'`sensitivity_squared` must be positive, got {sens_sq!r}.')
   if name == 'target_rho':

@@ -311,7 +311,7 @@ def guarantee_for_plan(plan: plan_lib.RunPlan, num_rounds: Optional[int] = None,
       whatever the conversion.
   """
   num_rounds, participation = _plan_setting(plan, num_rounds, participation)
-  return _plan_guarantee(plan, num_rounds, participation, _segments(plan, num_rounds), conversion)
+  return _plan_guarantee(plan, num_rounds, participation, plan.segments(num_rounds), conversion)
 
 
 def planned_guarantee(plan: plan_lib.RunPlan, conversion: str = 'pld') -> Guarantee:
@@ -340,7 +340,7 @@ def plan_sensitivity_squared(plan: plan_lib.RunPlan, num_rounds: Optional[int] =
   (default: the plan's rounds) under `participation` (default: the plan's declared one);
   `planned_sensitivity_squared` is this for the plan's own setting."""
   num_rounds, participation = _plan_setting(plan, num_rounds, participation)
-  return _sensitivity_squared(plan.strategy, _segments(plan, num_rounds).lengths, participation)
+  return _sensitivity_squared(plan.strategy, plan.segments(num_rounds).lengths, participation)
 
 
 def planned_sensitivity_squared(plan: plan_lib.RunPlan) -> float:
@@ -350,34 +350,25 @@ def planned_sensitivity_squared(plan: plan_lib.RunPlan) -> float:
   return _sensitivity_squared(plan.strategy, plan.planned_segments.lengths, participation)
 
 
-def _segments(plan: plan_lib.RunPlan, num_rounds: int) -> base.Segments:
-  """The plan's noise segments over `num_rounds` (checked) rounds."""
-  if num_rounds == plan.num_rounds:
-    return plan.planned_segments
-  return base.segments_between(num_rounds, plan.restart_rounds(num_rounds))
-
-
 def _plan_setting(plan, num_rounds, participation) -> tuple:
-  """(n, participation) of a plan: the arguments given (checked here), else the plan's own
-  (checked when the plan was made)."""
+  """(n, participation) of a plan: the arguments given (checked here), else the plan's own."""
   if num_rounds is not None:
     num_rounds = _validation.check_positive_int(num_rounds, 'num_rounds')
   if participation is not None:
     participation = participation_lib.check_participation(participation)
-  planned_rounds, planned_participation = _planned_setting(
-      plan, lacks_ok=(num_rounds is not None, participation is not None))
-  return num_rounds or planned_rounds, participation or planned_participation
+  return _planned_setting(plan, num_rounds, participation)
 
 
-def _planned_setting(plan, lacks_ok=(False, False)) -> tuple:
-  """(n, declared participation) of a `RunPlan` (checked when the plan was made); ValueError when
-  it lacks one that is not given (`lacks_ok`: (rounds given, participation given))."""
+def _planned_setting(plan, num_rounds=None, participation=None) -> tuple:
+  """(n, participation): those given (checked by the caller), else the plan's own (checked when
+  the plan was made); ValueError when the plan lacks one that is not given."""
   if not isinstance(plan, plan_lib.RunPlan):
     raise ValueError(f'`plan` must be a dp_ftrl_tff.plan.RunPlan, got {plan!r}.')
-  if ((plan.num_rounds is None and not lacks_ok[0])
-      or (plan.participation is None and not lacks_ok[1])):
+  setting = (plan.num_rounds if num_rounds is None else num_rounds,
+             plan.participation if participation is None else participation)
+  if setting[0] is None or setting[1] is None:
     raise ValueError('`plan` lacks the run\'s `rounds` or `participation`; give them.')
-  return plan.num_rounds, plan.participation
+  return setting
 
 
 def _guarantee(strategy: base.Strategy, num_rounds: int,
