@@ -369,11 +369,16 @@ _FIELDS = {
 }
 
 
-def save_plan(plan: RunPlan, path) -> None:
-  """Writes `plan.to_config()` as JSON to `path` (via a temp file, renamed into place)."""
+def plan_json(plan: RunPlan) -> str:
+  """The text of a plan file: `plan.to_config()` as indented JSON (what `load_plan` reads)."""
   if not isinstance(plan, RunPlan):
     raise ValueError(f'`plan` must be a RunPlan, got {type(plan).__name__}.')
-  _atomic.write_text(path, json.dumps(plan.to_config(), indent=2, allow_nan=False) + '\n')
+  return json.dumps(plan.to_config(), indent=2, allow_nan=False) + '\n'
+
+
+def save_plan(plan: RunPlan, path) -> None:
+  """Writes `plan_json(plan)` to `path` (via a temp file, renamed into place)."""
+  _atomic.write_text(path, plan_json(plan))
 
 
 class InvalidPlanFileError(ValueError):

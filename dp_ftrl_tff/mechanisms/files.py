@@ -231,47 +231,45 @@ def file_sha256(path) -> str:
   return digest.hexdigest()
 
 
-def setting_mismatches(setting: Optional[dict], num_rounds: int,
-                       participation: Optional[participation_lib.ParticipationSchema]
+def setting_mismatches(setting: Optional[dict], run: participation_lib.RunSetting
                        ) -> Tuple[str, ...]:
-  """How a strategy file's `setting` differs from the setting of a run (empty: it matches).
+  """How a strategy file's `setting` differs from the setting of a `run` (empty: it matches).
 
   Compares the recorded `num_rounds` (n), `min_sep` (b), `fixed_epoch` and the effective
   max_participations min(k, ceil(n / b)) of each side; entries the file does not record are not
-  compared, and a file without a setting matches everything.
+  compared, a file without a setting matches everything, and a run without a participation schema
+  (known only from its participation log) is compared on its rounds only.
 
   Args:
     setting: a file's setting (from `load_strategy_and_setting`) or None.
-    num_rounds: the run's n.
-    participation: the run's `ParticipationSchema`, or None to compare `num_rounds` only (a run
-      known only from its participation log declares no schema).
+    run: the run's `participation.RunSetting`.
 
   Returns:
     One 'key: optimized for X, the run has Y' string per difference.
   """
-  num_rounds = _validation.check_positive_int(num_rounds, 'num_rounds')
-  if participation is not None:
-    participation = participation_lib.check_participation(participation)
-  return () if setting is None else _mismatches(_check_setting(setting), num_rounds, participation)
+  if not isinstance(run, participation_lib.RunSetting):
+    raise ValueError(f'`run` must be a RunSetting, got {run!r}.')
+  return () if setting is None else _mismatches(_check_setting(setting), run)
 
 
-def _mismatches(setting: dict, num_rounds: int, participation) -> Tuple[str, ...]:
-  """`setting_mismatches` of a checked setting and run."""
+def _mismatches(setting: dict, run: participation_lib.RunSetting) -> Tuple[str, ...]:
+  """`setting_mismatches` of a checked setting."""
   out = []
-  run = {'num_rounds': num_rounds}
+  participation = run.participation
+  compared = {'num_rounds': run.num_rounds}
   if participation is not None:
-    run.update(min_sep=participation.min_sep, fixed_epoch=participation.fixed_epoch)
-  for key, value in run.items():
+    compared.update(min_sep=participation.min_sep, fixed_epoch=participation.fixed_epoch)
+  for key, value in compared.items():
     if key in setting and setting[key] != value:
       out.append(f'{key}: optimized for {setting[key]}, the run has {value}')
   if participation is not None and 'max_participations' in setting:
     k = setting['max_participations']
     if 'min_sep' in setting and 'num_rounds' in setting:
-      k = participation_lib.ParticipationSchema(setting['min_sep'], k).effective_max_participations(
-          setting['num_rounds'])
-    run_k = participation.effective_max_participations(num_rounds)
-    if k != run_k:
-      out.append(f'max_participations: optimized for {k}, the run has {run_k}')
+      k = participation_lib.RunSetting(setting['num_rounds'], participation_lib.ParticipationSchema(
+          setting['min_sep'], k)).effective_max_participations
+    if k != run.effective_max_participations:
+      out.append(f'max_participations: optimized for {k}, the run has '
+                 f'{run.effective_max_participations}')
   return tuple(out)
 
 
@@ -291,23 +289,17 @@ class StrategyFile:
   mismatches: Tuple[str, ...] = ()
 
 
-def read_strategy_file(path, num_rounds: Optional[int] = None,
-                       participation: Optional[participation_lib.ParticipationSchema] = None
-                       ) -> StrategyFile:
-  """The strategy file at `path`, its digest and how its setting differs from a run of
-  `num_rounds` (n; None: not compared) under `participation` (None: rounds only).
+def read_strategy_file(path, run: Optional[participation_lib.RunSetting] = None) -> StrategyFile:
+  """The strategy file at `path`, its digest and how its setting differs from the `run`'s (None:
+  not compared).
 
   Raises:
-    ValueError: bad `num_rounds` / `participation`, or a file that cannot be read as a strategy.
+    ValueError: a `run` that is not a `RunSetting`, or a file that cannot be read as a strategy.
   """
+  if run is not None and not isinstance(run, participation_lib.RunSetting):
+    raise ValueError(f'`run` must be a RunSetting, got {run!r}.')
   document = _read_document(path)
   sha256 = file_sha256(path)
   setting = _document_setting(document)
-  # The run is checked once the file is: both are compared below.
-  if num_rounds is not None:
-    num_rounds = _validation.check_positive_int(num_rounds, 'num_rounds')
-  if participation is not None:
-    participation = participation_lib.check_participation(participation)
-  mismatches = (() if num_rounds is None or setting is None
-                else _mismatches(setting, num_rounds, participation))
+  mismatches = () if run is None or setting is None else _mismatches(setting, run)
   return StrategyFile(_document_strategy(document), setting, sha256, mismatches)

@@ -76,10 +76,7 @@ class ParticipationSchema:
   def effective_max_participations(self, num_rounds: int) -> int:
     """k_eff = min(k, ceil(n / b)): the most participations possible in `num_rounds` rounds."""
     num_rounds = _validation.check_positive_int(num_rounds, 'num_rounds')
-    possible = math.ceil(num_rounds / self.min_sep)
-    if self.max_participations is None:
-      return possible
-    return min(self.max_participations, possible)
+    return _effective_max_participations(self, num_rounds)
 
   def is_single_participation(self, num_rounds: int) -> bool:
     """True when no client can participate twice within `num_rounds` rounds."""
@@ -94,6 +91,36 @@ class ParticipationSchema:
     k = 'ceil(n/b)' if self.max_participations is None else self.max_participations
     kind = 'fixed-epoch' if self.fixed_epoch else 'min-sep'
     return f'{kind}(min_sep={self.min_sep}, max_participations={k})'
+
+
+def _effective_max_participations(schema: ParticipationSchema, num_rounds: int) -> int:
+  """min(k, ceil(n / b)) of a schema and a checked n."""
+  possible = math.ceil(num_rounds / schema.min_sep)
+  if schema.max_participations is None:
+    return possible
+  return min(schema.max_participations, possible)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSetting:
+  """The setting a strategy is made for or checked against: n = `num_rounds` rounds under a
+  `participation` schema (None: a run known only by its rounds, e.g. from its participation log).
+  Checked when built."""
+  num_rounds: int
+  participation: Optional[ParticipationSchema] = None
+
+  def __post_init__(self):
+    object.__setattr__(self, 'num_rounds',
+                       _validation.check_positive_int(self.num_rounds, 'num_rounds'))
+    if self.participation is not None:
+      check_participation(self.participation)
+
+  @property
+  def effective_max_participations(self) -> Optional[int]:
+    """k_eff = min(k, ceil(n / b)) of the schema over the n rounds; None without a schema."""
+    if self.participation is None:
+      return None
+    return _effective_max_participations(self.participation, self.num_rounds)
 
 
 def check_participation(participation) -> ParticipationSchema:

@@ -128,7 +128,8 @@ def _from_file(mechanism, given, path, num_rounds, participation,
   if not os.path.isfile(path):
     raise ValueError(f'`mechanism_file`: no file at {path!r}.')
   try:
-    stored = files.read_strategy_file(path, num_rounds, participation)
+    stored = files.read_strategy_file(
+        path, None if num_rounds is None else participation_lib.RunSetting(num_rounds, participation))
   except (ValueError, OSError) as error:
     raise StrategyFileError(f'`mechanism_file` {path} is corrupt or not a strategy file ({error}); '
                             'rewrite it with `python -m experiments.mechanisms_cli optimize '

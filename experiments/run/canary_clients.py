@@ -51,6 +51,7 @@ class CanaryRecorder:
     type with no element (a canary's); the run directory; the model's `num_params` trainable
     parameters; the run's `plan`."""
     self.canaries, self.plan, self.empty_dataset = canaries, plan, empty_dataset
+    self.rounds_recorded = 0  # by this process: rounds it trained
     self.index = {client: i for i, client in enumerate(canary_ids)}
     self.files = auditing.CanaryFilesWriter(output_dir, canaries.num_canaries, canaries.seed,
                                             list(self.index), num_params, plan=plan)
@@ -68,12 +69,13 @@ class CanaryRecorder:
     clip = float(measurements.get('clip', self.plan.clip_norm))
     projections = np.asarray(measurements[canaries_lib.PROJECTIONS_MEASUREMENT], np.float64)
     self.files.append_round(round_num, projections * self.plan.clients_per_round / clip)
+    self.rounds_recorded += 1
 
-  def record_final(self, process, initial_state, final_state, trained: bool) -> None:
+  def record_final(self, process, initial_state, final_state) -> None:
     """Records the cosines of the final model delta (the `process`'s trainable weights in
-    `initial_state` minus those in `final_state`) with the canary directions, once rounds were
-    `trained` or when a finished run's `canaries.json` lacks them."""
-    if not trained and auditing.read_canaries(self.files.path).final_cosines is not None:
+    `initial_state` minus those in `final_state`) with the canary directions, once this recorder
+    recorded rounds or when a finished run's `canaries.json` lacks them."""
+    if not self.rounds_recorded and auditing.read_canaries(self.files.path).final_cosines is not None:
       return
     delta = [initial - final for initial, final in zip(
         process.get_model_weights(initial_state).trainable,

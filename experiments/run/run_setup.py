@@ -157,22 +157,19 @@ def check_plan_file(config: run_config.RunConfig) -> None:
   _saved_plan_source(config.output_dir)
 
 
-def write_hparams(config: run_config.RunConfig) -> str:
-  """Writes `hparams.json` atomically (after `run_config.check_hparams`); returns its path."""
-  path = os.path.join(config.output_dir, run_dir.HPARAMS_FILE)
-  os.makedirs(config.output_dir, exist_ok=True)
-  _atomic.write_text(path, json.dumps(run_config.hparams_document(config), indent=2,
-                                      sort_keys=True))
-  return path
+def hparams_json(config: run_config.RunConfig) -> str:
+  """The text of `hparams.json`: `run_config.hparams_document(config)` as sorted, indented JSON."""
+  return json.dumps(run_config.hparams_document(config), indent=2, sort_keys=True)
 
 
 def write_run_files(config: run_config.RunConfig, resolved: resolve.ResolvedStrategy,
                     plan: plan_lib.RunPlan, saved_strategy: Optional[str]) -> None:
   """Writes `hparams.json`, the strategy (first start only: `mechanism.json` / `.npz` with the
   setting it was made for, which a resumed run reuses) and `plan.json`, each atomically."""
-  write_hparams(config)
+  os.makedirs(config.output_dir, exist_ok=True)
+  _atomic.write_text(os.path.join(config.output_dir, run_dir.HPARAMS_FILE), hparams_json(config))
   if saved_strategy is None:  # a resumed run reuses the strategy its first start saved
     path = os.path.join(config.output_dir,
                         _MECHANISM_BASENAME + registry.entry(resolved.strategy.name).file_suffix)
     files.save_strategy(resolved.strategy, path, setting=resolved.source.setting)
-  plan_lib.save_plan(plan, os.path.join(config.output_dir, run_dir.PLAN_FILE))
+  _atomic.write_text(os.path.join(config.output_dir, run_dir.PLAN_FILE), plan_lib.plan_json(plan))

@@ -127,10 +127,10 @@ def _run(task: Task, config: RunConfig, directory: run_dir.RunDirectory,
   training = _Training(task, config, start, sampler, directory)
   start_round = training.restore()
   training.train(start_round, stop)
-  trained = start_round < config.rounds
   if training.canaries is not None:
-    training.canaries.record_final(start.process, training.initial_state, training.state, trained)
-  report = run_report.finish(config, start.plan, task.accuracy_metric, trained=trained)
+    training.canaries.record_final(start.process, training.initial_state, training.state)
+  report = run_report.finish(config, start.plan, task.accuracy_metric,
+                            trained=start_round < config.rounds)
   return {'metrics': training.metrics, 'state': training.state, 'process': start.process,
           'privacy_report': report, 'modular_wrap_rounds': training.wrap_rounds}
 

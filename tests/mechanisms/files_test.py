@@ -195,19 +195,25 @@ def test_save_rejects_a_non_strategy():
 
 
 def test_setting_mismatches_compare_rounds_min_sep_and_effective_participations():
-  assert files.setting_mismatches(SETTING, 40, P(8, 5)) == ()
-  assert files.setting_mismatches(None, 10, P(1)) == ()
+  run = participation_lib.RunSetting
+  assert files.setting_mismatches(SETTING, run(40, P(8, 5))) == ()
+  assert files.setting_mismatches(None, run(10, P(1))) == ()
   # k = None at n = 40, b = 8 is ceil(40 / 8) = 5 participations: the same effective setting.
-  assert files.setting_mismatches(SETTING, 40, P(8)) == ()
-  assert files.setting_mismatches(SETTING, 41, P(9, 4)) == (
+  assert files.setting_mismatches(SETTING, run(40, P(8))) == ()
+  assert files.setting_mismatches(SETTING, run(41, P(9, 4))) == (
       'num_rounds: optimized for 40, the run has 41', 'min_sep: optimized for 8, the run has 9',
       'max_participations: optimized for 5, the run has 4')
-  assert files.setting_mismatches({'min_sep': 8}, 100, P(8, 2)) == ()  # unrecorded: not compared
+  # Unrecorded: not compared.
+  assert files.setting_mismatches({'min_sep': 8}, run(100, P(8, 2))) == ()
   # Without a declared schema only the rounds are compared.
-  assert files.setting_mismatches(SETTING, 41, None) == (
+  assert files.setting_mismatches(SETTING, run(41)) == (
       'num_rounds: optimized for 40, the run has 41',)
   with pytest.raises(ValueError, match='num_rounds'):
-    files.setting_mismatches(SETTING, 0, P(8))
+    run(0, P(8))
+  with pytest.raises(ValueError, match='`run` must be a RunSetting'):
+    files.setting_mismatches(SETTING, 41)
+  with pytest.raises(ValueError, match='`run` must be a RunSetting'):
+    files.read_strategy_file('unread.json', (41, P(8)))
 
 
 def test_file_sha256_is_the_digest_of_the_bytes(tmp_path):

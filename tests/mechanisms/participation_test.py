@@ -3,6 +3,7 @@
 import itertools
 import math
 
+import numpy as np
 import pytest
 
 from dp_ftrl_tff.mechanisms import participation as participation_lib
@@ -82,6 +83,21 @@ def test_maximal_patterns_are_exactly_the_unextendable_ones(schema):
                                             (1, 7, 3, 1), (2052, 342, 6, 6), (2000, 2001, 1, 1)])
 def test_effective_max_participations(n, b, k, expected):
   assert P.b_min_sep(b, k).effective_max_participations(n) == expected
+
+
+@pytest.mark.parametrize('n,b,k,expected', [(10, 3, None, 4), (10, 3, 2, 2), (2000, 2001, 1, 1)])
+def test_run_setting_carries_the_effective_max_participations_of_its_schema(n, b, k, expected):
+  run = participation_lib.RunSetting(np.int64(n), P.b_min_sep(b, k))
+  assert run.num_rounds == n and type(run.num_rounds) is int
+  assert run.effective_max_participations == expected
+  assert participation_lib.RunSetting(n).effective_max_participations is None
+
+
+@pytest.mark.parametrize('args,name', [((0,), 'num_rounds'), ((2.5,), 'num_rounds'),
+                                       ((5, 'min_sep=2'), 'participation')])
+def test_run_setting_names_its_bad_field(args, name):
+  with pytest.raises(ValueError, match=name):
+    participation_lib.RunSetting(*args)
 
 
 def test_earliest_pattern_and_single():

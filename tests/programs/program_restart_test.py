@@ -250,10 +250,15 @@ def test_driver_and_program_run_directories_refuse_each_other(tmp_path):
   driver = run_config.RunConfig(**common, task={'model': 'tiny', 'only_digits': True})
   program = run_config.RunConfig(**common, task={'model': 'tiny', 'only_digits': True,
                                                  'program': 'train_model'})
-  run_setup.write_hparams(driver)
+  def write_hparams(config):
+    os.makedirs(config.output_dir, exist_ok=True)
+    with open(os.path.join(config.output_dir, run_dir.HPARAMS_FILE), 'w') as f:
+      f.write(run_setup.hparams_json(config))
+
+  write_hparams(driver)
   with pytest.raises(ValueError, match='holds a run with other settings .*task'):
     run_config.check_hparams(program)
-  run_setup.write_hparams(program)
+  write_hparams(program)
   with pytest.raises(ValueError, match='holds a run with other settings .*task'):
     run_config.check_hparams(driver)
 
