@@ -12,11 +12,8 @@ report and the console read it. `print(plan)` shows it all.
 
 A plan made for accounting only (`RunPlan.for_accounting`, a planned run's report) leaves
 `clients_per_round` and `clip_norm` unset (the guarantee does not depend on them) and may hold any
-registered strategy; the factory refuses it.
-
-Conventions (docs/papers.md): rounds are 0-based; the noise multiplier is relative to the clip norm and
-applies to the SUM of clipped updates; the mean divides by the fixed `clients_per_round`; `min_sep` =
-b (r2 - r1 >= b; TF-Privacy's min_separation = b - 1).
+registered strategy; the factory refuses it. Conventions: docs/papers.md (0-based rounds, sigma
+relative to the clip on the SUM, the mean over the fixed `clients_per_round`, `min_sep` = b).
 """
 
 import dataclasses
@@ -61,8 +58,8 @@ class RunPlan:
     beyond_max_rounds: banded strategies past their `max_rounds`: 'error' or 'restart' (the flag
       `--banded_beyond_max_rounds`).
     sampling: the `Sampling` of the cohorts: random ones (then `clients_per_round` is its
-      `expected_clients_per_round`), or kind 'min_sep': exactly `clients_per_round` clients,
-      accounted with the declared participation schema.
+      `expected_clients_per_round`, the default with a clip), or kind 'min_sep': exactly
+      `clients_per_round` clients, accounted with the declared participation schema.
     num_rounds: n, the run's rounds, or None (a plan for an aggregator alone).
     participation: the declared `ParticipationSchema` (b-min-sep with at most k participations),
       or None; with random cohorts, one the sampler enforces.
@@ -72,10 +69,9 @@ class RunPlan:
       None.
     population: the number of clients the run samples from (its training clients), or None: not
       recorded (a plan for accounting only). With random cohorts, the sampling's `population`.
-    noise_seed_fixed: True when the noise comes from a seed given explicitly (the drivers'
-      `--noise_seed`): anyone who knows the seed can regenerate and subtract the noise, so the run
-      is for testing only and has no privacy guarantee; False when the seed is drawn from OS
-      entropy at the start (secret, as the guarantee requires); None: not recorded.
+    noise_seed_fixed: True for noise from a seed given explicitly (`--noise_seed`: whoever knows
+      it can subtract the noise, so a testing-only run without guarantee); False for a secret seed
+      from OS entropy (as the guarantee requires); None: not recorded.
   """
   strategy: base.Strategy
   noise_multiplier: float
@@ -103,18 +99,20 @@ class RunPlan:
       raise ValueError(f'`strategy` {self.strategy.name!r} has no streaming noise; streaming '
                        f'mechanisms: {list(registry.names(streaming_only=True))}.')
     sigma = plan_checks.check_noise_multiplier(self.noise_multiplier)
+    sampling = plan_checks.check_sampling(self.sampling)
     m, clip, zeroing_norm = (None if value is None else _validation.check_positive_float(value, name)
                              for name, value in (('clients_per_round', self.clients_per_round),
                                                  ('clip_norm', self.clip_norm),
                                                  ('zeroing_norm', self.zeroing_norm)))
-    if clip is not None and m is None:
-      raise ValueError('`clients_per_round` must be given: a positive number, or None with a '
-                       '`sampling` of known population (its expected cohort size).')
+    if clip is not None and m is None:  # a trainable plan: random cohorts' expected size
+      m = sampling.expected_clients_per_round
+      if m is None:
+        raise ValueError('`clients_per_round` must be given: a positive number, or None with a '
+                         '`sampling` of known population (its expected cohort size).')
     _validation.check_one_of(self.beyond_max_rounds, 'beyond_max_rounds', BEYOND_MAX_ROUNDS)
     restarts = self.restarts
     if restarts is not None and not isinstance(restarts, settings.RestartSchedule):
       raise ValueError(f'`restarts` must be a RestartSchedule or None, got {restarts!r}.')
-    sampling = plan_checks.check_sampling(self.sampling)
     plan_checks.check_clients_per_round(m, sampling)
     adaptive = plan_checks.adaptive_settings(self.adaptive_clip)
     if adaptive is not None:
@@ -137,13 +135,11 @@ class RunPlan:
   def build(cls, strategy: base.Strategy, noise_multiplier: float,
             clients_per_round: Optional[float], clip_norm: Optional[float], *, adaptive_clip=None,
             sampling: Sampling = Sampling(), **setting) -> 'RunPlan':
-    """The plan an aggregator can run, its defaults resolved: the clip from the adaptive clipping,
-    the clients per round from the sampling.
+    """The plan an aggregator can run, with the clip resolved from the adaptive clipping.
 
     Args:
       strategy: a registered `Strategy` with a streaming noise state.
-      noise_multiplier: sigma: 0 (no noise) or in [1e-100, 1e100]
-        (`plan_checks.check_noise_multiplier`).
+      noise_multiplier: sigma: 0 (no noise) or in [1e-100, 1e100] (`check_noise_multiplier`).
       clients_per_round: m > 0; with random cohorts, None or its `expected_clients_per_round`.
       clip_norm: the fixed clip; with `adaptive_clip` the initial clip, or None.
       adaptive_clip: None or False (fixed clip), True (Gboard defaults) or an `AdaptiveClipping`.
@@ -156,8 +152,6 @@ class RunPlan:
     adaptive = plan_checks.adaptive_settings(adaptive_clip)
     if clip_norm is None and adaptive is None:
       raise ValueError('`clip_norm` is required without `adaptive_clip`.')
-    if clients_per_round is None:
-      clients_per_round = plan_checks.check_sampling(sampling).expected_clients_per_round
     return cls(strategy=strategy, noise_multiplier=noise_multiplier,
                clients_per_round=clients_per_round, clip_norm=plan_checks.resolve_clip(
                    adaptive, clip_norm), adaptive_clip=adaptive, sampling=sampling, **setting)
@@ -370,7 +364,7 @@ _FIELDS = {
 
 
 def plan_json(plan: RunPlan) -> str:
-  """The text of a plan file: `plan.to_config()` as indented JSON (what `load_plan` reads)."""
+  """The text of a plan file: `plan.to_config()` as JSON, what `load_plan` reads."""
   if not isinstance(plan, RunPlan):
     raise ValueError(f'`plan` must be a RunPlan, got {type(plan).__name__}.')
   return json.dumps(plan.to_config(), indent=2, allow_nan=False) + '\n'

@@ -46,6 +46,11 @@ def test_plan_takes_the_expected_cohort_as_clients_per_round():
   run_plan = plan.RunPlan.build(BLT, 1.0, None, 1.0, sampling=sampling)
   assert run_plan.clients_per_round == sampling.expected_clients_per_round
   assert plan.RunPlan.build(BLT, 1.0, 0.1 * 100 / 3, 1.0, sampling=sampling) == run_plan
+  # The constructor resolves it for a plan with a clip; one for accounting only keeps None.
+  assert plan.RunPlan(strategy=BLT, noise_multiplier=1.0, clip_norm=1.0,
+                      sampling=sampling) == run_plan
+  assert plan.RunPlan(strategy=BLT, noise_multiplier=1.0,
+                      sampling=sampling).clients_per_round is None
   with pytest.raises(ValueError, match='clients_per_round'):
     plan.RunPlan.build(BLT, 1.0, 10, 1.0, sampling=sampling)
   with pytest.raises(ValueError, match='sampling'):

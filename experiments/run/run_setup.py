@@ -110,9 +110,9 @@ def build_plan(config: run_config.RunConfig, resolved: resolve.ResolvedStrategy,
     raise ValueError('`population` (the number of training clients) is required.')
   settings = config.plan_settings(population)
   try:
-    plan = plan_lib.RunPlan.build(
-        resolved.strategy, config.noise_multiplier or 0.0, config.clients_per_round,
-        config.clip_norm, **settings,
+    plan = plan_lib.RunPlan(
+        strategy=resolved.strategy, noise_multiplier=config.noise_multiplier or 0.0,
+        clients_per_round=config.clients_per_round, clip_norm=config.clip_norm, **settings,
         beyond_max_rounds=config.banded_beyond_max_rounds, num_rounds=config.rounds,
         participation=config.participation, target_delta=config.target_delta,
         strategy_source=resolved.source, population=population,

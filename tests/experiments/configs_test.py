@@ -11,11 +11,13 @@ import re
 import numpy as np
 import pytest
 
+from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.accounting import zcdp
 from dp_ftrl_tff.learning import client_sampler
 from experiments.emnist import run_emnist
 from experiments.run import driver_flags, run_setup, training_loop
 from experiments.stackoverflow import run_stackoverflow
+from tests.testing import runs
 
 pytestmark = pytest.mark.unit
 
@@ -99,3 +101,21 @@ def test_synthetic_flagfile_runs_two_rounds(path, tmp_path):
   assert np.isfinite(result['metrics']['train_loss'])
   assert np.isfinite(result['metrics']['eval_loss'])
   assert result['privacy_report'] is not None
+
+
+@pytest.mark.parametrize('overrides', [
+    {}, {'adaptive_clipping': True, 'clipped_count_stddev': 1.0},
+    {'sampler': 'poisson', 'sampling_prob': 0.1, 'clients_per_round': None, 'min_sep': 1}],
+    ids=['fixed_clip', 'adaptive_clip', 'poisson'])
+def test_the_drivers_plan_is_the_one_plan_build_makes_of_its_settings(tmp_path, overrides):
+  # The drivers construct the plan from settings that are already resolved; `RunPlan.build`
+  # (which resolves shorthand) must give the same plan.
+  config = runs.tiny_config(tmp_path, **overrides)
+  resolved = run_setup.run_strategy(config)[0]
+  built = plan_lib.RunPlan.build(
+      resolved.strategy, config.noise_multiplier, config.clients_per_round, config.clip_norm,
+      **config.plan_settings(30), beyond_max_rounds=config.banded_beyond_max_rounds,
+      num_rounds=config.rounds, participation=config.participation,
+      target_delta=config.target_delta, strategy_source=resolved.source, population=30,
+      noise_seed_fixed=True)
+  assert run_setup.build_plan(config, resolved, 30) == built
