@@ -247,9 +247,14 @@ def setting_mismatches(setting: Optional[dict], run: participation_lib.RunSettin
   Returns:
     One 'key: optimized for X, the run has Y' string per difference.
   """
+  run = _check_run(run)
+  return () if setting is None else _mismatches(_check_setting(setting), run)
+
+
+def _check_run(run) -> participation_lib.RunSetting:
   if not isinstance(run, participation_lib.RunSetting):
     raise ValueError(f'`run` must be a RunSetting, got {run!r}.')
-  return () if setting is None else _mismatches(_check_setting(setting), run)
+  return run
 
 
 def _mismatches(setting: dict, run: participation_lib.RunSetting) -> Tuple[str, ...]:
@@ -267,9 +272,9 @@ def _mismatches(setting: dict, run: participation_lib.RunSetting) -> Tuple[str, 
     if 'min_sep' in setting and 'num_rounds' in setting:
       k = participation_lib.RunSetting(setting['num_rounds'], participation_lib.ParticipationSchema(
           setting['min_sep'], k)).effective_max_participations
-    if k != run.effective_max_participations:
-      out.append(f'max_participations: optimized for {k}, the run has '
-                 f'{run.effective_max_participations}')
+    run_k = run.effective_max_participations
+    if k != run_k:
+      out.append(f'max_participations: optimized for {k}, the run has {run_k}')
   return tuple(out)
 
 
@@ -296,8 +301,8 @@ def read_strategy_file(path, run: Optional[participation_lib.RunSetting] = None)
   Raises:
     ValueError: a `run` that is not a `RunSetting`, or a file that cannot be read as a strategy.
   """
-  if run is not None and not isinstance(run, participation_lib.RunSetting):
-    raise ValueError(f'`run` must be a RunSetting, got {run!r}.')
+  if run is not None:
+    run = _check_run(run)
   document = _read_document(path)
   sha256 = file_sha256(path)
   setting = _document_setting(document)

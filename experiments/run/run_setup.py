@@ -60,8 +60,9 @@ def _saved_plan_source(output_dir: str) -> Optional[resolve.StrategySource]:
 def run_strategy(config: run_config.RunConfig, recorded_plan: Optional[dict] = None
                  ) -> Tuple[resolve.ResolvedStrategy, Optional[str]]:
   """(the run's strategy and its source, the run directory's strategy file it was loaded from or
-  None when it still has to be saved there), writing nothing. On resume, `recorded_plan` is the plan the latest checkpoint's record holds
-  (`checkpoint_records`): the saved strategy's source comes from it, not from plan.json.
+  None when it still has to be saved there), writing nothing. On resume, `recorded_plan` is the
+  plan the latest checkpoint's record holds (`checkpoint_records`): the saved strategy's source
+  comes from it, not from plan.json.
 
   Raises:
     ValueError: a strategy of another kind than `mechanism`, a file for another setting, ...
