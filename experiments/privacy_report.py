@@ -46,6 +46,7 @@ import dataclasses
 import os
 import sys
 import traceback
+from typing import Optional
 
 from absl import app, flags
 
@@ -62,7 +63,7 @@ from dp_ftrl_tff.accounting import (
 )
 from dp_ftrl_tff.mechanisms import memory, registry, resolve
 from experiments.cli import flag_parsing, plan_flags
-from experiments.run import run_dir
+from experiments.run import record_checks, run_dir
 
 FLAGS = flags.FlagValues()
 _d = dict(flag_values=FLAGS)
@@ -179,6 +180,37 @@ def _metrics(fv, run_plan: plan_lib.RunPlan):
   return os.path.join(os.path.dirname(os.path.abspath(fv.plan or '.')), run_dir.METRICS_FILE)
 
 
+def _vouched_run(fv) -> Optional[record_checks.VouchedRun]:
+  """The inputs that lie in a run directory checked against its records
+  (`record_checks.check_report_inputs`; the metrics.csv beside --plan too, which a SecAgg plan
+  reads), or None when none does."""
+  metrics = fv.metrics
+  if metrics is None and fv.plan:
+    beside = os.path.join(os.path.dirname(os.path.abspath(fv.plan)), run_dir.METRICS_FILE)
+    metrics = beside if os.path.isfile(beside) else None
+  return record_checks.check_report_inputs(
+      plan=fv.plan, participation_log=fv.participation_log or None, metrics=metrics,
+      canaries=fv.canaries)
+
+
+def _trained_rounds(fv, vouched: Optional[record_checks.VouchedRun]) -> Optional[int]:
+  """The rounds the records of the inputs' run show it trained (what its log covers), or None
+  when they are unknown or --rounds gives the report of the first rounds."""
+  if vouched is None:
+    return None
+  done = vouched.trained_rounds
+  if fv['rounds'].present:
+    if fv.rounds > done:
+      raise ValueError(f'`rounds`={fv.rounds}, but the run in {vouched.directory} trained {done} '
+                       f'rounds (its checkpoint {done}): its records vouch for no later round.')
+    return None
+  if not vouched.finished:
+    raise ValueError(f'the run in {vouched.directory} has trained {done} of its '
+                     f'{vouched.planned_rounds} rounds (checkpoint {done}): give `rounds`={done} '
+                     'for the report of its first rounds, or finish the run.')
+  return done if fv.participation_log else None
+
+
 def build_from_flags(fv) -> report.PrivacyReport:
   """The report of the parsed `fv` (`report_files.report_from_run_files`, as the drivers build
   theirs); raises ValueError (a usage error, naming the flag)."""
@@ -187,6 +219,8 @@ def build_from_flags(fv) -> report.PrivacyReport:
   if fv.canaries is not None and not fv.participation_log:
     raise ValueError('`canaries` requires `participation_log`: the canaries are clients of the '
                      'run\'s participation log, which gives their rounds.')
+  vouched = _vouched_run(fv)
+  trained_rounds = _trained_rounds(fv, vouched)
   log = report_files.read_log(fv.participation_log) if fv.participation_log else None
   if log is None and (fv.plan is None and (fv.rounds is None or fv.min_sep is None)):
     raise ValueError(f'`{"rounds" if fv.rounds is None else "min_sep"}` is required (or '
@@ -199,6 +233,7 @@ def build_from_flags(fv) -> report.PrivacyReport:
     run_plan = _plan_from_flags(fv, log)
   return report_files.report_from_run_files(
       run_plan, log, metrics=_metrics(fv, run_plan), canaries=fv.canaries,
+      trained_rounds=trained_rounds, run_id=None if vouched is None else vouched.run_id,
       log_complete=bool(fv.plan) and not fv['rounds'].present,
       observed_patterns=fv.observed_patterns,
       equal_privacy=fv.equal_privacy and bool(fv.output_dir), require_amplification=not fv.plan)

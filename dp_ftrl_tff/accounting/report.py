@@ -133,7 +133,8 @@ def _json_config(config: dict) -> dict:
 
 
 def _check_inputs(plan: plan_lib.RunPlan, log: Optional[log_lib.ParticipationLog],
-                  canaries: Optional[auditing.CanaryRecord], confidence: float) -> float:
+                  canaries: Optional[auditing.CanaryRecord], confidence: float,
+                  trained_rounds: Optional[int]) -> float:
   """Raises ValueError naming the bad argument; returns `confidence` as a float."""
   if not isinstance(plan, plan_lib.RunPlan):
     raise ValueError(f'`plan` must be a dp_ftrl_tff.plan.RunPlan, got {plan!r}.')
@@ -154,6 +155,11 @@ def _check_inputs(plan: plan_lib.RunPlan, log: Optional[log_lib.ParticipationLog
     if log is None:
       raise ValueError('`canaries` needs the participation log (`log`): the canaries\' rounds '
                        'come from it.')
+  if trained_rounds is not None:
+    _validation.check_positive_int(trained_rounds, 'trained_rounds')
+    if log is None:
+      raise ValueError('`trained_rounds` says which rounds the participation log covers: it needs '
+                       '`log`.')
   return confidence
 
 
@@ -162,7 +168,8 @@ def build_report(plan: plan_lib.RunPlan, log: Optional[log_lib.ParticipationLog]
                  equal_privacy: bool = False, require_amplification: bool = False,
                  final_clip: Optional[float] = None,
                  canaries: Optional[auditing.CanaryRecord] = None,
-                 confidence: float = 0.95, log_complete: bool = False) -> PrivacyReport:
+                 confidence: float = 0.95, log_complete: bool = False,
+                 trained_rounds: Optional[int] = None) -> PrivacyReport:
   """Builds the privacy report of a run plan.
 
   Args:
@@ -180,17 +187,21 @@ def build_report(plan: plan_lib.RunPlan, log: Optional[log_lib.ParticipationLog]
     canaries: the run's `auditing.CanaryRecord`: adds `empirical_privacy` at the headline's delta;
       needs `log` (the canaries' rounds come from it).
     confidence: of the empirical lower bounds, in (0, 1).
-    log_complete: the log must reach the plan's last round (see
+    log_complete: the log must cover the plan's every round (see
       `report_participation.check_log_of_plan`, which checks every log).
+    trained_rounds: the rounds the run trained, from its own records (its loop, its checkpoint
+      record), or None: the log then covers rounds 0 .. trained_rounds - 1 even when its last
+      rounds drew nobody (random cohorts' empty rounds write no row).
 
   Raises:
     ValueError: on bad arguments (naming the parameter); `LogMismatchError` (a ValueError) when
       `log` cannot be the plan's; `CanaryMismatchError` (a ValueError) when `canaries` cannot be
       of this run.
   """
-  confidence = _check_inputs(plan, log, canaries, confidence)
+  confidence = _check_inputs(plan, log, canaries, confidence, trained_rounds)
   if log is not None:
-    report_participation.check_log_of_plan(plan, log, complete=log_complete)
+    report_participation.check_log_of_plan(plan, log, complete=log_complete,
+                                           trained_rounds=trained_rounds)
   run_facts = report_sections.RunFacts.of_plan(plan, final_clip)
   num_rounds, schema, source, observed = report_participation.headline_setting(plan, log)
   report_participation.check_rounds(plan, num_rounds)

@@ -127,7 +127,8 @@ def report_from_run_files(
     participation_log: Union[Path, log_lib.ParticipationLog, None] = None, *,
     metrics: Optional[Path] = None,
     canaries: Optional[Path] = None,
-    num_rounds: Optional[int] = None, log_complete: bool = True, observed_patterns: bool = True,
+    num_rounds: Optional[int] = None, trained_rounds: Optional[int] = None,
+    run_id: Optional[str] = None, log_complete: bool = True, observed_patterns: bool = True,
     equal_privacy: bool = True, require_amplification: bool = False) -> report_lib.PrivacyReport:
   """The privacy report of a run, from its plan and files.
 
@@ -144,7 +145,13 @@ def report_from_run_files(
       log; None without canary clients.
     num_rounds: if set, the report of the first `num_rounds` rounds (0 .. num_rounds - 1): the
       plan's rounds are replaced, and the log's and metrics' rows of later rounds are left out.
-    log_complete: without `num_rounds`, the log must reach the plan's last round (False when the
+    trained_rounds: without `num_rounds`, the rounds the run trained as its own records show them
+      (the loop that trained them; a checkpoint record), or None: the log then covers rounds 0 ..
+      trained_rounds - 1 even when the last of them drew nobody (random cohorts' empty rounds
+      write no row), and holds no later round.
+    run_id: the identity of the run the files are of (`auditing.RUN_ID_PATTERN`, from its checkpoint
+      records), or None when unknown; `canaries` recorded by another run are refused.
+    log_complete: without `num_rounds`, the log must cover the plan's every round (False when the
       plan's rounds were set by hand, as `privacy_report --rounds` does).
     observed_patterns, equal_privacy, require_amplification: as `report.build_report`'s.
 
@@ -158,6 +165,10 @@ def report_from_run_files(
       canaries that cannot be the run's, naming the file.
   """
   plan = _plan_of(plan, num_rounds)
+  auditing.check_run_id(run_id, 'run_id')
+  if trained_rounds is not None and num_rounds is not None:
+    raise ValueError('`trained_rounds` and `num_rounds` exclude each other: the report of the '
+                     'first `num_rounds` rounds leaves the later ones out.')
   metrics = None if metrics is None else os.fspath(metrics)
   # The reading order (metrics, log, metrics, canaries) is the drivers' one, so a run with several
   # bad files reports the same first error as before.
@@ -169,12 +180,18 @@ def report_from_run_files(
     log = _first_rounds(log, num_rounds)
   final_clip = _final_clip(plan, metrics, num_rounds)
   record = None if canaries is None else read_canary_record(canaries)
+  if record is not None and run_id is not None and record.run_id != run_id:
+    raise ValueError(f'`canaries`: {os.fspath(canaries)} was recorded by '
+                     f'{"another run" if record.run_id else "no identified run"} (run '
+                     f'{record.run_id}), not by the run of this participation log (run {run_id}): '
+                     'its canaries never took part in these rounds. Give the canaries.json of the '
+                     'same run directory.')
   try:
     return report_lib.build_report(
         plan, log, observed_patterns=observed_patterns, secure_segments=secure_segments,
         equal_privacy=equal_privacy, require_amplification=require_amplification,
         final_clip=final_clip, canaries=record,
-        log_complete=log_complete and num_rounds is None)
+        log_complete=log_complete and num_rounds is None, trained_rounds=trained_rounds)
   except report_participation.LogMismatchError as e:
     raise ValueError(f'`participation_log`: {log.path} cannot be the log of this plan: '
                      f'{e.reason}') from None

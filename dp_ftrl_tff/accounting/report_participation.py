@@ -68,30 +68,44 @@ class LogMismatchError(ValueError):
 
 
 def check_log_of_plan(plan: plan_lib.RunPlan, log: log_lib.ParticipationLog, *,
-                      complete: bool) -> None:
+                      complete: bool, trained_rounds: Optional[int] = None) -> None:
   """Raises `LogMismatchError` when `log` cannot be the participation log of `plan`.
 
   A min-sep plan (no random sampling, a `clients_per_round`) draws exactly `clients_per_round`
-  clients in every round (`learning.client_sampler`), so each of the log's rounds 0 .. R-1 must
+  clients in every round (`learning.client_sampler`), so each of the rounds the log covers must
   hold at least that many rows (Poisson and cyclic Poisson cohorts are random: no such check).
-  With `complete` (a finished run's report, its rounds not given explicitly), the log must also
-  reach the plan's last round: rows of later rounds that are missing would lower epsilon.
+  The log covers rounds 0 .. R-1, R its last round + 1, or `trained_rounds` when the run's own
+  records give it: a round whose random cohort was empty writes no row, so a run's last rounds may
+  leave no trace in its log. With `complete` (a finished run's report, its rounds not given
+  explicitly), the log must cover the plan's every round: rows of later rounds that are missing
+  would lower epsilon.
   """
+  covered = log.num_rounds
+  if trained_rounds is not None:
+    if log.num_rounds > trained_rounds:
+      raise LogMismatchError(
+          f'it holds rows of round {log.num_rounds - 1}, but the run trained {trained_rounds} '
+          f'rounds (0 .. {trained_rounds - 1}): it is of another run.')
+    covered = trained_rounds
   if not plan.sampling.random_cohorts and plan.clients_per_round is not None:
-    short = np.flatnonzero(log.round_counts < plan.clients_per_round)
+    counts = np.zeros(covered, np.int64)
+    counts[:log.num_rounds] = log.round_counts
+    short = np.flatnonzero(counts < plan.clients_per_round)
     if short.size:
       r = int(short[0])
       raise LogMismatchError(
-          f'round {r} has {int(log.round_counts[r])} rows, but the plan\'s min-sep sampler draws '
-          f'exactly {plan.clients_per_round:g} clients every round ({short.size} of the log\'s '
-          f'{log.num_rounds} rounds are short): rows are missing, so it would understate epsilon. '
-          'Use the run\'s whole participation log.')
-  if complete and plan.num_rounds is not None and log.num_rounds < plan.num_rounds:
+          f'round {r} has {int(counts[r])} rows, but the plan\'s min-sep sampler draws '
+          f'exactly {plan.clients_per_round:g} clients every round ({short.size} of the '
+          f'{covered} rounds it covers are short): rows are missing, so it would understate '
+          'epsilon. Use the run\'s whole participation log.')
+  if complete and plan.num_rounds is not None and covered < plan.num_rounds:
+    empty = (' (with random cohorts, a last round that drew nobody writes no row: then give the '
+             'rounds the run trained)' if plan.sampling.random_cohorts else '')
     raise LogMismatchError(
-        f'it ends at round {log.num_rounds - 1}, but the plan has {plan.num_rounds} rounds: the '
+        f'it ends at round {covered - 1}, but the plan has {plan.num_rounds} rounds: the '
         'rows of the later rounds are missing, so it would understate epsilon. Use the run\'s '
         'whole participation log, or give the number of rounds the log covers explicitly (the '
-        'report of the first rounds).')
+        f'report of the first rounds){empty}.')
 
 
 def headline_setting(plan: plan_lib.RunPlan, log: Optional[log_lib.ParticipationLog]) -> tuple:

@@ -11,8 +11,10 @@ from dp_ftrl_tff.auditing.estimates import MIN_SEEN_CANARIES, epsilon_lower_boun
 from dp_ftrl_tff.auditing.records import (
     CANARY_FILE,
     PROJECTIONS_FILE,
+    RUN_ID_PATTERN,
     CanaryFilesWriter,
     CanaryRecord,
+    check_run_id,
     plan_digest,
     read_canaries,
 )
@@ -24,8 +26,9 @@ from dp_ftrl_tff.auditing.statistics import (
 )
 
 __all__ = [
-    'CANARY_FILE', 'MIN_SEEN_CANARIES', 'PROJECTIONS_FILE', 'THREAT_MODELS', 'THREAT_MODEL_TEXT', 'CanaryFilesWriter',
-    'CanaryRecord', 'EmpiricalRow', 'canary_participation', 'canary_statistics',
+    'CANARY_FILE', 'MIN_SEEN_CANARIES', 'PROJECTIONS_FILE', 'RUN_ID_PATTERN', 'THREAT_MODELS',
+    'THREAT_MODEL_TEXT', 'CanaryFilesWriter', 'CanaryRecord', 'EmpiricalRow', 'canary_participation',
+    'canary_statistics', 'check_run_id',
     'empirical_privacy', 'epsilon_lower_bound', 'estimate_epsilon', 'plan_noise_matrix',
     'plan_digest', 'read_canaries',
 ]

@@ -1,11 +1,14 @@
 """The canary files of a run directory: written by the drivers, read by the report.
 
-  * `canaries.json` (`CANARY_FILE`): {"format": 2, "seen": N, "unseen": N, "seed": int,
+  * `canaries.json` (`CANARY_FILE`): {"format": 3, "seen": N, "unseen": N, "seed": int,
     "norm": "clip", "client_ids": [N distinct str], "dimension": d, "population": int or null,
-    "plan_sha256": str, "final_model_cosines": null or [2N floats in [-1, 1]]}. "norm": "clip" says
-    the projections are divided by the round's clip norm. "population" (the plan's population, the
-    canaries included) and "plan_sha256" (`plan_digest` of the run's plan) bind the file to its run:
-    the report refuses a canary file whose population or plan digest is not its plan's.
+    "plan_sha256": str, "run_id": str or null, "final_model_cosines": null or [2N floats in
+    [-1, 1]]}. "norm": "clip" says the projections are divided by the round's clip norm.
+    "population" (the plan's population, the canaries included) and "plan_sha256" (`plan_digest`
+    of the run's plan) bind the file to its plan, "run_id" (the run's identity, random, drawn at its
+    start; `RUN_ID_PATTERN`) to its run: the report refuses a canary file whose population or plan
+    digest is not its plan's, or whose run identity is not that of the run it reports on (two runs
+    of one plan with other seeds have equal plans, not equal identities).
   * `canaries.csv` (`PROJECTIONS_FILE`): header `round,p0,...,p{2N-1}`, then one row per 0-based
     round t holding P[:, t] (rows 0 .. N-1 of P are the seen canaries, N .. 2N-1 the unseen ones; see
     `statistics`). Floats are written with `repr`, which round-trips exactly, so a resumed run
@@ -31,7 +34,9 @@ from dp_ftrl_tff import plan as plan_lib
 
 CANARY_FILE = 'canaries.json'
 PROJECTIONS_FILE = 'canaries.csv'
-FORMAT = 2
+FORMAT = 3
+#: A run identity: 32 lowercase hex digits (128 random bits).
+RUN_ID_PATTERN = '[0-9a-f]{32}'
 #: The plan fields a report may replace (`privacy_report --rounds/--min_sep/--target_delta`, the
 #: report of a run's first rounds): left out of `plan_digest`.
 _REPLACEABLE_PLAN_FIELDS = ('num_rounds', 'participation', 'target_delta')
@@ -50,6 +55,14 @@ def plan_digest(plan: plan_lib.RunPlan) -> str:
   for key in _REPLACEABLE_PLAN_FIELDS:
     del config[key]
   return hashlib.sha256(json.dumps(config, sort_keys=True).encode('utf-8')).hexdigest()
+
+
+def check_run_id(run_id: Optional[str], name: str) -> Optional[str]:
+  """`run_id` if it is None or a run identity (`RUN_ID_PATTERN`); ValueError naming `name`."""
+  if run_id is not None and (not isinstance(run_id, str)
+                             or not re.fullmatch(RUN_ID_PATTERN, run_id)):
+    raise ValueError(f'`{name}` must be a run identity of 32 hex digits or None, got {run_id!r}.')
+  return run_id
 
 
 def _header(num_directions: int) -> str:
@@ -83,11 +96,12 @@ class CanaryFilesWriter:
   """Writes `canaries.json` and `canaries.csv` into a run directory."""
 
   def __init__(self, directory, seen: int, seed: int, client_ids: Sequence[str], dimension: int,
-               *, plan: plan_lib.RunPlan):
+               *, plan: plan_lib.RunPlan, run_id: Optional[str] = None):
     """Args: directory: the run directory (created if missing); seen: N >= 1 (as many unseen);
     seed: the canary directions' seed (>= 0); client_ids: the N distinct seen canary clients' ids
     (clients of the plan's population); dimension: d, the number of model parameters; plan: the
-    run's `RunPlan` (its population and `plan_digest` are recorded)."""
+    run's `RunPlan` (its population and `plan_digest` are recorded); run_id: the run's identity
+    (`RUN_ID_PATTERN`), or None for canaries of no recorded run."""
     if not isinstance(directory, (str, os.PathLike)) or not os.fspath(directory):
       raise ValueError(f'`directory` must be a non-empty path, got {directory!r}.')
     self._seen = _validation.check_positive_int(seen, 'seen')
@@ -98,6 +112,7 @@ class CanaryFilesWriter:
     self._client_ids = [str(c) for c in client_ids]
     _check_distinct(self._client_ids, 'client_ids')
     self._plan_sha256 = plan_digest(plan)
+    self._run_id = check_run_id(run_id, 'run_id')
     self._population = plan.population
     if self._population is not None and self._seen > self._population:
       raise ValueError(f'`client_ids`: {self._seen} canaries, but the plan\'s population is '
@@ -117,7 +132,7 @@ class CanaryFilesWriter:
     metadata = {'format': FORMAT, 'seen': self._seen, 'unseen': self._seen, 'seed': self._seed,
                 'norm': 'clip', 'client_ids': self._client_ids, 'dimension': self._dimension,
                 'population': self._population, 'plan_sha256': self._plan_sha256,
-                'final_model_cosines': final_cosines}
+                'run_id': self._run_id, 'final_model_cosines': final_cosines}
     _atomic.write_text(self._metadata_path, json.dumps(metadata, indent=1) + '\n')
     if not os.path.exists(self._projections_path):
       _atomic.write_text(self._projections_path, _header(2 * self._seen))
@@ -155,6 +170,7 @@ class CanaryRecord:
     population: the run's population (its plan's, canaries included), or None when not recorded.
     plan_sha256: `plan_digest` of the run's plan, or None when not recorded (a record built in
       memory).
+    run_id: the identity of the run that wrote it, or None when not recorded.
   """
   client_ids: tuple
   seed: int
@@ -163,6 +179,7 @@ class CanaryRecord:
   final_cosines: Optional[np.ndarray]
   population: Optional[int] = None
   plan_sha256: Optional[str] = None
+  run_id: Optional[str] = None
 
   @property
   def num_seen(self) -> int:
@@ -180,7 +197,7 @@ def _read_metadata(path: str) -> dict:
   except (OSError, ValueError) as e:
     raise ValueError(f'{path}: cannot read the canary file ({type(e).__name__}: {e}).') from None
   expected = {'format', 'seen', 'unseen', 'seed', 'norm', 'client_ids', 'dimension',
-              'population', 'plan_sha256', 'final_model_cosines'}
+              'population', 'plan_sha256', 'run_id', 'final_model_cosines'}
   if not isinstance(metadata, dict) or set(metadata) != expected:
     keys = sorted(metadata) if isinstance(metadata, dict) else type(metadata).__name__
     raise ValueError(f'{path}: expected the keys {sorted(expected)}, got {keys}.')
@@ -207,6 +224,10 @@ def _read_metadata(path: str) -> dict:
   digest = metadata['plan_sha256']
   if not isinstance(digest, str) or not re.fullmatch('[0-9a-f]{64}', digest):
     raise ValueError(f'{path}: "plan_sha256" must be a SHA-256 in hex, got {digest!r}.')
+  try:
+    check_run_id(metadata['run_id'], 'run_id')
+  except ValueError as e:
+    raise ValueError(f'{path}: {e}') from None
   for key, smallest in (('seed', 0), ('dimension', 1)):
     value = metadata[key]
     if not isinstance(value, int) or isinstance(value, bool) or value < smallest:
@@ -265,4 +286,4 @@ def read_canaries(path) -> CanaryRecord:
   return CanaryRecord(client_ids=tuple(metadata['client_ids']), seed=metadata['seed'],
                       dimension=metadata['dimension'], round_projections=projections,
                       final_cosines=cosines, population=metadata['population'],
-                      plan_sha256=metadata['plan_sha256'])
+                      plan_sha256=metadata['plan_sha256'], run_id=metadata['run_id'])

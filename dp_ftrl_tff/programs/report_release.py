@@ -98,9 +98,12 @@ class PrivacyReportReleaseManager(tff.program.ReleaseManager):
     if plan.noise_multiplier == 0:
       logging.warning('Noise multiplier 0: the run has no differential-privacy guarantee.')
       return
+    final = key == self._total_rounds
+    # After `key` rounds the log covers them all, even when the last drew nobody (random cohorts'
+    # empty rounds write no row).
     report = report_files.report_from_run_files(
         plan, self._log, metrics=self._metrics, canaries=self._canaries,
-        num_rounds=None if key == self._total_rounds else key)
+        num_rounds=None if final else key, trained_rounds=key if final else None)
     report_render.write_report(report, output_dir, plots=self._plots)
     self._last_report = report
 

@@ -213,11 +213,12 @@ def _run(task: run_config.Task, config: run_config.RunConfig, directory: run_dir
   start, source, process = _start(task, config, directory, scope)
   directory.remove_stale_temps()
   checkpoint_records.set_aside(out, start.resumption)
-  run_setup.write_run_files(config, start.resolved, start.plan, start.saved_strategy)
+  run_setup.write_run_files(config, start.resolved, start.plan, start.saved_strategy,
+                            start.run_id)
   # A kill during an append of metrics.csv leaves a torn last line (the CSV manager cannot parse
   # it); the participation log's is cut by the data source at its checkpointed offset.
   run_dir.drop_torn_last_line(os.path.join(out, run_dir.METRICS_FILE), 'round')
-  managers = program_managers.Managers(config, start.plan, task.accuracy_metric)
+  managers = program_managers.Managers(config, start.plan, task.accuracy_metric, start.run_id)
 
   async def initialize():
     return await tff.program.materialize_value(process.initialize())
@@ -244,10 +245,10 @@ def _run(task: run_config.Task, config: run_config.RunConfig, directory: run_dir
   directory.record_workers()
   template = tff.learning.programs.ProgramState(initial_state, 0, 0, source.iterator())
   program_state, _ = asyncio.run(managers.state.load_latest(template))
-  return _finish(task, config, start.plan, managers, process, program_state.state, trained)
+  return _finish(task, config, start, managers, process, program_state.state, trained)
 
 
-def _finish(task: run_config.Task, config: run_config.RunConfig, plan, managers,
+def _finish(task: run_config.Task, config: run_config.RunConfig, start, managers,
             process, final_state, trained: bool) -> Dict[str, Any]:
   """The drivers' end of a run: the final evaluation (added to the last metrics row, and its
   console line), the privacy report, the completion marker and the summary."""
@@ -257,6 +258,7 @@ def _finish(task: run_config.Task, config: run_config.RunConfig, plan, managers,
     run_report,
   )
 
+  plan = start.plan
   participation = os.path.join(config.output_dir, run_dir.PARTICIPATION_FILE)
   metrics = evaluation.evaluate(task, _model_weights(process, final_state),
                                 config.eval_max_examples)
@@ -265,6 +267,7 @@ def _finish(task: run_config.Task, config: run_config.RunConfig, plan, managers,
   console.out(console.eval_line(config.rounds, config.rounds, metrics, console.spent_guarantee(
       plan, participation, config.rounds)))
   privacy_report = run_report.finish(config, plan, task.accuracy_metric, trained=trained,
+                                     rounds_done=config.rounds, run_id=start.run_id,
                                      report=managers.report.last_report)
   return {'state': final_state, 'process': process, 'metrics': metrics,
           'privacy_report': privacy_report}

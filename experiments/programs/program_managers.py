@@ -1,6 +1,6 @@
 """The train_model program's managers: checkpoints with their records, and the metrics releases.
 
-`Managers(config, plan, accuracy_metric)` holds what `tff.learning.programs.train_model` is given
+`Managers(config, plan, accuracy_metric, run_id)` holds what `tff.learning.programs.train_model` is given
 for a run of `experiments.programs.emnist_program`: the program state manager (checkpoints/
 program_state_<r>, each followed by its record, `experiments.run.checkpoint_records`) and the
 metrics release (the drivers' rows in metrics.csv and tensorboard/, the drivers' console line, the
@@ -102,7 +102,7 @@ class Managers:
   """The program's state manager (`state`), its metrics release (`metrics`) and their parts:
   `csv` (metrics.csv), `progress` (the console) and `report` (privacy_report/)."""
 
-  def __init__(self, config: run_config.RunConfig, plan, accuracy_metric: str):
+  def __init__(self, config: run_config.RunConfig, plan, accuracy_metric: str, run_id: str):
     out = config.output_dir
     path = lambda *names: os.path.join(out, *names)  # noqa: E731
     settings = run_config.hparams_document(config)
@@ -113,7 +113,7 @@ class Managers:
     self.state = StateManager(
         checkpoint_records.checkpoints_dir(out), released,
         lambda version: checkpoint_records.write_record(
-            out, version, settings, checkpoint_records.plan_document(plan),
+            out, version, settings, checkpoint_records.plan_document(plan), run_id,
             files=(checkpoint_records.STRATEGY_FILE, run_dir.PARTICIPATION_FILE)), keep_total=3)
     self.report = report_release.PrivacyReportReleaseManager(
         path(run_dir.PLAN_FILE), path(run_dir.PARTICIPATION_FILE), path(run_dir.REPORT_DIR),

@@ -46,15 +46,16 @@ class CanaryRecorder:
   """The canary clients of a run in its rounds, and their files in the run directory."""
 
   def __init__(self, canaries: canaries_lib.Canaries, canary_ids: Sequence[str], empty_dataset,
-               output_dir: str, num_params: int, plan: plan_lib.RunPlan):
+               output_dir: str, num_params: int, plan: plan_lib.RunPlan, run_id: str):
     """Args: the run's `canaries` and their client ids; `empty_dataset`, a dataset of the task's
     type with no element (a canary's); the run directory; the model's `num_params` trainable
-    parameters; the run's `plan`."""
+    parameters; the run's `plan` and identity `run_id`."""
     self.canaries, self.plan, self.empty_dataset = canaries, plan, empty_dataset
     self.rounds_recorded = 0  # by this process: rounds it trained
     self.index = {client: i for i, client in enumerate(canary_ids)}
     self.files = auditing.CanaryFilesWriter(output_dir, canaries.num_canaries, canaries.seed,
-                                            list(self.index), num_params, plan=plan)
+                                            list(self.index), num_params, plan=plan,
+                                            run_id=run_id)
 
   def client_data(self, cohort: Sequence[str], dataset_fn: Callable[[str], object]) -> list:
     """The process's input for `cohort`: each client's dataset (`dataset_fn(id)`, a canary's

@@ -6,12 +6,15 @@ atomically. It holds:
     it was saved no longer matches its record;
   * `settings`: the run's hparams document (as in hparams.json) and `plan`: its plan (as in
     plan.json), so a resume compares the new command with what trained, never with a hparams.json
-    or plan.json that may be gone or replaced;
+    or plan.json that may be gone or replaced; `run_id`: the run's identity (random, drawn at its
+    first start, kept by every resume; also in hparams.json and canaries.json), which binds the
+    run's files to this run rather than to another run of the same plan;
   * `files`: what the run's other files held after round r: the strategy file's SHA-256; for the
     append-only logs (participation.csv, canaries.csv) their byte length and the SHA-256 of those
     bytes; for metrics.csv (tff.program's CSV release manager rewrites it whole when a column
     appears) its number of rows and the SHA-256 of their non-empty fields; for canaries.json the
-    SHA-256 of its metadata without the final-model cosines (written after the last checkpoint).
+    SHA-256 of its metadata without the final-model cosines, and of those cosines (null until the
+    run's end writes them and rewrites the last record, `record_final_files`).
 
 On resume, `find_resumption` takes the latest checkpoint whose record is intact and matches
 it. A checkpoint without an intact record (damaged, replaced, or saved by a run killed before it
@@ -43,25 +46,20 @@ from typing import Dict, List, Optional
 from absl import logging
 
 from dp_ftrl_tff import _atomic, auditing
-from experiments.run import run_config, run_dir, run_setup
+from experiments.run import run_dir, run_setup
 
 #: The record format this module writes and reads.
-FORMAT = 'dp_ftrl_tff.checkpoint_record.v1'
+FORMAT = 'dp_ftrl_tff.checkpoint_record.v2'
 CHECKPOINT_PREFIX = 'program_state_'
 SET_ASIDE_DIR = 'set_aside'
 _RECORD = re.compile(r'^record_(\d+)\.json$')
 _CHECKPOINT = re.compile(rf'^{CHECKPOINT_PREFIX}(\d+)$')
-_REMEDY = ('restore it from a backup of the run, or start a new run with another '
+REMEDY = ('restore it from a backup of the run, or start a new run with another '
            '--experiment_name; the run was not resumed.')
 
 # Files whose bytes only grow between checkpoints (the rows of later rounds are appended).
 APPEND_ONLY = (run_dir.PARTICIPATION_FILE, auditing.PROJECTIONS_FILE)
 CANARY_METADATA = auditing.CANARY_FILE
-# Plan fields that follow run_config.RESUMABLE_CHANGES; every other field determines how the
-# checkpointed rounds were trained and must stay as recorded.
-RESUMABLE_PLAN_FIELDS = ('num_rounds', 'target_delta', 'beyond_max_rounds', 'participation',
-                         'calibration', 'strategy_source')
-LOCATION_SETTINGS = ('root_output_dir', 'experiment_name')
 
 
 def plan_document(plan) -> dict:
@@ -81,11 +79,12 @@ def record_path(output_dir: str, round_num: int) -> str:
   return os.path.join(checkpoints_dir(output_dir), f'record_{round_num}.json')
 
 
-def _sha256(data: bytes) -> str:
+def sha256(data: bytes) -> str:
   return hashlib.sha256(data).hexdigest()
 
 
-def _read(path: str) -> Optional[bytes]:
+def read_bytes(path: str) -> Optional[bytes]:
+  """The bytes of the file at `path`, or None when there is none."""
   try:
     with open(path, 'rb') as f:
       return f.read()
@@ -100,7 +99,7 @@ def tree_digest(path: str) -> str:
     dirs.sort()
     for name in sorted(names):
       file_path = os.path.join(root, name)
-      data = _read(file_path)
+      data = read_bytes(file_path)
       digest.update(f'{os.path.relpath(file_path, path)}\0{len(data)}\0'.encode())
       digest.update(data)
   return digest.hexdigest()
@@ -119,17 +118,20 @@ def metrics_rows_digest(data: bytes, num_rounds: int) -> Dict[str, object]:
     if round_num < num_rounds:
       rows.append({k: v for k, v in row.items() if k is not None and v not in ('', None)})
   return {'rows': len(rows),
-          'sha256': _sha256(json.dumps(rows, sort_keys=True).encode('utf-8'))}
+          'sha256': sha256(json.dumps(rows, sort_keys=True).encode('utf-8'))}
 
 
-def canary_metadata_digest(data: bytes) -> str:
-  """The SHA-256 of canaries.json's metadata without its final-model cosines; ValueError if it is
-  not a JSON object."""
+def canary_digests(data: bytes) -> Dict[str, Optional[str]]:
+  """{'sha256': the SHA-256 of canaries.json's metadata without its final-model cosines,
+  'final_sha256': that of the cosines, None before the run's end wrote them}; ValueError if it
+  is not a JSON object."""
   document = json.loads(data.decode('utf-8'))
   if not isinstance(document, dict):
     raise ValueError('not a JSON object')
+  cosines = document.get('final_model_cosines')
   document = {k: v for k, v in document.items() if k != 'final_model_cosines'}
-  return _sha256(json.dumps(document, sort_keys=True).encode('utf-8'))
+  return {'sha256': sha256(json.dumps(document, sort_keys=True).encode('utf-8')),
+          'final_sha256': None if cosines is None else sha256(json.dumps(cosines).encode())}
 
 
 def strategy_file_name(output_dir: str) -> Optional[str]:
@@ -151,33 +153,44 @@ def describe_files(output_dir: str, round_num: int, names=ALL_FILES) -> Dict[str
   for name in names:
     if name == STRATEGY_FILE:
       name = strategy_file_name(output_dir)
-    data = None if name is None else _read(os.path.join(output_dir, name))
+    data = None if name is None else read_bytes(os.path.join(output_dir, name))
     if data is None:
       continue
     if name in APPEND_ONLY:
-      files[name] = {'size': len(data), 'sha256': _sha256(data)}
+      files[name] = {'size': len(data), 'sha256': sha256(data)}
     elif name == run_dir.METRICS_FILE:
       files[name] = metrics_rows_digest(data, round_num)
     elif name == CANARY_METADATA:
-      files[name] = {'sha256': canary_metadata_digest(data)}
+      files[name] = canary_digests(data)
     else:
-      files[name] = {'sha256': _sha256(data)}
+      files[name] = {'sha256': sha256(data)}
   return files
 
 
-def write_record(output_dir: str, round_num: int, settings: dict, plan: dict,
+def write_record(output_dir: str, round_num: int, settings: dict, plan: dict, run_id: str,
                  files=ALL_FILES) -> None:
   """Writes `record_<round_num>.json` for the checkpoint just saved, describing the run's `files`
   (names of `ALL_FILES`), and removes the records of checkpoints `tff.program` has since removed."""
   round_num = int(round_num)  # train_model's versions are numpy integers
   record = {'format': FORMAT, 'round': round_num,
             'checkpoint': tree_digest(checkpoint_path(output_dir, round_num)),
+            'run_id': auditing.check_run_id(run_id, 'run_id'),
             'settings': settings, 'plan': plan,
             'files': describe_files(output_dir, round_num, files)}
   _atomic.write_text(record_path(output_dir, round_num), json.dumps(record, indent=1) + '\n')
   for other in _rounds(output_dir, _RECORD):
     if not os.path.isdir(checkpoint_path(output_dir, other)):
       os.remove(record_path(output_dir, other))
+
+
+def record_final_files(output_dir: str, round_num: int) -> None:
+  """Rewrites the record of the run's last checkpoint `round_num` with what the run's end wrote
+  after it (canaries.json's final-model cosines), so that the record vouches for them too."""
+  path = record_path(output_dir, round_num)
+  with open(path, encoding='utf-8') as f:
+    record = json.load(f)
+  record['files'].update(describe_files(output_dir, round_num, (CANARY_METADATA,)))
+  _atomic.write_text(path, json.dumps(record, indent=1) + '\n')
 
 
 def _rounds(output_dir: str, pattern: re.Pattern) -> List[int]:
@@ -200,11 +213,16 @@ class Resumption:
   def fresh(self) -> bool:
     return self.record is None
 
+  @property
+  def run_id(self) -> Optional[str]:
+    """The identity of the run the checkpoint belongs to (None from scratch)."""
+    return None if self.record is None else self.record['run_id']
+
 
 def _record_problem(output_dir: str, round_num: int) -> Optional[str]:
   """Why checkpoint `round_num` cannot be trusted, or None when its record is intact and matches."""
   path = record_path(output_dir, round_num)
-  data = _read(path)
+  data = read_bytes(path)
   if data is None:
     return f'it has no record ({os.path.basename(path)} is missing)'
   try:
@@ -213,6 +231,8 @@ def _record_problem(output_dir: str, round_num: int) -> Optional[str]:
     return f'its record {os.path.basename(path)} is not valid JSON'
   if (not isinstance(record, dict) or record.get('format') != FORMAT
       or record.get('round') != round_num
+      or not isinstance(record.get('run_id'), str)
+      or not re.fullmatch(auditing.RUN_ID_PATTERN, record['run_id'])
       or not all(isinstance(record.get(k), dict) for k in ('settings', 'plan', 'files'))):
     return f'its record {os.path.basename(path)} is not a record of this checkpoint'
   if tree_digest(checkpoint_path(output_dir, round_num)) != record.get('checkpoint'):
@@ -222,7 +242,7 @@ def _record_problem(output_dir: str, round_num: int) -> Optional[str]:
 
 def _has_rows(path: str) -> bool:
   """Whether the CSV file at `path` holds anything past its header line."""
-  data = _read(path)
+  data = read_bytes(path)
   return data is not None and data.find(b'\n') not in (-1, len(data) - 1)
 
 
@@ -253,7 +273,7 @@ def find_resumption(output_dir: str) -> Resumption:
     raise run_dir.RunDirError(
         f'{output_dir} holds trained rounds ({", ".join(logs)}) but no intact checkpoint to '
         'resume them from (' + (detail or f'{checkpoints_dir(output_dir)} holds none') +
-        f'); {_REMEDY}')
+        f'); {REMEDY}')
   return Resumption(0, None, tuple(sorted(untrusted)))
 
 
@@ -276,113 +296,6 @@ def set_aside(output_dir: str, resumption: Resumption) -> None:
     os.replace(source, target)
     logging.warning('Checkpoint %s cannot be trusted: %s. Moved it to %s; the run resumes from '
                     '%s instead.', source, problem, target, resumes)
-
-
-def changeable_settings(settings: dict) -> frozenset:
-  """The settings (hparams keys) a resumed command may change: `run_config.RESUMABLE_CHANGES`, and
-  for a driver run the directory's location (a driver run copied or moved elsewhere resumes; the
-  train_model program's data source holds its log's absolute path, so its run stays where it
-  started)."""
-  program = isinstance(settings.get('task'), dict) and settings['task'].get('program')
-  return frozenset(run_config.RESUMABLE_CHANGES) | frozenset(
-      () if program else LOCATION_SETTINGS)
-
-
-def _refuse_changes(resumption: Resumption, recorded: dict, current: dict, unchecked) -> None:
-  changed = sorted(k for k in set(recorded) | set(current)
-                   if k not in unchecked and recorded.get(k) != current.get(k))
-  if changed:
-    details = ', '.join(f'{k}: {recorded.get(k)!r} -> {current.get(k)!r}' for k in changed)
-    raise ValueError(
-        f'the run was trained up to checkpoint {resumption.round_num} with other settings '
-        f'({details}, as {record_path("", resumption.round_num).lstrip(os.sep)} records); use the '
-        'same settings to resume, or another --experiment_name.')
-
-
-def check_settings(resumption: Resumption, config: run_config.RunConfig) -> None:
-  """Raises ValueError when the command's settings (`config`) differ from those the checkpoint
-  `resumption` resumes from trained with, but for `changeable_settings`; a run without a checkpoint
-  is checked against its hparams.json (`run_config.check_hparams`).
-
-  Raises:
-    ValueError: other settings.
-    run_dir.CorruptRunFileError: (a run without a checkpoint) hparams.json is not valid JSON.
-  """
-  if not resumption.fresh:
-    _refuse_changes(resumption, resumption.record['settings'], run_config.hparams_document(config),
-                    changeable_settings(resumption.record['settings']))
-  else:
-    run_config.check_hparams(config)
-
-
-def check_plan(resumption: Resumption, plan: dict) -> None:
-  """Raises ValueError when the command's `plan` (`plan_document`) differs from the plan the
-  checkpoint `resumption` resumes from trained with, but for `RESUMABLE_PLAN_FIELDS` (e.g. a
-  calibrated noise multiplier that another --target_delta would change)."""
-  if not resumption.fresh:
-    _refuse_changes(resumption, resumption.record['plan'], plan, RESUMABLE_PLAN_FIELDS)
-
-
-def _file_error(path: str, problem: str, round_num: int) -> run_dir.RunDirError:
-  return run_dir.CorruptRunFileError(
-      f'{path} does not hold what checkpoint {round_num} recorded ({problem}, see '
-      f'{record_path("", round_num).lstrip(os.sep)}); {_REMEDY}')
-
-
-def check_files(output_dir: str, resumption: Resumption, names=None) -> List[str]:
-  """Checks the run's files (those among `names`, default all) against the record of the checkpoint
-  `resumption` resumes from (reading only); returns the names of files to rebuild from the verified
-  settings (canaries.json that is missing or altered).
-
-  Raises:
-    run_dir.CorruptRunFileError: a log, metrics.csv or the strategy file is missing, shorter than
-      recorded, or differs from the record (naming the file).
-  """
-  round_num, rebuild = resumption.round_num, []
-  if resumption.fresh:
-    return rebuild
-  for name, expected in resumption.record['files'].items():
-    if names is not None and name not in names:
-      continue
-    path = os.path.join(output_dir, name)
-    data = _read(path)
-    if name == CANARY_METADATA:
-      try:
-        intact = data is not None and canary_metadata_digest(data) == expected['sha256']
-      except (UnicodeDecodeError, ValueError):
-        intact = False
-      if not intact:
-        rebuild.append(name)
-      continue
-    if data is None:
-      raise _file_error(path, 'it is missing', round_num)
-    if name == run_dir.METRICS_FILE:
-      try:
-        found = metrics_rows_digest(data, round_num)
-      except (UnicodeDecodeError, ValueError, csv.Error) as error:
-        raise _file_error(path, f'it does not parse: {error}', round_num) from None
-      if found['rows'] != expected['rows']:
-        raise _file_error(path, f'{found["rows"]} rows for the first {round_num} rounds, recorded '
-                          f'{expected["rows"]}', round_num)
-      if found['sha256'] != expected['sha256']:
-        raise _file_error(path, f'the rows of the first {round_num} rounds were altered',
-                          round_num)
-    elif 'size' in expected:
-      if len(data) < expected['size']:
-        raise _file_error(path, f'{len(data)} bytes, recorded {expected["size"]}', round_num)
-      if _sha256(data[:expected['size']]) != expected['sha256']:
-        raise _file_error(path, f'its first {expected["size"]} bytes were altered', round_num)
-    elif _sha256(data) != expected['sha256']:
-      raise _file_error(path, 'its contents were altered', round_num)
-  return rebuild
-
-
-def check_rebuilt(output_dir: str, resumption: Resumption, names) -> None:
-  """Raises `run_dir.CorruptRunFileError` if a file among `names`, rebuilt from the verified
-  settings, still differs from the record."""
-  for name in check_files(output_dir, resumption, names):
-    raise _file_error(os.path.join(output_dir, name),
-                      "rebuilt from the run's settings, it still differs", resumption.round_num)
 
 
 def trim_files(output_dir: str, resumption: Resumption) -> None:

@@ -31,6 +31,7 @@ from experiments.run import (
   checkpoint_records,
   console,
   driver_flags,
+  record_checks,
   run_config,
   run_dir,
   run_summary,
@@ -98,8 +99,11 @@ def _finished(config: run_config.RunConfig) -> bool:
   if run_summary.read_summary(config.output_dir).get('rounds') != config.rounds:
     return False  # the run trains on: its own start checks the settings
   # The settings its last checkpoint trained with (hparams.json's without one): a finished run's
-  # hparams.json may be gone or replaced as well.
-  checkpoint_records.check_settings(checkpoint_records.find_resumption(config.output_dir), config)
+  # hparams.json may be gone or replaced as well; its files must be what that checkpoint's record
+  # vouches for (the report the notice points to was built from them).
+  resumption = checkpoint_records.find_resumption(config.output_dir)
+  record_checks.check_settings(resumption, config)
+  record_checks.check_finished_run(config.output_dir, resumption)
   report = os.path.join(config.output_dir, run_dir.REPORT_DIR, 'report.md')
   # The train_model program refuses another --rounds (its data source's schedule is in its
   # checkpoints); a driver trains on.

@@ -37,6 +37,8 @@ SECURE_ROTATIONS = ('dft', 'hd', 'none')
 RESUMABLE_CHANGES = ('rounds', 'checkpoint_every', 'eval_every', 'eval_max_examples',
                      'target_delta', 'banded_beyond_max_rounds', 'workers',
                      'allow_strategy_setting_mismatch')
+#: hparams.json's key of the run's identity (`dp_ftrl_tff.auditing.RUN_ID_PATTERN`): not a setting.
+RUN_ID_KEY = 'run_id'
 #: `clients_per_round` of the min-sep sampler when not given.
 DEFAULT_CLIENTS_PER_ROUND = 10
 
@@ -320,6 +322,7 @@ def check_hparams(config: RunConfig) -> None:
     raise run_dir.corrupt_file_error(path, 'not a JSON object', _HPARAMS_REMEDY)
   # A setting added after the run started (absent from its file) had its default value.
   saved = {**{k: v for k, v in _DEFAULT_HPARAMS.items() if k not in saved}, **saved}
+  saved.pop(RUN_ID_KEY, None)
   changed = sorted(k for k in set(saved) | set(current)
                    if k not in RESUMABLE_CHANGES and saved.get(k) != current.get(k))
   if changed:

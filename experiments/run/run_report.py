@@ -22,11 +22,13 @@ from experiments.run import console, run_config, run_dir, run_summary
 from experiments.run.run_config import RunConfig
 
 
-def finish(config: RunConfig, plan: plan_lib.RunPlan, accuracy_metric: str,
-           trained: bool, report: Optional[report_lib.PrivacyReport] = None
+def finish(config: RunConfig, plan: plan_lib.RunPlan, accuracy_metric: str, *,
+           trained: bool, rounds_done: int, run_id: str,
+           report: Optional[report_lib.PrivacyReport] = None
            ) -> Optional[report_lib.PrivacyReport]:
   """Writes the run's privacy report, then (when rounds were `trained` or the marker is missing)
   the completion marker, and prints the summary; returns the report (None without noise).
+  `rounds_done` is the rounds the run has trained (its last checkpoint's), `run_id` its identity.
 
   The report (`privacy_report/`: report.json, report.md with the BLT paper's App. C checklist,
   plots, every mechanism at equal privacy) comes from the plan, the participation log and the
@@ -52,11 +54,13 @@ def finish(config: RunConfig, plan: plan_lib.RunPlan, accuracy_metric: str,
   elif plan.noise_multiplier == 0:
     logging.warning('Noise multiplier 0: the run has no differential-privacy guarantee.')
   else:
+    # The run trained `rounds_done` rounds: its log covers them all, even when the last drew
+    # nobody (random cohorts' empty rounds write no row).
     report = report_files.report_from_run_files(
         plan, os.path.join(output_dir, run_dir.PARTICIPATION_FILE),
         metrics=os.path.join(output_dir, run_dir.METRICS_FILE),
         canaries=(os.path.join(output_dir, auditing.CANARY_FILE) if config.canary_clients
-                  else None))
+                  else None), trained_rounds=rounds_done, run_id=run_id)
     report_render.write_report(report, os.path.join(output_dir, run_dir.REPORT_DIR))
   if not complete:
     guarantee = None if report is None else report.guarantee

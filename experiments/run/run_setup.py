@@ -18,7 +18,7 @@ from typing import Optional, Tuple
 
 from absl import logging
 
-from dp_ftrl_tff import _atomic, plan_checks
+from dp_ftrl_tff import _atomic, auditing, plan_checks
 from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff import sampling as sampling_lib
 from dp_ftrl_tff.accounting import amplification, calibration
@@ -158,17 +158,24 @@ def check_plan_file(config: run_config.RunConfig) -> None:
   _saved_plan_source(config.output_dir)
 
 
-def hparams_json(config: run_config.RunConfig) -> str:
-  """The text of `hparams.json`: `run_config.hparams_document(config)` as sorted, indented JSON."""
-  return json.dumps(run_config.hparams_document(config), indent=2, sort_keys=True)
+def hparams_json(config: run_config.RunConfig, run_id: Optional[str] = None) -> str:
+  """The text of `hparams.json`: `run_config.hparams_document(config)` and the run's identity
+  `run_id` (`run_config.RUN_ID_KEY`; a resume checks the settings, not the identity, against it)
+  as sorted, indented JSON."""
+  document = run_config.hparams_document(config)
+  if run_id is not None:
+    document[run_config.RUN_ID_KEY] = auditing.check_run_id(run_id, 'run_id')
+  return json.dumps(document, indent=2, sort_keys=True)
 
 
 def write_run_files(config: run_config.RunConfig, resolved: resolve.ResolvedStrategy,
-                    plan: plan_lib.RunPlan, saved_strategy: Optional[str]) -> None:
-  """Writes `hparams.json`, the strategy (first start only: `mechanism.json` / `.npz` with the
-  setting it was made for, which a resumed run reuses) and `plan.json`, each atomically."""
+                    plan: plan_lib.RunPlan, saved_strategy: Optional[str], run_id: str) -> None:
+  """Writes `hparams.json` (with the run's identity `run_id`), the strategy (first start only:
+  `mechanism.json` / `.npz` with the setting it was made for, which a resumed run reuses) and
+  `plan.json`, each atomically."""
   os.makedirs(config.output_dir, exist_ok=True)
-  _atomic.write_text(os.path.join(config.output_dir, run_dir.HPARAMS_FILE), hparams_json(config))
+  _atomic.write_text(os.path.join(config.output_dir, run_dir.HPARAMS_FILE),
+                     hparams_json(config, run_id))
   if saved_strategy is None:  # a resumed run reuses the strategy its first start saved
     path = os.path.join(config.output_dir,
                         _MECHANISM_BASENAME + registry.entry(resolved.strategy.name).file_suffix)

@@ -11,6 +11,7 @@ builds the DP-FTRL process from the plan, writing nothing. `SetupError` is how i
 
 import contextlib
 import dataclasses
+import secrets
 from typing import Any, Callable, List, Optional
 
 import tensorflow_federated as tff
@@ -26,6 +27,7 @@ from experiments.run import (
   canary_clients,
   checkpoint_records,
   console,
+  record_checks,
   run_config,
   run_dir,
   run_setup,
@@ -55,10 +57,11 @@ class RunStart:
   """What a run starts from, checked before anything is written: its plan, the strategy behind it
   (`saved_strategy`: the run directory's file it was loaded from, None until it is saved there),
   where it resumes (`resumption`), the run files to rebuild from the verified settings
-  (`checkpoint_records.check_files`), the planned guarantee the header states
+  (`record_checks.check_files`), the planned guarantee the header states
   (`zcdp.planned_guarantee` in the console's conversion; None without noise), the population's
   `client_ids` (the task's training clients, then the `canary_ids`), the run's `canaries` (None
-  without) and the DP-FTRL `process` (`learning.dp_ftrl`)."""
+  without), the DP-FTRL `process` (`learning.dp_ftrl`) and the run's identity `run_id` (the
+  checkpoint record's when it resumes, else a new one: `new_run_id`)."""
   plan: plan_lib.RunPlan
   resolved: resolve.ResolvedStrategy
   saved_strategy: Optional[str]
@@ -69,6 +72,12 @@ class RunStart:
   canary_ids: List[str]
   canaries: Optional[canaries_lib.Canaries]
   process: Any
+  run_id: str
+
+
+def new_run_id() -> str:
+  """A new run's identity: 128 random bits as 32 hex digits (`auditing.RUN_ID_PATTERN`)."""
+  return secrets.token_hex(16)
 
 
 def start_run(task: run_config.Task, config: run_config.RunConfig,
@@ -97,8 +106,8 @@ def start_run(task: run_config.Task, config: run_config.RunConfig,
   # A resumed run is checked against its checkpoint's record, never against hparams.json or
   # plan.json alone (they may be gone or replaced; they are rewritten from the record's settings).
   resumption = checkpoint_records.find_resumption(config.output_dir)
-  rebuild = checkpoint_records.check_files(config.output_dir, resumption)
-  checkpoint_records.check_settings(resumption, config)
+  rebuild = record_checks.check_files(config.output_dir, resumption)
+  record_checks.check_settings(resumption, config)
   if check_resumption is not None:
     check_resumption(resumption)
   resolved, saved_strategy = run_setup.run_strategy(config, resumption.record and
@@ -108,7 +117,7 @@ def start_run(task: run_config.Task, config: run_config.RunConfig,
   # `zcdp.MAX_RHO`) is refused before anything is written.
   planned = (None if plan.noise_multiplier == 0 else
              zcdp.planned_guarantee(plan, conversion=console.CONVERSION))
-  checkpoint_records.check_plan(resumption, checkpoint_records.plan_document(plan))
+  record_checks.check_plan(resumption, checkpoint_records.plan_document(plan))
   if check_plan is not None:
     check_plan(plan)
   canary_ids, canaries = canary_clients.run_canaries(train_ids, config.canary_clients,
@@ -122,4 +131,5 @@ def start_run(task: run_config.Task, config: run_config.RunConfig,
           learning_rate=config.server_learning_rate, momentum=config.server_momentum or None),
       canaries=canaries)
   return RunStart(plan, resolved, saved_strategy, resumption, rebuild, planned,
-                  train_ids + canary_ids, canary_ids, canaries, process)
+                  train_ids + canary_ids, canary_ids, canaries, process,
+                  resumption.run_id or new_run_id())

@@ -47,6 +47,7 @@ from experiments.run import (
   checkpoint_records,
   console,
   evaluation,
+  record_checks,
   run_config,
   run_dir,
   run_report,
@@ -123,14 +124,19 @@ def _run(task: Task, config: RunConfig, directory: run_dir.RunDirectory,
   """`run` with the run directory (not yet locked) and the stop signals installed."""
   start, sampler = _set_up(task, config, directory)
   directory.remove_stale_temps()
-  run_setup.write_run_files(config, start.resolved, start.plan, start.saved_strategy)
+  run_setup.write_run_files(config, start.resolved, start.plan, start.saved_strategy,
+                            start.run_id)
   training = _Training(task, config, start, sampler, directory)
   start_round = training.restore()
   training.train(start_round, stop)
+  rounds_done = max(start_round, config.rounds)  # the round of the checkpoint the run ends on
   if training.canaries is not None:
     training.canaries.record_final(start.process, training.initial_state, training.state)
+    # The record of the checkpoint the run ends on vouches for the cosines too.
+    checkpoint_records.record_final_files(config.output_dir, rounds_done)
   report = run_report.finish(config, start.plan, task.accuracy_metric,
-                            trained=start_round < config.rounds)
+                            trained=start_round < config.rounds, rounds_done=rounds_done,
+                            run_id=start.run_id)
   return {'metrics': training.metrics, 'state': training.state, 'process': start.process,
           'privacy_report': report, 'modular_wrap_rounds': training.wrap_rounds}
 
@@ -161,7 +167,7 @@ class _Training:
           task.train_data.create_tf_dataset_for_client(start.client_ids[0])).take(0)
       self.canaries = canary_clients.CanaryRecorder(
           start.canaries, start.canary_ids, empty, config.output_dir,
-          _trainable_size(start.process, self.initial_state), self.plan)
+          _trainable_size(start.process, self.initial_state), self.plan, start.run_id)
 
   def _path(self, name: str) -> str:
     return os.path.join(self.config.output_dir, name)
@@ -173,7 +179,7 @@ class _Training:
                                          'sampler': self.sampler.state}, done))
     checkpoint_records.write_record(self.config.output_dir, done,
                                     run_config.hparams_document(self.config),
-                                    checkpoint_records.plan_document(self.plan))
+                                    checkpoint_records.plan_document(self.plan), self.start.run_id)
 
   def restore(self) -> int:
     """Loads the checkpoint the run resumes from (`RunStart.resumption`, its files checked) and
@@ -198,7 +204,7 @@ class _Training:
     if resumption.fresh:
       self.checkpoint(0)
       return 0
-    checkpoint_records.check_rebuilt(output_dir, resumption, rebuild)
+    record_checks.check_rebuilt(output_dir, resumption, rebuild)
     return self._load(resumption.round_num)
 
   def _load(self, start_round: int) -> int:

@@ -48,7 +48,7 @@ def _cohort_log(rounds):
 def test_a_min_sep_log_missing_its_first_rounds_is_refused():
   whole = report.build_report(_blt_plan(), _cohort_log(range(ROUNDS)))
   with pytest.raises(report_participation.LogMismatchError, match=r'round 0 has 0 rows, but the plan\'s min-sep '
-                     r'sampler draws exactly 3 clients every round \(3 of the log\'s 6 rounds'):
+                     r'sampler draws exactly 3 clients every round \(3 of the 6 rounds it covers'):
     report.build_report(_blt_plan(), _cohort_log(range(3, ROUNDS)))
   # What the unchecked report would have said: a smaller epsilon than the whole run's.
   assert whole.guarantee.epsilon > 0
@@ -79,6 +79,53 @@ def test_a_log_shorter_than_the_plan_is_refused_without_explicit_rounds(tmp_path
     report_files.report_from_run_files(_blt_plan(), path)
   assert report_files.report_from_run_files(_blt_plan(), path,
                                             num_rounds=3).guarantee.num_rounds == 3
+
+
+def _random_cohort_plan(kind):
+  sampling = sampling_lib.Sampling(kind, 0.25, 1 if kind == 'poisson' else 2, population=12)
+  return plan_lib.RunPlan.build(gaussian.GaussianStrategy(), 1.0, None, 1.0, sampling=sampling,
+                                num_rounds=ROUNDS)
+
+
+@pytest.mark.parametrize('kind', ['poisson', 'cyclic_poisson'])
+@pytest.mark.parametrize('empty', [(0,), (2, 3), (5,), (4, 5), (0, 5)],
+                         ids=['first', 'middle', 'last', 'last two', 'first and last'])
+def test_random_cohorts_whose_rounds_drew_nobody_are_the_whole_log_with_the_trained_rounds(
+    kind, empty):
+  """Issue 44, point 7: an empty round writes no row; the rounds the run trained (its records')
+  say what the log covers, not its last row."""
+  plan = _random_cohort_plan(kind)
+  log = _cohort_log([r for r in range(ROUNDS) if r not in empty])
+  report_participation.check_log_of_plan(plan, log, complete=True, trained_rounds=ROUNDS)
+  if ROUNDS - 1 in empty:  # without the records, a log that ends early may be missing rows
+    with pytest.raises(report_participation.LogMismatchError,
+                       match=f'it ends at round {log.num_rounds - 1}, but the plan has 6 rounds'
+                       '.*a last round that drew nobody writes no row'):
+      report_participation.check_log_of_plan(plan, log, complete=True)
+  with pytest.raises(report_participation.LogMismatchError,
+                     match=f'holds rows of round {log.num_rounds - 1}, but the run trained 2 '
+                     r'rounds \(0 .. 1\): it is of another run'):
+    report_participation.check_log_of_plan(plan, log, complete=True, trained_rounds=2)
+
+
+def test_a_random_cohort_report_whose_last_rounds_drew_nobody():
+  plan = _random_cohort_plan('cyclic_poisson')
+  log = _cohort_log(range(ROUNDS - 2))
+  trained = report.build_report(plan, log, log_complete=True, trained_rounds=ROUNDS)
+  assert trained.guarantee.num_rounds == ROUNDS
+  # The guarantee of the log over the plan's rounds: what the report says without the check.
+  assert trained.guarantee.epsilon == report.build_report(plan, log).guarantee.epsilon
+
+
+def test_trained_rounds_do_not_excuse_a_min_sep_log_its_last_rows():
+  log = _cohort_log(range(4))
+  with pytest.raises(report_participation.LogMismatchError,
+                     match=r'round 4 has 0 rows.*\(2 of the 6 rounds it covers are short\)'):
+    report.build_report(_blt_plan(), log, log_complete=True, trained_rounds=ROUNDS)
+  with pytest.raises(ValueError, match='`trained_rounds` must be a positive integer'):
+    report.build_report(_blt_plan(), log, trained_rounds=0)
+  with pytest.raises(ValueError, match='`trained_rounds` says which rounds .* needs `log`'):
+    report.build_report(_blt_plan(), None, trained_rounds=ROUNDS)
 
 
 def _canary_run(num_canaries, population=None, plan=None):

@@ -17,9 +17,12 @@ PLAN = plan_lib.RunPlan.build(gaussian.GaussianStrategy(), 1.0, 2, 1.0, num_roun
                               population=10)
 
 
+RUN_ID = 'ab' * 16
+
+
 def _writer(directory, plan=PLAN):
   return records.CanaryFilesWriter(directory, seen=2, seed=5, client_ids=IDS, dimension=100,
-                                   plan=plan)
+                                   plan=plan, run_id=RUN_ID)
 
 
 def _write_rounds(writer, projections, first=0):
@@ -42,7 +45,8 @@ def test_round_trip_is_exact(tmp_path):
   np.testing.assert_array_equal(record.round_projections, projections)  # repr: bit-exact
   np.testing.assert_array_equal(record.final_cosines, cosines)
   metadata = json.loads((tmp_path / records.CANARY_FILE).read_text())
-  assert metadata['format'] == 2 and metadata['norm'] == 'clip' and metadata['unseen'] == 2
+  assert metadata['format'] == 3 and metadata['norm'] == 'clip' and metadata['unseen'] == 2
+  assert metadata['run_id'] == record.run_id == RUN_ID
   assert metadata['population'] == record.population == 10
   assert metadata['plan_sha256'] == record.plan_sha256 == records.plan_digest(PLAN)
   header = (tmp_path / records.PROJECTIONS_FILE).read_text().split('\n')[0]
@@ -89,18 +93,21 @@ def _corrupt(tmp_path, metadata=None, csv=None):
 
 
 def _metadata(**changes):
-  metadata = {'format': 2, 'seen': 2, 'unseen': 2, 'seed': 5, 'norm': 'clip',
+  metadata = {'format': 3, 'seen': 2, 'unseen': 2, 'seed': 5, 'norm': 'clip',
               'client_ids': list(IDS), 'dimension': 100, 'population': 10,
-              'plan_sha256': records.plan_digest(PLAN), 'final_model_cosines': None}
+              'plan_sha256': records.plan_digest(PLAN), 'run_id': None,
+              'final_model_cosines': None}
   metadata.update(changes)
   return json.dumps(metadata)
 
 
 @pytest.mark.parametrize('metadata,csv,what', [
-    ('{"format": 2', None, 'cannot read'),
+    ('{"format": 3', None, 'cannot read'),
     ('[]', None, 'keys'),
     (_metadata(extra=1), None, 'keys'),
-    (_metadata(format=1), None, 'format'),
+    (_metadata(format=2), None, 'format'),
+    (_metadata(run_id='not-an-id'), None, 'run_id'),
+    (_metadata(run_id=7), None, 'run_id'),
     (_metadata(unseen=3), None, '"seen"'),
     (_metadata(seen=0, unseen=0), None, '"seen"'),
     (_metadata(client_ids=['a']), None, 'client_ids'),

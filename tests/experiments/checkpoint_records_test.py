@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from experiments.run import checkpoint_records as records
-from experiments.run import run_config, run_dir
+from experiments.run import record_checks, run_config, run_dir
 from tests.testing import runs
 
 pytestmark = pytest.mark.unit
@@ -18,6 +18,7 @@ pytestmark = pytest.mark.unit
 CONFIG = runs.tiny_config('/x', experiment_name='a', noise_multiplier=1.0)
 SETTINGS = run_config.hparams_document(CONFIG)
 PLAN = {'noise_multiplier': 1.0, 'num_rounds': 6, 'clip_norm': 1.0}
+RUN_ID = '0123456789abcdef' * 2
 
 
 def _write(path, data: bytes):
@@ -31,7 +32,7 @@ def _checkpoint(run, round_num, log: bytes, metrics: bytes):
   _write(os.path.join(records.checkpoint_path(run, round_num), 'state.bin'), b'state %d' % round_num)
   _write(os.path.join(run, run_dir.PARTICIPATION_FILE), log)
   _write(os.path.join(run, run_dir.METRICS_FILE), metrics)
-  records.write_record(run, round_num, SETTINGS, PLAN)
+  records.write_record(run, round_num, SETTINGS, PLAN, RUN_ID)
 
 
 LOG = [b'client_id,round\n', b'c1,0\nc2,0\n', b'c3,1\nc1,1\n', b'c2,2\nc3,2\n']
@@ -52,7 +53,7 @@ def _run(tmp_path):
 def test_the_latest_intact_checkpoint_is_chosen_and_the_logs_are_trimmed_to_it(run):
   resumption = records.find_resumption(run)
   assert (resumption.round_num, resumption.untrusted) == (2, ())
-  assert records.check_files(run, resumption) == []
+  assert record_checks.check_files(run, resumption) == []
   records.trim_files(run, resumption)
   with open(os.path.join(run, run_dir.PARTICIPATION_FILE), 'rb') as f:
     assert f.read() == b''.join(LOG[:3])
@@ -92,7 +93,7 @@ def test_a_damaged_log_is_refused_naming_it(run, name, damage, problem):
   else:
     _write(path, data.replace(b'c2', b'c9').replace(b'2.0', b'2.1'))
   with pytest.raises(run_dir.CorruptRunFileError) as error:
-    records.check_files(run, records.find_resumption(run))
+    record_checks.check_files(run, records.find_resumption(run))
   assert str(error.value) == (
       f'{path} does not hold what checkpoint 2 recorded ({problem}, see checkpoints/record_2.json); '
       'restore it from a backup of the run, or start a new run with another --experiment_name; the '
@@ -127,28 +128,28 @@ def test_a_missing_checkpoint_whose_record_remains_is_named(run, caplog):
 def test_a_fresh_directory_starts_fresh(tmp_path):
   resumption = records.find_resumption(str(tmp_path))
   assert resumption.fresh and resumption.round_num == 0
-  assert records.check_files(str(tmp_path), resumption) == []
+  assert record_checks.check_files(str(tmp_path), resumption) == []
 
 
 def test_settings_are_compared_with_the_record_but_the_resumable_ones_and_the_location(run):
   resumption = records.find_resumption(run)
-  records.check_settings(resumption, dataclasses.replace(
+  record_checks.check_settings(resumption, dataclasses.replace(
       CONFIG, rounds=8, root_output_dir='/y', experiment_name='b'))  # a driver run moved
   with pytest.raises(ValueError, match=r'checkpoint 2 with other settings \(noise_multiplier: 1.0 '
                      r'-> 5.0, as checkpoints/record_2.json records\)'):
-    records.check_settings(resumption, dataclasses.replace(CONFIG, noise_multiplier=5.0))
-  records.check_plan(resumption, dict(PLAN, num_rounds=8))
+    record_checks.check_settings(resumption, dataclasses.replace(CONFIG, noise_multiplier=5.0))
+  record_checks.check_plan(resumption, dict(PLAN, num_rounds=8))
   with pytest.raises(ValueError, match=r'\(clip_norm: 1.0 -> 2.0'):
-    records.check_plan(resumption, dict(PLAN, clip_norm=2.0))
+    record_checks.check_plan(resumption, dict(PLAN, clip_norm=2.0))
 
 
 def test_a_program_run_stays_where_it_started():
   # Its data source holds the participation log's absolute path.
   program = run_config.hparams_document(dataclasses.replace(
       CONFIG, task={**CONFIG.task, 'program': 'train_model'}))
-  assert 'root_output_dir' in records.changeable_settings(SETTINGS)
-  assert 'root_output_dir' not in records.changeable_settings(program)
-  assert 'rounds' in records.changeable_settings(program)
+  assert 'root_output_dir' in record_checks.changeable_settings(SETTINGS)
+  assert 'root_output_dir' not in record_checks.changeable_settings(program)
+  assert 'rounds' in record_checks.changeable_settings(program)
 
 
 def test_records_of_removed_checkpoints_are_removed(run):

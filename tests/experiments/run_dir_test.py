@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from experiments.run import run_config, run_dir, run_setup
+from experiments.run import run_config, run_dir, run_setup, run_start
 from tests.testing import binaries, run_files, runs
 
 pytestmark = pytest.mark.unit
@@ -360,7 +360,7 @@ def test_corrupt_run_files_name_the_path(tmp_path):
   resolved, saved = run_setup.run_strategy(config)
   assert saved is None
   run_setup.write_run_files(config, resolved, run_setup.build_plan(
-      config, resolved, config.synthetic_num_clients), saved)
+      config, resolved, config.synthetic_num_clients), saved, run_start.new_run_id())
   saved = run_setup.saved_strategy_path(config.output_dir)
   assert sorted(os.listdir(config.output_dir)) == sorted([  # no temp file left
       'hparams.json', os.path.basename(saved), 'plan.json'])
