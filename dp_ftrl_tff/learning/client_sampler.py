@@ -8,9 +8,14 @@ out a timer before it checks in again):
   * `min_sep` = b: a client that participated in round r is eligible again from round r + b on, so two
     participations r1 < r2 always satisfy r2 - r1 >= b. (TF-Privacy's `min_separation` = b - 1.)
   * `max_participations` = k (optional): a client that has participated k times is never drawn again.
-  * Each round draws exactly `clients_per_round` clients uniformly without replacement from the eligible
-    pool. The draw for round t is a pure function of (seed, t, the participation history), so a run
-    resumed from a checkpointed sampler state draws exactly what an uninterrupted run draws.
+  * Each round draws exactly `clients_per_round` clients from the eligible pool. Without a cap the
+    draw is uniform without replacement. With a cap, clients with the fewest participations so far
+    (the most left) come first: whole tiers of equally many participations while they fit, then a
+    uniform draw without replacement within the next tier. The draw for round t is a pure function of
+    (seed, t, the participation history), so a run resumed from a checkpointed sampler state draws
+    exactly what an uninterrupted run draws.
+  * The sampler fills every round of every schedule `check_schedule` accepts, and from any state it
+    fills every schedule that any sampler could still fill (the proof is at `ClientSampler.sample`).
 
 No privacy amplification is claimed for the random draw: the accountant uses only min_sep and k.
 """
@@ -33,6 +38,13 @@ def check_schedule(num_clients: int, clients_per_round: int, min_sep: int,
   needs num_clients >= (min(b - 1, t) + 1) * clients_per_round; over n rounds that is
   num_clients >= min(b, n) * clients_per_round. With at most k participations per client, the n rounds
   need n * clients_per_round <= num_clients * k participations in total.
+
+  The two conditions are also sufficient, and `ClientSampler` fills every schedule they accept.
+  Write N = num_clients, m = clients_per_round. If N >= b * m, the cyclic schedule (slot j of round t
+  goes to client (t * m + j) mod N) fills the rounds: a round's m clients are distinct (m <= N), a
+  client's consecutive participations are N slots, so at least floor(N / m) >= b rounds, apart, and
+  each client takes at most ceil(n * m / N) <= k. If N < b * m, the first condition means n * m <= N:
+  no client needs to come back. The sampler finishes whenever any sampler can (`ClientSampler.sample`).
 
   Args:
     num_clients: size of the client population.
@@ -200,25 +212,50 @@ class ClientSampler(sampling.Sampler):
   def sample(self, round_num: int) -> List[str]:
     """Draws the cohort of round `round_num` (must be the next round) and records it.
 
+    The eligible clients with the fewest participations so far (the most left under the cap) come
+    first: whole tiers of equally many participations while they fit, then a uniform draw without
+    replacement within the next tier. Without a cap all eligible clients form one tier: the draw is
+    uniform without replacement over the eligible pool.
+
     Returns:
-      `clients_per_round` client ids, in the order drawn.
+      `clients_per_round` client ids: the whole tiers' in `client_ids` order, then the drawn ones
+      in the order drawn.
 
     Raises:
       ValueError: if `round_num` is not the next round.
-      RuntimeError: if fewer eligible clients remain than `clients_per_round` (only possible with a
-        `max_participations` cap late in a run that `check_schedule` let through).
+      RuntimeError: if fewer eligible clients remain than `clients_per_round`: only for rounds
+        0 .. `round_num` that `check_schedule` refuses (a sampler made without `num_rounds`, or
+        sampled past them), or after a `load_state` from which no sampler could fill the round.
     """
     round_num = _validation.check_nonnegative_int(round_num, 'round_num')
     if round_num != self._next_round:
       raise ValueError(f'`round_num` must be the next round {self._next_round}, got '
                        f'{round_num}.')
     pool = self.eligible(round_num)
-    if pool.size < self._clients_per_round:
+    m = self._clients_per_round
+    if pool.size < m:
       raise RuntimeError(
           f'Round {round_num}: only {pool.size} clients are eligible (min_sep={self._min_sep}, '
-          f'max_participations={self._max_participations}), {self._clients_per_round} needed.')
+          f'max_participations={self._max_participations}), {m} needed.')
+    # Fewest participations first finishes whenever any choice of the eligible clients could.
+    # An eligible client that is not drawn stays eligible, so eligible clients with equally many
+    # participations are interchangeable, and only the tiers drawn from matter. Exchange: take a
+    # complete continuation that draws A in round t but not B, both eligible, B with at least as
+    # many participations left; A's rounds x_0 = t < x_1 < ... < x_p, B's t < y_1 < ... < y_q.
+    # If q <= p, B takes the x's (p + 1 <= A's left <= B's left) and A the y's. Else let i be the first in 0..p with
+    # x_{i+1} >= y_{i+1} + b (or i = p); B takes x_0..x_i, y_{i+2}..y_q and A takes
+    # y_1..y_{i+1}, x_{i+1}..x_p: the same rounds, q participations for B and p + 1 for A, and
+    # y_{i+2} >= x_i + b because y_{i+2} >= y_i + 2b while x_i < y_i + b by the choice of i
+    # (i = 0: y_2 >= y_1 + b > t + b). Exchanging until round t draws the fewest participations
+    # first, then doing the same for the later rounds, turns any complete schedule into this one.
+    if self._max_participations is None:
+      sure, tier = pool[:0], pool
+    else:
+      done = self._num_participations[pool]
+      cutoff = np.partition(done, m - 1)[m - 1]  # the participations of the m-th client in line
+      sure, tier = pool[done < cutoff], pool[done == cutoff]
     rng = np.random.default_rng([self._seed, round_num])
-    chosen = rng.choice(pool, size=self._clients_per_round, replace=False)
+    chosen = np.concatenate([sure, rng.choice(tier, size=m - sure.size, replace=False)])
     self._last_round[chosen] = round_num
     self._num_participations[chosen] += 1
     self._next_round = round_num + 1

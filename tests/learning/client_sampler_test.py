@@ -1,6 +1,8 @@
 """Tests of the min-sep client sampler (the participation log is tested in tests/accounting/)."""
 
 import collections
+import functools
+import math
 
 import hypothesis
 import numpy as np
@@ -39,12 +41,8 @@ def test_never_violates_min_sep_or_cap(cohort, min_sep, slack, cap, num_rounds, 
   sampler = client_sampler.ClientSampler(_ids(num_clients), cohort, min_sep=min_sep,
                                          max_participations=cap, seed=seed)
   cohorts = {}
-  for r in range(num_rounds):
-    try:
-      cohorts[r] = sampler.sample(r)
-    except RuntimeError:  # a cap can exhaust the pool late in the run; it never over-draws
-      assert cap is not None
-      break
+  for r in range(num_rounds):  # every schedule the check accepts is filled
+    cohorts[r] = sampler.sample(r)
     assert len(cohorts[r]) == cohort and len(set(cohorts[r])) == cohort
   for rounds in _history(cohorts).values():
     gaps = np.diff(sorted(rounds))
@@ -124,3 +122,118 @@ def test_load_state_rejects_other_population():
   state = client_sampler.ClientSampler(_ids(10), 2).state
   with pytest.raises(ValueError, match='population'):
     client_sampler.ClientSampler(_ids(11), 2).load_state(state)
+
+
+def _run(num_clients, cohort, min_sep, cap, num_rounds, seed):
+  """The cohorts of a sampler made for `num_rounds` rounds, every one drawn."""
+  sampler = client_sampler.ClientSampler(_ids(num_clients), cohort, min_sep=min_sep,
+                                         max_participations=cap, seed=seed, num_rounds=num_rounds)
+  return {r: sampler.sample(r) for r in range(num_rounds)}
+
+
+@hypothesis.settings(max_examples=100, deadline=None)
+@hypothesis.given(
+    cohort=st.integers(1, 6), cap=st.integers(1, 4), multiple=st.integers(1, 20),
+    min_sep=st.integers(1, 8), seed=st.integers(0, 2**31))
+def test_fills_schedules_at_exact_capacity(cohort, cap, multiple, min_sep, seed):
+  # n * m == N * k: every client must take exactly k participations, the tightest schedules.
+  num_clients = multiple * (cohort // math.gcd(cohort, cap))
+  num_rounds = num_clients * cap // cohort
+  hypothesis.assume(num_clients >= min(min_sep, num_rounds) * cohort)
+  history = _history(_run(num_clients, cohort, min_sep, cap, num_rounds, seed))
+  assert sorted(history) == _ids(num_clients)
+  for rounds in history.values():
+    assert len(rounds) == cap and np.all(np.diff(rounds) >= min_sep)
+
+
+@pytest.mark.parametrize('seed', range(5))
+def test_fills_the_reported_schedule(seed):
+  # Issue 44: 200 clients, 10 a round, min_sep 5, at most 2 each, 40 rounds (exactly the capacity);
+  # a uniform draw over all eligible clients ran dry in round 39.
+  history = _history(_run(200, 10, 5, 2, 40, seed))
+  assert len(history) == 200
+  for rounds in history.values():
+    assert len(rounds) == 2 and rounds[1] - rounds[0] >= 5
+
+
+def _fillable(num_clients, cohort, min_sep, cap, num_rounds):
+  """Whether some choice of cohorts fills every round: an exhaustive search over states by counts.
+
+  A state counts the clients by participations left (index r - 1 for r left, 1 <= r <= cap) and by
+  the round they are eligible from; clients in one count are interchangeable.
+  """
+  def picks(eligible, i, rest):  # x[i] <= eligible[i] for every i, summing to rest
+    if i == len(eligible):
+      if rest == 0:
+        yield ()
+      return
+    for x in range(min(rest, eligible[i]) + 1):
+      for tail in picks(eligible, i + 1, rest - x):
+        yield (x,) + tail
+
+  @functools.cache
+  def fill(t, eligible, waiting):  # waiting[d]: the counts of the clients eligible from t + d on
+    if t == num_rounds:
+      return True
+    eligible = tuple(e + w for e, w in zip(eligible, waiting[0], strict=True))
+    for x in picks(eligible, 0, cohort):
+      back = x[1:] + (0,)  # drawn with r left, eligible again in b rounds with r - 1 (0: done)
+      if fill(t + 1, tuple(e - d for e, d in zip(eligible, x, strict=True)), waiting[1:] + (back,)):
+        return True
+    return False
+
+  nobody = (0,) * cap
+  everyone = nobody[1:] + (num_clients,)  # all clients, eligible from round 0 with cap left
+  return fill(0, nobody, (everyone,) + (nobody,) * (min_sep - 1))
+
+
+def test_check_accepts_exactly_the_fillable_schedules_and_the_sampler_fills_them():
+  # 7200 settings (2491 fillable): the search knows neither the check's conditions nor the
+  # sampler's rule.
+  seed = 0
+  for num_clients in range(1, 9):
+    for cohort in range(1, num_clients + 1):
+      for min_sep in range(1, 6):
+        for num_rounds in range(1, 11):
+          for cap in (None, 1, 2, 3):
+            # In n rounds a client takes at most ceil(n / b) participations: that cap never binds.
+            search_cap = -(-num_rounds // min_sep) if cap is None else cap
+            fillable = _fillable(num_clients, cohort, min_sep, search_cap, num_rounds)
+            setting = (num_clients, cohort, min_sep, cap, num_rounds)
+            try:
+              client_sampler.check_schedule(*setting)
+            except ValueError:
+              assert not fillable, setting
+            else:
+              assert fillable, setting
+              _run(*setting, seed=seed)  # RuntimeError if a round ran dry
+              seed += 1
+
+
+def test_fewest_participations_first_then_uniform_within_the_tier():
+  # 5 clients, 2 a round, min_sep 1, cap 2. Round 0 draws 2 of 5; round 1 must draw 2 of the 3
+  # others; round 2 takes the last untouched client and 1 of the 4 with one participation.
+  for seed in range(20):
+    sampler = client_sampler.ClientSampler(_ids(5), 2, min_sep=1, max_participations=2, seed=seed)
+    first, second, third = (sampler.sample(r) for r in range(3))
+    assert not set(first) & set(second)
+    untouched = sorted(set(_ids(5)) - set(first) - set(second))
+    assert third[0] == untouched[0]
+    tier = np.array(sorted(_ids(5).index(c) for c in first + second))
+    drawn = np.random.default_rng([seed, 2]).choice(tier, size=1, replace=False)
+    assert third[1:] == [_ids(5)[i] for i in drawn]
+
+
+@pytest.mark.parametrize('num_clients, cohort, min_sep, num_rounds', [
+    (12, 3, 4, 20),  # the pool is exactly one cohort from round 3 on
+    (50, 5, 3, 30), (40, 7, 1, 25)])
+def test_without_cap_draws_what_a_uniform_draw_over_the_eligible_pool_draws(
+    num_clients, cohort, min_sep, num_rounds):
+  for seed in (0, 3):
+    sampler = client_sampler.ClientSampler(_ids(num_clients), cohort, min_sep=min_sep, seed=seed)
+    last = np.full(num_clients, -min_sep)  # every client eligible in round 0
+    for r in range(num_rounds):
+      pool = np.flatnonzero(r - last >= min_sep)
+      expected = np.random.default_rng([seed, r]).choice(pool, size=cohort, replace=False)
+      last[expected] = r
+      assert sampler.sample(r) == [_ids(num_clients)[i] for i in expected]
