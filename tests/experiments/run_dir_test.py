@@ -324,6 +324,123 @@ def test_a_damaged_checkpoint_is_set_aside_and_the_run_resumes_from_the_previous
 
 
 # ------------------------------------------------------------------------------------------------
+# The edit table (issue 44): a finished run whose files were edited after the run, with or without
+# its checkpoint records beside them. Neither privacy_report on the directory's files nor the
+# driver's rerun reports an epsilon below the intact run's: each refuses with one line naming the
+# file.
+
+
+def _distinct_cohorts(path, other_path):
+  """Valid cohorts of distinct ids: no client participated twice (a smaller epsilon)."""
+  del other_path
+  with open(path, 'w') as f:
+    f.write('client_id,round\n' + ''.join(f'synthetic_{3 * r + i},{r}\n'
+                                           for r in range(ROUNDS) for i in range(3)))
+
+
+def _plan_noise_7(path, other_path):
+  del other_path
+  with open(path) as f:
+    plan = json.load(f)
+  plan['noise_multiplier'] = plan['value_noise_multiplier'] = 7.0
+  with open(path, 'w') as f:
+    json.dump(plan, f)
+
+
+def _zero_final_cosines(path, other_path):
+  del other_path
+  with open(path) as f:
+    canaries = json.load(f)
+  canaries['final_model_cosines'] = [0.0] * len(canaries['final_model_cosines'])
+  with open(path, 'w') as f:
+    json.dump(canaries, f)
+
+
+def _replace(path, other_path):
+  shutil.copyfile(other_path, path)
+
+
+EDITS = {
+    ('plan.json', 'noise multiplier 0.5 -> 7'): _plan_noise_7,
+    ('participation.csv', 'valid cohorts of distinct ids'): _distinct_cohorts,
+    ('participation.csv', "another run's"): _replace,
+    ('metrics.csv', "another run's"): _replace,
+    ('canaries.json', "another run's"): _replace,
+    ('canaries.json', 'final cosines set to 0'): _zero_final_cosines,
+    ('canaries.csv', "another run's"): _replace,
+}
+
+
+def _report_args(run):
+  return [f'--plan={run}/plan.json', f'--participation_log={run}/participation.csv',
+          f'--metrics={run}/metrics.csv', f'--canaries={run}/canaries.json', '--json',
+          '--noequal_privacy']
+
+
+@pytest.mark.e2e  # in-process, on copies of the module's subprocess runs
+@pytest.mark.parametrize('records', [True, False], ids=['with records', 'records deleted'])
+def test_files_edited_after_the_run_never_give_a_smaller_epsilon(tmp_path, reference, other,
+                                                                 records):
+  source = reference()
+  code, out, err = binaries.run_in_process(binaries.REPORT, _report_args(source))
+  assert code == 0, err
+  intact = json.loads(out)['epsilon']
+  for (name, edit), apply in EDITS.items():
+    run = shutil.copytree(source, os.path.join(str(tmp_path), f'{name}-{edit}'.replace(' ', '_')))
+    path = os.path.join(run, name)
+    apply(path, os.path.join(other(), name))
+    if not records:
+      for record in os.listdir(os.path.join(run, 'checkpoints')):
+        if record.startswith('record_'):
+          os.remove(os.path.join(run, 'checkpoints', record))
+    code, out, err = binaries.run_in_process(binaries.REPORT, _report_args(run))
+    case = (name, edit, records)
+    if code == 0:  # an edit that changes nothing the report reads must not lower epsilon
+      assert json.loads(out)['epsilon'] >= intact, case
+      continue
+    line = err.strip().splitlines()[-1]
+    assert code == 2 and 'Traceback' not in err, (case, err[-2000:])
+    assert line.startswith('privacy_report.py: error: --'), (case, line)
+    if records:
+      assert f'{path} does not hold what checkpoint {ROUNDS} of its run recorded' in line, (case,
+                                                                                           line)
+    else:
+      assert 'holds no checkpoint with an intact record' in line, (case, line)
+    code, out, err = binaries.run_in_process(binaries.EMNIST, ARGS + (
+        f'--root_output_dir={tmp_path}', f'--experiment_name={os.path.basename(run)}'))
+    line = err.strip().splitlines()[-1]
+    assert code == 1 and 'nothing to do' not in out + err, (case, err[-2000:])
+    if records:
+      assert line.startswith(f'run_emnist.py: error: {path} does not hold what checkpoint '
+                             f'{ROUNDS} recorded'), (case, line)
+    else:
+      assert 'no intact checkpoint to resume them from' in line, (case, line)
+
+
+@pytest.mark.e2e  # in-process, on the module's subprocess runs
+def test_canaries_of_another_run_of_the_same_plan_are_refused(tmp_path, reference, other):
+  """Issue 44, point 2: the other run has the same plan (other seeds), so its canaries.json has the
+  same plan digest and population; its run identity tells them apart, in its run directory or
+  copied out of it."""
+  source, foreign = reference(), other()
+  assert (json.load(open(os.path.join(source, 'canaries.json')))['plan_sha256']
+          == json.load(open(os.path.join(foreign, 'canaries.json')))['plan_sha256'])
+  copied = tmp_path / 'copied'
+  copied.mkdir()
+  for name in ('canaries.json', 'canaries.csv'):
+    shutil.copyfile(os.path.join(foreign, name), copied / name)
+  for canaries, match in ((os.path.join(foreign, 'canaries.json'), 'a report reads the files of '
+                           'one run'), (str(copied / 'canaries.json'), 'was recorded by another '
+                                        'run')):
+    args = _report_args(source)
+    args[3] = f'--canaries={canaries}'
+    code, _, err = binaries.run_in_process(binaries.REPORT, args)
+    line = err.strip().splitlines()[-1]
+    assert code == 2 and line.startswith('privacy_report.py: error: --canaries: '), line
+    assert match in line, line
+
+
+# ------------------------------------------------------------------------------------------------
 # In-process checks of the pieces (no TFF computation: fast).
 
 
