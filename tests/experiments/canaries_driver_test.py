@@ -54,6 +54,11 @@ def test_every_mechanism_reports_empirical_privacy(config_factory, mechanism):
     assert row['delta'] == report['delta'] and row['confidence'] == 0.95
 
 
+def _canary_document(config) -> dict:
+  with open(os.path.join(config.output_dir, auditing.CANARY_FILE)) as f:
+    return json.load(f)
+
+
 @pytest.mark.slow
 def test_resume_gives_the_same_canary_files(config_factory, tmp_path):
   # A fixed BLT file: a strategy optimized at start would be optimized for the first run's rounds.
@@ -65,16 +70,20 @@ def test_resume_gives_the_same_canary_files(config_factory, tmp_path):
   training_loop.run(run_emnist.build_task(straight), straight)
   first = config_factory(name='resumed', **dict(common, rounds=2))
   training_loop.run(run_emnist.build_task(first), first)
+  first_id = _canary_document(first)['run_id']
   # A crash while appending round 2's projections: the torn row must be dropped on resume.
   with open(os.path.join(first.output_dir, auditing.PROJECTIONS_FILE), 'a') as f:
     f.write('2,0.5,0.')
   second = config_factory(name='resumed', **common)
   training_loop.run(run_emnist.build_task(second), second)
-  for name in (auditing.CANARY_FILE, auditing.PROJECTIONS_FILE):
-    with open(os.path.join(straight.output_dir, name), 'rb') as f:
-      want = f.read()
-    with open(os.path.join(second.output_dir, name), 'rb') as f:
-      assert f.read() == want, name
+  with open(os.path.join(straight.output_dir, auditing.PROJECTIONS_FILE), 'rb') as f:
+    want = f.read()
+  with open(os.path.join(second.output_dir, auditing.PROJECTIONS_FILE), 'rb') as f:
+    assert f.read() == want
+  # canaries.json the same but for the run's identity: its own, kept by the resume.
+  resumed, uninterrupted = _canary_document(second), _canary_document(straight)
+  assert resumed.pop('run_id') == first_id != uninterrupted.pop('run_id')
+  assert resumed == uninterrupted
   assert _report(second)['empirical_privacy'] == _report(straight)['empirical_privacy']
 
 
