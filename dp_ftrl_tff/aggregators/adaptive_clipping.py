@@ -33,11 +33,17 @@ def is_restart_round(schedule: settings.RestartSchedule, round_index: tf.Tensor)
   """bool tensor: round `round_index` (int64, 0-based) starts a new segment of `schedule`.
 
   A pure function of the round index, so the decision needs no state of its own and a restored
-  checkpoint restarts on the same rounds. TF-Privacy's `PeriodicRoundRestartIndicator` fires on the
-  same rounds (a test compares them) but keeps a call counter in its state, which would duplicate
-  the aggregator's round counter.
+  checkpoint restarts on the same rounds. Periodic: r > 0, r >= warmup and (r - warmup) % period
+  == 0; TF-Privacy's `PeriodicRoundRestartIndicator` fires on the same rounds (a test compares
+  them) but keeps a call counter in its state, which would duplicate the aggregator's round
+  counter. Explicit (`RestartSchedule.at`): r is one of the schedule's rounds (a constant False for
+  none).
   """
   r = tf.cast(round_index, tf.int64)
+  if schedule.rounds is not None:
+    if not schedule.rounds:
+      return tf.constant(False)
+    return tf.reduce_any(tf.equal(r, tf.constant(schedule.rounds, tf.int64)))
   return tf.logical_and(
       tf.logical_and(r > 0, r >= schedule.warmup),
       tf.equal(tf.math.floormod(r - schedule.warmup, schedule.period), 0))

@@ -153,7 +153,7 @@ def _server_step(plan: plan_lib.RunPlan, value_noise: noise_base.StreamingNoise,
     # A new segment starts on the schedule, or when the stream has no rounds left in its segment
     # (a banded strategy with beyond_max_rounds='restart'): either way it is counted here.
     restart = value_noise.segment_ended(noise_state)
-    if restarts is not None:
+    if restarts is not None and restarts.rounds != ():  # `RestartSchedule.at(())`: never
       restart = tf.logical_or(restart, adaptive_lib.is_restart_round(restarts, next_round))
     clip, quantile_state, estimate = state.clip, state.quantile_state, state.clip
     if quantile_query is not None:

@@ -12,6 +12,8 @@ import os
 import numpy as np
 import pytest
 
+from dp_ftrl_tff import plan as plan_lib
+from dp_ftrl_tff.learning import dp_ftrl
 from dp_ftrl_tff.mechanisms import registry
 from experiments.emnist import run_emnist
 from experiments.run import run_start, training_loop
@@ -112,15 +114,62 @@ def _metrics_rows(config):
     return [{k: v for k, v in row.items() if k != 'round_seconds'} for row in csv.DictReader(f)]
 
 
-def test_same_seeds_give_identical_metrics(config_factory):
-  # --seed fixes data, sampling, model init and eval; --noise_seed fixes the noise.
-  common = dict(mechanism='blt', task=EMNIST_TASK, rounds=3)
+def _recording_momentum_resets(monkeypatch):
+  """[(round, momentum norm before, after)] of each `dp_ftrl.restart_state` the loop calls."""
+  resets = []
+  restart_state = dp_ftrl.restart_state
+
+  def record(state, fresh_state, *args, **kwargs):
+    restarted = restart_state(state, fresh_state, *args, **kwargs)
+    norm = lambda s: float(np.sqrt(sum(np.sum(np.square(a))  # noqa: E731
+                                       for a in s.finalizer['accumulator'])))
+    resets.append((int(state.aggregator[0].round), norm(state), norm(restarted)))
+    return restarted
+
+  monkeypatch.setattr(dp_ftrl, 'restart_state', record)
+  return resets
+
+
+def _check_restart_at_3(config, result, resets):
+  """Round 3 of a 4-round run with `restart_rounds=(3,)` and adaptive clipping starts a segment:
+  in metrics.csv (segment, clip), the momentum reset, the plan and the privacy report."""
+  rows = _metrics_rows(config)
+  assert [int(float(r['aggregator/segment'])) for r in rows] == [0, 0, 0, 1]
+  clips = [float(r['aggregator/clip']) for r in rows]
+  estimates = [float(r['aggregator/quantile_estimate']) for r in rows]
+  # The clip is the initial one until the restart, then the estimate after round 2.
+  assert clips[:3] == [1.0] * 3 and clips[3] == pytest.approx(estimates[2]) != 1.0
+  assert len(resets) == 1 and resets[0][0] == 3 and resets[0][1] > 0 and resets[0][2] == 0
+  with open(os.path.join(config.output_dir, 'plan.json')) as f:
+    assert json.load(f)['restarts'] == {'rounds': [3]}
+  assert list(result['privacy_report'].guarantee.restart_rounds) == [3]
+  with open(os.path.join(config.output_dir, 'privacy_report', 'report.json')) as f:
+    report = json.load(f)
+  assert report['restart_rounds'] == [3]
+  # The report accounts two segments of 3 and 1 rounds (C block diagonal), not one of 4.
+  plan = plan_lib.load_plan(os.path.join(config.output_dir, 'plan.json'))
+  assert plan.segment_lengths() == (3, 1)
+  assert report['declared']['sensitivity_squared'] == pytest.approx(
+      plan.strategy.segments_sensitivity_squared((3, 1), config.participation))
+  assert report['declared']['sensitivity_squared'] != pytest.approx(
+      plan.strategy.segments_sensitivity_squared((4,), config.participation))
+
+
+def test_same_seeds_give_identical_metrics(config_factory, monkeypatch):
+  # --seed fixes data, sampling, model init and eval; --noise_seed fixes the noise. Also the
+  # drivers' run of explicit restart rounds with adaptive clipping (`--restart_rounds=3
+  # --adaptive_clipping`, a 1-buffer BLT optimized at start): the noise segment, the clip and the
+  # server momentum restart at round 3, and the report accounts the plan's two segments.
+  common = dict(mechanism='blt', mechanism_options={'num_buffers': 1}, task=EMNIST_TASK,
+                rounds=4, restart_rounds=(3,), adaptive_clipping=True, clipped_count_stddev=1.0)
   runs = [config_factory(name=name, **common) for name in ('first', 'second')]
-  for config in runs:
-    training_loop.run(run_emnist.build_task(config), config)
+  resets = _recording_momentum_resets(monkeypatch)
+  results = [training_loop.run(run_emnist.build_task(config), config) for config in runs]
   first, second = (_metrics_rows(config) for config in runs)
-  assert len(first) == 3 and 'eval_loss' in first[-1]
+  assert len(first) == 4 and 'eval_loss' in first[-1]
   assert first == second
+  _check_restart_at_3(runs[0], results[0], resets[:1])
+  assert [r[0] for r in resets] == [3, 3]
 
 
 def test_resume_gives_the_same_eval_metrics(config_factory, tmp_path):

@@ -205,3 +205,44 @@ def test_strategy_file_for_another_setting_is_refused_or_reported_with_its_sha25
   assert out['strategy_file']['sha256'] == digest
   assert out['strategy_file']['mismatches'] == ['min_sep: optimized for 4, the run has 5']
   assert any('optimized for another setting' in w for w in [f['text'] for f in out['findings'] if f['severity'] == 'warning'])
+
+
+@pytest.mark.unit
+def test_planned_report_flags_of_trees_banded_restarts_and_blt(tmp_path):
+  """The flags no other test runs in this binary: --completion, --fixed_epoch, --target_rho,
+  --restart_warmup / --restart_period, --observed_patterns, --noplots, --noequal_privacy,
+  both --banded_beyond_max_rounds values, --theta / --omega, --target_delta (in process)."""
+  def report(*args):
+    code, out, err = binaries.run_in_process(binaries.REPORT, [*args, '--json'])
+    assert code == 0, err
+    return json.loads(out)
+
+  log = tmp_path / 'log.csv'  # fixed-epoch: each client once in each of 2 epochs of 4 rounds
+  log.write_text('client_id,round\n' + ''.join(f'{c},{r}\n{c},{r + 4}\n' for r, c in enumerate('abcd')))
+  out = tmp_path / 'out'
+  tree = report('--mechanism=tree', '--completion', '--rounds=8', '--min_sep=4',
+                '--max_participations=2', '--fixed_epoch', '--target_rho=0.5', '--restart_warmup=2',
+                '--restart_period=4', f'--participation_log={log}', '--observed_patterns',
+                f'--output_dir={out}', '--noplots', '--noequal_privacy')
+  assert tree['restart_rounds'] == [2, 6] and tree['declared']['fixed_epoch'] is True
+  assert tree['calibration'] == {'target_rho': 0.5}
+  assert tree['declared']['rho'] == pytest.approx(0.5, rel=1e-6)
+  assert tree['observed']['violations'] == [] and tree['observed']['tree_patterns'] is not None
+  assert tree['equal_privacy'] is None
+  assert sorted(p.name for p in out.iterdir()) == ['report.json', 'report.md']  # no plots
+  completed = report('--mechanism=tree', '--completion', '--rounds=6', '--min_sep=2',
+                     '--noise_multiplier=2')
+  plain = report('--mechanism=tree', '--rounds=6', '--min_sep=2', '--noise_multiplier=2')
+  assert completed['sensitivity_squared'] > plain['sensitivity_squared']  # 8 leaves, more nodes
+
+  path = str(tmp_path / 'banded.npz')
+  files.save_strategy(banded.BandedStrategy.from_toeplitz([1.0, 0.5], num_rounds=4), path)
+  common = (f'--mechanism_file={path}', '--rounds=8', '--min_sep=2', '--noise_multiplier=2')
+  code, _, err = binaries.run_in_process(binaries.REPORT, [*common,
+                                                           '--banded_beyond_max_rounds=error'])
+  assert code == 2 and '--banded_beyond_max_rounds' in err, err
+  beyond = report(*common, '--banded_beyond_max_rounds=restart')
+  assert beyond['restart_rounds'] == [4]
+  bltr = report('--mechanism=blt', '--theta=0.9,0.5', '--omega=0.3,0.2', '--rounds=8', '--min_sep=2',
+                '--noise_multiplier=2', '--target_delta=1e-6')
+  assert bltr['mechanism_config']['theta'] == [0.9, 0.5] and bltr['delta'] == 1e-6

@@ -108,6 +108,12 @@ def test_summarize_binary_writes_csv_markdown_and_png(tmp_path):
   assert 'noise_multiplier' in rows[0] and 'train_seconds' in rows[0]
   assert (out / 'runs.md').read_text().startswith('| run | noise_multiplier |')
   assert (out / 'accuracy_vs_epsilon.png').stat().st_size > 1000
+  (out / 'accuracy_vs_epsilon.png').unlink()
+  done = subprocess.run([sys.executable, '-m', 'experiments.sweeps.summarize', root,
+                         f'--output_dir={out}', '--metric=eval_accuracy'],
+                        capture_output=True, text=True, check=False)
+  assert done.returncode == 0, done.stderr
+  assert (out / 'accuracy_vs_epsilon.png').stat().st_size > 1000  # --metric plotted
   for args, code in (([str(tmp_path / 'missing')], 2), ([str(tmp_path / 'out')], 1),
                      ([root, '--metric=eval_nope'], 2)):
     done = subprocess.run([sys.executable, '-m', 'experiments.sweeps.summarize', *args],

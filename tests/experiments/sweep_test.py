@@ -23,8 +23,8 @@ GRID = '--grid=noise_multiplier=0.5,1.0'
 NAMES = ('noise_multiplier=0.5', 'noise_multiplier=1.0')
 
 
-def _sweep(root, *args, driver_args=TINY):
-  return subprocess.run([sys.executable, '-m', 'experiments.sweeps.run_sweep', '--driver=emnist',
+def _sweep(root, *args, driver_args=TINY, driver='emnist'):
+  return subprocess.run([sys.executable, '-m', 'experiments.sweeps.run_sweep', f'--driver={driver}',
                          f'--root_output_dir={root}', *args, '--', *driver_args],
                         capture_output=True, text=True, check=False, timeout=600,
                         env={**os.environ, 'TF_CPP_MIN_LOG_LEVEL': '3'})  # TF's C++ log lines off
@@ -108,6 +108,18 @@ def test_bad_input_is_one_line_before_anything_runs(tmp_path, args, driver_args,
   done = _sweep(tmp_path / 'root', *args, driver_args=driver_args)
   assert done.returncode == 2, done.stdout + done.stderr
   assert len(done.stderr.strip().splitlines()) == 1 and message in done.stderr, done.stderr
+  assert not (tmp_path / 'root').exists()
+
+
+def test_grid_file_points_are_checked_with_the_stackoverflow_drivers_flags(tmp_path):
+  # --grid_file and --driver=stackoverflow: each point is parsed with that driver's flags first.
+  grid = tmp_path / 'grid.json'
+  grid.write_text('[{"vocab_size": [50]}, {"vocab_size": ["ten"]}]')
+  done = _sweep(tmp_path / 'root', f'--grid_file={grid}', driver='stackoverflow',
+                driver_args=['--rounds=1', '--embedding_size=8', '--lstm_size=8'])
+  assert done.returncode == 2, done.stdout + done.stderr
+  assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+  assert 'rejects the point' in done.stderr and '--vocab_size' in done.stderr, done.stderr
   assert not (tmp_path / 'root').exists()
 
 

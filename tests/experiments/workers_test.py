@@ -31,12 +31,13 @@ _ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
 
 
 @contextlib.contextmanager
-def _workers(count: int, state_dir, port=None):
-  """Runs `python -m experiments.workers start`; yields (addresses, worker PIDs, launcher)."""
+def _workers(count: int, state_dir, port=None, extra=()):
+  """Runs `python -m experiments.workers start` (with the `extra` flags); yields (addresses,
+  worker PIDs, launcher)."""
   port = port or workers_launcher.free_port_range(count)
   launcher = subprocess.Popen(
       [sys.executable, '-m', 'experiments.workers', 'start', f'--count={count}', f'--port={port}',
-       f'--state_dir={state_dir}'], cwd=_ROOT, env=_ENV, stdout=subprocess.PIPE,
+       f'--state_dir={state_dir}', *extra], cwd=_ROOT, env=_ENV, stdout=subprocess.PIPE,
       stderr=subprocess.PIPE, text=True)
   try:
     line = launcher.stdout.readline().strip()
@@ -85,8 +86,11 @@ def test_launcher_start_status_stop_and_errors(tmp_path):
                            f'--state_dir={state}'], cwd=_ROOT, env=_ENV, capture_output=True,
                           text=True, timeout=120)
 
-  with _workers(2, state) as (addresses, pids, launcher):
+  # The launcher's other flags: the host its addresses name, its wait, the workers' own limit.
+  extra = ('--host=127.0.0.1', '--wait_seconds=90', '--max_concurrent_computation_calls=4')
+  with _workers(2, state, extra=extra) as (addresses, pids, launcher):
     for address in addresses.split(','):
+      assert address.startswith('127.0.0.1:'), addresses
       assert remote_execution.worker_answers(address)
     status = cli('status')
     assert status.returncode == 0 and status.stdout.count('answers') == 2, status.stdout

@@ -123,3 +123,13 @@ def test_usage_errors_are_one_line(capsys, args, message):
   assert status == cli.USAGE_EXIT_CODE and not out
   assert err.startswith('mechanisms: error: ') and err.count('\n') == 1
   assert message in err
+
+
+def test_accountant_flag_selects_the_accountant(capsys):
+  common = ('amplified', '--rounds=40', '--sampling_groups=4', '--sampling_prob=0.05',
+            '--noise_multiplier=1.2', '--target_delta=1e-6')
+  pld = _json(capsys, *common, '--accountant=pld')
+  rdp = _json(capsys, *common, '--accountant=rdp')
+  assert pld['epsilon'] == pytest.approx(_direct_epsilon(1.2, 0.05, 10, 1e-6), rel=1e-2)
+  # RDP's conversion is an upper bound on the same guarantee.
+  assert rdp['epsilon'] > pld['epsilon']

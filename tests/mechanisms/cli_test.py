@@ -228,3 +228,32 @@ def test_square_root_evaluate_optimize_and_errors(mechanism, tmp_path, capsys):
                      *args]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and flag in lines[0]
+
+
+@pytest.mark.unit
+def test_mechanism_options_and_strategy_setting_mismatch(tmp_path, capsys):
+  """The mechanism flags no other test runs in this binary: --completion, --toeplitz, both
+  --error values, --allow_strategy_setting_mismatch (accepted; `evaluate` takes any setting)."""
+  def main_json(*args):
+    assert cli.main(['prog', *args, '--json']) == 0, capsys.readouterr().err
+    return json.loads(capsys.readouterr().out)
+
+  tree = main_json('evaluate', '--mechanism=tree', '--completion', '--rounds=6', '--min_sep=2')
+  plain = main_json('evaluate', '--mechanism=tree', '--rounds=6', '--min_sep=2')
+  # 6 rounds: the completed tree over 8 leaves releases more nodes (a larger sensitivity).
+  assert tree['sensitivity_squared'] > plain['sensitivity_squared']
+  banded_file = str(tmp_path / 'banded.npz')
+  out = main_json('optimize', '--mechanism=banded', '--rounds=8', '--min_sep=2', '--num_bands=2',
+                  '--toeplitz', '--error=max', f'--output={banded_file}')
+  assert out['num_bands'] == 2
+  out = main_json('optimize', '--mechanism=blt', '--rounds=8', '--min_sep=2', '--num_buffers=1',
+                  '--error=rms')
+  assert out['num_buffers'] == 1
+  # The banded file was optimized for min_sep 2; evaluating it for min_sep 4 is what `evaluate`
+  # is for, so it accepts any setting: --allow_strategy_setting_mismatch changes nothing here (it
+  # is one of the mechanism flags the drivers and the privacy report share).
+  allowed = main_json('evaluate', f'--mechanism_file={banded_file}', '--rounds=8', '--min_sep=4',
+                      '--allow_strategy_setting_mismatch')
+  assert allowed == main_json('evaluate', f'--mechanism_file={banded_file}', '--rounds=8',
+                              '--min_sep=4')
+  assert allowed['min_sep'] == 4
