@@ -165,17 +165,19 @@ class Mechanism:
                      ) -> Tuple[base.Strategy, str, Optional[base.OptimizationResult]]:
     """(strategy, source kind, optimizer result or None) from the options given (no file).
 
-    All of them optimizer options (and `fallback` 'optimize'): the optimizer's strategy for the
-    setting; else the parameter options (the parameter-free default with none); else the
-    `fallback`: 'optimize', 'reference' (`reference_strategy`) or 'error'. `num_rounds` and
-    `participation` are the checked setting (or None); `mechanisms.resolve` is the caller.
+    Every option given is the optimizer's, and `fallback` is 'optimize' or an option given is not
+    a parameter too: the optimizer's strategy for the setting; else the parameter options (the parameter-free
+    default with none); else the `fallback`: 'optimize', 'reference' (`reference_strategy`) or
+    'error'. `num_rounds` and `participation` are the checked setting (or None);
+    `mechanisms.resolve` is the caller.
     """
     for name in options:
       self.option(name)  # ValueError: the option does not apply to this mechanism
     optimizer_names = {o.name for o in self.optimizer_options}
     parameter_names = {o.name for o in self.parameter_options}
-    if fallback == 'optimize' and self.needs_parameters and self.optimizer is not None:
-      if set(options) <= optimizer_names:
+    if self.needs_parameters and self.optimizer is not None and set(options) <= optimizer_names:
+      # An option of the optimizer alone asks for the optimizer, whatever the fallback.
+      if fallback == 'optimize' or not set(options) <= parameter_names:
         return self._optimized(options, num_rounds, participation)
     parameters = {name: value for name, value in options.items() if name in parameter_names}
     others = sorted(set(options) - parameter_names)

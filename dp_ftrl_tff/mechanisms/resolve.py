@@ -161,7 +161,7 @@ def resolve_strategy(mechanism: Optional[str] = None, *, strategy=None,
       `options`.
     options: {option name: value} of the mechanism's options (`registry.Mechanism.options`:
       parameter and optimizer options alike); None values count as not given. All of them optimizer
-      options with `fallback='optimize'`: the optimizer's; else parameters.
+      options: the optimizer's strategy for the setting; else parameters.
     num_rounds: the run's n (to optimize for, and to check a file's setting against), or None.
     participation: the run's declared `ParticipationSchema`, or None (a file's setting is then
       compared on the rounds only).

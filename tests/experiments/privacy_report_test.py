@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from dp_ftrl_tff.accounting import report_render
-from dp_ftrl_tff.mechanisms import banded, blt, files, participation
+from dp_ftrl_tff.mechanisms import banded, banded_optimizer, blt, files, participation
 from tests.testing import binaries
 
 pytestmark = pytest.mark.e2e
@@ -246,3 +246,27 @@ def test_planned_report_flags_of_trees_banded_restarts_and_blt(tmp_path):
   bltr = report('--mechanism=blt', '--theta=0.9,0.5', '--omega=0.3,0.2', '--rounds=8', '--min_sep=2',
                 '--noise_multiplier=2', '--target_delta=1e-6')
   assert bltr['mechanism_config']['theta'] == [0.9, 0.5] and bltr['delta'] == 1e-6
+
+
+@pytest.mark.unit
+def test_optimizer_options_optimize_for_the_reports_setting():
+  """--num_buffers, --error and --toeplitz ask for the mechanism's optimizer (issue 44): the report
+  states the guarantee of the strategy `optimize_blt` / `optimize_banded` give for its setting."""
+  def report(*args):
+    code, out, err = binaries.run_in_process(binaries.REPORT, [
+        *args, '--rounds=8', '--min_sep=2', '--max_participations=4', '--noise_multiplier=2',
+        '--json'])
+    assert code == 0, err
+    return json.loads(out)
+
+  schema = participation.ParticipationSchema(2, 4)
+  for error in ('max', 'rms'):
+    one = report('--mechanism=blt', '--num_buffers=1', f'--error={error}')
+    optimized = blt.optimize_blt(8, schema, num_buffers=1, error=error)
+    assert len(one['mechanism_config']['theta']) == 1
+    assert one['sensitivity_squared'] == pytest.approx(
+        optimized.strategy.sensitivity_squared(8, schema), rel=1e-6)
+  toeplitz = report('--mechanism=banded', '--num_bands=2', '--toeplitz')
+  expected = banded_optimizer.optimize_banded(8, 2, schema, toeplitz=True).strategy
+  assert toeplitz['sensitivity_squared'] == pytest.approx(expected.sensitivity_squared(8, schema),
+                                                          rel=1e-6)
