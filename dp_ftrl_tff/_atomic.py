@@ -10,7 +10,8 @@ TEMP_SUFFIX = '.tmp'
 
 def write_bytes(path, data: bytes) -> None:
   """Writes `data` to `path`: a temp file in the same directory, fsync, `os.replace`, directory
-  fsync. The umask applies to the new file (unlike `tempfile.mkstemp`)."""
+  fsync. The umask applies to the new file (unlike `tempfile.mkstemp`). An OSError of a write
+  names `path` (`filename`; a full disk's ENOSPC from `write` or `fsync` names none)."""
   path = os.fspath(path)
   temp = f'{path}.{os.getpid()}{TEMP_SUFFIX}'
   fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
@@ -20,9 +21,10 @@ def write_bytes(path, data: bytes) -> None:
       f.flush()
       os.fsync(f.fileno())
     os.replace(temp, path)
-  except BaseException:
+  except BaseException as error:
     with contextlib.suppress(OSError):
       os.remove(temp)
+    _name(error, path)
     raise
   with contextlib.suppress(OSError):
     directory = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
@@ -30,6 +32,23 @@ def write_bytes(path, data: bytes) -> None:
       os.fsync(directory)
     finally:
       os.close(directory)
+
+
+def _name(error: BaseException, path: str) -> None:
+  if isinstance(error, OSError) and error.filename is None:
+    error.filename = path
+
+
+@contextlib.contextmanager
+def naming(path):
+  """OSErrors of the block name `path` (their `filename`) when they name no file, as a full disk's
+  ENOSPC from `write`, `flush` or `fsync` does not: the message of a failed append can say which
+  file it was."""
+  try:
+    yield
+  except OSError as error:
+    _name(error, os.fspath(path))
+    raise
 
 
 def write_text(path, text: str) -> None:

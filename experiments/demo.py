@@ -23,6 +23,9 @@ Docs: docs/training.md (section `make demo`).
 import os
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')  # as the drivers; before TensorFlow is imported
+if __name__ == '__main__':  # SIGINT / SIGTERM recorded from the start (experiments.run.stop_signals)
+  from experiments.run import stop_signals as _stop_signals
+  _stop_signals.record_early()
 
 import sys  # noqa: E402
 import tempfile  # noqa: E402
@@ -75,13 +78,13 @@ def main(argv) -> None:
   given), plus the report's path at the end. Deletes nothing: the driver checks the flags and
   settings, then takes the run directory's lock, before it writes anything."""
   child_workers.register_at_exit()
-  stop_signals.install_immediate_stop()
   if len(argv) > 1:
     flag_parsing.exit_with_error(f'unexpected arguments {argv[1:]}', FLAGS)
   driver.set_up_logging()
   if FLAGS.experiment_name == FRESH_NAME:
     FLAGS.experiment_name = fresh_experiment_name(FLAGS.root_output_dir or '')
   try:
+    stop_signals.check()
     driver.run_from_flags(FLAGS, run_emnist.build_task, run_emnist.task_settings)
   except driver.Failure as failure:
     _fail(failure.error, failure.exit_code)
@@ -96,9 +99,10 @@ def main(argv) -> None:
 def run() -> None:
   """The demo's command line (`sys.argv`): parsed as `driver.run_main` does (without absl's
   app.run; TensorFlow is imported once the flags are checked), then `main`."""
-  main_argv = flag_parsing.flags_parser(FLAGS, __doc__)(demo_argv(sys.argv))
-  logging.use_absl_handler()
-  main(main_argv)
+  with stop_signals.StopSignals(exit_on_second=True):  # signals stop at safe points, as a driver's
+    main_argv = flag_parsing.flags_parser(FLAGS, __doc__)(demo_argv(sys.argv))
+    logging.use_absl_handler()
+    main(main_argv)
 
 
 if __name__ == '__main__':

@@ -32,7 +32,7 @@ from typing import Optional, Sequence
 import dp_accounting
 import numpy as np
 
-from dp_ftrl_tff import _validation
+from dp_ftrl_tff import _validation, stopping
 from dp_ftrl_tff.accounting import calibration, zcdp
 from dp_ftrl_tff.mechanisms import base
 
@@ -173,6 +173,7 @@ def amplified_noise_multiplier(target_epsilon: float, rounds: int, bands: int,
   rtol = _validation.check_float_in_range(rtol, 'rtol', 0.0, 0.1, low_inclusive=False)
 
   def gap(sigma):
+    stopping.check()  # each accountant evaluation is a stop point (dp_ftrl_tff.stopping)
     return amplified_epsilon(sigma, rounds, bands, q, delta, accountant,
                              value_discretization_interval=value_discretization_interval) - epsilon
 

@@ -29,7 +29,7 @@ from typing import Optional
 import dp_accounting
 import scipy.optimize
 
-from dp_ftrl_tff import _validation
+from dp_ftrl_tff import _validation, stopping
 from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.accounting import zcdp
 
@@ -161,9 +161,16 @@ def _noise_multiplier_for_epsilon(epsilon: float, sens_sq: float, delta: float,
 def calibrate(*, accountant: str, **kwargs) -> float:
   """`dp_accounting.calibrate_dp_mechanism(**kwargs)` as a float; its failures (no bracket within
   2^30 of the guess, no root: the `accountant`'s epsilon never reaches the target) are a ValueError
-  naming `target_epsilon`."""
+  naming `target_epsilon`. Each accountant evaluation is a stop point (`dp_ftrl_tff.stopping`)."""
+  make_event = kwargs.pop('make_event_from_param')
+
+  def make_event_from_param(param):
+    stopping.check()
+    return make_event(param)
+
   try:
-    return float(dp_accounting.calibrate_dp_mechanism(**kwargs))
+    return float(dp_accounting.calibrate_dp_mechanism(make_event_from_param=make_event_from_param,
+                                                      **kwargs))
   except (dp_accounting.mechanism_calibration.NoBracketIntervalFoundError,
           dp_accounting.mechanism_calibration.NoOptimumFoundError) as e:
     raise ValueError(f'`target_epsilon`={kwargs["target_epsilon"]:g} at delta '

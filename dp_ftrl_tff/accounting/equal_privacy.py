@@ -36,7 +36,7 @@ from typing import Optional, Sequence, Tuple
 
 import numpy as np
 
-from dp_ftrl_tff import _validation
+from dp_ftrl_tff import _validation, stopping
 from dp_ftrl_tff.accounting import calibration
 from dp_ftrl_tff.mechanisms import base, memory, registry, resolve
 from dp_ftrl_tff.mechanisms import participation as participation_lib
@@ -179,6 +179,7 @@ def equal_privacy(num_rounds: int, participation: participation_lib.Participatio
                         lambda: (run_strategy, "the run's strategy"), True), None))
   rows, skipped = [], []
   for (label, name, make, is_run), comparison in candidates:
+    stopping.check()  # each row is a stop point (dp_ftrl_tff.stopping)
     reason = _skip_reason(name, None if is_run else comparison, num_rounds,
                           run_strategy if is_run else None)
     if reason:

@@ -86,7 +86,7 @@ import scipy.optimize
 import scipy.sparse
 import scipy.special
 
-from dp_ftrl_tff import _validation
+from dp_ftrl_tff import _validation, stopping
 from dp_ftrl_tff.accounting import monte_carlo_schemes
 from dp_ftrl_tff.mechanisms import base
 
@@ -135,6 +135,7 @@ def _num_bands(c: np.ndarray) -> int:
 def _chunks(num_samples: int, num_rounds: int):
   size = max(1, _CHUNK_ENTRIES // max(num_rounds, 1))
   for start in range(0, num_samples, size):
+    stopping.check()  # each chunk of samples is a stop point (dp_ftrl_tff.stopping)
     yield min(size, num_samples - start)
 
 

@@ -35,7 +35,7 @@ from typing import Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from dp_ftrl_tff import _validation
+from dp_ftrl_tff import _atomic, _validation
 from dp_ftrl_tff.accounting import participation_bits, participation_csv
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 
@@ -55,7 +55,8 @@ HEADER_BYTES = _csv_text([HEADER]).encode('ascii')
 
 
 class ParticipationLogWriter:
-  """Appends `client_id,round` rows to a CSV file (created with its header if missing)."""
+  """Appends `client_id,round` rows to a CSV file (created with its header if missing). An OSError
+  of a write names the log (`filename`), a full disk's too."""
 
   def __init__(self, path: str):
     if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
@@ -78,7 +79,7 @@ class ParticipationLogWriter:
   def append_round(self, round_num: int, client_ids: Sequence[str]) -> None:
     """Appends one row per client of round `round_num` (0-based) and flushes to disk."""
     round_num = _validation.check_nonnegative_int(round_num, 'round_num')
-    with open(self._path, 'a', newline='') as f:
+    with _atomic.naming(self._path), open(self._path, 'a', newline='') as f:
       writer = csv.writer(f)
       writer.writerows((str(c), round_num) for c in client_ids)
       f.flush()
@@ -122,7 +123,7 @@ class ParticipationLogWriter:
                        f'{self._path}.')
     if not os.path.isfile(self._path):
       raise ValueError(f'The participation log {self._path} is missing.')
-    with open(self._path, 'r+b') as raw:
+    with _atomic.naming(self._path), open(self._path, 'r+b') as raw:
       size = raw.seek(0, os.SEEK_END)
       raw.seek(0)
       if raw.read(len(HEADER_BYTES)) != HEADER_BYTES:
@@ -152,7 +153,7 @@ class ParticipationLogWriter:
 
   def _rewrite(self, rows) -> None:
     temp_path = self._path + '.tmp'
-    with open(temp_path, 'w', newline='') as f:
+    with _atomic.naming(self._path), open(temp_path, 'w', newline='') as f:
       writer = csv.writer(f)
       writer.writerow(HEADER)
       writer.writerows(rows)

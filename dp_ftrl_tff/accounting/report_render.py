@@ -24,6 +24,7 @@ from typing import List
 
 import numpy as np
 
+from dp_ftrl_tff import _atomic
 from dp_ftrl_tff.accounting import amplification, report_markdown, zcdp
 from dp_ftrl_tff.accounting import equal_privacy as equal_privacy_lib
 from dp_ftrl_tff.accounting import report as report_lib
@@ -208,9 +209,11 @@ def _legend_outside(ax, handles=None, labels=None, **kwargs):
 
 
 def _save(fig, output_dir: str, name: str, plt) -> str:
-  """Writes `fig` as `output_dir/name`, legend included (`bbox_inches='tight'`), and closes it."""
+  """Writes `fig` as `output_dir/name`, legend included (`bbox_inches='tight'`), and closes it. An
+  OSError (a full disk) names the file."""
   path = os.path.join(output_dir, name)
-  fig.savefig(path, dpi=100, bbox_inches='tight')
+  with _atomic.naming(path):
+    fig.savefig(path, dpi=100, bbox_inches='tight')
   plt.close(fig)
   return path
 
@@ -323,15 +326,14 @@ def _write_equal_privacy_plot(report: report_lib.PrivacyReport, output_dir: str,
 
 def write_report(report: report_lib.PrivacyReport, output_dir: str,
                  plots: bool = True) -> List[str]:
-  """Writes report.json, report.md and (optionally) the plots; returns the paths written."""
+  """Writes report.json and report.md atomically (a failed write, e.g. on a full disk, leaves the
+  file as it was and names it) and (optionally) the plots; returns the paths written."""
   if not isinstance(output_dir, str) or not output_dir:
     raise ValueError(f'`output_dir` must be a non-empty path, got {output_dir!r}.')
   os.makedirs(output_dir, exist_ok=True)
   paths = [os.path.join(output_dir, 'report.json'), os.path.join(output_dir, 'report.md')]
-  with open(paths[0], 'w') as f:
-    f.write(to_json(report) + '\n')
-  with open(paths[1], 'w') as f:
-    f.write(to_markdown(report))
+  _atomic.write_text(paths[0], to_json(report) + '\n')
+  _atomic.write_text(paths[1], to_markdown(report))
   if plots:
     paths.extend(write_plots(report, output_dir))
   return paths

@@ -38,7 +38,7 @@ import scipy.optimize
 import scipy.special
 from dp_accounting.pld import privacy_loss_mechanism
 
-from dp_ftrl_tff import _validation
+from dp_ftrl_tff import _validation, stopping
 from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.mechanisms import base, memory
 from dp_ftrl_tff.mechanisms import participation as participation_lib
@@ -193,11 +193,13 @@ def epsilon_from_rho(rho: float, delta: float = DEFAULT_DELTA, conversion: str =
 
 def _epsilon(rho: float, delta: float, conversion: str, value_discretization_interval: float = 1e-4,
              orders: Optional[Sequence[float]] = None) -> float:
-  """`epsilon_from_rho` of checked arguments."""
+  """`epsilon_from_rho` of checked arguments. A PLD or RDP evaluation is a stop point
+  (`dp_ftrl_tff.stopping`)."""
   if rho == 0:
     return 0.0
   if conversion == 'gaussian':
     return _epsilon_gaussian(rho, delta)
+  stopping.check()
   accountant = make_accountant(conversion, orders=orders,
                                value_discretization_interval=value_discretization_interval)
   accountant.compose(gaussian_event(rho), 1)

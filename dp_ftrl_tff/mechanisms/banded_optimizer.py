@@ -23,7 +23,7 @@ import numpy as np
 import scipy.linalg
 import scipy.optimize
 
-from dp_ftrl_tff import _validation
+from dp_ftrl_tff import _validation, stopping
 from dp_ftrl_tff.mechanisms import banded, base
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from dp_ftrl_tff.mechanisms import toeplitz as toeplitz_lib
@@ -317,6 +317,7 @@ def _minimize(fun, x0: np.ndarray, max_iterations: int, max_seconds: Optional[fl
   history = []  # objective after each iteration (the best so far: L-BFGS-B iterates decrease)
 
   def wrapped(x):
+    stopping.check()  # each evaluation is a stop point (dp_ftrl_tff.stopping)
     if max_seconds is not None and time.monotonic() - start > max_seconds:
       raise _TimeLimit()
     value, grad = fun(x)

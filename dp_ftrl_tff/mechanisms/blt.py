@@ -42,7 +42,7 @@ import numpy as np
 import scipy.optimize
 import scipy.special
 
-from dp_ftrl_tff import _validation
+from dp_ftrl_tff import _validation, stopping
 from dp_ftrl_tff.mechanisms import base, toeplitz
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 
@@ -571,8 +571,9 @@ def _objective(logits: np.ndarray, num_rounds: int, min_sep: int, count: int, er
   sum_j (theta_j - theta_hat_j) < 1, so Thm. 3.1 holds at every point. log v is the cumulative sum of
   log-sigmoids, exact even where v rounds to 1 in float64, and the differences of decays come from
   log-ratios summed directly (`_decays_and_differences`), accurate even where they are far below the
-  resolution of v.
+  resolution of v. Each evaluation is a stop point (`dp_ftrl_tff.stopping.check`).
   """
+  stopping.check()
   log_v, differences = _decays_and_differences(logits)
   log_theta, log_theta_hat = log_v[0::2], log_v[1::2]
   value, grad_log_theta, grad_log_theta_hat, _ = _loss_from_log_decays(

@@ -32,7 +32,7 @@ import numpy as np
 import tensorflow_federated as tff
 
 from dp_ftrl_tff import plan as plan_lib
-from dp_ftrl_tff import sampling
+from dp_ftrl_tff import sampling, stopping
 from dp_ftrl_tff.accounting import participation_log as participation_log_lib
 
 _MAGIC = b'DPFTRLIT'
@@ -129,7 +129,10 @@ class SampledClientDataSourceIterator(_Selection, tff.program.FederatedDataSourc
     """Draws the next round's cohort, writes it to the log at the held offset, and returns it.
     `k` (`train_per_round_clients`) is an int in [0, population], the size of fixed cohorts.
     DataSourceTypeError for a non-int `k`; ValueError (the iterator unchanged) for a bad `k`, a
-    round past `num_rounds`, a log missing or shorter than the offset."""
+    round past `num_rounds`, a log missing or shorter than the offset. It first calls
+    `dp_ftrl_tff.stopping.check()`: a program's installed check stops train_model here, between
+    rounds (the iterator unchanged)."""
+    stopping.check()
     if k is not None and (isinstance(k, bool) or not isinstance(k, numbers.Integral)):
       raise DataSourceTypeError(f'`k` must be an int, got {k!r}.')
     (client_ids, kind, num_rounds, path), size = self._shared, self._sampler.cohort_size

@@ -14,12 +14,17 @@ adds the test metrics to the last metrics row and writes summary.json, as the dr
 A killed program rerun with the same command resumes from its last checkpoint and ends with the
 same model, participation log and report as an uninterrupted run.
 
-SIGINT / SIGTERM stop the program at once, as a kill would (one line, exit 130 / 143), not after
-the current round and its checkpoint as the drivers do (the exit codes below are the drivers'):
-train_model writes round r's checkpoint only after round r's metrics row and console line, so the
-console can show rounds whose checkpoint was not written yet; the rerun resumes from the last
-checkpoint and trains those rounds again. A finished run is not trained on with a larger --rounds:
-another --rounds than the run's is refused (exit 2; use another --experiment_name).
+SIGINT / SIGTERM stop the program as they stop the drivers (`experiments.run.stop_signals`): the
+handlers only record the signal; the start and the end (final evaluation, report, summary) check it
+between their steps, and during training the data source checks it before it draws the next round
+(`dp_ftrl_tff.stopping`, called in train_model's own task): train_model stops there, the program
+lets the last round's releases and checkpoint finish, and exits with one line (`Stopped by SIGTERM
+after round 3/6: checkpoint program_state_3 saved; ...`) and status 130 / 143. A second signal
+stops at once, as a kill would (the rerun resumes from the last checkpoint). An error of one of
+train_model's background tasks (a release, a save: a full disk) is raised the same way, before the
+next round, as one line (exit 1), and no later checkpoint is saved. A finished run is not trained
+on with a larger --rounds: another --rounds than the run's is refused (exit 2; use another
+--experiment_name).
 
 Not available here (an error naming the flag, exit 2): --workers, --canary_clients,
 --secure_aggregation (TFF 0.87's asynchronous test context fails on the process's state), --eval_every
@@ -41,6 +46,9 @@ import os
 # Quiet console: TensorFlow's C++ logs off unless the user set TF_CPP_MIN_LOG_LEVEL (it must be set
 # before TensorFlow is imported).
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
+if __name__ == '__main__':  # SIGINT / SIGTERM recorded from the start (experiments.run.stop_signals)
+  from experiments.run import stop_signals as _stop_signals
+  _stop_signals.record_early()
 
 import asyncio  # noqa: E402
 import contextlib  # noqa: E402
@@ -95,31 +103,6 @@ def task_settings(fv: flags.FlagValues) -> Dict[str, Any]:
 build_task = run_emnist.build_task
 
 
-@contextlib.contextmanager
-def _stop_at_once():
-  """SIGINT / SIGTERM end the program at once, as a kill would (one notice line, exit 130 / 143,
-  workers ended): inside `asyncio.run` the drivers' raised `Interrupted` can land in one of
-  asyncio's callbacks, which logs and drops it, and training went on. A killed program resumes
-  from its last checkpoint (tests/programs/program_restart_test.py)."""
-  import signal  # pylint: disable=g-import-not-at-top
-
-  from experiments.cli import flag_parsing  # pylint: disable=g-import-not-at-top
-  from experiments.run import console, stop_signals  # pylint: disable=g-import-not-at-top
-
-  def handle(signum, frame):
-    del frame
-    console.notice(f'Stopped by {stop_signals.signal_name(signum)} during training; the last '
-                   'checkpoint is kept: rerun the same command to resume.')
-    flag_parsing.exit_now(128 + signum)
-
-  previous = {signum: signal.signal(signum, handle) for signum in stop_signals.SIGNALS}
-  try:
-    yield
-  finally:
-    for signum, handler in previous.items():
-      signal.signal(signum, handler)
-
-
 def _check_restarts(config: run_config.RunConfig, plan) -> None:
   if not (plan.strategy.correlated and plan.planned_segments.restart_rounds):
     return
@@ -156,13 +139,19 @@ def run(task: run_config.Task, config: run_config.RunConfig) -> Dict[str, Any]:
     run_start.SetupError: bad settings, a flag train_model cannot honor, a run directory of
       other settings (a driver's included); before any training.
     run_dir.RunDirError: the run directory is in use or holds a corrupt run file.
+    stop_signals.Interrupted: on SIGINT / SIGTERM, at the next safe point (see the module
+      docstring).
   """
+  from experiments.run import stop_signals  # pylint: disable=g-import-not-at-top
+
   directory = run_dir.RunDirectory(config.output_dir)
-  try:
-    with contextlib.ExitStack() as scope:
-      return _run(task, config, directory, scope)
-  finally:
-    directory.release(remove_if_created=True)
+  with stop_signals.watching() as stop:
+    stop.where = stop_signals.START
+    try:
+      with contextlib.ExitStack() as scope:
+        return _run(task, config, directory, scope, stop)
+    finally:
+      directory.release(remove_if_created=True)
 
 
 def _start(task: run_config.Task, config: run_config.RunConfig, directory: run_dir.RunDirectory,
@@ -198,7 +187,7 @@ def _start(task: run_config.Task, config: run_config.RunConfig, directory: run_d
 
 
 def _run(task: run_config.Task, config: run_config.RunConfig, directory: run_dir.RunDirectory,
-         scope: contextlib.ExitStack) -> Dict[str, Any]:
+         scope: contextlib.ExitStack, stop) -> Dict[str, Any]:
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
   from experiments.programs import program_managers  # pylint: disable=g-import-not-at-top
@@ -207,10 +196,12 @@ def _run(task: run_config.Task, config: run_config.RunConfig, directory: run_dir
     console,
     run_setup,
     run_summary,
+    stop_signals,
   )
 
   out = config.output_dir
   start, source, process = _start(task, config, directory, scope)
+  stop_signals.check()
   directory.remove_stale_temps()
   checkpoint_records.set_aside(out, start.resumption)
   run_setup.write_run_files(config, start.resolved, start.plan, start.saved_strategy,
@@ -219,13 +210,14 @@ def _run(task: run_config.Task, config: run_config.RunConfig, directory: run_dir
   # it); the participation log's is cut by the data source at its checkpointed offset.
   run_dir.drop_torn_last_line(os.path.join(out, run_dir.METRICS_FILE), 'round')
   managers = program_managers.Managers(config, start.plan, task.accuracy_metric, start.run_id)
+  stop_signals.check()
 
   async def initialize():
     return await tff.program.materialize_value(process.initialize())
 
-  scope.enter_context(_stop_at_once())
   initial_state = asyncio.run(initialize())
   directory.record_workers()  # the worker_binary exists now: a killed run's is ended on resume
+  stop_signals.check()
   versions = asyncio.run(managers.state.get_versions()) or []
   done_before = max(versions, default=0)
   trained = done_before < config.rounds
@@ -234,34 +226,100 @@ def _run(task: run_config.Task, config: run_config.RunConfig, directory: run_dir
   if trained:
     run_summary.remove_summary(out)
   managers.progress.start()
-  asyncio.run(tff.learning.programs.train_model(
-      train_process=process, initial_train_state=initial_state, train_data_source=source,
-      train_per_round_clients=min(int(round(start.plan.clients_per_round)),
-                                  len(task.train_data.client_ids)),
-      train_total_rounds=config.rounds, program_state_manager=managers.state,
-      model_output_manager=tff.program.SavedModelFileReleaseManager(
-          os.path.join(out, MODEL_DIR), prefix=''),
-      train_metrics_manager=managers.metrics, evaluation_manager=None, evaluation_periodicity=1))
+  model_output = tff.program.SavedModelFileReleaseManager(os.path.join(out, MODEL_DIR), prefix='')
+  _train(stop, managers, config.rounds,
+         train_process=process, initial_train_state=initial_state, train_data_source=source,
+         train_per_round_clients=min(int(round(start.plan.clients_per_round)),
+                                     len(task.train_data.client_ids)),
+         train_total_rounds=config.rounds, program_state_manager=managers.state,
+         model_output_manager=program_managers.RecordingRelease(model_output, managers.released),
+         train_metrics_manager=managers.metrics,
+         evaluation_manager=None, evaluation_periodicity=1)
   directory.record_workers()
+  stop.where = stop_signals.finish_stage(config.rounds)
+  stop_signals.check()
   template = tff.learning.programs.ProgramState(initial_state, 0, 0, source.iterator())
   program_state, _ = asyncio.run(managers.state.load_latest(template))
+  final_model = os.path.join(out, MODEL_DIR, f'training_checkpoint_round_{config.rounds}')
+  if not os.path.isdir(final_model):  # its release was cut short (a kill, a full disk)
+    asyncio.run(model_output.release(program_state.state, key=os.path.basename(final_model)))
   return _finish(task, config, start, managers, process, program_state.state, trained)
+
+
+class _StopRound(BaseException):
+  """Raised by the data source's check (`dp_ftrl_tff.stopping`) to stop train_model before a
+  round: a stop signal or a failed background task. Never leaves `_train`."""
+
+
+def _train(stop, managers, num_rounds: int, **train_model_args) -> None:
+  """`tff.learning.programs.train_model(**train_model_args)`, stopped between rounds.
+
+  The data source's `select` calls `dp_ftrl_tff.stopping.check()` before each round; the check
+  installed here raises `_StopRound` there when a stop signal was recorded (`stop`) or a background
+  task failed (`managers.released.failure`), only in train_model's own task: in one of its
+  background tasks (the report release of the last round runs the library's checks too) the
+  exception would be dropped. train_model then ends, its pending tasks (the last round's releases
+  and save) finish, and the failure or `stop_signals.Interrupted` (after the last saved round) is
+  raised here. Another error of train_model's own task (a full disk while the data source writes
+  the participation log) is recorded as a failure (no later save), and the pending tasks finish
+  before it is raised.
+  """
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
+  from dp_ftrl_tff import stopping  # pylint: disable=g-import-not-at-top
+  from experiments.run import stop_signals  # pylint: disable=g-import-not-at-top
+
+  own = {}
+
+  def before_round():
+    try:
+      current = asyncio.current_task()
+    except RuntimeError:  # no running loop: not train_model's task
+      return
+    if current is own.get('task') and (stop.requested or managers.released.failure is not None):
+      raise _StopRound()
+
+  async def train() -> int:
+    own['task'] = asyncio.current_task()
+    try:
+      await tff.learning.programs.train_model(**train_model_args)
+    except BaseException as error:  # noqa: BLE001 (re-raised below, but for `_StopRound`)
+      if not isinstance(error, _StopRound):  # no later save; none waits for a release that
+        managers.released.fail(error)       # train_model may not have started
+      # Else asyncio.run would cancel them: a save cut short leaves a checkpoint without record.
+      pending = [task for task in asyncio.all_tasks() if task is not own['task']]
+      if pending:
+        await asyncio.wait(pending)
+      if not isinstance(error, _StopRound):
+        raise
+    return max(await managers.state.get_versions() or [0])
+
+  with stopping.stop_check(before_round):
+    done = asyncio.run(train())
+  if managers.released.failure is not None:
+    raise managers.released.failure
+  if stop.requested and done < num_rounds:
+    raise stop_signals.Interrupted(stop.signum, stop_signals.stopped_message(
+        stop.signum, done, num_rounds))
 
 
 def _finish(task: run_config.Task, config: run_config.RunConfig, start, managers,
             process, final_state, trained: bool) -> Dict[str, Any]:
   """The drivers' end of a run: the final evaluation (added to the last metrics row, and its
-  console line), the privacy report, the completion marker and the summary."""
+  console line), the privacy report, the completion marker and the summary. A stop signal is seen
+  between these steps (`stop_signals.check`)."""
   from experiments.run import (  # pylint: disable=g-import-not-at-top
     console,
     evaluation,
     run_report,
+    stop_signals,
   )
 
   plan = start.plan
   participation = os.path.join(config.output_dir, run_dir.PARTICIPATION_FILE)
   metrics = evaluation.evaluate(task, _model_weights(process, final_state),
                                 config.eval_max_examples)
+  stop_signals.check()
   _add_to_last_row(managers.csv, os.path.join(config.output_dir, run_dir.METRICS_FILE),
                    config.rounds, metrics)
   console.out(console.eval_line(config.rounds, config.rounds, metrics, console.spent_guarantee(

@@ -8,7 +8,11 @@ privacy report after the metrics: `programs.metrics_release`, `programs.report_r
 
 train_model starts a round's save and its releases as concurrent background tasks; here a save of
 round r waits for round r's releases, so a checkpoint never runs ahead of metrics.csv and the report.
-Imported once the flags are checked (it imports TensorFlow).
+An error of such a task (a full disk) would be dropped by train_model (its task manager re-raises it
+in an asyncio done-callback, which only logs it) and training would go on: here it is recorded
+(`RoundsReleased.failure`), no later checkpoint is saved, and the program raises it in its own task
+before the next round (`experiments.programs.emnist_program`). Imported once the flags are checked
+(it imports TensorFlow).
 """
 
 import asyncio
@@ -23,13 +27,28 @@ from experiments.run import checkpoint_records, console, run_config, run_dir
 
 class RoundsReleased:
   """Which rounds' metrics (train_model's 1-based keys) were released; a save of version r waits
-  for round r's."""
+  for round r's. `failure`: the first error of a release, a save or (recorded by the program)
+  train_model's own task, or None."""
 
   def __init__(self):
     self._events = {}
+    self._ended = False
+    self.failure = None
+
+  def fail(self, error: BaseException) -> None:
+    """Records `error` (the first one counts) and ends every wait, present and future: the saves
+    then save nothing (train_model may have died before it started a save's release)."""
+    if self.failure is None:
+      self.failure = error
+    self._ended = True
+    for event in self._events.values():
+      event.set()
 
   def _event(self, key: int) -> asyncio.Event:
-    return self._events.setdefault(int(key), asyncio.Event())
+    event = self._events.setdefault(int(key), asyncio.Event())
+    if self._ended:
+      event.set()
+    return event
 
   def mark(self, key: int) -> None:
     self._event(key).set()
@@ -38,9 +57,9 @@ class RoundsReleased:
     await self._event(key).wait()
 
 
-class MarkingRelease(tff.program.ReleaseManager):
-  """Releases through `inner`, then marks the round released (even when the release failed: its
-  error surfaces when train_model awaits its tasks, and the save must not wait forever)."""
+class RecordingRelease(tff.program.ReleaseManager):
+  """Releases through `inner`; an error of the release is recorded (`RoundsReleased.fail`), not
+  raised (see the module docstring). The program's model output release is one."""
 
   def __init__(self, inner, released: RoundsReleased):
     self._inner, self._released = inner, released
@@ -48,6 +67,17 @@ class MarkingRelease(tff.program.ReleaseManager):
   async def release(self, value, key):
     try:
       await self._inner.release(value, key)
+    except Exception as error:  # noqa: BLE001 (the program raises it in its own task)
+      self._released.fail(error)
+
+
+class MarkingRelease(RecordingRelease):
+  """A `RecordingRelease` that then marks the round released, also after an error (its save must
+  not wait forever; it saves nothing after a failure)."""
+
+  async def release(self, value, key):
+    try:
+      await super().release(value, key)
     finally:
       self._released.mark(key)
 
@@ -55,7 +85,9 @@ class MarkingRelease(tff.program.ReleaseManager):
 class StateManager(tff.program.FileProgramStateManager):
   """`FileProgramStateManager` whose save of version r >= 1 waits for round r's releases, one save
   at a time (concurrent saves race in removing old versions: TFF's check-then-rmtree fails with
-  NotFoundError when two saves remove the same one); `after_save(version)` follows each save."""
+  NotFoundError when two saves remove the same one); `after_save(version)` follows each save. After
+  a failed release or save (`RoundsReleased.failure`) it saves nothing: a checkpoint never runs
+  ahead of what failed. Its own error is recorded there, not raised."""
 
   def __init__(self, root_dir, released: RoundsReleased, after_save, **kwargs):
     super().__init__(root_dir, **kwargs)
@@ -68,8 +100,13 @@ class StateManager(tff.program.FileProgramStateManager):
     if self._lock is None:
       self._lock = asyncio.Lock()
     async with self._lock:
-      await super().save(program_state, version)
-      self._after_save(version)  # the checkpoint's record (experiments.run.checkpoint_records)
+      if self._released.failure is not None:
+        return
+      try:
+        await super().save(program_state, version)
+        self._after_save(version)  # the checkpoint's record (experiments.run.checkpoint_records)
+      except Exception as error:  # noqa: BLE001 (the program raises it in its own task)
+        self._released.fail(error)
 
 
 class ConsoleRelease(tff.program.ReleaseManager):
@@ -100,13 +137,14 @@ class ConsoleRelease(tff.program.ReleaseManager):
 
 class Managers:
   """The program's state manager (`state`), its metrics release (`metrics`) and their parts:
-  `csv` (metrics.csv), `progress` (the console) and `report` (privacy_report/)."""
+  `csv` (metrics.csv), `progress` (the console) and `report` (privacy_report/); `released.failure`
+  is the first error of their background tasks (a release or a save), or None."""
 
   def __init__(self, config: run_config.RunConfig, plan, accuracy_metric: str, run_id: str):
     out = config.output_dir
     path = lambda *names: os.path.join(out, *names)  # noqa: E731
     settings = run_config.hparams_document(config)
-    released = RoundsReleased()
+    self.released = released = RoundsReleased()
     # The record binds the strategy file and the participation log's bytes so far (the data source
     # cuts the log back to its checkpointed offset on resume; the record proves what lies before
     # it).

@@ -7,11 +7,13 @@ calls `run_main(flag_values, build_task, task_settings)` under `if __name__ == '
 execution context) ends the program before any training with `<program>: error: <one line>` on
 stderr and exit status 2; `--help` lists every flag with its default (`HELP_NOTES` after the
 driver's docstring). A run directory in use by another run (its PID named) or holding a corrupt run file
-is one such line with exit status 1. SIGINT / SIGTERM stop the run after the current round and its
-checkpoint, with one line and exit status 130 / 143 (`experiments.run.stop_signals`). Every exit
-ends the driver's TFF worker_binary children. A `--rounds` whose arrays cannot fit in memory
-(`dp_ftrl_tff.mechanisms.memory`) exits 2; any other failure (I/O: an unwritable --root_output_dir,
-a full disk; memory; a bug) is one line with exit status 1. `--debug`
+is one such line with exit status 1. SIGINT / SIGTERM are recorded for the driver's whole life and
+stop the run at its next safe point (a step of its start or end, an optimizer's evaluation, after
+the current round and its checkpoint), with one line and exit status 130 / 143; a second signal
+stops at once (`experiments.run.stop_signals`). Every exit ends the driver's TFF worker_binary
+children. A `--rounds` whose arrays cannot fit in memory (`dp_ftrl_tff.mechanisms.memory`) exits 2;
+any other failure (I/O: an unwritable --root_output_dir, a full disk, named by what was being
+written: `run_dir.disk_full_message`; memory; a bug) is one line with exit status 1. `--debug`
 prints the traceback before the line. The console (stdout: header, rounds, evals, summary) is
 `experiments.run.console`.
 """
@@ -44,10 +46,11 @@ HELP_NOTES = """
 Logs: WARNING and above on stderr; absl's --verbosity=0 (not listed below) shows the INFO logs.
 Exit codes: 0 ok; 2 bad input (flags, settings, input files such as --data or --mechanism_file, a
 --rounds too large for memory); 1 runtime failure (I/O, a run directory in use by another run, a
-corrupt file of the run directory); 130 / 143 stopped by SIGINT / SIGTERM (a driver: after the
-current round and its checkpoint; the train_model program: at once, see above). Rerunning a
-finished run writes nothing and exits 0 (--force_report rewrites its report). An error is one
-line `<program>: error: ...` on stderr; --debug adds the traceback.
+corrupt file of the run directory, a full disk); 130 / 143 stopped by SIGINT / SIGTERM: during
+the start or the end (report, summary) at the next step, during training after the current round
+and its checkpoint, a second signal at once; the last checkpoint is kept and rerunning the same
+command resumes. Rerunning a finished run writes nothing and exits 0 (--force_report rewrites its
+report). An error is one line `<program>: error: ...` on stderr; --debug adds the traceback.
 Docs: docs/training.md.
 """
 
@@ -83,6 +86,9 @@ def _runtime_message(error: BaseException) -> str:
     return str(error)
   if isinstance(error, MemoryError):
     return 'out of memory; use a smaller model, fewer clients per round or fewer --rounds.'
+  disk_full = run_dir.disk_full_message(error)  # TF's SavedModel writes raise no OSError
+  if disk_full is not None:
+    return disk_full
   if isinstance(error, OSError):
     where = f' ({error.filename})' if getattr(error, 'filename', None) else ''
     return (f'I/O error{where}: {error.strerror or error}; check that --root_output_dir is '
@@ -145,6 +151,7 @@ def run_from_flags(flag_values: flags.FlagValues,
     memory.check_fits(config.mechanism, config.rounds)
     if not flag_values['force_report'].value and _finished(config):
       return {}
+    stop_signals.check()
     task = build_task(config)
   except (ValueError, flags.Error) as error:
     raise Failure(error, flag_parsing.ERROR_EXIT_CODE) from error
@@ -154,8 +161,10 @@ def run_from_flags(flag_values: flags.FlagValues,
     raise Failure(_runtime_message(error), flag_parsing.RUNTIME_ERROR_EXIT_CODE) from error
   # TensorFlow comes with the training loop (and the task): imported once the flags are checked,
   # so that `--help` and flag errors answer in about a second.
+  stop_signals.check()
   from experiments.run import run_start, training_loop  # pylint: disable=g-import-not-at-top
   try:
+    stop_signals.check()
     return (run_fn or training_loop.run)(task, config)
   except run_start.SetupError as error:
     raise Failure(error, flag_parsing.ERROR_EXIT_CODE) from error
@@ -188,7 +197,7 @@ def run_main(flag_values: flags.FlagValues,
 
   def checked_main(argv):
     child_workers.register_at_exit()
-    stop_signals.install_immediate_stop()  # training_loop.run installs its own while it runs
+    stop_signals.check()
     if len(argv) > 1:
       flag_parsing.exit_with_error(f'unexpected arguments {argv[1:]}', flag_values)
     set_up_logging()
@@ -200,6 +209,9 @@ def run_main(flag_values: flags.FlagValues,
   # absl's app.run does more than the drivers need, and TensorFlow first imported inside it builds
   # Keras models that fail (`Flatten` takes its symbolic input for an eager one): the drivers import
   # TensorFlow after their flags are checked, so they parse and start `main` themselves.
-  argv = flag_parsing.flags_parser(flag_values, usage.rstrip('\n') + '\n' + HELP_NOTES)(sys.argv)
-  logging.use_absl_handler()
-  main(argv)
+  # SIGINT / SIGTERM are only recorded, for the whole run: it stops at its next safe point (the
+  # start's steps, between rounds, the end's steps); a second signal stops at once.
+  with stop_signals.StopSignals(exit_on_second=True):
+    argv = flag_parsing.flags_parser(flag_values, usage.rstrip('\n') + '\n' + HELP_NOTES)(sys.argv)
+    logging.use_absl_handler()
+    main(argv)

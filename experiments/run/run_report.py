@@ -18,7 +18,7 @@ from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.accounting import report as report_lib
 from dp_ftrl_tff.accounting import report_files, report_render
 from experiments.cli import flag_parsing
-from experiments.run import console, run_config, run_dir, run_summary
+from experiments.run import console, run_config, run_dir, run_summary, stop_signals
 from experiments.run.run_config import RunConfig
 
 
@@ -45,10 +45,12 @@ def finish(config: RunConfig, plan: plan_lib.RunPlan, accuracy_metric: str, *,
   marker is the TensorBoard HParams session and
   final scalars, then `summary.json`, written last and atomically (its presence means the run
   finished). A `report` already written to `privacy_report/` from the same files (a `tff.program`
-  program's report release) is used as it is, not built again.
+  program's report release) is used as it is, not built again. A stop signal is seen before the
+  report, inside its computations (`dp_ftrl_tff.stopping`) and before the marker; none after it.
   """
   output_dir = config.output_dir
   complete = not trained and run_summary.is_complete(output_dir)
+  stop_signals.check()
   if report is not None:
     pass
   elif plan.noise_multiplier == 0:
@@ -62,6 +64,7 @@ def finish(config: RunConfig, plan: plan_lib.RunPlan, accuracy_metric: str, *,
         canaries=(os.path.join(output_dir, auditing.CANARY_FILE) if config.canary_clients
                   else None), trained_rounds=rounds_done, run_id=run_id)
     report_render.write_report(report, os.path.join(output_dir, run_dir.REPORT_DIR))
+  stop_signals.check()
   if not complete:
     guarantee = None if report is None else report.guarantee
     summary = run_summary.build_summary(

@@ -6,7 +6,9 @@ checkpoint's record (`experiments.run.checkpoint_records`), resolves the strateg
 plan (`experiments.run.run_setup`), sets up the canary clients
 (`experiments.run.canary_clients`), prints the header (`experiments.run.console.print_header`) and
 builds the DP-FTRL process from the plan, writing nothing. `SetupError` is how it refuses to start
-(`setup_errors` turns the ValueErrors of a start into it, in the flags' words).
+(`setup_errors` turns the ValueErrors of a start into it, in the flags' words). A stop signal is
+seen between these steps (`experiments.run.stop_signals.check`) and inside the strategy's optimizer
+and the plan's calibration (`dp_ftrl_tff.stopping`).
 """
 
 import contextlib
@@ -31,6 +33,7 @@ from experiments.run import (
   run_config,
   run_dir,
   run_setup,
+  stop_signals,
 )
 
 
@@ -88,7 +91,8 @@ def start_run(task: run_config.Task, config: run_config.RunConfig,
   clients and the run's canary clients, the canaries, the header and the process, writing nothing;
   `check_resumption` and `check_plan` are a caller's own checks (the train_model program's), run
   after the settings and the plan are checked against the record. The process is built before any
-  execution context is chosen: building runs no computation.
+  execution context is chosen: building runs no computation. Between the steps, a recorded stop
+  signal raises `stop_signals.Interrupted`.
 
   Raises:
     ValueError: other settings than the checkpoint's record, a strategy or plan that does not fit.
@@ -103,6 +107,7 @@ def start_run(task: run_config.Task, config: run_config.RunConfig,
   # The lock first, then every check (reading only); nothing is written before they pass.
   directory.acquire()
   directory.end_stale_workers()
+  stop_signals.check()
   # A resumed run is checked against its checkpoint's record, never against hparams.json or
   # plan.json alone (they may be gone or replaced; they are rewritten from the record's settings).
   resumption = checkpoint_records.find_resumption(config.output_dir)
@@ -110,9 +115,12 @@ def start_run(task: run_config.Task, config: run_config.RunConfig,
   record_checks.check_settings(resumption, config)
   if check_resumption is not None:
     check_resumption(resumption)
+  stop_signals.check()
   resolved, saved_strategy = run_setup.run_strategy(config, resumption.record and
                                                     resumption.record['plan'])
+  stop_signals.check()
   plan = run_setup.build_plan(config, resolved, population, saved_strategy)
+  stop_signals.check()
   # The header's guarantee, once: a plan whose guarantee cannot be computed (rho beyond
   # `zcdp.MAX_RHO`) is refused before anything is written.
   planned = (None if plan.noise_multiplier == 0 else
@@ -123,6 +131,7 @@ def start_run(task: run_config.Task, config: run_config.RunConfig,
   canary_ids, canaries = canary_clients.run_canaries(train_ids, config.canary_clients,
                                                      config.seed, plan)
   console.print_header(task, config, plan, planned, population)
+  stop_signals.check()
   process = dp_ftrl.build_dp_ftrl_process(
       task.model_fn, tff.learning.optimizers.build_sgdm(config.client_learning_rate),
       aggregator=aggregators.CorrelatedNoiseFactory(plan, noise_seed=config.noise_seed),
@@ -130,6 +139,7 @@ def start_run(task: run_config.Task, config: run_config.RunConfig,
       server_optimizer_fn=tff.learning.optimizers.build_sgdm(
           learning_rate=config.server_learning_rate, momentum=config.server_momentum or None),
       canaries=canaries)
+  stop_signals.check()
   return RunStart(plan, resolved, saved_strategy, resumption, rebuild, planned,
                   train_ids + canary_ids, canary_ids, canaries, process,
                   resumption.run_id or new_run_id())

@@ -24,9 +24,11 @@ into `<root_output_dir>/<experiment_name>/`:
     scalars in `tensorboard/`.
 Rerunning with the same output directory resumes from the latest checkpoint. The directory's safety
 (`run.lock` held by one run at a time, atomic files, torn log lines dropped, `workers.json` with the
-run's worker_binary PIDs) is `experiments.run.run_dir`'s; SIGINT / SIGTERM stop after the current
-round and its checkpoint (`experiments.run.stop_signals`). The plan is the one road: the factory,
-the console (`experiments.run.console`) and the report all read it.
+run's worker_binary PIDs) is `experiments.run.run_dir`'s. SIGINT / SIGTERM are recorded and seen at
+the run's safe points (`experiments.run.stop_signals`): between the steps of its start and of its
+end (report, summary), in the library's long computations, and after each round, which stops once
+the round's checkpoint is saved. The plan is the one road: the factory, the console
+(`experiments.run.console`) and the report all read it.
 """
 
 import asyncio
@@ -38,7 +40,7 @@ import numpy as np
 import tensorflow_federated as tff
 from absl import logging
 
-from dp_ftrl_tff import sampling
+from dp_ftrl_tff import sampling, stopping
 from dp_ftrl_tff.accounting import participation_log
 from dp_ftrl_tff.learning import dp_ftrl, remote_execution
 from dp_ftrl_tff.programs import metrics_release
@@ -85,6 +87,7 @@ def _set_up(task: Task, config: RunConfig, directory: run_dir.RunDirectory
     elif config.workers is not None:
       remote_execution.set_remote_execution_context(config.workers)
     sampler = sampling.make_sampler(start.client_ids, start.plan, config.seed)
+  stop_signals.check()
   return start, sampler
 
 
@@ -105,14 +108,17 @@ def run(task: Task, config: RunConfig) -> Dict[str, Any]:
     run_dir.RunDirError: the run directory is in use by another run (its PID in the message),
       holds a corrupt run file (hparams.json, plan.json, the mechanism file), or a file that does
       not hold what the checkpoint it resumes from recorded; before any training.
-    stop_signals.Interrupted: on SIGINT or SIGTERM; during training only after the current round
-      and its checkpoint (see experiments/run/stop_signals.py). A rerun resumes bit-identically.
+    stop_signals.Interrupted: on SIGINT or SIGTERM, at the next safe point: a step of the start
+      or of the end, or after the current round and its checkpoint (see
+      experiments/run/stop_signals.py; the process's `StopSignals`, or one installed for the run).
+      A rerun resumes bit-identically.
   """
   with run_start.setup_errors():
     if not isinstance(config, RunConfig):
       raise ValueError(f'`config` must be a RunConfig, got {type(config).__name__}.')
   directory = run_dir.RunDirectory(config.output_dir)
-  with stop_signals.StopSignals() as stop:
+  with stop_signals.watching() as stop:
+    stop.where = stop_signals.START
     try:
       return _run(task, config, directory, stop)
     finally:
@@ -126,14 +132,19 @@ def _run(task: Task, config: RunConfig, directory: run_dir.RunDirectory,
   directory.remove_stale_temps()
   run_setup.write_run_files(config, start.resolved, start.plan, start.saved_strategy,
                             start.run_id)
+  stop_signals.check()
   training = _Training(task, config, start, sampler, directory)
+  stop_signals.check()
   start_round = training.restore()
   training.train(start_round, stop)
   rounds_done = max(start_round, config.rounds)  # the round of the checkpoint the run ends on
+  stop.where = stop_signals.finish_stage(config.rounds)
+  stop_signals.check()
   if training.canaries is not None:
     training.canaries.record_final(start.process, training.initial_state, training.state)
     # The record of the checkpoint the run ends on vouches for the cosines too.
     checkpoint_records.record_final_files(config.output_dir, rounds_done)
+    stop_signals.check()
   report = run_report.finish(config, start.plan, task.accuracy_metric,
                             trained=start_round < config.rounds, rounds_done=rounds_done,
                             run_id=start.run_id)
@@ -226,36 +237,37 @@ class _Training:
     return start_round
 
   def train(self, start_round: int, stop: stop_signals.StopSignals) -> None:
-    """Trains rounds `start_round` .. n-1, checkpointing on schedule and on a stop signal."""
+    """Trains rounds `start_round` .. n-1, checkpointing on schedule and on a stop signal: a signal
+    recorded during a round (`stop`) stops the run after it, once its checkpoint is saved."""
     config, plan = self.config, self.plan
     releases = (tff.program.CSVFileReleaseManager(self._path(run_dir.METRICS_FILE),
                                                   key_fieldname='round'),
                 tff.program.TensorBoardReleaseManager(self._path('tensorboard')))
     # DP-FTRLM (`restart_dp_tree`) resets the server momentum where a new correlated segment starts.
     restarts = set(plan.planned_segments.restart_rounds if plan.strategy.correlated else ())
+    stop_signals.check()  # the start's last safe point
     started = time.time()
-    stop.training = True  # a first SIGINT / SIGTERM now stops after the current round
-    for round_num in range(start_round, config.rounds):
-      round_start = time.time()
-      if round_num in restarts:
-        self.state = dp_ftrl.restart_state(self.state, self.initial_state)
-        logging.info('Round %d starts a new mechanism segment (momentum reset).', round_num)
-      self._round(round_num)
-      done = round_num + 1
-      self.metrics['round_seconds'] = time.time() - round_start
-      for release in releases:
-        asyncio.run(release.release(self.metrics, key=round_num))
-      scheduled = done % config.checkpoint_every == 0 or done == config.rounds
-      if scheduled:
-        self.checkpoint(done)
-      self._print_round(round_num, (time.time() - started) / (done - start_round))
-      self.directory.record_workers()
-      if stop.requested:
-        if not scheduled:
+    with stopping.stop_check(None):  # during the rounds a signal is seen after the round, below
+      for round_num in range(start_round, config.rounds):
+        round_start = time.time()
+        if round_num in restarts:
+          self.state = dp_ftrl.restart_state(self.state, self.initial_state)
+          logging.info('Round %d starts a new mechanism segment (momentum reset).', round_num)
+        self._round(round_num)
+        done = round_num + 1
+        self.metrics['round_seconds'] = time.time() - round_start
+        for release in releases:
+          asyncio.run(release.release(self.metrics, key=round_num))
+        scheduled = done % config.checkpoint_every == 0 or done == config.rounds
+        if scheduled:
           self.checkpoint(done)
-        raise stop_signals.Interrupted(stop.signum, stop_signals.stopped_message(
-            stop.signum, done, config.rounds))
-    stop.training = False
+        self._print_round(round_num, (time.time() - started) / (done - start_round))
+        self.directory.record_workers()
+        if stop.requested:
+          if not scheduled:
+            self.checkpoint(done)
+          raise stop_signals.Interrupted(stop.signum, stop_signals.stopped_message(
+              stop.signum, done, config.rounds))
     self._wrap_summary(start_round)
 
   def _datasets(self, cohort: List[str]) -> list:

@@ -15,6 +15,9 @@ import os
 # Quiet console: TensorFlow's C++ logs (cuDNN/cuFFT registration, grappler, ...) off unless the
 # user set TF_CPP_MIN_LOG_LEVEL (it must be set before TensorFlow is imported).
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
+if __name__ == '__main__':  # SIGINT / SIGTERM recorded from the start (experiments.run.stop_signals)
+  from experiments.run import stop_signals as _stop_signals
+  _stop_signals.record_early()
 
 from absl import flags  # noqa: E402
 

@@ -33,6 +33,9 @@ import os
 # Quiet console: TensorFlow's C++ logs off (the sweep imports the driver to check its points, and the
 # drivers inherit the setting) unless the user set TF_CPP_MIN_LOG_LEVEL.
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
+if __name__ == '__main__':  # SIGINT / SIGTERM recorded from the start (experiments.run.stop_signals)
+  from experiments.run import stop_signals as _stop_signals
+  _stop_signals.record_early()
 
 # ruff: noqa: E402
 import signal
@@ -299,7 +302,13 @@ def main(argv, driver_args: Sequence[str]) -> None:
   if len(argv) > 1:
     flag_parsing.exit_with_error(f'unexpected arguments {argv[1:]} (driver flags go after "--")',
                                  FLAGS)
-  stop_signals.install_immediate_stop()
+  # A signal while the points are checked is recorded and ends the sweep after the checks (none
+  # started); `Sweep.run` handles its own.
+  with stop_signals.StopSignals(exit_on_second=True):
+    _main(driver_args)
+
+
+def _main(driver_args: Sequence[str]) -> None:
   try:
     if FLAGS.driver is None:
       raise ValueError('`driver` is required (emnist or stackoverflow).')
@@ -307,6 +316,7 @@ def main(argv, driver_args: Sequence[str]) -> None:
       raise ValueError('`root_output_dir` is required.')
     root = os.path.abspath(FLAGS.root_output_dir)
     points = build_points(root, FLAGS.driver, FLAGS.grid, FLAGS.grid_file, driver_args)
+    stop_signals.check()
   except ValueError as error:
     flag_parsing.exit_with_error(error, FLAGS)
   except stop_signals.Interrupted as stopped:

@@ -174,9 +174,10 @@ def test_flagfile_included_twice_without_a_circle_is_accepted(tmp_path):
 
 # --- the train_model program's help ---
 
-def test_program_help_says_it_stops_at_once_and_refuses_another_rounds():
+def test_program_help_says_how_it_stops_and_refuses_another_rounds():
   from experiments.programs import emnist_program
   doc = ' '.join(emnist_program.__doc__.split())
-  assert 'SIGINT / SIGTERM stop the program at once' in doc, doc
-  assert 'console can show rounds whose checkpoint was not written yet' in doc, doc
+  assert 'SIGINT / SIGTERM stop the program as they stop the drivers' in doc, doc
+  assert 'the data source checks it before it draws the next round' in doc, doc
+  assert 'A second signal stops at once' in doc, doc
   assert "another --rounds than the run's is refused (exit 2" in doc, doc

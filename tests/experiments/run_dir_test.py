@@ -1,7 +1,8 @@
 """Run-directory safety of the drivers, end to end (the EMNIST driver as a subprocess).
 
-SIGTERM and SIGKILL mid-run, then a resume, give the same final weights, metrics and participation
-log as an uninterrupted run; two runs on one directory: one refuses with exit status 1 naming the
+SIGTERM during the start (one line, exit 143, no worker left), then after a round, and SIGKILL
+mid-run, then a resume, give the same final weights, metrics and participation log as an
+uninterrupted run; two runs on one directory: one refuses with exit status 1 naming the
 other's PID; torn last lines of the logs are dropped on resume; no worker_binary of a driver
 outlives it (or, after SIGKILL, the next run). The damage table: each run file deleted, truncated
 or replaced by the same file of another run, then the same command again: the run resumes to the
@@ -94,18 +95,38 @@ def assert_same_run(run, expected):
   assert not leftovers
 
 
+def _stopped_line(binary, signal_name):
+  """The binary's one 'Stopped by' line on stderr, which holds nothing else of note."""
+  err = binary.stderr()
+  stopped = [line for line in err.splitlines() if line.startswith('Stopped by')]
+  assert len(stopped) == 1 and stopped[0].startswith(f'Stopped by {signal_name} '), err[-3000:]
+  assert 'Traceback' not in err and 'Exception ignored' not in err, err[-3000:]
+  return stopped[0]
+
+
 @pytest.mark.e2e
 @pytest.mark.slow
-def test_sigterm_stops_after_the_round_and_resumes_bit_identically(tmp_path, reference):
+def test_sigterm_during_the_start_and_after_a_round_then_the_resume_is_bit_identical(
+    tmp_path, reference):
+  # During the start, once the header is printed: the process is being built, TFF's tracing runs
+  # garbage collections (whose callbacks dropped the exception the old handler raised).
+  early = Driver(tmp_path, 'run', 'early')
+  early.wait_for(lambda: '\noutput ' in early.stdout(), 'the header')
+  early.proc.send_signal(signal.SIGTERM)
+  assert early.wait() == 128 + signal.SIGTERM, early.stderr()[-3000:]
+  assert 'during the start of the run, before training' in _stopped_line(early, 'SIGTERM')
+  assert not [line for line in early.stdout().splitlines() if line.startswith('round ')]
+  assert not early.checkpoint_exists(1)
+  binaries.assert_no_workers_left(early.workers)
+
   first = Driver(tmp_path, 'run', 'first')
   first.wait_for(lambda: first.checkpoint_exists(1), 'the first round\'s checkpoint')
   first.proc.send_signal(signal.SIGTERM)
   assert first.wait() == 128 + signal.SIGTERM, first.stderr()[-3000:]
-  stopped = [line for line in first.stderr().splitlines() if 'Stopped by SIGTERM' in line]
-  assert len(stopped) == 1 and 'rerun the same command to resume' in stopped[0], stopped
-  assert 'Traceback' not in first.stderr()
+  stopped = _stopped_line(first, 'SIGTERM')
+  assert 'rerun the same command to resume' in stopped, stopped
   binaries.assert_no_workers_left(first.workers)
-  done = int(stopped[0].split('after round ')[1].split('/')[0])
+  done = int(stopped.split('after round ')[1].split('/')[0])
   assert 1 <= done < ROUNDS
   assert first.checkpoint_exists(done)
 

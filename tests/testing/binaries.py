@@ -128,24 +128,29 @@ def _entry_point(module: str):
   raise ValueError(f'module: no in-process entry point for {module!r}')
 
 
-def run_in_process(module: str, args):
+def run_in_process(module: str, args, files: bool = False):
   """Runs the binary `module` on `args` in this process; returns (exit code, stdout, stderr).
 
   The exit code is what the process would exit with (0 when `main` returns normally). Only what
-  the binary writes through `sys.stdout` / `sys.stderr` while it runs is captured.
+  the binary writes through `sys.stdout` / `sys.stderr` while it runs is captured, in memory or,
+  with `files`, in temporary files (a run that trains needs them: TFF starts its worker_binary with
+  `sys.stdout` as its output, which must have a file descriptor).
   """
   program, main, flag_values = _entry_point(module)
-  out, err = io.StringIO(), io.StringIO()
+  make = (lambda: tempfile.TemporaryFile('w+')) if files else io.StringIO  # noqa: E731
   code = 0
-  with _process_state(program, args), contextlib.redirect_stdout(out), \
-      contextlib.redirect_stderr(err):
-    try:
-      main()
-    except SystemExit as exit_:
-      code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
-    finally:
-      flag_values.unparse_flags()
-  return code, out.getvalue(), err.getvalue()
+  with make() as out, make() as err:
+    with _process_state(program, args), contextlib.redirect_stdout(out), \
+        contextlib.redirect_stderr(err):
+      try:
+        main()
+      except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+      finally:
+        flag_values.unparse_flags()
+    out.seek(0)
+    err.seek(0)
+    return code, out.read(), err.read()
 
 
 class RunningBinary:
@@ -197,6 +202,10 @@ class RunningBinary:
 
   def stderr(self):
     with open(self.err_path) as f:
+      return f.read()
+
+  def stdout(self):
+    with open(self.out_path) as f:
       return f.read()
 
   def checkpoint_exists(self, rounds):
