@@ -42,7 +42,8 @@ from experiments.workers import child_workers
 
 #: What `--help` of every driver prints after the driver's docstring.
 HELP_NOTES = """
-Logs: WARNING and above on stderr; absl's --verbosity=0 (not listed below) shows the INFO logs.
+Logs: WARNING and above on stderr, ours as `<program>: warning: ...`, a library's (TensorFlow, TFF)
+in absl's format with its source file; absl's --verbosity=0 (not listed below) shows the INFO logs.
 Exit codes: 0 ok; 2 bad input (flags, settings, input files such as --data or --mechanism_file, a
 --rounds too large for memory); 1 runtime failure (I/O, a run directory in use by another run, a
 corrupt file of the run directory); 130 / 143 stopped by SIGINT / SIGTERM (a driver: after the
