@@ -213,3 +213,28 @@ def check_generated_clients(num_clients: int, examples_per_client: int, bytes_pe
         'clients or examples per client.')
   check_seconds(float(n) * seconds_per_client + float(n) * e * seconds_per_example,
                 f'{what}: generating the population', 'use fewer clients or examples per client.')
+
+
+#: Copies of the model's float32 parameters a local TFF simulation holds at its peak (the Keras and
+#: TFF models, the server state and its optimizer, the clients' copies, updates and gradients, the
+#: worker's and their serializations): the EMNIST driver with its 1.66M-parameter CNN peaked 703 MB
+#: above the tiny model's run, about 106 model-sized vectors, 87 of them without its BLT buffer's
+#: 19. A lower bound.
+MODEL_COPIES = 80
+
+
+def check_model_fits(num_parameters: int, what: str, activation_floats: int = 0,
+                     available: Optional[int] = None) -> None:
+  """Raises `MemoryLimitError` when a model of `num_parameters` float32 parameters (`MODEL_COPIES`
+  copies) plus `activation_floats` float32 activations of one client batch exceeds the available
+  memory; `what` names the settings that make them (e.g. '`vocab_size`=..., ...')."""
+  p = _validation.check_positive_int(num_parameters, 'num_parameters')
+  activations = _validation.check_nonnegative_int(activation_floats, 'activation_floats')
+  needed = 4.0 * (MODEL_COPIES * p + activations)
+  available = available_bytes() if available is None else available
+  if needed > available:
+    raise MemoryLimitError(
+        f'{what}: a model of {p:.3g} float32 parameters ({MODEL_COPIES} copies in a TFF simulation) '
+        f'and {activations:.3g} activations of a client batch need about {format_bytes(needed)}, '
+        f'but only {format_bytes(available)} of memory is available; use a smaller model or '
+        'shorter sequences.')

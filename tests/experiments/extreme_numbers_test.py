@@ -9,7 +9,7 @@ import pytest
 from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.mechanisms import banded, blt, files
 from tests.testing import binaries
-from tests.testing.binaries import EMNIST, MECH, REPORT
+from tests.testing.binaries import EMNIST, MECH, REPORT, SO
 
 pytestmark = pytest.mark.integration
 
@@ -75,6 +75,10 @@ CASES = [
     (REPORT, ['--mechanism=tree', '--target_epsilon=1', '--target_delta=1e-320', *_REPORT],
      '--target_delta=9.99989e-321 is below 2.23e-308'),
     (EMNIST, ['--seed=9223372036854775808'], '--seed must lie in [0, 2**63)'),
+    (SO, ['--vocab_size=1000000000'],
+     '--vocab_size=1000000000, --embedding_size=96, --lstm_size=670, --sequence_length=20 and '
+     '--client_batch_size=16: a model of 1.93e+11 float32 parameters'),
+    (SO, ['--sequence_length=1000000000'], 'and 2.04e+14 activations of a client batch'),
 ]
 
 # Refused after TensorFlow is imported (in the strategy's resolution or the data's generation):
@@ -90,7 +94,7 @@ DRIVER_CASES = [
 
 
 def _check_one_line(module, args, fragment, tmp_path):
-  if module == EMNIST:
+  if module in (EMNIST, SO):
     args = [f'--root_output_dir={tmp_path / "runs"}', *args]
   code, _, stderr = binaries.run_in_process(module, args)
   lines = stderr.splitlines()
@@ -141,3 +145,11 @@ def test_banded_file_with_an_overflowing_entry_names_the_file(tmp_path):
   np.savez(path, **arrays)
   _check_one_line(REPORT, [f'--mechanism_file={path}', '--noise_multiplier=1', *_REPORT], path,
                   tmp_path)
+
+
+def test_the_stackoverflow_size_check_counts_the_model_s_parameters():
+  from experiments.stackoverflow import models, run_stackoverflow
+  for sizes in ((30, 4, 5), (100, 8, 3)):
+    assert run_stackoverflow.model_parameters(*sizes) == models.build_keras_model(
+        *sizes).count_params()
+  assert run_stackoverflow.model_parameters(10000, 96, 670) == 4_050_748

@@ -85,3 +85,11 @@ def test_a_generated_population_is_bounded_by_memory_and_time():
   with pytest.raises(memory.ComputeLimitError, match='generating the population would take about '
                      '11.6 days'):
     memory.check_generated_clients(10**8, 1, 1, 1e-2, 0.0, available=10**12)
+
+
+def test_a_model_and_its_batch_activations_are_bounded_by_memory():
+  memory.check_model_fits(4_050_748, '`vocab_size`=10000', 16 * 20 * 13_500,
+                          available=24 * 10**9)
+  with pytest.raises(memory.MemoryLimitError, match=r'^`vocab_size`=10\^9: a model of 1\.93e\+11 '
+                     r'float32 parameters \(80 copies .* about 61\.8 TB'):
+    memory.check_model_fits(193_000_000_000, '`vocab_size`=10^9', available=24 * 10**9)
