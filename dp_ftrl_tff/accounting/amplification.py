@@ -169,6 +169,12 @@ def composed_pld_points(noise_multiplier: float, compositions: int, sampling_pro
   self-convolution, from the same Chernoff bound (`dp_accounting.pld.common`, tail mass 1e-15) on
   the one-event distribution, summed over its remove and add halves. None when the installed
   dp_accounting does not expose them (the estimate reads its PMF's `_probs`)."""
+  noise_multiplier = plan_checks.check_noise_multiplier(
+      _validation.check_positive_float(noise_multiplier, 'noise_multiplier'))
+  compositions = _validation.check_positive_int(compositions, 'compositions')
+  sampling_prob = sampling.check_sampling_prob(sampling_prob)
+  value_discretization_interval = _validation.check_positive_float(
+      value_discretization_interval, 'value_discretization_interval')
   pld = privacy_loss_distribution.from_gaussian_mechanism(
       noise_multiplier, sampling_prob=sampling_prob,
       value_discretization_interval=value_discretization_interval)

@@ -249,6 +249,9 @@ def strided_window_sum(values: np.ndarray, min_sep: int, count: int) -> np.ndarr
   and one forwards within the blocks): additions only, no difference of running sums, so no
   cancellation.
   """
+  values = np.asarray(values, dtype=np.float64)
+  min_sep = _validation.check_positive_int(min_sep, 'min_sep')
+  count = _validation.check_positive_int(count, 'count')
   n = values.size
   rows = -(-n // min_sep)
   if count >= rows:

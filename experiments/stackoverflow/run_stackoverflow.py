@@ -75,7 +75,9 @@ def model_parameters(vocab_size: int, embedding_size: int, lstm_size: int) -> in
   """The parameters of `models.build_keras_model`: the embedding of V + 4 ids, the LSTM (kernel,
   recurrent kernel and bias of 4 gates), the projection and the logits (4,050,748 at the papers'
   sizes)."""
-  v, e, h = vocab_size + 4, embedding_size, lstm_size
+  v, e, h = (_validation.check_positive_int(value, name) + extra for value, name, extra in (
+      (vocab_size, 'vocab_size', 4), (embedding_size, 'embedding_size', 0),
+      (lstm_size, 'lstm_size', 0)))
   return v * e + 4 * (e + h + 1) * h + (h * e + e) + (e * v + v)
 
 
