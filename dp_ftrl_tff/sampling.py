@@ -67,6 +67,26 @@ def sampler_class(name: str) -> type:
   return getattr(importlib.import_module(module), attribute)
 
 
+#: The smallest inclusion probability q a plan takes: float64's machine epsilon, 2^-52 (about
+#: 2.2e-16). The amplified guarantee of Poisson sampling (dp_accounting's privacy loss of a
+#: subsampled Gaussian, log(1 - q + q e^x)) needs 1 - q to differ from 1: at q = 2^-53 the PLD
+#: accountant failed ("deltas are not in non-increasing order") or divided by zero for noise
+#: multipliers 0.5 and 1, and below it scipy overflowed ("a must be greater than b ... inf"); from
+#: 2^-52 up it answered for noise multipliers 0.08 .. 100 and 1 .. 10^6 rounds (it reports epsilon 0
+#: there: such a q samples no one in practice).
+MIN_SAMPLING_PROB = 2.0**-52
+
+
+def check_sampling_prob(sampling_prob, name: str = 'sampling_prob') -> float:
+  """q as float; a ValueError naming `name` unless q lies in [`MIN_SAMPLING_PROB`, 1]."""
+  q = _validation.check_float_in_range(sampling_prob, name, 0.0, 1.0, low_inclusive=False)
+  if q < MIN_SAMPLING_PROB:
+    raise ValueError(f'`{name}`={q:g} is below {MIN_SAMPLING_PROB:.3g} (2^-52, float64\'s machine '
+                     'epsilon), the smallest probability whose amplified guarantee the accountant '
+                     'computes: 1 - q rounds to 1 below it.')
+  return q
+
+
 @dataclasses.dataclass(frozen=True)
 class Sampling:
   """How a run's cohorts are drawn: its kind, and the settings of random cohorts.
@@ -113,8 +133,7 @@ class Sampling:
     if self.sampling_prob is None:
       raise ValueError(f'`sampling_prob` is required for kind={self.kind!r}.')
     # Stored as a Python float, so `to_config` is JSON-ready whatever numpy type was passed.
-    object.__setattr__(self, 'sampling_prob', _validation.check_float_in_range(
-        self.sampling_prob, 'sampling_prob', 0.0, 1.0, low_inclusive=False))
+    object.__setattr__(self, 'sampling_prob', check_sampling_prob(self.sampling_prob))
     if self.kind == 'poisson' and self.num_groups != 1:
       raise ValueError(f"`num_groups` must be 1 for kind='poisson', got {self.num_groups!r}.")
     if self.population is not None and self.num_groups > self.population:

@@ -41,7 +41,8 @@ Example (the BLT paper's production setting, a few seconds):
       --max_participations=5 --num_buffers=4
 
 Exit codes: 0 ok; 2 on a user mistake (bad or conflicting flags, a missing, corrupt or wrongly
-typed `--mechanism_file`, a number of rounds whose arrays cannot fit in memory); 1 on a runtime
+typed `--mechanism_file`, a size whose arrays cannot fit in memory or whose optimization or
+accounting would take over an hour, e.g. --num_buffers=1000); 1 on a runtime
 failure (an unwritable `--output`, I/O errors). Either way one line `error: ...` on stderr naming
 the flag; `--debug` prints the traceback before it.
 Docs: docs/ARCHITECTURE.md (mechanisms), docs/amplification.md (amplified, select_bands).

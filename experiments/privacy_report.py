@@ -34,8 +34,10 @@ the run's rounds, min_sep and max participations (else exit 2, or a warning with
 
 Conventions: rounds are 0-based; --min_sep = b means r2 - r1 >= b for two participations of one client
 (TF-Privacy's and the Gboard tables' min_separation = b - 1; the report prints both).
-Exit codes: 0 ok; 2 on a user mistake (bad or conflicting flags, a missing input file, a number of
-rounds whose arrays cannot fit in memory, a strategy file made for another setting, an input file
+Exit codes: 0 ok; 2 on a user mistake (bad or conflicting flags, a missing input file, a size whose
+arrays cannot fit in memory or whose accounting would take over an hour, a --sampling_prob below
+2^-52 or a calibration's --target_delta below 2.2e-308 (docs/privacy_report.md, "Calibration"), a
+strategy file made for another setting, an input file
 that is corrupt, truncated, empty or of another kind: --plan, --mechanism_file, --participation_log,
 --metrics, --canaries), 1 on a runtime failure (an unwritable --output_dir, I/O errors) and with
 --strict when the log violates the declared schema (after writing the report): one line
@@ -113,9 +115,9 @@ def _sampling(fv):
     raise ValueError('`sampling_groups` needs `sampling_prob`.')
   if fv.sampling_prob is None:
     return sampling_lib.Sampling()
-  groups = fv.sampling_groups or 1
-  return sampling_lib.Sampling('poisson' if fv.sampling_groups is None else 'cyclic_poisson',
-                               fv.sampling_prob, groups)
+  if fv.sampling_groups is None:
+    return sampling_lib.Sampling('poisson', fv.sampling_prob)
+  return sampling_lib.Sampling('cyclic_poisson', fv.sampling_prob, fv.sampling_groups)
 
 
 def _plan_from_flags(fv, log) -> plan_lib.RunPlan:

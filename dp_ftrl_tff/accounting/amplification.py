@@ -25,16 +25,19 @@ kappa = 1 (unit largest column norm, as `banded_optimizer.optimize_banded` retur
 Poisson sampling: a run that shuffles (fixed-size batches) is not covered by this accounting.
 """
 
+import contextlib
 import dataclasses
 import math
 from typing import Optional, Sequence
 
 import dp_accounting
 import numpy as np
+from dp_accounting.pld import common as pld_common
+from dp_accounting.pld import privacy_loss_distribution
 
-from dp_ftrl_tff import _validation, stopping
+from dp_ftrl_tff import _validation, plan_checks, sampling, stopping
 from dp_ftrl_tff.accounting import calibration, zcdp
-from dp_ftrl_tff.mechanisms import base
+from dp_ftrl_tff.mechanisms import banded, base, gaussian, memory, tree
 
 ACCOUNTANTS = ('pld', 'rdp')
 
@@ -72,15 +75,21 @@ def group_sampling_prob(dataset_size: int, batch_size: int, num_groups: int) -> 
     raise ValueError(f'`num_groups`={num_groups} leaves groups of {group_size} members, fewer than '
                      f'`batch_size`={batch_size}: use at most floor(dataset_size / batch_size) = '
                      f'{dataset_size // batch_size} groups.')
-  return batch_size / group_size
+  q = batch_size / group_size
+  if q < sampling.MIN_SAMPLING_PROB:
+    groups = '' if num_groups == 1 else f' and `num_groups`={num_groups}'
+    raise ValueError(
+        f'`dataset_size`={dataset_size} with `batch_size`={batch_size}{groups} gives the sampling '
+        f'probability {q:.3g} (batch_size / floor(dataset_size / {num_groups})), below '
+        f'{sampling.MIN_SAMPLING_PROB:.3g} (2^-52), the smallest whose amplified guarantee the '
+        'accountant computes; use a smaller `dataset_size` or a larger `batch_size`.')
+  return q
 
 
 def _check_setting(rounds, bands, sampling_prob) -> tuple:
   rounds = _validation.check_positive_int(rounds, 'rounds')
   bands = _validation.check_positive_int(bands, 'bands')
-  q = _validation.check_float_in_range(sampling_prob, 'sampling_prob', 0.0, 1.0,
-                                       low_inclusive=False)
-  return rounds, bands, q
+  return rounds, bands, sampling.check_sampling_prob(sampling_prob)
 
 
 def _check_delta(delta) -> float:
@@ -102,7 +111,8 @@ def amplified_event(noise_multiplier: float, rounds: int, bands: int,
     ceil(n / b-hat) self-compositions of a Poisson-subsampled Gaussian (of the Gaussian itself when
     q = 1: nothing is sampled).
   """
-  sigma = _validation.check_positive_float(noise_multiplier, 'noise_multiplier')
+  sigma = plan_checks.check_noise_multiplier(
+      _validation.check_positive_float(noise_multiplier, 'noise_multiplier'))
   rounds, bands, q = _check_setting(rounds, bands, sampling_prob)
   event = dp_accounting.GaussianDpEvent(noise_multiplier=sigma)
   if q < 1.0:
@@ -137,9 +147,82 @@ def amplified_epsilon(noise_multiplier: float, rounds: int, bands: int, sampling
     raise ValueError(f'`noise_multiplier`={noise_multiplier:g} is below {floor:.4g}, the smallest '
                      f'the accountant takes here (rho-zCDP {zcdp.MAX_RHO:g} per event, '
                      '`min_noise_multiplier`): its privacy loss distribution would be too large.')
+  if accountant == 'pld':
+    _check_composition_size(noise_multiplier, num_compositions(rounds, bands), sampling_prob,
+                            value_discretization_interval)
   acc = _accountant(accountant, value_discretization_interval)
-  acc.compose(event)
-  return float(acc.get_epsilon(delta))
+  with _rdp_rounding(accountant, sampling_prob):
+    acc.compose(event)
+    return float(acc.get_epsilon(delta))
+
+
+#: Compositions from which `amplified_epsilon` first estimates the size of the composed privacy loss
+#: distribution (below, a composition costs seconds at most).
+_CHECKED_COMPOSITIONS = 1000
+
+
+def composed_pld_points(noise_multiplier: float, compositions: int, sampling_prob: float,
+                        value_discretization_interval: float = DEFAULT_VALUE_DISCRETIZATION
+                        ) -> Optional[int]:
+  """Points of the distribution dp_accounting's PLD accountant builds for `compositions`
+  self-compositions of the Poisson-subsampled Gaussian (q < 1): the length of its truncated
+  self-convolution, from the same Chernoff bound (`dp_accounting.pld.common`, tail mass 1e-15) on
+  the one-event distribution, summed over its remove and add halves. None when the installed
+  dp_accounting does not expose them (the estimate reads its PMF's `_probs`)."""
+  noise_multiplier = plan_checks.check_noise_multiplier(
+      _validation.check_positive_float(noise_multiplier, 'noise_multiplier'))
+  compositions = _validation.check_positive_int(compositions, 'compositions')
+  sampling_prob = sampling.check_sampling_prob(sampling_prob)
+  value_discretization_interval = _validation.check_positive_float(
+      value_discretization_interval, 'value_discretization_interval')
+  pld = privacy_loss_distribution.from_gaussian_mechanism(
+      noise_multiplier, sampling_prob=sampling_prob,
+      value_discretization_interval=value_discretization_interval)
+  total = 0
+  for pmf in {id(p): p for p in (pld._pmf_remove, pld._pmf_add)}.values():  # pylint: disable=protected-access
+    probs = getattr(pmf.to_dense_pmf(), '_probs', None)
+    if probs is None:
+      return None
+    lower, upper = pld_common.compute_self_convolve_bounds(probs, compositions, 1e-15)
+    total += max(upper - lower + 1, len(probs))
+  return total
+
+
+def _check_composition_size(noise_multiplier: float, compositions: int, sampling_prob: float,
+                            value_discretization_interval: float) -> None:
+  """`memory.MemoryLimitError` (a ValueError naming `num_rounds`) when the composed distribution of
+  `composed_pld_points` would not fit in the available memory at `zcdp.PLD_BYTES_PER_POINT` bytes
+  a point; nothing is checked up to `_CHECKED_COMPOSITIONS` compositions or without sampling."""
+  if compositions <= _CHECKED_COMPOSITIONS or sampling_prob >= 1.0:
+    return
+  points = composed_pld_points(noise_multiplier, compositions, sampling_prob,
+                               value_discretization_interval)
+  if points is None:
+    return
+  needed, available = points * zcdp.PLD_BYTES_PER_POINT, memory.available_bytes()
+  if needed > available:
+    raise memory.MemoryLimitError(
+        f'`num_rounds`: ceil(num_rounds / num_groups) = {compositions} compositions of the '
+        f'subsampled Gaussian (`sampling_prob`={sampling_prob:g}, `noise_multiplier`='
+        f'{noise_multiplier:.4g}) make the PLD accountant\'s distribution {points:.3g} points long, '
+        f'about {memory.format_bytes(needed)} at {zcdp.PLD_BYTES_PER_POINT} bytes a point, but only '
+        f'{memory.format_bytes(available)} of memory is available; use fewer `num_rounds`, more '
+        'noise or a smaller `sampling_prob` (its epsilon would be far above any useful one).')
+
+
+@contextlib.contextmanager
+def _rdp_rounding(accountant: str, sampling_prob: float):
+  """dp_accounting's RDP accountant refuses a Renyi divergence that rounds to a tiny negative
+  value, which happens for small sampling probabilities (seen from q = 1e-6 at noise multiplier
+  100, and below 1e-12 at 1): a ValueError naming `sampling_prob` and the PLD accountant."""
+  try:
+    yield
+  except ValueError as error:
+    if accountant != 'rdp' or 'Renyi divergence cannot be negative' not in str(error):
+      raise
+    raise ValueError(f'`sampling_prob`={sampling_prob:g} is too small for the rdp accountant: its '
+                     'Renyi divergences round below zero in float64; use the pld accountant.'
+                     ) from None
 
 
 def amplified_noise_multiplier(target_epsilon: float, rounds: int, bands: int,
@@ -197,12 +280,13 @@ def amplified_noise_multiplier(target_epsilon: float, rounds: int, bands: int,
                        f'{floor:.4g} (the smallest the accountant takes, `min_noise_multiplier`), '
                        f'epsilon is only {low_gap + epsilon:.4g}; give a smaller target.')
     high, low = low, max(low / 2, floor)
-  return calibration.calibrate(
-      make_fresh_accountant=lambda: _accountant(accountant, value_discretization_interval),
-      make_event_from_param=lambda sigma: amplified_event(sigma, rounds, bands, q),
-      target_epsilon=epsilon, target_delta=delta,
-      bracket_interval=dp_accounting.ExplicitBracketInterval(low, high),
-      tol=rtol * high, accountant=accountant)
+  with _rdp_rounding(accountant, q):
+    return calibration.calibrate(
+        make_fresh_accountant=lambda: _accountant(accountant, value_discretization_interval),
+        make_event_from_param=lambda sigma: amplified_event(sigma, rounds, bands, q),
+        target_epsilon=epsilon, target_delta=delta,
+        bracket_interval=dp_accounting.ExplicitBracketInterval(low, high),
+        tol=rtol * high, accountant=accountant)
 
 
 def min_noise_multiplier(rounds: int, bands: int, sampling_prob: float) -> float:
@@ -220,9 +304,39 @@ def min_noise_multiplier(rounds: int, bands: int, sampling_prob: float) -> float
 # A strategy's amplified guarantee.
 
 
-def _segment_matrices(strategy: base.Strategy, num_rounds: int,
-                      restart_rounds: Optional[Sequence[int]]) -> list:
-  return [strategy.strategy_matrix(length)
+def _segment_structure(strategy: base.Strategy, length: int) -> Optional[tuple]:
+  """(bands, largest column norm) of C over one segment of `length` rounds, or None when C is not
+  square and lower triangular; in O(n) (Toeplitz) or O(n b-hat) (banded) without the n x n C
+  (a float64 C of 10^5 rounds would take 80 GB)."""
+  if isinstance(strategy, gaussian.GaussianStrategy):
+    return 1, 1.0
+  if isinstance(strategy, tree.TreeStrategy):
+    return None  # a row per node
+  if isinstance(strategy, base.ToeplitzStrategy):
+    coefs = strategy.toeplitz_coefs(length)
+    nonzero = np.flatnonzero(coefs)
+    # The first column holds every coefficient; a later column only the first n - j.
+    return (int(nonzero[-1]) + 1 if nonzero.size else 1), float(np.linalg.norm(coefs))
+  if isinstance(strategy, banded.BandedStrategy):
+    rows = strategy.band_rows[:strategy.check_num_rounds(length)]  # R[t, l] = C[t, t - l]: column j holds R[j + l, l]
+    nonzero = np.flatnonzero(np.any(rows != 0, axis=0))
+    squares = np.zeros(length)
+    for lag in range(rows.shape[1]):
+      squares[:length - lag] += rows[lag:, lag]**2
+    return (int(nonzero[-1]) + 1 if nonzero.size else 1), float(math.sqrt(np.max(squares)))
+  c = strategy.strategy_matrix(length)  # another strategy: its dense C
+  if c.ndim != 2 or c.shape[0] != c.shape[1]:
+    return None
+  rows, cols = np.nonzero(c)
+  lags = rows - cols
+  if lags.size and lags.min() < 0:
+    return None
+  return (int(lags.max()) + 1 if lags.size else 1), float(np.max(np.linalg.norm(c, axis=0)))
+
+
+def _segment_structures(strategy: base.Strategy, num_rounds: int,
+                        restart_rounds: Optional[Sequence[int]]) -> list:
+  return [_segment_structure(strategy, length)
           for length in zcdp.segment_lengths(num_rounds, restart_rounds)]
 
 
@@ -232,16 +346,10 @@ def num_bands(strategy: base.Strategy, num_rounds: int,
   diagonals, the main one included), or None when some segment's C is not square and lower
   triangular (a tree's C has a row per node). The amplification theorem (BandMF Thm. 4) needs at
   most as many bands as sampling groups."""
-  most = 1
-  for c in _segment_matrices(strategy, num_rounds, restart_rounds):
-    if c.ndim != 2 or c.shape[0] != c.shape[1]:
-      return None
-    rows, cols = np.nonzero(c)
-    lags = rows - cols
-    if lags.size and lags.min() < 0:
-      return None
-    most = max(most, int(lags.max()) + 1 if lags.size else 1)
-  return most
+  structures = _segment_structures(strategy, num_rounds, restart_rounds)
+  if any(structure is None for structure in structures):
+    return None
+  return max(bands for bands, _ in structures)
 
 
 def check_banded(strategy: base.Strategy, num_rounds: int, num_groups: int,
@@ -261,9 +369,13 @@ def check_banded(strategy: base.Strategy, num_rounds: int, num_groups: int,
 
 def largest_column_norm(strategy: base.Strategy, num_rounds: int,
                         restart_rounds: Optional[Sequence[int]] = None) -> float:
-  """kappa = max_j ||C[:, j]||_2 over the run's restart segments (clip norm 1)."""
-  return float(max(np.max(np.linalg.norm(c, axis=0))
-                   for c in _segment_matrices(strategy, num_rounds, restart_rounds)))
+  """kappa = max_j ||C[:, j]||_2 over the run's restart segments (clip norm 1); ValueError when a
+  segment's C is not square and lower triangular."""
+  structures = _segment_structures(strategy, num_rounds, restart_rounds)
+  if any(structure is None for structure in structures):
+    raise ValueError(f'`strategy` ({strategy.name}) has no square lower-triangular strategy '
+                     'matrix: amplification by cyclic sampling needs a square banded C.')
+  return max(norm for _, norm in structures)
 
 
 @dataclasses.dataclass(frozen=True)

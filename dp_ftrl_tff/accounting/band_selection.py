@@ -42,7 +42,7 @@ from typing import Dict, Optional, Tuple
 
 from dp_ftrl_tff import _validation
 from dp_ftrl_tff.accounting import amplification, calibration
-from dp_ftrl_tff.mechanisms import banded, registry
+from dp_ftrl_tff.mechanisms import banded, banded_optimizer, memory, registry
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 
 #: PLD discretization of the calibration inside the search: SEARCH_VALUE_DISCRETIZATION times
@@ -206,6 +206,8 @@ class BandSelector:
       max_iterations, max_seconds: passed to the BandMF optimizer for each b-hat.
     """
     self.max_bands = max_bands(num_rounds, dataset_size, batch_size)
+    # The smallest sampling probability of the search, B / m at one group: an accountable one.
+    amplification.group_sampling_prob(dataset_size, batch_size, 1)
     self.num_rounds = int(num_rounds)
     self.dataset_size = int(dataset_size)
     self.batch_size = int(batch_size)
@@ -318,6 +320,7 @@ class BandSelector:
     calibration.check_target_epsilon(target_epsilon, delta)
     selection_rtol = _validation.check_nonnegative_float(selection_rtol, 'selection_rtol')
     bands = candidate_bands(candidates, self.max_bands)
+    self._check_search_cost(bands)
     if bands is not None:
       return self._selection(target_epsilon, delta, {
           b: self.candidate(b, target_epsilon, delta) for b in bands},
@@ -348,6 +351,27 @@ class BandSelector:
       intervals.extend(ac for ac in ((a, mid), (mid, c)) if ac[1] - ac[0] > 1)
     return self._selection(target_epsilon, delta, evaluated,
                            describe_candidates(None, self.max_bands, 'branch and bound'))
+
+  def _check_search_cost(self, bands: Optional[Tuple[int, ...]]) -> None:
+    """`memory.ComputeLimitError` (a ValueError) when optimizing the strategies a search always
+    evaluates (the given `bands`, or the coarse grid 1, 2, 4, ..., `max_bands`) would take longer
+    than `memory.MAX_SECONDS` (`banded_optimizer.optimization_seconds`, a lower bound), naming
+    what sets the bands."""
+    if self._optimizer_options['max_seconds'] is not None:
+      return  # each optimization has its own budget
+    evaluated = coarse_grid(self.max_bands) if bands is None else bands
+    seconds = sum(banded_optimizer.optimization_seconds(self.num_rounds, b) for b in evaluated)
+    if bands is None:
+      what = (f'the band selection over b-hat = 1 .. {self.max_bands} (min(floor(`dataset_size` / '
+              f'`batch_size`), `num_rounds`) = min(floor({self.dataset_size} / {self.batch_size}), '
+              f'{self.num_rounds})), which optimizes a BandMF strategy for at least b-hat = '
+              f'{", ".join(map(str, evaluated))},')
+      remedy = ('use a larger `batch_size`, fewer `num_rounds`, or `candidates` with fewer bands.')
+    else:
+      what = (f'`candidates` up to b-hat = {max(evaluated)} at `num_rounds`={self.num_rounds}, one '
+              'BandMF optimization each,')
+      remedy = 'give fewer or smaller `candidates`, or fewer `num_rounds`.'
+    memory.check_seconds(seconds, what, remedy)
 
   def exhaustive(self, target_epsilon: float, delta: float) -> BandSelection:
     """Every b-hat in 1 .. `max_bands` (one optimization each; for small n)."""

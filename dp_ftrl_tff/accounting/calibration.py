@@ -24,12 +24,13 @@ ValueError naming `target_epsilon` (or `target_rho`) with the bound, never an un
 
 import dataclasses
 import math
+import sys
 from typing import Optional
 
 import dp_accounting
 import scipy.optimize
 
-from dp_ftrl_tff import _validation, stopping
+from dp_ftrl_tff import _validation, plan_checks, stopping
 from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.accounting import zcdp
 
@@ -53,9 +54,27 @@ def max_epsilon(delta: float = zcdp.DEFAULT_DELTA) -> float:
   return zcdp.epsilon_from_rho(zcdp.MAX_RHO, delta, 'gaussian')
 
 
+#: The smallest delta a calibration takes: float64's smallest normal number (about 2.2e-308). Below
+#: it delta is subnormal, and the Gaussian tail of `max_epsilon` loses its digits (scipy's root
+#: finder did not converge at 1e-310); the PLD accountant resolves deltas down to about 1e-15 anyway.
+MIN_DELTA = sys.float_info.min
+
+
+def check_delta(delta) -> float:
+  """`delta` as float; a ValueError naming it unless it lies in [`MIN_DELTA`, 1)."""
+  delta = _validation.check_float_in_range(delta, 'delta', 0.0, 1.0, low_inclusive=False,
+                                           high_inclusive=False)
+  if delta < MIN_DELTA:
+    raise ValueError(f'`delta`={delta:g} is below {MIN_DELTA:.3g}, float64\'s smallest normal '
+                     'number, the smallest delta a calibration takes (a subnormal delta has too few '
+                     'digits for its Gaussian tail).')
+  return delta
+
+
 def check_target_epsilon(target_epsilon, delta) -> float:
   """`target_epsilon` as float; a ValueError naming it unless it lies in [`MIN_TARGET_EPSILON`,
-  `max_epsilon(delta)`] (`delta` checked by the caller)."""
+  `max_epsilon(delta)`] (a ValueError naming `delta` unless it passes `check_delta`)."""
+  delta = check_delta(delta)
   epsilon = _validation.check_positive_float(target_epsilon, 'target_epsilon')
   if epsilon < MIN_TARGET_EPSILON:
     raise ValueError(f'`target_epsilon`={epsilon:g} is below {MIN_TARGET_EPSILON:g}, ten steps of '
@@ -83,6 +102,13 @@ def noise_multiplier_for_rho(target_rho: float, sensitivity_squared: float) -> f
 
 
 def _noise_multiplier_for_rho(rho: float, sens_sq: float) -> float:
+  """sqrt(sens^2 / (2 rho)); a ValueError naming `target_rho` when it exceeds the largest noise
+  multiplier a plan takes (`plan_checks.MAX_NOISE_MULTIPLIER`)."""
+  largest = plan_checks.MAX_NOISE_MULTIPLIER
+  if rho < sens_sq / (2.0 * largest**2):  # also where sens^2 / (2 rho) overflows
+    raise ValueError(f'`target_rho`={rho:g} needs a noise multiplier sqrt(sens^2 / (2 rho)) above '
+                     f'{largest:g} (sens^2 = {sens_sq:.4g}), the largest a plan takes; use a '
+                     f'`target_rho` of at least {sens_sq / (2.0 * largest**2):.3g}.')
   return math.sqrt(sens_sq / (2.0 * rho))
 
 

@@ -185,7 +185,11 @@ def equal_privacy(num_rounds: int, participation: participation_lib.Participatio
     if reason:
       skipped.append(f'{label}: {reason}')
       continue
-    strategy, source = make()
+    try:
+      strategy, source = make()
+    except (memory.MemoryLimitError, memory.ComputeLimitError) as e:  # its optimizer's limits
+      skipped.append(f'{label}: {e}')
+      continue
     rows.append(_row(label.format_map(_Attributes(strategy)), strategy, num_rounds, participation,
                      rho, is_run, source))
   return EqualPrivacy(num_rounds=num_rounds, participation=participation, rho=rho,

@@ -148,9 +148,15 @@ def _guarantee_dict(g: zcdp.Guarantee) -> dict:
 
 def _epsilon_curve(plan, schema_for, xs, rounds_for):
   """Epsilon (exact Gaussian conversion) of `plan` at each x: rounds_for(x) rounds under
-  schema_for(x)."""
-  return [zcdp.guarantee_for_plan(plan, rounds_for(x), schema_for(x), conversion='gaussian').epsilon
-          for x in xs]
+  schema_for(x); NaN (left out of the plot) where its rho exceeds `zcdp.MAX_RHO`, e.g. a min_sep
+  far below the run's: a point the accountant does not compute must not fail the report."""
+  def epsilon(x):
+    try:
+      return zcdp.guarantee_for_plan(plan, rounds_for(x), schema_for(x),
+                                     conversion='gaussian').epsilon
+    except zcdp.AccountingLimitError:
+      return float('nan')
+  return [epsilon(x) for x in xs]
 
 
 #: A fixed, colour-blind-friendly cycle (Paul Tol's "muted" scheme, then black) and the markers that

@@ -217,13 +217,63 @@ def _wrap_check_computations(value_type, sum_type, projection_type, modulus: int
   return init_round, client_projection, detect_wrap, next_round
 
 
-def count_aggregation_factory(secure: bool, upper: float, lower: float
+def count_aggregation_factory(secure: bool, upper: int, lower: int
                               ) -> tff.aggregators.UnweightedAggregationFactory:
-  """Sum for the per-client counts and quantile bits: secure (bounded) or plain."""
-  if secure:
-    if isinstance(upper, (int, np.integer)):
-      return tff.aggregators.SecureSumFactory(upper_bound_threshold=int(upper),
-                                              lower_bound_threshold=int(lower))
-    return tff.aggregators.SecureSumFactory(upper_bound_threshold=float(upper),
-                                            lower_bound_threshold=float(lower))
-  return tff.aggregators.SumFactory()
+  """Sum for the per-client integer counts: secure (bounded by the integers `lower` <= `upper`)
+  or plain."""
+  if not secure:
+    return tff.aggregators.SumFactory()
+  if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in (upper, lower)):
+    raise ValueError(f'`upper` and `lower` must be integers, got {upper!r} and {lower!r} (the '
+                     'quantile bits: `quantile_bit_aggregation_factory`).')
+  if lower > upper:
+    raise ValueError(f'`lower` must not exceed `upper`, got {lower} > {upper}.')
+  return tff.aggregators.SecureSumFactory(upper_bound_threshold=int(upper),
+                                          lower_bound_threshold=int(lower))
+
+
+def quantile_bit_aggregation_factory() -> tff.aggregators.UnweightedAggregationFactory:
+  """Secure sum of adaptive clipping's float32 quantile bits (TF-Privacy's below-estimate bits
+  shifted to -0.5 / +0.5), exact: `QuantileBitSecureSumFactory`."""
+  return QuantileBitSecureSumFactory()
+
+
+class QuantileBitSecureSumFactory(tff.aggregators.UnweightedAggregationFactory):
+  """Sums float32 scalars in {-0.5, +0.5} with SecAgg as the integers 2x in {-1, +1}: each client
+  maps x to round(2x) (int32), TFF's integer `SecureSumFactory` over [-1, 1] sums them, and the
+  server halves the sum (float32; exact for any number of clients below 2^24).
+
+  Why not TFF's float `SecureSumFactory(0.5, -0.5)`: its quantization (`secure_quantized_sum`)
+  rounds each bit to a 32-bit grid and builds an unused `tf.debugging.assert_less_equal` in a graph,
+  which TensorFlow reports at ERROR level ("Object was never used") every time it is built.
+  """
+
+  def create(self, value_type) -> tff.templates.AggregationProcess:
+    if not (isinstance(value_type, tff.TensorType) and value_type.dtype == np.float32
+            and value_type.shape == ()):
+      raise ValueError(f'`value_type` must be a float32 scalar, got {value_type}.')
+    integer_type = tff.TensorType(np.int32)
+    inner_process = tff.aggregators.SecureSumFactory(
+        upper_bound_threshold=1, lower_bound_threshold=-1).create(integer_type)
+
+    @tff.tensorflow.computation(value_type)
+    def doubled(value):
+      return tf.cast(tf.round(2.0 * value), tf.int32)
+
+    @tff.tensorflow.computation(integer_type)
+    def halved(value_sum):
+      return tf.cast(value_sum, tf.float32) / 2.0
+
+    @tff.federated_computation
+    def init_fn():
+      return inner_process.initialize()
+
+    @tff.federated_computation(init_fn.type_signature.result,
+                               tff.FederatedType(value_type, tff.CLIENTS))
+    def next_fn(state, value):
+      output = inner_process.next(state, tff.federated_map(doubled, value))
+      return tff.templates.MeasuredProcessOutput(
+          state=output.state, result=tff.federated_map(halved, output.result),
+          measurements=output.measurements)
+
+    return tff.templates.AggregationProcess(init_fn, next_fn)

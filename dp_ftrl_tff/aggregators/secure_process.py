@@ -3,9 +3,11 @@
 The clipped records go through TFF's discretization / modular clipping / secure sum chain
 (`secure.record_aggregation_factory`, its scale and prior norm bound following the active clip), and
 the clipped / zeroed counts and the quantile bits through their own secure sums
-(`secure.count_aggregation_factory`). The chains' states live in the aggregator state's `secure_agg`;
-the correlated noise is added on the server after the secure sum, as with a plain sum. The
-measurements add the scale factor, the record chain's `modular_wrap` and its own measurements.
+(`secure.count_aggregation_factory`; the bits exactly, as integers:
+`secure.quantile_bit_aggregation_factory`). The chains' states live in the aggregator state's
+`secure_agg`; the correlated noise is added on the server after the secure sum, as with a plain
+sum. The measurements add the scale factor, the record chain's `modular_wrap` and its own
+measurements.
 """
 
 import collections
@@ -46,8 +48,8 @@ def _chains(parts: RoundComputations, value_type) -> _Chains:
       plan.secure, plan.secure.scale_factor(plan.clip_norm, m, parts.dim),
       plan.clip_norm).create(value_type)
   count = secure_lib.count_aggregation_factory(True, 1, 0).create(tff.TensorType(np.int32, [2]))
-  quantile = (secure_lib.count_aggregation_factory(True, 0.5, -0.5).create(
-      tff.TensorType(np.float32)) if plan.adaptive_clip is not None else None)
+  quantile = (secure_lib.quantile_bit_aggregation_factory().create(tff.TensorType(np.float32))
+               if plan.adaptive_clip is not None else None)
   return _Chains(record, count, quantile)
 
 

@@ -16,6 +16,7 @@ and the full-size stage needs 19 ('rms') and 31 ('max') evaluations at n = 2052,
 stage from the Toeplitz start needed 104 and 151 (docs/benchmarks/banded.md).
 """
 
+import math
 import time
 from typing import Optional
 
@@ -24,7 +25,7 @@ import scipy.linalg
 import scipy.optimize
 
 from dp_ftrl_tff import _validation, stopping
-from dp_ftrl_tff.mechanisms import banded, base
+from dp_ftrl_tff.mechanisms import banded, base, memory
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from dp_ftrl_tff.mechanisms import toeplitz as toeplitz_lib
 from dp_ftrl_tff.mechanisms.banded import BandedStrategy, fhu_coefficients
@@ -464,8 +465,11 @@ def optimize_banded(num_rounds: int, num_bands: Optional[int],
     and 'banded_stage', see `_optimize_general`) and the optimized 'workload_error'.
   """
   start = time.monotonic()
+  given_bands = num_bands is not None
   num_bands = _check_arguments(num_rounds, num_bands, participation, toeplitz, error,
                                max_iterations, max_seconds, tolerance, initial)
+  if max_seconds is None:
+    check_optimization_cost(num_rounds, num_bands, toeplitz, given_bands)
   work = _Workload(num_rounds, workload)
   if toeplitz:
     strategy, diagnostics = _optimize_toeplitz(num_rounds, num_bands, work, error, max_iterations,
@@ -531,6 +535,51 @@ def _stages(num_rounds: int, num_bands: int, initial: Optional[BandedStrategy],
   if initial is None and work.is_prefix_sums and num_bands >= 2 * _COARSEST_BANDS:
     return _level_sizes(num_rounds, num_bands), None
   return [(num_rounds, num_bands)], work
+
+
+# The optimizer's cost on this project's machine type (2 cores, BLAS; time.perf_counter). One
+# evaluation of the row errors of a b-hat-banded C over n rounds (`banded.RowErrors`) takes about
+# 0.2 ns n b-hat^2 (5.5 s at n = b-hat = 3000), and L-BFGS's work is O(n b-hat) per step. Whole
+# general optimizations took 4.2 s (n = 1000, b-hat = 100), 8.5 s (2052, 342), 9.1 s (1000, 1000),
+# 18 s (3000, 256), 41 s (3000, 1024 and 2048) and 39 s (3000, 3000): at least 4 us n b-hat, and at
+# least 5 row-error evaluations, 1 ns n b-hat^2; a banded Toeplitz optimization evaluates the row
+# errors about twice for its reported losses (10.3 s at 3000, 3000), at least 0.3 ns n b-hat^2.
+# These are lower bounds of the time: a size refused by them would take longer still.
+_SECONDS_PER_N_BANDS = {False: 4e-6, True: 0.0}
+_SECONDS_PER_N_BANDS_SQUARED = {False: 1e-9, True: 0.3e-9}
+
+
+def optimization_seconds(num_rounds: int, num_bands: int, toeplitz: bool = False) -> float:
+  """A lower bound of the seconds `optimize_banded` takes for `num_bands` = b-hat bands over
+  `num_rounds` = n: the larger of 4 us n b-hat and 1 ns n b-hat^2 (general), or 0.3 ns n b-hat^2
+  (Toeplitz); see above."""
+  n = float(_validation.check_positive_int(num_rounds, 'num_rounds'))
+  bands = float(_validation.check_positive_int(num_bands, 'num_bands'))
+  toeplitz = bool(toeplitz)
+  return max(_SECONDS_PER_N_BANDS[toeplitz] * n * bands,
+             _SECONDS_PER_N_BANDS_SQUARED[toeplitz] * n * bands**2)
+
+
+def check_optimization_cost(num_rounds: int, num_bands: int, toeplitz: bool = False,
+                            given: bool = True) -> None:
+  """Raises `memory.ComputeLimitError` (a ValueError) when `optimization_seconds` exceeds
+  `memory.MAX_SECONDS`, naming `num_bands` (`given`: passed by the caller; else the default
+  min(`min_sep`, `num_rounds`)) and `num_rounds`, with the most bands within the limit."""
+  seconds = optimization_seconds(num_rounds, num_bands, toeplitz)
+  toeplitz = bool(toeplitz)
+  linear, quadratic = _SECONDS_PER_N_BANDS[toeplitz], _SECONDS_PER_N_BANDS_SQUARED[toeplitz]
+  most = int(math.sqrt(memory.MAX_SECONDS / (quadratic * num_rounds)))
+  if linear:
+    most = min(most, int(memory.MAX_SECONDS / (linear * num_rounds)))
+  what = (f'`num_bands`={num_bands}' + ('' if given else ' (the default, min(`min_sep`, '
+                                                          '`num_rounds`))')
+          + f' at `num_rounds`={num_rounds}')
+  model = (f'at least {quadratic * 1e9:g} ns n b-hat^2' if not linear else
+           f'at least max({linear * 1e6:g} us n b-hat, {quadratic * 1e9:g} ns n b-hat^2)')
+  memory.check_seconds(
+      seconds, f'{what}: the {"banded Toeplitz" if toeplitz else "BandMF"} optimizer, {model},',
+      f'use at most {max(most, 1)} bands (`num_bands`) or fewer `num_rounds`'
+      + ('.' if toeplitz else ', or the banded Toeplitz optimizer (`toeplitz`).'))
 
 
 def _check_arguments(num_rounds, num_bands, participation, toeplitz, error, max_iterations,

@@ -43,7 +43,7 @@ import scipy.optimize
 import scipy.special
 
 from dp_ftrl_tff import _validation, stopping
-from dp_ftrl_tff.mechanisms import base, toeplitz
+from dp_ftrl_tff.mechanisms import base, memory, toeplitz
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 
 _ERRORS = ('max', 'rms')
@@ -624,6 +624,80 @@ def _strategy_from_logits(logits: np.ndarray) -> BLTStrategy:
   return BLTStrategy(theta=np.exp(log_v[0::2]), omega=omega)
 
 
+# The optimizer's cost on this project's machine type (2 cores; time.perf_counter, tracemalloc). One
+# evaluation of `_objective` with d buffers over n rounds takes about 0.3 ms + 60 ns n d + 0.44 us d^2
+# (its (n - 1) x d powers, and the O(d^2) differences of decays); for each buffer count d' = 1 .. d
+# the optimizer runs about 230 + 10 d' L-BFGS-B steps over all its starts (measured 1862 steps in all
+# for d = 8 and 67500 for d = 96 at n = 100, 1714 for d = 8 at n = 2000); its arrays peak at about
+# 24 n d + 64 n bytes. The estimates were within a factor of two of the measured times (0.98 s for
+# d = 8 and 106 s for d = 96 at n = 100, 2.3 s for d = 8 and 8.2 s for d = 16 at n = 2000).
+_SECONDS_PER_EVALUATION = 0.3e-3
+_SECONDS_PER_ROUND_BUFFER = 60e-9
+_SECONDS_PER_BUFFER_PAIR = 0.44e-6
+_STEPS_PER_COUNT = 230
+_STEPS_PER_COUNT_AND_BUFFER = 10
+_BYTES_PER_ROUND_BUFFER = 24
+_BYTES_PER_ROUND = 64
+
+
+def optimization_cost(num_rounds: int, num_buffers: int) -> Tuple[float, float]:
+  """(seconds, bytes) `optimize_blt` needs for `num_buffers` = d (the largest count it tries) over
+  `num_rounds` = n: the sum over d' = 1 .. d of (230 + 10 d') steps of (0.3 ms + 60 ns n d' +
+  0.44 us d'^2) each, in closed form (any d, however large), and 24 n d + 64 n bytes; measured on this
+  project's machine type (see the comment above)."""
+  n = float(_validation.check_positive_int(num_rounds, 'num_rounds'))
+  d = float(_validation.check_positive_int(num_buffers, 'num_buffers'))
+  # sum_{k <= d} (s0 + s1 k)(a + b k + e k^2) from the power sums of k = 1 .. d.
+  sums = (d, d * (d + 1) / 2, d * (d + 1) * (2 * d + 1) / 6, (d * (d + 1) / 2)**2)
+  s0, s1 = _STEPS_PER_COUNT, _STEPS_PER_COUNT_AND_BUFFER
+  a, b, e = _SECONDS_PER_EVALUATION, _SECONDS_PER_ROUND_BUFFER * n, _SECONDS_PER_BUFFER_PAIR
+  seconds = s0 * a * sums[0] + (s0 * b + s1 * a) * sums[1] + (s0 * e + s1 * b) * sums[2] + (
+      s1 * e * sums[3])
+  return seconds, (_BYTES_PER_ROUND_BUFFER * d + _BYTES_PER_ROUND) * n
+
+
+def check_optimization_cost(num_rounds: int, num_buffers: Optional[int],
+                            max_num_buffers: int = 8, available: Optional[int] = None) -> None:
+  """Raises `memory.MemoryLimitError` or `memory.ComputeLimitError` (ValueErrors) when
+  `optimize_blt` over `num_rounds` rounds with `num_buffers` (None: it tries 1 .. `max_num_buffers`)
+  would not fit in the available memory or would take longer than `memory.MAX_SECONDS`
+  (`optimization_cost`). The error names `num_buffers` when it was given and is the cause (with the
+  most buffers that fit), else `num_rounds`."""
+  n = _validation.check_positive_int(num_rounds, 'num_rounds')
+  d = max_num_buffers if num_buffers is None else _validation.check_positive_int(
+      num_buffers, 'num_buffers')
+  seconds, needed = optimization_cost(n, d)
+  blame_buffers = num_buffers is not None and num_buffers > 1
+  what = (f'`num_buffers`={num_buffers} at `num_rounds`={n}' if blame_buffers else
+          f'`num_rounds`={n}' + ('' if num_buffers else f' (buffer counts 1 .. {d})'))
+  available = memory.available_bytes() if available is None else available
+  if needed > available:
+    raise memory.MemoryLimitError(
+        f'{what}: the BLT optimizer\'s arrays need about {memory.format_bytes(needed)} (24 n d + 64 n '
+        f'bytes for n={n}, d={d}), but only {memory.format_bytes(available)} of memory is available; '
+        + _fewer(n, d, blame_buffers, available))
+  memory.check_seconds(
+      seconds, f'{what}: the BLT optimizer, which optimizes d\' = 1 .. {d} buffers in turn (about '
+      "230 + 10 d' L-BFGS-B steps of O(n d') each),", _fewer(n, d, blame_buffers, available))
+
+
+def _fewer(num_rounds: int, num_buffers: int, blame_buffers: bool, available: float) -> str:
+  """The remedy of `check_optimization_cost`: the most buffers within the limits, or fewer rounds."""
+  def fits(d):
+    seconds, needed = optimization_cost(num_rounds, d)
+    return seconds <= memory.MAX_SECONDS and needed <= available
+
+  if blame_buffers and fits(1):
+    low, high = 1, num_buffers  # fits(low), not fits(high)
+    while high - low > 1:
+      middle = (low + high) // 2
+      low, high = (middle, high) if fits(middle) else (low, middle)
+    return (f'use at most `num_buffers`={low} here (the BLT paper\'s optima need 4 or fewer) or '
+            'fewer `num_rounds`.')
+  return ('optimize for fewer `num_rounds` (a BLT streams for any number of rounds) or give its '
+          '`theta` and `omega`.')
+
+
 def optimize_blt(num_rounds: int, participation: participation_lib.ParticipationSchema,
                  num_buffers: Optional[int] = None, error: str = 'max', *,
                  barrier_strength: float = 1e-7, max_num_buffers: int = 8,
@@ -640,7 +714,8 @@ def optimize_blt(num_rounds: int, participation: participation_lib.Participation
     num_rounds: n the mechanism is optimized for (it still runs for any n).
     participation: the `ParticipationSchema`; its pi* = (0, b, ..., (k_eff - 1) b) sets the loss.
     num_buffers: d >= 1, or None to try 1 .. `max_num_buffers` and keep the smallest d whose loss is
-      within `relative_tolerance` of the best.
+      within `relative_tolerance` of the best. A d (or n) whose optimization would not fit in memory
+      or take longer than `memory.MAX_SECONDS` is refused up front (`check_optimization_cost`).
     error: 'max' (MaxLoss, as the paper deploys) or 'rms' (RmsLoss).
     barrier_strength: lambda of the log-barrier (paper: 1e-7).
     max_num_buffers: largest d tried when `num_buffers` is None.
@@ -659,6 +734,7 @@ def optimize_blt(num_rounds: int, participation: participation_lib.Participation
   max_iterations = _validation.check_positive_int(max_iterations, 'max_iterations')
   relative_tolerance = _validation.check_nonnegative_float(relative_tolerance, 'relative_tolerance')
   candidates = _buffer_counts(num_buffers, max_num_buffers)
+  check_optimization_cost(num_rounds, num_buffers, max_num_buffers)
   min_sep, count = _pattern_shape(num_rounds, participation)
   results, runs = _optimize_buffer_counts(
       candidates, num_rounds, participation, (num_rounds, min_sep, count, error, barrier_strength),

@@ -1,14 +1,21 @@
-"""Up-front memory checks: refuse a number of rounds whose float64 arrays cannot fit in memory.
+"""Up-front memory and time checks: refuse a size whose arrays cannot fit in memory, or whose
+computation would not finish in reasonable time, before anything is computed.
 
-The estimates are each mechanism's `registry.MemoryModel`: lower bounds of what its computation
-really materializes (measured with tracemalloc, float64 = 8 bytes), e.g. about 4 n x n arrays
-(32 n^2 bytes) for BandMF, O(n) Toeplitz coefficients (56 n bytes) for a BLT, nothing of length n for
-Gaussian noise. `check_fits` raises `MemoryLimitError` (a ValueError) naming the rounds and the
-memory needed when the estimate exceeds the memory available now (`MemAvailable` of /proc/meminfo;
-physical memory elsewhere). `check_canaries_fit` does the same for a driver's canary clients.
-Imports no TensorFlow.
+The memory estimates are each mechanism's `registry.MemoryModel`: lower bounds of what its
+computation really materializes (measured with tracemalloc, float64 = 8 bytes), e.g. about 4 n x n
+arrays (32 n^2 bytes) for BandMF, O(n) Toeplitz coefficients (56 n bytes) for a BLT, nothing of
+length n for Gaussian noise. `check_fits` raises `MemoryLimitError` (a ValueError) naming the rounds
+and the memory needed when the estimate exceeds the memory available now (`MemAvailable` of
+/proc/meminfo; physical memory elsewhere). `check_canaries_fit` does the same for a driver's canary
+clients and `check_noise_state_fits` for the streaming noise state of a TFF simulation (model-sized
+float32 buffers: `MemoryModel.noise_vectors`, `NOISE_STATE_COPIES`).
+
+Time: `check_seconds` raises `ComputeLimitError` (a ValueError) when a computation's estimated time
+(a cost model measured on this project's machine type, e.g. `blt.optimization_cost`) exceeds
+`MAX_SECONDS`, naming the size, the estimate and what to change. Imports no TensorFlow.
 """
 
+import math
 import os
 from typing import Optional, Tuple
 
@@ -18,6 +25,16 @@ from dp_ftrl_tff.mechanisms import registry
 
 class MemoryLimitError(ValueError):
   """The requested size cannot fit in the memory of this machine."""
+
+
+class ComputeLimitError(ValueError):
+  """The requested size would take longer than `MAX_SECONDS` to compute."""
+
+
+#: The longest up-front computation (an optimization, an accounting) a library call or a binary
+#: starts: an hour. Longer ones are refused with their estimate, so that a mistyped size is an error
+#: within seconds, not a process that seems to hang.
+MAX_SECONDS = 3600.0
 
 
 def available_bytes() -> int:
@@ -110,3 +127,114 @@ def check_canaries_fit(num_canaries: int, num_rounds: int, flag: str = '--canary
         f'({CANARY_BYTES} N + {CANARY_ROUND_BYTES} N n bytes for N={num_canaries} over n='
         f'{num_rounds} rounds), but only {format_bytes(available)} of memory is available; use '
         'fewer canary clients.')
+
+
+#: Copies of each model-sized float32 vector of the streaming noise state that a local TFF simulation
+#: holds at its peak (the state in the Python process and in TFF's worker, a round's input and
+#: output, their serializations): measured with the EMNIST driver (the 1.66M-parameter CNN, a BLT of
+#: d = 1, 32 and 64 buffers), its peak resident memory and its worker's grew by 19.7 (2 rounds) to
+#: 23.5 (5 rounds) model-sized vectors per buffer. A lower bound.
+NOISE_STATE_COPIES = 19
+
+
+def noise_state_vectors(strategy, num_rounds: int) -> int:
+  """The model-sized vectors the streaming noise state of `strategy` (a registry mechanism's
+  `base.Strategy`) holds over `num_rounds` rounds (`registry.MemoryModel.noise_vectors`)."""
+  n = _validation.check_positive_int(num_rounds, 'num_rounds')
+  return int(registry.entry(strategy.name).memory.noise_vectors(strategy, n))
+
+
+def estimate_noise_state_bytes(strategy, num_rounds: int, num_parameters: int) -> int:
+  """Bytes a local TFF simulation needs at least for the noise state of `strategy` over a model of
+  `num_parameters` float32 parameters: `NOISE_STATE_COPIES` x 4 x P x vectors."""
+  p = _validation.check_positive_int(num_parameters, 'num_parameters')
+  return NOISE_STATE_COPIES * 4 * p * noise_state_vectors(strategy, num_rounds)
+
+
+def check_noise_state_fits(strategy, num_rounds: int, num_parameters: int,
+                           available: Optional[int] = None) -> None:
+  """Raises `MemoryLimitError` when `estimate_noise_state_bytes` exceeds the available memory,
+  naming the option that sets the number of vectors (`MemoryModel.noise_option`, e.g.
+  `num_buffers`), the memory needed (with its formula) and the memory available."""
+  needed = estimate_noise_state_bytes(strategy, num_rounds, num_parameters)
+  available = available_bytes() if available is None else available
+  if needed > available:
+    vectors = noise_state_vectors(strategy, num_rounds)
+    option = registry.entry(strategy.name).memory.noise_option
+    raise MemoryLimitError(
+        f'the {strategy.name} noise state holds {vectors} model-sized buffers (from `{option}`) of '
+        f'{num_parameters} float32 parameters, and a TFF simulation keeps about '
+        f'{NOISE_STATE_COPIES} copies of each: about {format_bytes(needed)} '
+        f'({NOISE_STATE_COPIES} x 4 x {num_parameters} x {vectors} bytes), but only '
+        f'{format_bytes(available)} of memory is available; use fewer buffers (`{option}`) or a '
+        'smaller model.')
+
+
+def format_seconds(seconds: float) -> str:
+  """`seconds` as seconds, minutes, hours, days or years with three significant digits."""
+  if not math.isfinite(seconds):
+    return 'forever'
+  unit, size = next(((unit, size) for unit, size in (
+      ('year', 365.25 * 86400), ('day', 86400), ('hour', 3600), ('minute', 60))
+      if seconds >= size), ('second', 1.0))
+  text = f'{seconds / size:.3g}'
+  return f'{text} {unit}' + ('' if text == '1' else 's')
+
+
+def check_seconds(seconds: float, subject: str, remedy: str,
+                  max_seconds: Optional[float] = None) -> None:
+  """Raises `ComputeLimitError` when `seconds` (a computation's estimated time) exceeds
+  `max_seconds` (default `MAX_SECONDS`): '`subject` would take about <time> on this machine type
+  (...), above the limit ...; `remedy`'."""
+  limit = MAX_SECONDS if max_seconds is None else max_seconds
+  if seconds > limit:
+    raise ComputeLimitError(
+        f'{subject} would take about {format_seconds(seconds)} on this project\'s machine type, '
+        f'above the {format_seconds(limit)} a computation here may take; {remedy}')
+
+
+def check_generated_clients(num_clients: int, examples_per_client: int, bytes_per_example: int,
+                            seconds_per_client: float, seconds_per_example: float,
+                            available: Optional[int] = None) -> None:
+  """Raises `MemoryLimitError` or `ComputeLimitError` (ValueErrors naming `num_clients` and
+  `examples_per_client`) when a generated population of N = `num_clients` clients of about
+  E = `examples_per_client` examples each needs more than the available memory (N E x
+  `bytes_per_example`) or longer than `MAX_SECONDS` to generate (N x `seconds_per_client` + N E x
+  `seconds_per_example`); the per-example figures are the generator's, measured."""
+  n = _validation.check_positive_int(num_clients, 'num_clients')
+  e = _validation.check_positive_int(examples_per_client, 'examples_per_client')
+  what = f'`num_clients`={n} clients of `examples_per_client`={e} examples'
+  needed = float(n) * e * bytes_per_example
+  available = available_bytes() if available is None else available
+  if needed > available:
+    raise MemoryLimitError(
+        f'{what}: the generated population needs about {format_bytes(needed)} ({bytes_per_example} '
+        f'bytes an example), but only {format_bytes(available)} of memory is available; use fewer '
+        'clients or examples per client.')
+  check_seconds(float(n) * seconds_per_client + float(n) * e * seconds_per_example,
+                f'{what}: generating the population', 'use fewer clients or examples per client.')
+
+
+#: Copies of the model's float32 parameters a local TFF simulation holds at its peak (the Keras and
+#: TFF models, the server state and its optimizer, the clients' copies, updates and gradients, the
+#: worker's and their serializations): the EMNIST driver with its 1.66M-parameter CNN peaked 703 MB
+#: above the tiny model's run, about 106 model-sized vectors, 87 of them without its BLT buffer's
+#: 19. A lower bound.
+MODEL_COPIES = 80
+
+
+def check_model_fits(num_parameters: int, what: str, activation_floats: int = 0,
+                     available: Optional[int] = None) -> None:
+  """Raises `MemoryLimitError` when a model of `num_parameters` float32 parameters (`MODEL_COPIES`
+  copies) plus `activation_floats` float32 activations of one client batch exceeds the available
+  memory; `what` names the settings that make them (e.g. '`vocab_size`=..., ...')."""
+  p = _validation.check_positive_int(num_parameters, 'num_parameters')
+  activations = _validation.check_nonnegative_int(activation_floats, 'activation_floats')
+  needed = 4.0 * (MODEL_COPIES * p + activations)
+  available = available_bytes() if available is None else available
+  if needed > available:
+    raise MemoryLimitError(
+        f'{what}: a model of {p:.3g} float32 parameters ({MODEL_COPIES} copies in a TFF simulation) '
+        f'and {activations:.3g} activations of a client batch need about {format_bytes(needed)}, '
+        f'but only {format_bytes(available)} of memory is available; use a smaller model or '
+        'shorter sequences.')

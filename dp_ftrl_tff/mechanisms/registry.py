@@ -54,17 +54,29 @@ class Option:
       raise ValueError(f'`choices` must be given exactly for kind=choice (option {self.name!r}).')
 
 
+def _no_vectors(strategy, num_rounds: int) -> int:
+  del strategy, num_rounds
+  return 0
+
+
 @dataclasses.dataclass(frozen=True)
 class MemoryModel:
   """Bytes the float64 arrays of a mechanism's computation over n rounds need at least:
-  quadratic * n^2 + linear * n (measured with tracemalloc; a lower bound).
+  quadratic * n^2 + linear * n (measured with tracemalloc; a lower bound), and the model-sized
+  vectors its streaming noise state holds (`memory.check_noise_state_fits`).
 
   Attributes:
     losses: (bytes per n^2, bytes per n) to evaluate losses or optimize.
     sensitivity: (bytes per n^2, bytes per n) of the sensitivity alone (accounting).
+    noise_vectors: (strategy, n) -> the model-sized vectors of its streaming noise state, at most,
+      over n rounds (noise/ documents each state; `experiments.benchmarks.noise_memory_bench`
+      measures them).
+    noise_option: the option or setting that sets that number, as errors name it ('num_buffers').
   """
   losses: Tuple[int, int] = (0, 0)
   sensitivity: Tuple[int, int] = (0, 0)
+  noise_vectors: Callable[[base.Strategy, int], int] = _no_vectors
+  noise_option: str = 'num_rounds'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -231,10 +243,19 @@ def _tree(name: str, summary: str) -> Mechanism:
       name, summary, 'dp_ftrl_tff.mechanisms.tree:TreeStrategy',
       None if full else 'dp_ftrl_tff.noise.tree:TreeNoise', default_config={'mechanism': name},
       parameter_options=(_completion_option(),),
-      memory=MemoryModel(losses=(24, 33) if full else (0, 33), sensitivity=(0, 33)),
+      memory=MemoryModel(losses=(24, 33) if full else (0, 33), sensitivity=(0, 33),
+                         # Honaker's live left siblings: at most floor(log2(n + 1)).
+                         noise_vectors=(lambda strategy, n: (n + 1).bit_length() - 1)
+                         if name == 'tree_efficient' else _no_vectors),
       # The full tree's losses cost O(n^3): about 3 s at n = 2000, 20 s at n = 4000.
       comparisons=(Comparison(name, max_rounds=2100 if full else None,
                               cost='its losses cost O(n^3)'),))
+
+
+def _ring_buffer(strategy, num_rounds: int) -> int:
+  """A banded stream's ring buffer: the last b-hat - 1 outputs (BandMF, BSR) or draws (BISR)."""
+  del num_rounds
+  return strategy.num_bands - 1
 
 
 def _bands_option(what: str) -> Option:
@@ -270,7 +291,8 @@ _BUILT_IN = (
             _bands_option('BandMF'), _error_option('rms'),
             Option('toeplitz', 'bool', 'BandMF: optimize a banded Toeplitz C (fast; the general '
                    'optimizer takes minutes at 2000 rounds).', default=False)),
-        file_suffix='.npz', memory=MemoryModel(losses=(32, 0), sensitivity=(32, 0)),
+        file_suffix='.npz', memory=MemoryModel(losses=(32, 0), sensitivity=(32, 0),
+                                               noise_vectors=_ring_buffer, noise_option='num_bands'),
         comparisons=(Comparison('banded ({num_bands} bands)', {'toeplitz': True},
                                 source='banded Toeplitz C {source}; the general BandMF optimizer '
                                 'is not run (minutes at n = 2000)'),)),
@@ -279,22 +301,27 @@ _BUILT_IN = (
         'dp_ftrl_tff.noise.blt:BLTNoise', optimizer='dp_ftrl_tff.mechanisms.blt:optimize_blt',
         optimizer_options=(
             Option('num_buffers', 'int', 'BLT: buffers d (default: the optimizer tries 1 to 8 and '
-                   'keeps the fewest within 0.05% of the best loss).'),
+                   'keeps the fewest within 0.05% of the best loss; it optimizes 1 .. d in turn, '
+                   'refused when that would not fit in memory or an hour).'),
             _error_option('max')),
         parameter_options=(
             Option('theta', 'floats', 'BLT: buffer decays theta (comma-separated; with --omega).'),
             Option('omega', 'floats', 'BLT: output scales omega (comma-separated; with --theta).')),
-        memory=MemoryModel(losses=(0, 56), sensitivity=(0, 56)),
+        memory=MemoryModel(losses=(0, 56), sensitivity=(0, 56),
+                           noise_vectors=lambda strategy, n: strategy.num_buffers,
+                           noise_option='num_buffers'),
         reference_strategy='dp_ftrl_tff.mechanisms.blt:REFERENCE_STRATEGY',
         comparisons=tuple(Comparison(f'blt ({d} buffer{"s" if d > 1 else ""})', {'num_buffers': d})
                           for d in range(1, 5))),
     _square_root('bsr', 'banded square root (closed form)', 'BandedSquareRootStrategy',
                  'dp_ftrl_tff.noise.banded:BandedNoise',
-                 MemoryModel(losses=(0, 79), sensitivity=(0, 32))),
+                 MemoryModel(losses=(0, 79), sensitivity=(0, 32), noise_vectors=_ring_buffer,
+                             noise_option='num_bands')),
     _square_root('bisr', 'banded inverse square root (closed form)',
                  'BandedInverseSquareRootStrategy',
                  'dp_ftrl_tff.noise.moving_average:MovingAverageNoise',
-                 MemoryModel(losses=(0, 79), sensitivity=(0, 79))),
+                 MemoryModel(losses=(0, 79), sensitivity=(0, 79), noise_vectors=_ring_buffer,
+                             noise_option='num_bands')),
 )
 _REGISTRY = _registry.Registry('mechanism', Mechanism, 'registry.Mechanism', _BUILT_IN)
 #: Removes a mechanism added with `register`; `register` for the duration of a `with` block.

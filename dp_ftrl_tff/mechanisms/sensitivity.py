@@ -234,11 +234,40 @@ def toeplitz_squared(coefs, num_rounds: int, participation) -> float:
   k = participation.effective_max_participations(n)
   if not _toeplitz_exact_case(c, participation, k):
     c = np.maximum.accumulate(np.abs(c)[::-1])[::-1]
-  column_sum = np.zeros(n)
-  for p in range(k):
-    start = p * participation.min_sep
-    column_sum[start:] += c[:n - start]
-  return float(np.sum(column_sum**2))
+  column_sum = strided_window_sum(c, participation.min_sep, k)
+  return float(np.dot(column_sum, column_sum))
+
+
+def strided_window_sum(values: np.ndarray, min_sep: int, count: int) -> np.ndarray:
+  """out[t] = sum_{p < count, p b <= t} values[t - p b] (C u(pi*) for C = LtToep(values) and
+  pi* = (0, b, ..., (count - 1) b)), in O(n) time and memory rather than O(count n).
+
+  The padded vector is viewed as rows of length b; out is the sum of the last `count` rows up to
+  each row. With count >= the number of rows it is a running sum down the rows. Otherwise the rows
+  are cut into blocks of `count` rows, and a window is the sum from its first row to the end of that
+  row's block plus the sum from the next block's start to its last row (a running sum backwards
+  and one forwards within the blocks): additions only, no difference of running sums, so no
+  cancellation.
+  """
+  values = np.asarray(values, dtype=np.float64)
+  min_sep = _validation.check_positive_int(min_sep, 'min_sep')
+  count = _validation.check_positive_int(count, 'count')
+  n = values.size
+  rows = -(-n // min_sep)
+  if count >= rows:
+    padded = np.zeros(rows * min_sep)
+    padded[:n] = values
+    return np.cumsum(padded.reshape(rows, min_sep), axis=0).ravel()[:n]
+  blocks = -(-rows // count)
+  padded = np.zeros(blocks * count * min_sep)
+  padded[:n] = values
+  grid = padded.reshape(blocks, count, min_sep)
+  out = np.cumsum(grid, axis=1).reshape(blocks * count, min_sep)  # block start .. row
+  backward = np.cumsum(grid[:, ::-1], axis=1)[:, ::-1].reshape(blocks * count, min_sep)  # row .. block end
+  last = np.arange(count, blocks * count)
+  last = last[(last + 1) % count != 0]  # a window ending on a block's last row is that block
+  out[last] += backward[last - count + 1]
+  return out.ravel()[:n]
 
 
 class DenseMethod(NamedTuple):

@@ -144,6 +144,9 @@ def _for_setting(strategy_class, num_rounds: int,
   participation = participation_lib.check_participation(participation)
   if num_bands is None:
     num_bands = min(participation.min_sep, num_rounds)
+  num_bands = _validation.check_positive_int(num_bands, 'num_bands')
+  if num_bands > num_rounds:  # its stream would hold num_bands - 1 buffers for nothing
+    raise ValueError(f'`num_bands`={num_bands} must not exceed `num_rounds`={num_rounds}.')
   strategy = strategy_class(num_bands=num_bands)
   losses = strategy.losses(num_rounds, participation)
   return base.OptimizationResult(
@@ -161,7 +164,7 @@ def optimize_bsr(num_rounds: int, participation: participation_lib.Participation
   Args:
     num_rounds: n the losses are reported for (the strategy streams for any n).
     participation: the `ParticipationSchema` of the reported losses.
-    num_bands: b-hat >= 1, or None for min(min_sep, n).
+    num_bands: 1 <= b-hat <= n, or None for min(min_sep, n).
 
   Returns:
     `base.OptimizationResult` of a `BandedSquareRootStrategy`; `details` says whether the sensitivity

@@ -336,9 +336,19 @@ def _check_segments(segment_lengths, completion) -> Tuple[Tuple[int, ...], Tuple
   return lengths, completed
 
 
+#: Entries of the exact sensitivity's tables, k^2 (bit length of n + 1), that it builds at most:
+#: 2^27, half a GB of int32 (and the int32 counts stay exact below it).
+_MAX_TABLE_ENTRIES = 1 << 27
+
+
 def _check_dp_size(max_count: int, num_rounds: int) -> None:
-  if max_count**2 * (num_rounds.bit_length() + 1) >= 1 << 27:
-    raise ValueError(f'`max_participations`={max_count} is too large for the int32 tables.')
+  entries = max_count**2 * (num_rounds.bit_length() + 1)
+  if entries >= _MAX_TABLE_ENTRIES:
+    raise ValueError(
+        f'the exact tree sensitivity of k={max_count} participations over `num_rounds`={num_rounds} '
+        f'(k = min(`max_participations`, ceil(`num_rounds` / `min_sep`))) needs int32 tables of '
+        f'k^2 (log2 n + 2) = {entries:.3g} entries, more than the 2^27 it builds; use fewer '
+        '`num_rounds` or restarts, a larger `min_sep`, or a smaller `max_participations`.')
 
 
 def segments_sensitivity_squared(segment_lengths: Sequence[int],

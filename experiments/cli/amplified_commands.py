@@ -98,8 +98,8 @@ def _group_sampling_prob(fv, num_groups: int) -> float:
     raise UsageError('--sampling_prob (or --dataset_size with --batch_size) is required.')
   try:
     return amplification.group_sampling_prob(fv.dataset_size, fv.batch_size, num_groups)
-  except ValueError as e:
-    raise UsageError(f'--sampling_groups/--dataset_size/--batch_size: {e}') from None
+  except ValueError as e:  # names the flags (`num_groups` is --sampling_groups)
+    raise UsageError(str(e)) from None
 
 
 def _amplified_strategy(fv, num_groups: int):

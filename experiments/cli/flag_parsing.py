@@ -44,6 +44,8 @@ FLAG_NAMES = {
     'warmup': 'restart_warmup',
     'period': 'restart_period',
     'allow_setting_mismatch': 'allow_strategy_setting_mismatch',
+    'num_clients': 'synthetic_num_clients',
+    'examples_per_client': 'synthetic_examples_per_client',
 }
 
 

@@ -202,7 +202,7 @@ def restarts(rounds, warmup: Optional[int],
 def define_sampling_flags(fv: flags.FlagValues) -> None:
   """Defines the random sampling's `--sampling_prob` and `--sampling_groups`."""
   flags.DEFINE_float('sampling_prob', None,
-                     'q in (0, 1]: a client\'s inclusion probability in each round its group is '
+                     'q in [2^-52, 1]: a client\'s inclusion probability in each round its group is '
                      'sampled (Poisson samplers; adds the amplified guarantee, BandMF Thm. 4).',
                      flag_values=fv)
   flags.DEFINE_integer('sampling_groups', None,

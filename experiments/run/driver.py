@@ -26,6 +26,8 @@ from typing import Any, Callable, Dict, Optional
 
 from absl import flags, logging
 
+import dp_ftrl_tff
+import experiments
 from dp_ftrl_tff.learning import remote_execution
 from dp_ftrl_tff.mechanisms import memory
 from experiments.cli import flag_parsing
@@ -43,7 +45,8 @@ from experiments.workers import child_workers
 
 #: What `--help` of every driver prints after the driver's docstring.
 HELP_NOTES = """
-Logs: WARNING and above on stderr; absl's --verbosity=0 (not listed below) shows the INFO logs.
+Logs: WARNING and above on stderr, ours as `<program>: warning: ...`, a library's (TensorFlow, TFF)
+in absl's format with its source file; absl's --verbosity=0 (not listed below) shows the INFO logs.
 Exit codes: 0 ok; 2 bad input (flags, settings, input files such as --data or --mechanism_file, a
 --rounds too large for memory); 1 runtime failure (I/O, a run directory in use by another run, a
 corrupt file of the run directory, a full disk); 130 / 143 stopped by SIGINT / SIGTERM: during
@@ -58,7 +61,9 @@ Docs: docs/training.md.
 def set_up_logging() -> None:
   """Quiet console: absl WARNING and above on stderr unless the user gave absl's --verbosity
   (`--verbosity=0` brings the INFO logs back), without TF's Python chatter. Results and progress go
-  to stdout (`experiments.run.console`)."""
+  to stdout (`experiments.run.console`). Our own records read `<program>: <level>: ...`, like the
+  errors; a library's (TensorFlow, TFF, ...) keep absl's format, which names its source file, so
+  that a library's log line never looks like our error line."""
   if not flags.FLAGS['verbosity'].present:
     logging.set_verbosity(logging.WARNING)
     # Warnings as `<program>: warning: ...`, like the errors; with --verbosity absl's own format.
@@ -66,11 +71,30 @@ def set_up_logging() -> None:
   std_logging.getLogger('tensorflow').setLevel(std_logging.ERROR)
 
 
+#: The directories of this project's packages: a log record from a file under them is ours.
+_OWN_PACKAGES = tuple(os.path.dirname(os.path.abspath(module.__file__)) + os.sep
+                      for module in (dp_ftrl_tff, experiments))
+
+
 class _PlainFormatter(std_logging.Formatter):
-  """`<program>: <level>: <message>` (absl's prefix of time, PID and source line left out)."""
+  """`<program>: <level>: <message>` for our own records (absl's prefix of time, PID and source
+  line left out); any other record (a library's, e.g. TensorFlow's at ERROR level) in absl's own
+  format (`E1128 16:44:49.102644 12345 tf_should_use.py:80] ...`), never dressed as ours."""
+
+  def __init__(self):
+    super().__init__()
+    self._foreign = logging.PythonFormatter()
 
   def format(self, record: std_logging.LogRecord) -> str:
+    if not is_own_record(record):
+      return self._foreign.format(record)
     return f'{flag_parsing.program_name()}: {record.levelname.lower()}: {record.getMessage()}'
+
+
+def is_own_record(record: std_logging.LogRecord) -> bool:
+  """Whether `record` was logged by this project's code (`dp_ftrl_tff`, `experiments`)."""
+  path = os.path.abspath(record.pathname or '')
+  return path.startswith(_OWN_PACKAGES)
 
 
 def _fail(error, flag_values: flags.FlagValues, exit_code: int = flag_parsing.ERROR_EXIT_CODE):

@@ -116,6 +116,9 @@ class RunConfig:
                  'eval_max_examples', 'synthetic_num_clients', 'synthetic_examples_per_client'):
       _validation.check_positive_int(getattr(self, name), name)
     _validation.check_nonnegative_int(self.canary_clients, 'canary_clients')
+    if not 0 <= _validation.check_nonnegative_int(self.seed, 'seed') < 2**63:
+      # The data, model and sampler seeds become int64 tensors.
+      raise ValueError(f'`seed` must lie in [0, 2**63) (an int64), got {self.seed}.')
     if self.canary_clients and self.secure_aggregation:
       # TFF's test context fails to compile the secure sums of the process with canaries.
       raise ValueError('`canary_clients` is not available with `secure_aggregation` (yet): audit '
@@ -213,9 +216,8 @@ class RunConfig:
   def _check_random_sampler(self) -> None:
     """What a Poisson sampler needs and cannot do."""
     if self.sampling_prob is None:
-      raise ValueError(f'`sampler`={self.sampler} needs `sampling_prob` (q in (0, 1]).')
-    _validation.check_float_in_range(self.sampling_prob, 'sampling_prob', 0.0, 1.0,
-                                     low_inclusive=False)
+      raise ValueError(f'`sampler`={self.sampler} needs `sampling_prob` (q in [2^-52, 1]).')
+    sampling_lib.check_sampling_prob(self.sampling_prob)
     if self.clients_per_round is not None:
       raise ValueError(f'`clients_per_round` conflicts with `sampler`={self.sampler}: the mean '
                        'divides by the expected cohort size sampling_prob * population / '

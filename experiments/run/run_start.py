@@ -23,7 +23,7 @@ from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.accounting import zcdp
 from dp_ftrl_tff.learning import canaries as canaries_lib
 from dp_ftrl_tff.learning import dp_ftrl
-from dp_ftrl_tff.mechanisms import resolve
+from dp_ftrl_tff.mechanisms import memory, resolve
 from experiments.cli import flag_parsing
 from experiments.run import (
   canary_clients,
@@ -128,6 +128,9 @@ def start_run(task: run_config.Task, config: run_config.RunConfig,
   record_checks.check_plan(resumption, checkpoint_records.plan_document(plan))
   if check_plan is not None:
     check_plan(plan)
+  # The noise state's buffers are model-sized: a mechanism option that makes too many of them is
+  # refused before TFF allocates them (`memory.check_noise_state_fits`).
+  memory.check_noise_state_fits(plan.strategy, config.rounds, task.keras_model_fn().count_params())
   canary_ids, canaries = canary_clients.run_canaries(train_ids, config.canary_clients,
                                                      config.seed, plan)
   console.print_header(task, config, plan, planned, population)

@@ -21,6 +21,8 @@ if __name__ == '__main__':  # SIGINT / SIGTERM recorded from the start (experime
 
 from absl import flags  # noqa: E402
 
+from dp_ftrl_tff import _validation  # noqa: E402
+from dp_ftrl_tff.mechanisms import memory  # noqa: E402
 from experiments.run import driver, driver_flags, run_config  # noqa: E402
 
 FLAGS = flags.FlagValues()
@@ -72,11 +74,34 @@ def build_task(config: run_config.RunConfig) -> run_config.Task:
       accuracy_metric='accuracy_no_oov_or_eos')
 
 
+def model_parameters(vocab_size: int, embedding_size: int, lstm_size: int) -> int:
+  """The parameters of `models.build_keras_model`: the embedding of V + 4 ids, the LSTM (kernel,
+  recurrent kernel and bias of 4 gates), the projection and the logits (4,050,748 at the papers'
+  sizes)."""
+  v, e, h = (_validation.check_positive_int(value, name) + extra for value, name, extra in (
+      (vocab_size, 'vocab_size', 4), (embedding_size, 'embedding_size', 0),
+      (lstm_size, 'lstm_size', 0)))
+  return v * e + 4 * (e + h + 1) * h + (h * e + e) + (e * v + v)
+
+
 def task_settings(fv: flags.FlagValues) -> dict:
-  """The driver's own settings (`RunConfig.task`) from its parsed flags."""
+  """The driver's own settings (`RunConfig.task`) from its parsed flags; a model or a batch of
+  sequences too large for the memory is a `memory.MemoryLimitError` naming its flags, before
+  TensorFlow builds it."""
   if fv.word_counts is not None and not os.path.isfile(fv.word_counts):
     raise ValueError(f'`word_counts`: no file at {fv.word_counts!r}.')
-  return {name: fv[name].value for name in TASK_FLAGS}
+  settings = {name: fv[name].value for name in TASK_FLAGS}
+  sizes = [_validation.check_positive_int(settings[name], name)
+           for name in ('vocab_size', 'embedding_size', 'lstm_size', 'sequence_length')]
+  vocab, embedding, lstm, length = sizes
+  batch = _validation.check_positive_int(fv.client_batch_size, 'client_batch_size')
+  memory.check_model_fits(
+      model_parameters(vocab, embedding, lstm),
+      f'`vocab_size`={vocab}, `embedding_size`={embedding}, `lstm_size`={lstm}, '
+      f'`sequence_length`={length} and `client_batch_size`={batch}',
+      # Per token of a batch: the logits, the LSTM's gates and the embedding, at least.
+      activation_floats=batch * length * (vocab + 4 + 4 * lstm + embedding))
+  return settings
 
 
 if __name__ == '__main__':

@@ -170,3 +170,52 @@ def test_rdp_target_below_its_floor_is_refused_not_searched_forever():
   """RDP on TF-Privacy's orders never goes below about log(1/delta) / 62 (0.37 at 1e-10)."""
   with pytest.raises(ValueError, match=r'`target_epsilon`=0\.01 .* not reachable with the rdp'):
     amplification.amplified_noise_multiplier(0.01, 10, 1, 1.0, 1e-10, 'rdp')
+
+
+def test_the_smallest_sampling_probability_is_float64_machine_epsilon():
+  # 2^-52 is accounted (epsilon 0 here); below it 1 - q is 1 in float64 and dp_accounting failed.
+  assert amplification.amplified_epsilon(1.0, 100, 1, 2.0**-52, 1e-6) == 0.0
+  for q in (2.0**-53, 1e-20, 1e-320):
+    with pytest.raises(ValueError, match=r'`sampling_prob`=.* is below 2.22e-16 \(2\^-52'):
+      amplification.amplified_epsilon(1.0, 100, 1, q, 1e-6)
+  with pytest.raises(ValueError, match=r'`dataset_size`=9223372036854775808 with `batch_size`=10 '
+                     r'and `num_groups`=2 gives the sampling probability 2.17e-18'):
+    amplification.group_sampling_prob(2**63, 10, 2)
+
+
+def test_rdp_rounding_below_zero_names_the_sampling_probability():
+  # dp_accounting's RDP of a subsampled Gaussian rounds below zero here (its own words: "Renyi
+  # divergence cannot be negative").
+  with pytest.raises(ValueError, match=r'`sampling_prob`=1e-06 is too small for the rdp '
+                     'accountant: .* use the pld accountant'):
+    amplification.amplified_epsilon(100.0, 100, 1, 1e-6, 1e-6, 'rdp')
+
+
+def test_noise_and_compositions_beyond_the_accountant_are_refused():
+  with pytest.raises(ValueError, match=r'`noise_multiplier`=1e\+300 is outside'):
+    amplification.amplified_epsilon(1e300, 100, 2, 0.1, 1e-6)
+  # ceil(n / b-hat) = 2^63 - 1 compositions: dp_accounting overflowed ("Python int too large to
+  # convert to C ssize_t") or ran out of memory; its own truncation bound says how long it gets.
+  assert amplification.composed_pld_points(1.0, 10**9, 0.01) > 5e8
+  with pytest.raises(ValueError, match=r'`num_rounds`: ceil\(num_rounds / num_groups\) = '
+                     r'9223372036854775807 compositions .* points long, about .* EB'):
+    amplification.amplified_epsilon(1.0, 2**63 - 1, 1, 0.1, 1e-6)
+
+
+@pytest.mark.parametrize('make', [
+    lambda: gaussian.GaussianStrategy(),
+    lambda: blt.BLTStrategy((0.9, 0.5), (0.3, 0.2)),
+    lambda: banded.BandedStrategy(np.tril(np.ones((30, 30))) - np.tril(np.ones((30, 30)), -4)),
+])
+def test_bands_and_column_norms_without_the_dense_matrix_equal_the_dense_ones(make):
+  strategy = make()
+  for restarts in (None, [10, 25]):
+    lengths = zcdp.segment_lengths(30, restarts)
+    dense = [strategy.strategy_matrix(m) for m in lengths]
+    bands = max(int(np.max(np.subtract(*np.nonzero(c)))) + 1 for c in dense)
+    norm = max(float(np.max(np.linalg.norm(c, axis=0))) for c in dense)
+    assert amplification.num_bands(strategy, 30, restarts) == bands
+    assert amplification.largest_column_norm(strategy, 30, restarts) == pytest.approx(norm,
+                                                                                      rel=1e-14)
+  if strategy.max_rounds is None:  # 10^6 rounds: the dense C would take 8 TB
+    assert amplification.largest_column_norm(strategy, 10**6) >= 1.0

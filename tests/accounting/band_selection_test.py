@@ -134,3 +134,15 @@ def test_an_unreachable_target_is_refused_before_any_optimization():
   with pytest.raises(ValueError, match=r'`target_epsilon`=1e\+06 is above'):
     selector.select(1e6, 1e-10)
   assert not selector._strategies  # nothing was optimized
+
+
+def test_a_search_that_cannot_finish_or_be_accounted_is_refused_up_front():
+  with pytest.raises(ValueError, match=r'`dataset_size`=9223372036854775807 with `batch_size`=1 '
+                     r'gives the sampling probability'):
+    band_selection.select_bands(1.0, 1e-6, 100, 2**63 - 1, 1)
+  # b-hat = 1, 2, 4, ..., 20000 at n = 20000: at least 5 ns n b-hat^2 each (the optimizer's model).
+  with pytest.raises(ValueError, match=r'the band selection over b-hat = 1 \.\. 20000 \(min\(floor\('
+                     r'`dataset_size` / `batch_size`\), `num_rounds`\) .* would take about'):
+    band_selection.select_bands(1.0, 1e-6, 20000, 10**6, 1)
+  with pytest.raises(ValueError, match=r'`candidates` up to b-hat = 20000 at `num_rounds`=20000'):
+    band_selection.select_bands(1.0, 1e-6, 20000, 10**6, 1, candidates=(1, 20000))

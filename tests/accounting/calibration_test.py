@@ -104,3 +104,18 @@ def test_the_smallest_target_calibrates():
 def test_target_rho_above_the_accountant_limit_is_refused():
   with pytest.raises(zcdp.AccountingLimitError, match=r'`target_rho`=1e\+06'):
     calibration.noise_multiplier_for_rho(1e6, 1.0)
+
+
+def test_a_subnormal_delta_is_refused_naming_it():
+  assert calibration.max_epsilon(calibration.MIN_DELTA) > 600  # the smallest normal float64 works
+  with pytest.raises(ValueError, match=r'`delta`=9.99989e-321 is below 2.23e-308'):
+    calibration.noise_multiplier_for_epsilon(1.0, 10.0, 1e-320)
+
+
+def test_a_target_rho_needing_more_noise_than_a_plan_takes_names_the_target():
+  assert calibration.noise_multiplier_for_rho(1e-200, 1.0) == pytest.approx(math.sqrt(0.5e200))
+  with pytest.raises(ValueError, match=r'`target_rho`=1e-201 needs a noise multiplier .* above '
+                     r'1e\+100 .* use a `target_rho` of at least 5e-201'):
+    calibration.noise_multiplier_for_rho(1e-201, 1.0)
+  with pytest.raises(ValueError, match=r'`target_rho`=9.99989e-321'):
+    calibration.noise_multiplier_for_rho(1e-320, 1.0)

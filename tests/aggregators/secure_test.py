@@ -1,6 +1,8 @@
 """The SecAgg chain: inflated L2 bound, a moving clip against the plain sum and TFF's
-DistributedDpSumFactory, and the wrap check."""
+DistributedDpSumFactory, the wrap check, and the exact secure sum of the quantile bits."""
 
+import gc
+import logging
 import math
 
 import numpy as np
@@ -187,3 +189,31 @@ def test_stale_scale_wraps_and_is_detected():
     assert wrap == int(error > 0.5 * clip), (wrap, error)
     wrapped.append(wrap)
   assert any(wrapped), wrapped
+
+
+def test_quantile_bits_sum_exactly():
+  process = secure.quantile_bit_aggregation_factory().create(tff.TensorType(np.float32))
+  bits = [np.float32(b) for b in (0.5, -0.5, 0.5, 0.5, -0.5, 0.5, 0.5)]
+  outputs = _run(process, bits, 2)
+  assert [float(o['result']) for o in outputs] == [1.5, 1.5]
+  with pytest.raises(ValueError, match='`value_type` must be a float32 scalar'):
+    secure.quantile_bit_aggregation_factory().create(tff.TensorType(np.float32, [2]))
+  with pytest.raises(ValueError, match='`upper` and `lower` must be integers'):
+    secure.count_aggregation_factory(True, 0.5, -0.5)
+
+
+def test_building_the_secure_adaptive_process_logs_no_tensorflow_error():
+  """TFF's float secure sum leaves an unused assertion in a graph, which TensorFlow logs at ERROR
+  level when the op is collected ("Object was never used"); a driver once printed it after a
+  successful run. Building the process with SecAgg and adaptive clipping must log no TF error."""
+  records = []
+  handler = logging.Handler(logging.ERROR)
+  handler.emit = records.append
+  tf_logger = logging.getLogger('tensorflow')
+  tf_logger.addHandler(handler)
+  try:
+    _adaptive_factory(SecureAggregation(bits=16)).create(VALUE_TYPE)
+    gc.collect()
+  finally:
+    tf_logger.removeHandler(handler)
+  assert not records, [r.getMessage()[:300] for r in records]

@@ -323,3 +323,11 @@ def test_losses_use_exact_sensitivity():
 def test_invalid_arguments_raise(call, name):
   with pytest.raises(ValueError, match=name):
     call()
+
+
+def test_a_tree_too_large_for_the_exact_tables_names_every_setting_behind_k():
+  with pytest.raises(ValueError, match=r'the exact tree sensitivity of k=100000000 participations '
+                     r'over `num_rounds`=100000000 \(k = min\(`max_participations`, ceil\('
+                     r'`num_rounds` / `min_sep`\)\)\) .* use fewer `num_rounds` or restarts, a '
+                     r'larger `min_sep`, or a smaller `max_participations`'):
+    tree.tree_sensitivity_squared(10**8, participation_lib.ParticipationSchema(1))
