@@ -70,7 +70,8 @@ PROGRAM = 'mechanisms'
 COMMANDS = ('optimize', 'evaluate', 'amplified', 'select_bands')
 
 _FLAGS = flags.FlagValues()
-plan_flags.define_mechanism_flags(_FLAGS)
+# `evaluate` evaluates a strategy file at any setting (what it is for): no setting check to allow.
+plan_flags.define_mechanism_flags(_FLAGS, setting_check=False)
 plan_flags.define_setting_flags(_FLAGS, fixed_epoch=True)
 flags.DEFINE_string('output', None, 'Save the optimized strategy here (.json blt, .npz banded).',
                     flag_values=_FLAGS)

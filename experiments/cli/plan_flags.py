@@ -60,8 +60,9 @@ def _define_option(option: registry.Option, owners, fv: flags.FlagValues) -> Non
 
 
 def define_mechanism_flags(fv: flags.FlagValues, *, default: Optional[str] = None,
-                           streaming_only: bool = False) -> None:
-  """Defines `--mechanism`, `--mechanism_file`, `--allow_strategy_setting_mismatch` and the
+                           streaming_only: bool = False, setting_check: bool = True) -> None:
+  """Defines `--mechanism`, `--mechanism_file`, `--allow_strategy_setting_mismatch` (with
+  `setting_check`: the binary checks a strategy file's setting against the run's) and the
   registry's option flags on `fv` (`streaming_only`: only mechanisms an aggregator can run)."""
   flags.DEFINE_string('mechanism', default, _mechanism_help(streaming_only), flag_values=fv)
   names = lambda: registry.names(streaming_only=streaming_only)  # noqa: E731  (read when parsed)
@@ -73,10 +74,11 @@ def define_mechanism_flags(fv: flags.FlagValues, *, default: Optional[str] = Non
                       'Strategy file (from `python -m experiments.mechanisms_cli optimize --output=`): '
                       'a BLT .json, a banded .npz, ...; it must be made for the run\'s rounds, '
                       'min_sep and max_participations.', flag_values=fv)
-  flags.DEFINE_bool('allow_strategy_setting_mismatch', False,
-                    'Accept a --mechanism_file optimized for other rounds / min_sep / '
-                    'max_participations (with a warning in the report) instead of refusing it.',
-                    flag_values=fv)
+  if setting_check:
+    flags.DEFINE_bool('allow_strategy_setting_mismatch', False,
+                      'Accept a --mechanism_file optimized for other rounds / min_sep / '
+                      'max_participations (with a warning in the report) instead of refusing it.',
+                      flag_values=fv)
   # Every option is a flag (`mechanism_options` reads them all); its help names only the
   # mechanisms this binary's --mechanism accepts (a driver's --completion: not tree_full).
   for name, (option, owners) in registry.option_table().items():

@@ -233,7 +233,8 @@ def test_square_root_evaluate_optimize_and_errors(mechanism, tmp_path, capsys):
 @pytest.mark.unit
 def test_mechanism_options_and_strategy_setting_mismatch(tmp_path, capsys):
   """The mechanism flags no other test runs in this binary: --completion, --toeplitz, both
-  --error values, --allow_strategy_setting_mismatch (accepted; `evaluate` takes any setting)."""
+  --error values; `evaluate` takes a file made for any setting, and the binary has no
+  --allow_strategy_setting_mismatch (the drivers' and the privacy report's)."""
   def main_json(*args):
     assert cli.main(['prog', *args, '--json']) == 0, capsys.readouterr().err
     return json.loads(capsys.readouterr().out)
@@ -250,10 +251,9 @@ def test_mechanism_options_and_strategy_setting_mismatch(tmp_path, capsys):
                   '--error=rms')
   assert out['num_buffers'] == 1
   # The banded file was optimized for min_sep 2; evaluating it for min_sep 4 is what `evaluate`
-  # is for, so it accepts any setting: --allow_strategy_setting_mismatch changes nothing here (it
-  # is one of the mechanism flags the drivers and the privacy report share).
-  allowed = main_json('evaluate', f'--mechanism_file={banded_file}', '--rounds=8', '--min_sep=4',
-                      '--allow_strategy_setting_mismatch')
-  assert allowed == main_json('evaluate', f'--mechanism_file={banded_file}', '--rounds=8',
-                              '--min_sep=4')
-  assert allowed['min_sep'] == 4
+  # is for.
+  other = main_json('evaluate', f'--mechanism_file={banded_file}', '--rounds=8', '--min_sep=4')
+  assert other['min_sep'] == 4
+  assert cli.main(['prog', 'evaluate', f'--mechanism_file={banded_file}', '--rounds=8',
+                   '--min_sep=4', '--allow_strategy_setting_mismatch']) == 2
+  assert "Unknown command line flag 'allow_strategy_setting_mismatch'" in capsys.readouterr().err
