@@ -48,12 +48,14 @@ HELP_NOTES = """
 Logs: WARNING and above on stderr, ours as `<program>: warning: ...`, a library's (TensorFlow, TFF)
 in absl's format with its source file; absl's --verbosity=0 (not listed below) shows the INFO logs.
 Exit codes: 0 ok; 2 bad input (flags, settings, input files such as --data or --mechanism_file, a
---rounds too large for memory); 1 runtime failure (I/O, a run directory in use by another run, a
-corrupt file of the run directory, a full disk); 130 / 143 stopped by SIGINT / SIGTERM: during
-the start or the end (report, summary) at the next step, during training after the current round
-and its checkpoint, a second signal at once; the last checkpoint is kept and rerunning the same
-command resumes. Rerunning a finished run writes nothing and exits 0 (--force_report rewrites its
-report). An error is one line `<program>: error: ...` on stderr; --debug adds the traceback.
+size whose arrays exceed the memory or whose start-up computation exceeds an hour: --rounds,
+--num_buffers, --num_bands, populations, the model); 1 runtime failure (I/O, a run directory in use
+by another run, a corrupt or edited file of the run directory, a full disk); 130 / 143 stopped by
+SIGINT / SIGTERM: during the start or the end (report, summary) at the next step, during training
+after the current round and its checkpoint, a second signal at once; the last checkpoint is kept
+and rerunning the same command resumes. Rerunning a finished run checks its files against its
+last checkpoint's record, then writes nothing and exits 0 (--force_report rewrites its report).
+An error is one line `<program>: error: ...` on stderr; --debug adds the traceback.
 Docs: docs/training.md.
 """
 
