@@ -80,21 +80,29 @@ def format_bytes(num_bytes: float) -> str:
   return f'{num_bytes / 1e3:.1f} kB'
 
 
+def check_bytes(needed: float, subject: str, formula: str, remedy: str,
+                available: Optional[int] = None) -> None:
+  """Raises `MemoryLimitError` when `needed` bytes exceed the `available` memory (default
+  `available_bytes()`): '`subject` need(s) about <bytes> (`formula`), but only <bytes> of memory is
+  available; `remedy`' (`subject` ends with its verb's subject, e.g. 'the canaries need')."""
+  available = available_bytes() if available is None else available
+  if needed > available:
+    raise MemoryLimitError(
+        f'{subject} about {format_bytes(needed)} ({formula}), but only {format_bytes(available)} '
+        f'of memory is available; {remedy}')
+
+
 def check_fits(mechanism: str, num_rounds: int, losses: bool = True, flag: str = '--rounds',
                available: Optional[int] = None) -> None:
   """Raises `MemoryLimitError` when `estimate_bytes` exceeds the available memory.
 
   The message names `flag`, the memory needed (with its formula) and the memory available.
   """
-  needed = estimate_bytes(mechanism, num_rounds, losses)
-  available = available_bytes() if available is None else available
-  if needed > available:
-    quadratic, linear = _coefficients(mechanism, losses)
-    formula = f'{quadratic} n^2' if quadratic else f'{linear} n'
-    raise MemoryLimitError(
-        f'{flag}={num_rounds} is too large for {mechanism}: its float64 arrays need about '
-        f'{format_bytes(needed)} ({formula} bytes for n={num_rounds}), but only '
-        f'{format_bytes(available)} of memory is available; use fewer rounds (or restarts).')
+  quadratic, linear = _coefficients(mechanism, losses)
+  formula = f'{quadratic} n^2' if quadratic else f'{linear} n'
+  check_bytes(estimate_bytes(mechanism, num_rounds, losses),
+              f'{flag}={num_rounds} is too large for {mechanism}: its float64 arrays need',
+              f'{formula} bytes for n={num_rounds}', 'use fewer rounds (or restarts).', available)
 
 
 #: Bytes per canary client a driver holds besides its rounds (tracemalloc, 2e5 canaries): its id
@@ -119,14 +127,10 @@ def check_canaries_fit(num_canaries: int, num_rounds: int, flag: str = '--canary
                        available: Optional[int] = None) -> None:
   """Raises `MemoryLimitError` when `estimate_canary_bytes` exceeds the available memory, naming
   `flag`, the memory needed (with its formula) and the memory available."""
-  needed = estimate_canary_bytes(num_canaries, num_rounds)
-  available = available_bytes() if available is None else available
-  if needed > available:
-    raise MemoryLimitError(
-        f'{flag}={num_canaries} is too large: the canaries need about {format_bytes(needed)} '
-        f'({CANARY_BYTES} N + {CANARY_ROUND_BYTES} N n bytes for N={num_canaries} over n='
-        f'{num_rounds} rounds), but only {format_bytes(available)} of memory is available; use '
-        'fewer canary clients.')
+  check_bytes(estimate_canary_bytes(num_canaries, num_rounds),
+              f'{flag}={num_canaries} is too large: the canaries need',
+              f'{CANARY_BYTES} N + {CANARY_ROUND_BYTES} N n bytes for N={num_canaries} over '
+              f'n={num_rounds} rounds', 'use fewer canary clients.', available)
 
 
 #: Copies of each model-sized float32 vector of the streaming noise state that a local TFF simulation
@@ -156,18 +160,14 @@ def check_noise_state_fits(strategy, num_rounds: int, num_parameters: int,
   """Raises `MemoryLimitError` when `estimate_noise_state_bytes` exceeds the available memory,
   naming the option that sets the number of vectors (`MemoryModel.noise_option`, e.g.
   `num_buffers`), the memory needed (with its formula) and the memory available."""
-  needed = estimate_noise_state_bytes(strategy, num_rounds, num_parameters)
-  available = available_bytes() if available is None else available
-  if needed > available:
-    vectors = noise_state_vectors(strategy, num_rounds)
-    option = registry.entry(strategy.name).memory.noise_option
-    raise MemoryLimitError(
-        f'the {strategy.name} noise state holds {vectors} model-sized buffers (from `{option}`) of '
-        f'{num_parameters} float32 parameters, and a TFF simulation keeps about '
-        f'{NOISE_STATE_COPIES} copies of each: about {format_bytes(needed)} '
-        f'({NOISE_STATE_COPIES} x 4 x {num_parameters} x {vectors} bytes), but only '
-        f'{format_bytes(available)} of memory is available; use fewer buffers (`{option}`) or a '
-        'smaller model.')
+  vectors = noise_state_vectors(strategy, num_rounds)
+  option = registry.entry(strategy.name).memory.noise_option
+  check_bytes(estimate_noise_state_bytes(strategy, num_rounds, num_parameters),
+              f'the {strategy.name} noise state holds {vectors} model-sized buffers (from '
+              f'`{option}`) of {num_parameters} float32 parameters, and a TFF simulation keeps '
+              f'about {NOISE_STATE_COPIES} copies of each, which need',
+              f'{NOISE_STATE_COPIES} x 4 x {num_parameters} x {vectors} bytes',
+              f'use fewer buffers (`{option}`) or a smaller model.', available)
 
 
 def format_seconds(seconds: float) -> str:
@@ -204,13 +204,9 @@ def check_generated_clients(num_clients: int, examples_per_client: int, bytes_pe
   n = _validation.check_positive_int(num_clients, 'num_clients')
   e = _validation.check_positive_int(examples_per_client, 'examples_per_client')
   what = f'`num_clients`={n} clients of `examples_per_client`={e} examples'
-  needed = float(n) * e * bytes_per_example
-  available = available_bytes() if available is None else available
-  if needed > available:
-    raise MemoryLimitError(
-        f'{what}: the generated population needs about {format_bytes(needed)} ({bytes_per_example} '
-        f'bytes an example), but only {format_bytes(available)} of memory is available; use fewer '
-        'clients or examples per client.')
+  check_bytes(float(n) * e * bytes_per_example, f'{what}: the generated population needs',
+              f'{bytes_per_example} bytes an example', 'use fewer clients or examples per client.',
+              available)
   check_seconds(float(n) * seconds_per_client + float(n) * e * seconds_per_example,
                 f'{what}: generating the population', 'use fewer clients or examples per client.')
 
@@ -230,11 +226,7 @@ def check_model_fits(num_parameters: int, what: str, activation_floats: int = 0,
   memory; `what` names the settings that make them (e.g. '`vocab_size`=..., ...')."""
   p = _validation.check_positive_int(num_parameters, 'num_parameters')
   activations = _validation.check_nonnegative_int(activation_floats, 'activation_floats')
-  needed = 4.0 * (MODEL_COPIES * p + activations)
-  available = available_bytes() if available is None else available
-  if needed > available:
-    raise MemoryLimitError(
-        f'{what}: a model of {p:.3g} float32 parameters ({MODEL_COPIES} copies in a TFF simulation) '
-        f'and {activations:.3g} activations of a client batch need about {format_bytes(needed)}, '
-        f'but only {format_bytes(available)} of memory is available; use a smaller model or '
-        'shorter sequences.')
+  check_bytes(4.0 * (MODEL_COPIES * p + activations),
+              f'{what}: a model of {p:.3g} float32 parameters and {activations:.3g} activations of '
+              'a client batch need', f'{MODEL_COPIES} copies of the model in a TFF simulation',
+              'use a smaller model or shorter sequences.', available)

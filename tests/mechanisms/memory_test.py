@@ -91,5 +91,5 @@ def test_a_model_and_its_batch_activations_are_bounded_by_memory():
   memory.check_model_fits(4_050_748, '`vocab_size`=10000', 16 * 20 * 13_500,
                           available=24 * 10**9)
   with pytest.raises(memory.MemoryLimitError, match=r'^`vocab_size`=10\^9: a model of 1\.93e\+11 '
-                     r'float32 parameters \(80 copies .* about 61\.8 TB'):
+                     r'float32 parameters and 0 activations .* about 61\.8 TB \(80 copies'):
     memory.check_model_fits(193_000_000_000, '`vocab_size`=10^9', available=24 * 10**9)
