@@ -13,7 +13,7 @@ the current round and its checkpoint), with one line and exit status 130 / 143; 
 stops at once (`experiments.run.stop_signals`). Every exit ends the driver's TFF worker_binary
 children. A `--rounds` whose arrays cannot fit in memory (`dp_ftrl_tff.mechanisms.memory`) exits 2;
 any other failure (I/O: an unwritable --root_output_dir, a full disk, named by what was being
-written: `run_dir.disk_full_message`; memory; a bug) is one line with exit status 1. `--debug`
+written: `disk_full.disk_full_message`; memory; a bug) is one line with exit status 1. `--debug`
 prints the traceback before the line. The console (stdout: header, rounds, evals, summary) is
 `experiments.run.console`.
 """
@@ -34,6 +34,7 @@ from experiments.cli import flag_parsing
 from experiments.run import (
   checkpoint_records,
   console,
+  disk_full,
   driver_flags,
   record_checks,
   run_config,
@@ -112,9 +113,9 @@ def _runtime_message(error: BaseException) -> str:
     return str(error)
   if isinstance(error, MemoryError):
     return 'out of memory; use a smaller model, fewer clients per round or fewer --rounds.'
-  disk_full = run_dir.disk_full_message(error)  # TF's SavedModel writes raise no OSError
-  if disk_full is not None:
-    return disk_full
+  full = disk_full.disk_full_message(error)  # TF's SavedModel writes raise no OSError
+  if full is not None:
+    return full
   if isinstance(error, OSError):
     where = f' ({error.filename})' if getattr(error, 'filename', None) else ''
     return (f'I/O error{where}: {error.strerror or error}; check that --root_output_dir is '

@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from dp_ftrl_tff import stopping
-from experiments.run import run_dir, stop_signals
+from experiments.run import disk_full, stop_signals
 
 pytestmark = pytest.mark.unit
 
@@ -171,7 +171,7 @@ def test_a_full_disk_names_what_was_being_written(tmp_path):
   checkpoint = tf.errors.ResourceExhaustedError(
       None, None, f'{run}/checkpoints/program_state_1_temp1376/saved_model.pb.tmp26ae; No space '
       'left on device')
-  line = run_dir.disk_full_message(checkpoint)
+  line = disk_full.disk_full_message(checkpoint)
   assert line.startswith('the disk is full (No space left on device) while writing the checkpoint '
                          f'after round 1 ({run}/checkpoints/program_state_1_temp1376/saved_model.'
                          'pb.tmp26ae). Nothing is lost: free space and rerun the same command; it '
@@ -183,10 +183,10 @@ def test_a_full_disk_names_what_was_being_written(tmp_path):
                      ('summary.json', 'the completion marker'), ('plan.json', "the run's settings"),
                      ('model/training_checkpoint_round_6_temp12/variables/x', 'the final model')):
     error = OSError(errno.ENOSPC, 'No space left on device', f'{run}/{name}')
-    assert f'while writing {what} ({run}/{name})' in run_dir.disk_full_message(error), name
-  assert 'while writing a run file.' in run_dir.disk_full_message(OSError(errno.EDQUOT, 'quota'))
-  assert run_dir.disk_full_message(OSError(errno.EACCES, 'Permission denied', run)) is None
-  assert run_dir.disk_full_message(ValueError('no')) is None
+    assert f'while writing {what} ({run}/{name})' in disk_full.disk_full_message(error), name
+  assert 'while writing a run file.' in disk_full.disk_full_message(OSError(errno.EDQUOT, 'quota'))
+  assert disk_full.disk_full_message(OSError(errno.EACCES, 'Permission denied', run)) is None
+  assert disk_full.disk_full_message(ValueError('no')) is None
 
 
 def test_an_append_on_a_full_disk_names_its_file():
@@ -197,4 +197,4 @@ def test_an_append_on_a_full_disk_names_its_file():
     f.write('client,0\n')
     f.flush()
   assert failed.value.errno == errno.ENOSPC and failed.value.filename == '/dev/full'
-  assert 'while writing /dev/full. Nothing is lost' in run_dir.disk_full_message(failed.value)
+  assert 'while writing /dev/full. Nothing is lost' in disk_full.disk_full_message(failed.value)
