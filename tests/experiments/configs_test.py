@@ -1,7 +1,7 @@
 """Every flagfile in configs/ parses with its driver's flags into a valid, schedulable run.
 
 Paper-scale flagfiles are checked against the real populations; each has a synthetic-scale
-companion (`*_synthetic.cfg`) that states its epsilon and is run here for 2 rounds.
+companion (`*_synthetic.cfg`) that states its epsilon and is run here for a round.
 """
 
 import glob
@@ -93,10 +93,10 @@ def test_synthetic_flagfile_states_its_epsilon(path, tmp_path):
 @pytest.mark.integration
 @pytest.mark.slow
 @pytest.mark.parametrize('path', SYNTHETIC, ids=os.path.basename)
-def test_synthetic_flagfile_runs_two_rounds(path, tmp_path):
-  # The documented command (README, docs/training.md) with `--rounds=2` and a tiny eval appended.
-  config = _parse(path, f'--root_output_dir={tmp_path}', '--rounds=2', '--eval_max_examples=64')
-  assert config.data == 'synthetic' and config.rounds == 2
+def test_synthetic_flagfile_runs_a_round(path, tmp_path):
+  # The documented command (README, docs/training.md) with `--rounds=1` and a tiny eval appended.
+  config = _parse(path, f'--root_output_dir={tmp_path}', '--rounds=1', '--eval_max_examples=64')
+  assert config.data == 'synthetic' and config.rounds == 1
   result = training_loop.run(_driver(path).build_task(config), config)
   assert np.isfinite(result['metrics']['train_loss'])
   assert np.isfinite(result['metrics']['eval_loss'])

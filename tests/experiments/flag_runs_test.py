@@ -69,6 +69,6 @@ def test_debug_prints_the_traceback_before_the_one_line_error(module, tmp_path):
   assert code == 2
   assert 'Traceback' in stderr
   assert stderr.strip().splitlines()[-1].endswith(
-      'error: --sampler=poisson needs --sampling_prob (q in (0, 1]).'), stderr
+      'error: --sampler=poisson needs --sampling_prob (q in [2^-52, 1]).'), stderr
   assert not os.listdir(tmp_path)
 

@@ -137,7 +137,7 @@ EXISTING = {
     'tests/experiments/canaries_driver_test.py::test_every_mechanism_reports_empirical_privacy':
         _rows(['gaussian', 'tree', 'banded', 'blt'], canaries=True),
     'tests/experiments/poisson_driver_test.py::'
-    'test_poisson_run_logs_the_seeded_cohorts_and_runs_empty_rounds':
+    'test_poisson_run_logs_the_seeded_cohorts_and_runs_empty_rounds_to_its_report':
         _rows(['blt'], sampler='poisson'),
     'tests/experiments/poisson_driver_test.py::'
     'test_cyclic_poisson_binary_runs_and_a_bad_combination_is_one_line':
