@@ -14,7 +14,6 @@ import pytest
 
 from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.learning import dp_ftrl
-from dp_ftrl_tff.mechanisms import registry
 from experiments.emnist import run_emnist
 from experiments.run import run_start, training_loop
 from experiments.stackoverflow import run_stackoverflow
@@ -22,13 +21,6 @@ from tests.testing import binaries, runs
 
 pytestmark = pytest.mark.integration
 
-MECHANISMS = registry.names(streaming_only=True)
-
-
-def _one_fast(mechanisms, fast):
-  """`mechanisms` as parameters, every one but `fast` marked slow: `make test-fast` runs one whole
-  run per driver (about 30 s each), `make test` runs them all."""
-  return [m if m == fast else pytest.param(m, marks=pytest.mark.slow) for m in mechanisms]
 EMNIST_TASK = {'model': 'tiny', 'only_digits': True}
 SO_TASK = {'vocab_size': 50, 'embedding_size': 8, 'lstm_size': 8, 'sequence_length': 6,
            'max_elements_per_client': 8, 'word_counts': None}
@@ -62,16 +54,17 @@ def _check_run(config, result, num_rounds):
     assert report['rho'] <= report['declared']['rho'] + 1e-12
 
 
-@pytest.mark.parametrize('mechanism', _one_fast(MECHANISMS, 'blt'))
-def test_emnist_every_mechanism(config_factory, mechanism):
-  config = config_factory(mechanism=mechanism, task=EMNIST_TASK)
+def test_emnist_run(config_factory):
+  """A whole EMNIST driver run checked file by file; every other mechanism runs a whole driver run
+  in canaries_driver_test.py and the pairwise design of interactions_test.py."""
+  config = config_factory(mechanism='blt', task=EMNIST_TASK)
   result = training_loop.run(run_emnist.build_task(config), config)
   _check_run(config, result, 2)
 
 
 def test_stackoverflow_run(config_factory):
   """The StackOverflow task with one mechanism: the mechanisms are the same objects in both drivers
-  (the task only builds the model and data), so `test_emnist_every_mechanism` covers each of them."""
+  (the task only builds the model and data), so the EMNIST runs cover each of them."""
   config = config_factory(mechanism='banded', task=SO_TASK)
   result = training_loop.run(run_stackoverflow.build_task(config), config)
   _check_run(config, result, 2)

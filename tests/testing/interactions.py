@@ -122,8 +122,7 @@ def _rows(mechanisms, **values):
 #: The combinations other tests run through the DP-FTRL process (a driver, the train_model
 #: program, or for mechanism x clipping x restarts the aggregation process, where they meet).
 EXISTING = {
-    'tests/experiments/drivers_test.py::test_emnist_every_mechanism':
-        _rows(FACTORS['mechanism']),
+    'tests/experiments/drivers_test.py::test_emnist_run': _rows(['blt']),
     'tests/experiments/drivers_test.py::test_same_seeds_give_identical_metrics':
         _rows(['blt'], clipping='adaptive', restarts='rounds'),
     'tests/experiments/drivers_test.py::test_resume_gives_the_same_weights':
@@ -168,8 +167,8 @@ COMBINATIONS = [
                 flags=('--target_unclipped_quantile=0.7', '--clip_learning_rate=0.1')),
     Combination('banded', 'poisson', 'fixed', 'none',
                 flags=('--num_bands=1', '--error=rms')),
-    Combination('bsr', 'poisson', 'adaptive', 'rounds', flags=('--num_bands=1',)),
-    Combination('bisr', 'poisson', 'fixed', 'periodic', canaries=True,
+    Combination('bsr', 'poisson', 'adaptive', 'none', flags=('--num_bands=1',)),
+    Combination('bisr', 'poisson', 'fixed', 'none', canaries=True,
                 flags=('--num_bands=2',)),
     # Cyclic Poisson sampling with each mechanism but banded.
     Combination('gaussian', 'cyclic_poisson', 'adaptive', 'rounds',
