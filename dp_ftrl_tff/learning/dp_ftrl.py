@@ -10,19 +10,20 @@ Restarts (DP-FTRL paper Sec. 6 "TreeRestart", App. D.1; Gboard paper Alg. 1): a 
 starts at chosen 0-based rounds (e.g. `dp_ftrl_tff.settings.RestartSchedule`, or
 epoch boundaries). The model weights are kept and the server momentum buffer is zeroed, as in the
 federated DP-FTRLM code's `restart_dp_tree` (the centralized FTRL code keeps the momentum instead; the
-two agree for momentum 0). The fresh noise segment (never reusing noise rows) is the aggregator's job:
-`CorrelatedNoiseFactory` restarts its noise in-graph on its own schedule; an aggregator that does not
-can be restarted through `restart_state(..., aggregator_restart_fn=...)`.
+two agree for momentum 0). Both happen inside the process, so any loop over `next` restarts where the
+plan says: `CorrelatedNoiseFactory` starts its fresh noise segment (never reusing noise rows) on its own
+schedule, and the process's finalizer counts its rounds and resets the server optimizer's state at
+`restart_rounds` (`RunPlan.planned_segments.restart_rounds` for a correlated mechanism).
 """
 
 import collections
-from typing import Any, Callable, Optional
+from typing import Callable, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from dp_ftrl_tff import aggregators
+from dp_ftrl_tff import _validation, aggregators
 from dp_ftrl_tff.aggregators import secure as secure_lib
 from dp_ftrl_tff.learning import canaries as canaries_lib
 
@@ -34,8 +35,13 @@ def build_dp_ftrl_process(
     aggregator: tff.aggregators.UnweightedAggregationFactory,
     server_optimizer_fn: tff.learning.optimizers.Optimizer,
     canaries: Optional[canaries_lib.Canaries] = None,
+    restart_rounds: Sequence[int] = (),
 ) -> tff.learning.templates.LearningProcess:
   """Builds DP-FTRL as TFF's unweighted FedAvg with the aggregator's noise and a server optimizer.
+
+  The process is `tff.learning.algorithms.build_weighted_fed_avg` with UNIFORM client weights,
+  composed from the same TFF parts (model-delta client work, broadcast, the optimizer finalizer) so
+  that canaries and restarts can join them.
 
   Args:
     model_fn: no-argument callable returning a `tff.learning.models.VariableModel` (e.g. from
@@ -51,9 +57,14 @@ def build_dp_ftrl_process(
     canaries: `dp_ftrl_tff.learning.canaries.Canaries` to insert, or None. With canaries the
       process takes, per client, `(dataset, canary_index)` (`canaries.client_data`) and its
       aggregator measurements hold `canary_projections` (see dp_ftrl_tff/learning/canaries.py).
+    restart_rounds: 0-based rounds (>= 1; round r is the r-th call of `next` from `initialize`'s
+      state, counted in the state) that start a new mechanism segment: the server optimizer's state
+      (momentum) is reset to its initial value before the round's update is applied. Empty: the
+      finalizer is TFF's own, without a round counter.
 
   Returns:
-    A `tff.learning.templates.LearningProcess` (state: `LearningAlgorithmState`).
+    A `tff.learning.templates.LearningProcess` (state: `LearningAlgorithmState`; with restarts its
+    `finalizer` state is `OrderedDict(round=, optimizer=)`).
   """
   if not callable(model_fn):
     raise ValueError(f'`model_fn` must be callable, got {model_fn!r}.')
@@ -66,48 +77,99 @@ def build_dp_ftrl_process(
   if not isinstance(aggregator, tff.aggregators.UnweightedAggregationFactory):
     raise ValueError('`aggregator` must be a `tff.aggregators.UnweightedAggregationFactory`, got '
                      f'{type(aggregator).__name__}.')
-  # build_unweighted_fed_avg is build_weighted_fed_avg with UNIFORM weights and the weights dropped;
-  # keeping them lets `zeroed_count` of a CorrelatedNoiseFactory include the updates TFF's client
-  # work zeroed.
-  counting = isinstance(aggregator, aggregators.CorrelatedNoiseFactory)
-  model_aggregator = count_non_finite_updates(aggregator) if counting else aggregator
-  if canaries is not None:
-    return _build_with_canaries(model_fn, client_optimizer_fn, server_optimizer_fn,
-                                model_aggregator, canaries)
-  if counting:
-    return tff.learning.algorithms.build_weighted_fed_avg(
-        model_fn, client_optimizer_fn, server_optimizer_fn=server_optimizer_fn,
-        client_weighting=tff.learning.ClientWeighting.UNIFORM, model_aggregator=model_aggregator)
-  return tff.learning.algorithms.build_unweighted_fed_avg(
-      model_fn, client_optimizer_fn, server_optimizer_fn=server_optimizer_fn,
-      model_aggregator=model_aggregator)
-
-
-def _build_with_canaries(model_fn, client_optimizer_fn, server_optimizer_fn, model_aggregator,
-                         canaries: canaries_lib.Canaries) -> tff.learning.templates.LearningProcess:
-  """`build_weighted_fed_avg` with UNIFORM weights, from TFF's own parts (the builder takes no
-  client work): its client work with the canaries inserted, its broadcast and its optimizer
-  finalizer; the aggregator also measures the canary projections."""
-  if not isinstance(canaries, canaries_lib.Canaries):
+  if canaries is not None and not isinstance(canaries, canaries_lib.Canaries):
     raise ValueError(f'`canaries` must be Canaries, got {type(canaries).__name__}.')
-  if isinstance(model_aggregator, tff.aggregators.UnweightedAggregationFactory):
-    model_aggregator = tff.aggregators.as_weighted_aggregator(model_aggregator)
+  restart_rounds = _check_restart_rounds(restart_rounds)
+  # With UNIFORM weights every client has weight 1 but those whose update TFF's client work zeroed
+  # (weight 0): `count_non_finite_updates` adds them to a CorrelatedNoiseFactory's `zeroed_count`.
+  if isinstance(aggregator, aggregators.CorrelatedNoiseFactory):
+    model_aggregator = count_non_finite_updates(aggregator)
+  else:
+    model_aggregator = tff.aggregators.as_weighted_aggregator(aggregator)
 
   @tff.tensorflow.computation()
   def initial_model_weights_fn():
     return tff.learning.models.ModelWeights.from_model(model_fn())
 
   weights_type = initial_model_weights_fn.type_signature.result
-  aggregator = canaries_lib.projection_factory(model_aggregator, canaries).create(
-      weights_type.trainable, tff.TensorType(np.float32))
-  client_work = canaries_lib.canary_client_work(
-      tff.learning.templates.build_model_delta_client_work(
-          model_fn, client_optimizer_fn, client_weighting=tff.learning.ClientWeighting.UNIFORM),
-      canaries)
+  client_work = tff.learning.templates.build_model_delta_client_work(
+      model_fn, client_optimizer_fn, client_weighting=tff.learning.ClientWeighting.UNIFORM)
+  if canaries is not None:
+    client_work = canaries_lib.canary_client_work(client_work, canaries)
+    model_aggregator = canaries_lib.projection_factory(model_aggregator, canaries)
+  finalizer = tff.learning.templates.build_apply_optimizer_finalizer(server_optimizer_fn,
+                                                                     weights_type)
+  if restart_rounds:
+    finalizer = _restarting_finalizer(finalizer, restart_rounds)
   return tff.learning.templates.compose_learning_process(
       initial_model_weights_fn, tff.learning.templates.build_broadcast_process(weights_type),
-      client_work, aggregator,
-      tff.learning.templates.build_apply_optimizer_finalizer(server_optimizer_fn, weights_type))
+      client_work, model_aggregator.create(weights_type.trainable, tff.TensorType(np.float32)),
+      finalizer)
+
+
+def _check_restart_rounds(restart_rounds) -> Tuple[int, ...]:
+  if isinstance(restart_rounds, (str, bytes)) or not hasattr(restart_rounds, '__iter__'):
+    raise ValueError(f'`restart_rounds` must be a sequence of rounds, got {restart_rounds!r}.')
+  rounds = [_validation.check_positive_int(r, 'restart_rounds') for r in restart_rounds]
+  if len(set(rounds)) != len(rounds):
+    raise ValueError(f'`restart_rounds` must be distinct, got {list(restart_rounds)}.')
+  return tuple(sorted(rounds))
+
+
+def _restarting_finalizer(inner: tff.learning.templates.FinalizerProcess,
+                          restart_rounds: Tuple[int, ...]
+                          ) -> tff.learning.templates.FinalizerProcess:
+  """`inner` (TFF's optimizer finalizer) with a round counter in its state: at `restart_rounds` the
+  optimizer's state is its initial one before the round's update is applied (a pure function of
+  the counted round, so a restored checkpoint resets on the same rounds).
+
+  TFF's finalizers have no hook for this, and the round cannot live in the optimizer's state: TFF's
+  finalizer keeps the old optimizer state when it rejects a non-finite update, which would stop the
+  count."""
+  optimizer_type = inner.initialize.type_signature.result.member
+
+  @tff.tensorflow.computation()
+  def first_round():
+    return tf.constant(0, tf.int64)
+
+  @tff.tensorflow.computation(optimizer_type, optimizer_type, np.int64)
+  def round_optimizer_state(current, initial, round_num):
+    restart = tf.reduce_any(tf.equal(round_num, tf.constant(restart_rounds, tf.int64)))
+    return tf.nest.map_structure(lambda fresh, kept: tf.where(restart, fresh, kept), initial,
+                                 current)
+
+  @tff.tensorflow.computation(np.int64)
+  def next_round(round_num):
+    return round_num + 1
+
+  @tff.federated_computation
+  def init_fn():
+    return tff.federated_zip(collections.OrderedDict(
+        round=tff.federated_eval(first_round, tff.SERVER), optimizer=inner.initialize()))
+
+  state_type = init_fn.type_signature.result
+
+  @tff.federated_computation(state_type, inner.next.type_signature.parameter[1],
+                             inner.next.type_signature.parameter[2])
+  def next_fn(state, weights, update):
+    optimizer_state = tff.federated_map(round_optimizer_state,
+                                        (state.optimizer, inner.initialize(), state.round))
+    output = inner.next(optimizer_state, weights, update)
+    new_state = tff.federated_zip(collections.OrderedDict(
+        round=tff.federated_map(next_round, state.round), optimizer=output.state))
+    return tff.templates.MeasuredProcessOutput(new_state, output.result, output.measurements)
+
+  @tff.tensorflow.computation(state_type.member)
+  def get_hparams_fn(state):
+    return inner.get_hparams(state['optimizer'])
+
+  @tff.tensorflow.computation(state_type.member, inner.get_hparams.type_signature.result)
+  def set_hparams_fn(state, hparams):
+    return collections.OrderedDict(round=state['round'],
+                                   optimizer=inner.set_hparams(state['optimizer'], hparams))
+
+  return tff.learning.templates.FinalizerProcess(init_fn, next_fn, get_hparams_fn=get_hparams_fn,
+                                                 set_hparams_fn=set_hparams_fn)
 
 
 class _NonFiniteCountingFactory(tff.aggregators.WeightedAggregationFactory):
@@ -170,42 +232,3 @@ def count_non_finite_updates(aggregator: 'aggregators.CorrelatedNoiseFactory'
     raise ValueError('`aggregator` must be a CorrelatedNoiseFactory, got '
                      f'{type(aggregator).__name__}.')
   return _NonFiniteCountingFactory(aggregator)
-
-
-AggregatorRestartFn = Callable[[Any], Any]
-
-
-def restart_state(state: tff.learning.templates.LearningAlgorithmState,
-                  fresh_state: tff.learning.templates.LearningAlgorithmState,
-                  aggregator_restart_fn: Optional[AggregatorRestartFn] = None,
-                  ) -> tff.learning.templates.LearningAlgorithmState:
-  """Starts a new DP-FTRL segment: keeps the model weights, zeroes the server momentum.
-
-  Args:
-    state: the current state of a process built by `build_dp_ftrl_process`.
-    fresh_state: a state from the same process's `initialize()`; its server optimizer state (zero
-      momentum buffer, same hyperparameters) replaces the current one.
-    aggregator_restart_fn: maps the current aggregator state to the state of a fresh mechanism segment
-      that keeps counting noise rows. None keeps the aggregator state as is (right for aggregators that
-      restart themselves in-graph, like `CorrelatedNoiseFactory`).
-
-  Returns:
-    The restarted `LearningAlgorithmState`.
-  """
-  if not isinstance(state, tff.learning.templates.LearningAlgorithmState):
-    raise ValueError(f'`state` must be a LearningAlgorithmState, got {type(state).__name__}.')
-  if not isinstance(fresh_state, tff.learning.templates.LearningAlgorithmState):
-    raise ValueError('`fresh_state` must be a LearningAlgorithmState, got '
-                     f'{type(fresh_state).__name__}.')
-  if aggregator_restart_fn is not None and not callable(aggregator_restart_fn):
-    raise ValueError(f'`aggregator_restart_fn` must be callable, got {aggregator_restart_fn!r}.')
-  tf.nest.assert_same_structure(state.finalizer, fresh_state.finalizer)
-  aggregator_state = state.aggregator
-  if aggregator_restart_fn is not None:
-    aggregator_state = aggregator_restart_fn(aggregator_state)
-  return tff.learning.templates.LearningAlgorithmState(
-      global_model_weights=state.global_model_weights,
-      distributor=state.distributor,
-      client_work=state.client_work,
-      aggregator=aggregator_state,
-      finalizer=fresh_state.finalizer)

@@ -29,9 +29,7 @@ on with a larger --rounds: another --rounds than the run's is refused (exit 2; u
 Not available here (an error naming the flag, exit 2): --workers, --canary_clients,
 --secure_aggregation (TFF 0.87's asynchronous test context fails on the process's state), --eval_every
 (the program evaluates once, at the end), --checkpoint_every other than 1 (train_model saves every
-round), restarts of a correlated mechanism (--restart_rounds, --restart_period,
---banded_beyond_max_rounds=restart: train_model cannot reset the server momentum), and a --rounds
-other than the run's on resume. A run directory of a driver is refused, and the reverse.
+round), and a --rounds other than the run's on resume. A run directory of a driver is refused, and the reverse.
 
 Example (synthetic clients, about a minute on 2 cores; run from the repository root):
   python -m experiments.programs.emnist_program --root_output_dir=/tmp/runs \
@@ -103,17 +101,6 @@ def task_settings(fv: flags.FlagValues) -> Dict[str, Any]:
 build_task = run_emnist.build_task
 
 
-def _check_restarts(config: run_config.RunConfig, plan) -> None:
-  if not (plan.strategy.correlated and plan.planned_segments.restart_rounds):
-    return
-  flag = ('restart_rounds' if config.restart_rounds is not None else
-          'restart_period' if config.restart_period is not None else
-          'restart_warmup' if config.restart_warmup is not None else 'banded_beyond_max_rounds')
-  raise ValueError(f'`{flag}`: restarts of a correlated mechanism are not available in the '
-                   'train_model program: train_model cannot reset the server momentum where a new '
-                   'segment starts; train restarts with run_emnist.')
-
-
 def _check_rounds_unchanged(config: run_config.RunConfig, recorded_settings) -> None:
   """A resumed program keeps its rounds: those its checkpoint's record holds (`recorded_settings`),
   else hparams.json's."""
@@ -168,8 +155,7 @@ def _start(task: run_config.Task, config: run_config.RunConfig, directory: run_d
     start = run_start.start_run(
         task, config, directory,
         check_resumption=lambda resumption: _check_rounds_unchanged(
-            config, resumption.record and resumption.record['settings']),
-        check_plan=lambda plan: _check_restarts(config, plan))
+            config, resumption.record and resumption.record['settings']))
     # One asynchronous context (train_model needs one) for the rest of this run, once the checks
     # passed and before any computation runs; installed over the caller's and removed on return, so
     # a caller in the same process (a test, a notebook) gets its own context back.

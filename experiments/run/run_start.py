@@ -85,12 +85,12 @@ def new_run_id() -> str:
 
 def start_run(task: run_config.Task, config: run_config.RunConfig,
               directory: run_dir.RunDirectory,
-              check_resumption: Optional[Callable[[checkpoint_records.Resumption], None]] = None,
-              check_plan: Optional[Callable[[plan_lib.RunPlan], None]] = None) -> RunStart:
+              check_resumption: Optional[Callable[[checkpoint_records.Resumption], None]] = None
+              ) -> RunStart:
   """Locks the run directory, then checks everything and builds the plan over the task's training
   clients and the run's canary clients, the canaries, the header and the process, writing nothing;
-  `check_resumption` and `check_plan` are a caller's own checks (the train_model program's), run
-  after the settings and the plan are checked against the record. The process is built before any
+  `check_resumption` is a caller's own check of the resumption (the train_model program's), run
+  after the settings are checked against the record. The process is built before any
   execution context is chosen: building runs no computation. Between the steps, a recorded stop
   signal raises `stop_signals.Interrupted`.
 
@@ -126,8 +126,6 @@ def start_run(task: run_config.Task, config: run_config.RunConfig,
   planned = (None if plan.noise_multiplier == 0 else
              zcdp.planned_guarantee(plan, conversion=console.CONVERSION))
   record_checks.check_plan(resumption, checkpoint_records.plan_document(plan))
-  if check_plan is not None:
-    check_plan(plan)
   # The noise state's buffers are model-sized: a mechanism option that makes too many of them is
   # refused before TFF allocates them (`memory.check_noise_state_fits`).
   memory.check_noise_state_fits(plan.strategy, config.rounds, task.keras_model_fn().count_params())
@@ -141,7 +139,9 @@ def start_run(task: run_config.Task, config: run_config.RunConfig,
       # DP-FTRLM's server optimizer: SGD with heavy-ball momentum.
       server_optimizer_fn=tff.learning.optimizers.build_sgdm(
           learning_rate=config.server_learning_rate, momentum=config.server_momentum or None),
-      canaries=canaries)
+      canaries=canaries,
+      # DP-FTRLM resets the server momentum where a new correlated segment starts.
+      restart_rounds=plan.planned_segments.restart_rounds if plan.strategy.correlated else ())
   stop_signals.check()
   return RunStart(plan, resolved, saved_strategy, resumption, rebuild, planned,
                   train_ids + canary_ids, canary_ids, canaries, process,

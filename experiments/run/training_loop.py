@@ -42,7 +42,7 @@ from absl import logging
 
 from dp_ftrl_tff import sampling, stopping
 from dp_ftrl_tff.accounting import participation_log
-from dp_ftrl_tff.learning import dp_ftrl, remote_execution
+from dp_ftrl_tff.learning import remote_execution
 from dp_ftrl_tff.programs import metrics_release
 from experiments.run import (
   canary_clients,
@@ -239,20 +239,15 @@ class _Training:
   def train(self, start_round: int, stop: stop_signals.StopSignals) -> None:
     """Trains rounds `start_round` .. n-1, checkpointing on schedule and on a stop signal: a signal
     recorded during a round (`stop`) stops the run after it, once its checkpoint is saved."""
-    config, plan = self.config, self.plan
+    config = self.config
     releases = (tff.program.CSVFileReleaseManager(self._path(run_dir.METRICS_FILE),
                                                   key_fieldname='round'),
                 tff.program.TensorBoardReleaseManager(self._path('tensorboard')))
-    # DP-FTRLM (`restart_dp_tree`) resets the server momentum where a new correlated segment starts.
-    restarts = set(plan.planned_segments.restart_rounds if plan.strategy.correlated else ())
     stop_signals.check()  # the start's last safe point
     started = time.time()
     with stopping.stop_check(None):  # during the rounds a signal is seen after the round, below
       for round_num in range(start_round, config.rounds):
         round_start = time.time()
-        if round_num in restarts:
-          self.state = dp_ftrl.restart_state(self.state, self.initial_state)
-          logging.info('Round %d starts a new mechanism segment (momentum reset).', round_num)
         self._round(round_num)
         done = round_num + 1
         self.metrics['round_seconds'] = time.time() - round_start

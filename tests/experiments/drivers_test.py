@@ -15,6 +15,7 @@ import pytest
 from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.learning import dp_ftrl
 from experiments.emnist import run_emnist
+from experiments.programs import emnist_program
 from experiments.run import run_start, training_loop
 from experiments.stackoverflow import run_stackoverflow
 from tests.testing import binaries, runs
@@ -107,23 +108,21 @@ def _metrics_rows(config):
     return [{k: v for k, v in row.items() if k != 'round_seconds'} for row in csv.DictReader(f)]
 
 
-def _recording_momentum_resets(monkeypatch):
-  """[(round, momentum norm before, after)] of each `dp_ftrl.restart_state` the loop calls."""
-  resets = []
-  restart_state = dp_ftrl.restart_state
+def _recording_restart_rounds(monkeypatch):
+  """The `restart_rounds` of each process the drivers build (`dp_ftrl.build_dp_ftrl_process`, whose
+  finalizer resets the server momentum at those rounds: tests/learning/dp_ftrl_test.py)."""
+  built = []
+  build = dp_ftrl.build_dp_ftrl_process
 
-  def record(state, fresh_state, *args, **kwargs):
-    restarted = restart_state(state, fresh_state, *args, **kwargs)
-    norm = lambda s: float(np.sqrt(sum(np.sum(np.square(a))  # noqa: E731
-                                       for a in s.finalizer['accumulator'])))
-    resets.append((int(state.aggregator[0].round), norm(state), norm(restarted)))
-    return restarted
+  def record(*args, **kwargs):
+    built.append(tuple(kwargs.get('restart_rounds', ())))
+    return build(*args, **kwargs)
 
-  monkeypatch.setattr(dp_ftrl, 'restart_state', record)
-  return resets
+  monkeypatch.setattr(dp_ftrl, 'build_dp_ftrl_process', record)
+  return built
 
 
-def _check_restart_at_3(config, result, resets):
+def _check_restart_at_3(config, result):
   """Round 3 of a 4-round run with `restart_rounds=(3,)` and adaptive clipping starts a segment:
   in metrics.csv (segment, clip), the momentum reset, the plan and the privacy report."""
   rows = _metrics_rows(config)
@@ -132,7 +131,8 @@ def _check_restart_at_3(config, result, resets):
   estimates = [float(r['aggregator/quantile_estimate']) for r in rows]
   # The clip is the initial one until the restart, then the estimate after round 2.
   assert clips[:3] == [1.0] * 3 and clips[3] == pytest.approx(estimates[2]) != 1.0
-  assert len(resets) == 1 and resets[0][0] == 3 and resets[0][1] > 0 and resets[0][2] == 0
+  # The process counted its 4 rounds (its finalizer resets the momentum at round 3).
+  assert result['state'].finalizer['round'] == 4
   with open(os.path.join(config.output_dir, 'plan.json')) as f:
     assert json.load(f)['restarts'] == {'rounds': [3]}
   assert list(result['privacy_report'].guarantee.restart_rounds) == [3]
@@ -148,21 +148,28 @@ def _check_restart_at_3(config, result, resets):
       plan.strategy.segments_sensitivity_squared((4,), config.participation))
 
 
-def test_same_seeds_give_identical_metrics(config_factory, monkeypatch):
-  # --seed fixes data, sampling, model init and eval; --noise_seed fixes the noise. Also the
-  # drivers' run of explicit restart rounds with adaptive clipping (`--restart_rounds=3
-  # --adaptive_clipping`, a 1-buffer BLT optimized at start): the noise segment, the clip and the
-  # server momentum restart at round 3, and the report accounts the plan's two segments.
-  common = dict(mechanism='blt', mechanism_options={'num_buffers': 1}, task=EMNIST_TASK,
-                rounds=4, restart_rounds=(3,), adaptive_clipping=True, clipped_count_stddev=1.0)
-  runs = [config_factory(name=name, **common) for name in ('first', 'second')]
-  resets = _recording_momentum_resets(monkeypatch)
-  results = [training_loop.run(run_emnist.build_task(config), config) for config in runs]
-  first, second = (_metrics_rows(config) for config in runs)
+def test_the_driver_and_the_program_train_restarts_identically(config_factory, monkeypatch):
+  # --seed fixes data, sampling, model init and eval; --noise_seed fixes the noise. The drivers'
+  # loop and train_model's (the program's) give the same rows round for round, with explicit
+  # restart rounds and adaptive clipping (`--restart_rounds=3 --adaptive_clipping`, a 1-buffer BLT
+  # optimized at start): the noise segment, the clip and the server momentum (inside the process:
+  # round 4's loss depends on it) restart at round 3, and the report accounts the plan's two
+  # segments.
+  common = dict(mechanism='blt', mechanism_options={'num_buffers': 1}, rounds=4, eval_every=4,
+                restart_rounds=(3,), adaptive_clipping=True, clipped_count_stddev=1.0)
+  runs = [config_factory(name='driver', task=EMNIST_TASK, **common),
+          config_factory(name='program', task={**EMNIST_TASK, 'program': emnist_program.PROGRAM},
+                         **common)]
+  built = _recording_restart_rounds(monkeypatch)
+  results = [training_loop.run(run_emnist.build_task(runs[0]), runs[0]),
+             emnist_program.run(emnist_program.build_task(runs[1]), runs[1])]
+  first = [{k: v for k, v in row.items() if k != 'cohort_size'} for row in _metrics_rows(runs[0])]
+  second = _metrics_rows(runs[1])
   assert len(first) == 4 and 'eval_loss' in first[-1]
   assert first == second
-  _check_restart_at_3(runs[0], results[0], resets[:1])
-  assert [r[0] for r in resets] == [3, 3]
+  _check_restart_at_3(runs[0], results[0])
+  assert built == [(3,), (3,)]
+  assert results[1]['privacy_report'].guarantee == results[0]['privacy_report'].guarantee
 
 
 def test_resume_gives_the_same_eval_metrics(config_factory, tmp_path):

@@ -13,10 +13,10 @@ from tests.testing import binaries
 
 pytestmark = pytest.mark.integration
 
-#: The program's run: Gaussian noise (train_model refuses restarts of a correlated mechanism) with
-#: periodic restarts, cyclic Poisson cohorts, adaptive clipping, a calibrated noise multiplier and
-#: the optimizer's settings; seed 1 draws someone in the last round (a run whose last round draws
-#: nobody fails in its report: a known issue, fixed elsewhere).
+#: The program's run: Gaussian noise with periodic restarts (the clip restarts; the momentum only
+#: with a correlated mechanism: tests/experiments/drivers_test.py), cyclic Poisson cohorts,
+#: adaptive clipping, a calibrated noise multiplier and the optimizer's settings; seed 1 draws
+#: someone in the last round.
 PROGRAM_FLAGS = (
     '--model=tiny', '--only_digits', '--data=synthetic', '--rounds=3', '--client_batch_size=8',
     '--synthetic_num_clients=30', '--synthetic_examples_per_client=8', '--noise_seed=3', '--seed=1',

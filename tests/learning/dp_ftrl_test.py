@@ -37,38 +37,58 @@ def _client(x, y):
       x=np.array(x, np.float32), y=np.array(y, np.float32))).batch(len(x))
 
 
-def test_matches_fedavg_with_momentum_by_hand(process):
-  clients = [([[1.0, 0.0]], [[1.0]]), ([[0.0, 2.0]], [[-1.0]])]
-  data = [_client(x, y) for x, y in clients]
+_CLIENTS = [([[1.0, 0.0]], [[1.0]]), ([[0.0, 2.0]], [[-1.0]])]
+
+
+def _by_hand(rounds, restart_rounds=()):
+  """FedAvg with server SGD-momentum (lr 0.5, momentum 0.9) in numpy, the momentum buffer zeroed
+  before the update of each restart round: the final weights."""
   w, buf = np.zeros(2), np.zeros(2)
-  state = process.initialize()
-  for _ in range(3):
+  for t in range(rounds):
     deltas = []
-    for x, y in clients:  # one local SGD step on 0.5 * ... MSE: grad = 2 x (x.w - y)
+    for x, y in _CLIENTS:  # one local SGD step on the MSE: grad = 2 x (x.w - y)
       x, y = np.array(x[0]), y[0][0]
-      grad = 2 * x * (x @ w - y)
-      deltas.append(-0.1 * grad)
-    pseudo_grad = -np.mean(deltas, axis=0)
-    buf = 0.9 * buf + pseudo_grad
+      deltas.append(-0.1 * 2 * x * (x @ w - y))
+    if t in restart_rounds:
+      buf = np.zeros(2)
+    buf = 0.9 * buf + -np.mean(deltas, axis=0)
     w = w - 0.5 * buf
-    state = process.next(state, data).state
-  got = process.get_model_weights(state).trainable[0].reshape(-1)
-  np.testing.assert_allclose(got, w, rtol=1e-5)
+  return w
 
 
-def test_restart_keeps_model_and_zeroes_momentum(process):
+def _train(process, rounds):
+  data = [_client(x, y) for x, y in _CLIENTS]
   state = process.initialize()
-  state = process.next(state, [_client([[1.0, 1.0]], [[1.0]])]).state
-  restarted = dp_ftrl.restart_state(state, process.initialize())
-  for a, b in zip(process.get_model_weights(restarted).trainable,
-                  process.get_model_weights(state).trainable, strict=False):
-    np.testing.assert_array_equal(a, b)
-  assert np.any(np.asarray(state.finalizer['accumulator'][0]) != 0)
-  np.testing.assert_array_equal(restarted.finalizer['accumulator'][0], 0)
-  calls = []
-  dp_ftrl.restart_state(state, process.initialize(),
-                        aggregator_restart_fn=lambda s: calls.append(s) or s)
-  assert len(calls) == 1
+  for _ in range(rounds):
+    state = process.next(state, data).state
+  return state
+
+
+def test_matches_fedavg_with_momentum_by_hand(process):
+  state = _train(process, 3)
+  got = process.get_model_weights(state).trainable[0].reshape(-1)
+  np.testing.assert_allclose(got, _by_hand(3), rtol=1e-5)
+
+
+def test_restart_rounds_zero_the_momentum_inside_the_process():
+  process = dp_ftrl.build_dp_ftrl_process(
+      _model_fn, tff.learning.optimizers.build_sgdm(0.1),
+      aggregator=tff.aggregators.UnweightedMeanFactory(),
+      server_optimizer_fn=tff.learning.optimizers.build_sgdm(0.5, momentum=0.9),
+      restart_rounds=[3, 2])
+  state = _train(process, 4)
+  got = process.get_model_weights(state).trainable[0].reshape(-1)
+  np.testing.assert_allclose(got, _by_hand(4, restart_rounds=(2, 3)), rtol=1e-5)
+  # Not the unrestarted trajectory (the restarts change the weights).
+  assert np.max(np.abs(_by_hand(4) - _by_hand(4, restart_rounds=(2, 3)))) > 1e-3
+  assert state.finalizer['round'] == 4
+  # The optimizer's hyperparameters stay reachable through the process.
+  hparams = process.get_hparams(state)
+  assert hparams['finalizer']['learning_rate'] == pytest.approx(0.5)
+  hparams['finalizer']['learning_rate'] = 0.25
+  changed = process.set_hparams(state, hparams)
+  assert changed.finalizer['optimizer']['learning_rate'] == pytest.approx(0.25)
+  assert changed.finalizer['round'] == 4
 
 
 @pytest.mark.unit
@@ -76,9 +96,14 @@ def test_restart_keeps_model_and_zeroes_momentum(process):
     (dict(server_optimizer_fn=0.5), 'server_optimizer_fn'),
     (dict(server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0), aggregator=object()),
      'aggregator'),
+    (dict(restart_rounds=[0]), 'restart_rounds'),
+    (dict(restart_rounds=[2, 2]), 'restart_rounds'),
+    (dict(restart_rounds='3'), 'restart_rounds'),
+    (dict(restart_rounds=3), 'restart_rounds'),
 ])
 def test_validation(kwargs, match):
   kwargs.setdefault('aggregator', tff.aggregators.UnweightedMeanFactory())
+  kwargs.setdefault('server_optimizer_fn', tff.learning.optimizers.build_sgdm(1.0))
   with pytest.raises(ValueError, match=match):
     dp_ftrl.build_dp_ftrl_process(_model_fn, tff.learning.optimizers.build_sgdm(0.1), **kwargs)
 

@@ -243,17 +243,6 @@ def test_flags_train_model_cannot_honor_are_one_line_errors(tmp_path, flag, word
   assert not os.path.exists(program.dir)
 
 
-@pytest.mark.slow  # about 10 s: the BLT strategy is optimized before the plan is checked
-def test_restarts_of_a_correlated_mechanism_are_refused(tmp_path):
-  program = Program(tmp_path, 'run', args=(*ARGS, '--restart_rounds=3'))
-  assert program.wait() == 2, program.stderr()[-3000:]
-  lines = program.stderr().strip().splitlines()
-  assert lines[-1].startswith('emnist_program.py: error: --restart_rounds: restarts of a '
-                              'correlated mechanism are not available'), lines
-  assert not os.path.exists(program.dir)
-  binaries.assert_no_workers_left(program.workers)
-
-
 @pytest.mark.unit
 def test_driver_and_program_run_directories_refuse_each_other(tmp_path):
   common = dict(root_output_dir=str(tmp_path), rounds=2)

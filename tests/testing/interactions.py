@@ -12,9 +12,9 @@ tests/experiments/interactions_secure_test.py runs those with SecAgg.
 
 `run_and_check(combination, root)`: a tiny EMNIST `RunConfig` -> `run_start.start_run` (the drivers'
 and the train_model program's one start: strategy, plan, canaries, DP-FTRL process) -> the
-drivers' sampler (`sampling.make_sampler`) -> 3 rounds as the drivers' loop runs them (the momentum
-reset where a correlated segment starts, canary client data and records) -> the privacy report of
-the plan and the observed log (`report.build_report`, as the drivers' `report_from_run_files`
+drivers' sampler (`sampling.make_sampler`) -> 3 rounds as the drivers' loop runs them (canary
+client data and records; the process resets the server momentum itself where a correlated segment
+starts) -> the privacy report of the plan and the observed log (`report.build_report`, as the drivers' `report_from_run_files`
 builds it, without the equal-privacy table). SecAgg runs the process with TFF's secure intrinsics
 replaced by their bodies (`tff.backends.test.replace_secure_intrinsics_with_bodies`, what TFF's test
 context runs) in the default context: switching a process's context after computations ran can
@@ -123,7 +123,7 @@ def _rows(mechanisms, **values):
 #: program, or for mechanism x clipping x restarts the aggregation process, where they meet).
 EXISTING = {
     'tests/experiments/drivers_test.py::test_emnist_run': _rows(['blt']),
-    'tests/experiments/drivers_test.py::test_same_seeds_give_identical_metrics':
+    'tests/experiments/drivers_test.py::test_the_driver_and_the_program_train_restarts_identically':
         _rows(['blt'], clipping='adaptive', restarts='rounds'),
     'tests/experiments/drivers_test.py::test_resume_gives_the_same_weights':
         _rows(['blt'], restarts='periodic'),
@@ -260,7 +260,6 @@ def run_and_check(combination: Combination, root) -> None:
   from dp_ftrl_tff import auditing, sampling
   from dp_ftrl_tff.accounting import participation_log, report
   from dp_ftrl_tff.learning import canaries as canaries_lib
-  from dp_ftrl_tff.learning import dp_ftrl
   from dp_ftrl_tff.programs import metrics_release
   from experiments.emnist import run_emnist
   from experiments.run import canary_clients, run_dir, run_start
@@ -294,9 +293,6 @@ def run_and_check(combination: Combination, root) -> None:
   sampler = sampling.make_sampler(start.client_ids, plan, config.seed)
   ids, rounds, measured = [], [], []
   for t in range(ROUNDS):
-    # The drivers' loop: DP-FTRLM's momentum reset where a correlated segment starts.
-    if plan.strategy.correlated and t in restarts:
-      state = dp_ftrl.restart_state(state, initial)
     cohort = sampler.sample(t)
     ids += cohort
     rounds += [t] * len(cohort)
@@ -322,6 +318,8 @@ def run_and_check(combination: Combination, root) -> None:
   assert all(clips[t] == clips[t - 1] for t in range(1, ROUNDS) if t not in restarts), clips
   if combination.secagg:
     assert [float(m['modular_wrap']) for m in measured] == [0.0] * ROUNDS
+  if plan.strategy.correlated and restarts:  # the finalizer that resets the momentum counted them
+    assert int(state.finalizer['round']) == ROUNDS
   assert np.all(np.isfinite(np.concatenate(
       [np.ravel(w) for w in process.get_model_weights(state).trainable])))
 
