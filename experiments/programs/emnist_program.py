@@ -2,10 +2,12 @@ r"""EMNIST DP-FTRL as a TFF training program: `tff.learning.programs.train_model
 
 The run_emnist driver's task, flags, errors, run directory and start (`experiments.run.run_start`:
 the resume checks, the strategy, the plan, the header, the process), trained by TFF's own program
-loop instead of the drivers' loop: the DP-FTRL process (`learning.dp_ftrl`, composed with the task's
-dataset computation so it takes client ids), `programs.data_source.SampledClientDataSource`
-(the min-sep or (cyclic) Poisson sampler, writing participation.csv), a
-`tff.program.FileProgramStateManager` (checkpoints/program_state_<r>, after every round), the
+loop instead of the drivers' loop: the DP-FTRL process (`learning.dp_ftrl`, over client ids:
+`programs.client_ids` builds each client's input, a canary's included, inside the computation),
+`programs.data_source.SampledClientDataSource` (the min-sep or (cyclic) Poisson sampler over the
+population and the canary clients, writing participation.csv), a
+`tff.program.FileProgramStateManager` (checkpoints/program_state_<r> every --checkpoint_every
+rounds, after the last and on a stop), the
 metrics as the drivers' rows (`programs.metrics_release`: metrics.csv and tensorboard/), the privacy
 report at the last round (`programs.report_release`: privacy_report/; these managers are
 `experiments.programs.program_managers`'s) and the final state
@@ -26,10 +28,10 @@ next round, as one line (exit 1), and no later checkpoint is saved. A finished r
 on with a larger --rounds: another --rounds than the run's is refused (exit 2; use another
 --experiment_name).
 
-Not available here (an error naming the flag, exit 2): --workers, --canary_clients,
---secure_aggregation (TFF 0.87's asynchronous test context fails on the process's state), --eval_every
-(the program evaluates once, at the end), --checkpoint_every other than 1 (train_model saves every
-round), and a --rounds other than the run's on resume. A run directory of a driver is refused, and the reverse.
+Not available here (an error naming the flag, exit 2): --workers,
+--secure_aggregation (TFF 0.87's asynchronous test context fails on the process's state),
+--eval_every (the program evaluates once, at the end), and a --rounds other than the run's on
+resume. A run directory of a driver is refused, and the reverse.
 
 Example (synthetic clients, about a minute on 2 cores; run from the repository root):
   python -m experiments.programs.emnist_program --root_output_dir=/tmp/runs \
@@ -82,12 +84,6 @@ def task_settings(fv: flags.FlagValues) -> Dict[str, Any]:
     raise ValueError(f'`workers` {_NOT_HERE}: train_model needs an asynchronous context, and '
                      'TFF\'s multi-worker context is synchronous; run run_emnist for remote '
                      'workers.')
-  if fv['canary_clients'].value:
-    raise ValueError(f'`canary_clients` {_NOT_HERE}: the canary process takes (dataset, canary '
-                     'index) pairs, the data source client ids; audit with run_emnist.')
-  if fv['checkpoint_every'].present and fv['checkpoint_every'].value != 1:
-    raise ValueError(f'`checkpoint_every`={fv["checkpoint_every"].value} {_NOT_HERE}: train_model '
-                     'saves the program state after every round (leave the flag out).')
   if fv['secure_aggregation'].value:
     raise ValueError(f'`secure_aggregation` {_NOT_HERE}: TFF\'s asynchronous test context, the '
                      'one that runs secure sums, fails to return the process\'s state in TFF '
@@ -148,7 +144,7 @@ def _start(task: run_config.Task, config: run_config.RunConfig, directory: run_d
   process over client ids)."""
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
-  from dp_ftrl_tff.programs import data_source  # pylint: disable=g-import-not-at-top
+  from dp_ftrl_tff.programs import client_ids, data_source  # pylint: disable=g-import-not-at-top
   from experiments.run import run_start  # pylint: disable=g-import-not-at-top
 
   with run_start.setup_errors():
@@ -165,10 +161,10 @@ def _start(task: run_config.Task, config: run_config.RunConfig, directory: run_d
     source = data_source.SampledClientDataSource(
         start.client_ids, start.plan,
         os.path.join(config.output_dir, run_dir.PARTICIPATION_FILE), config.seed)
-    # The process takes client ids: each id becomes its preprocessed dataset inside the
-    # computation (TFF's `compose_dataset_computation_with_learning_process`).
-    process = tff.simulation.compose_dataset_computation_with_learning_process(
-        task.train_data.preprocess(task.client_preprocess_fn).dataset_computation, start.process)
+    # The process takes client ids (canaries' included): each id becomes its input inside the
+    # computation.
+    process = client_ids.process_over_client_ids(
+        start.process, task.train_data.preprocess(task.client_preprocess_fn), start.canary_ids)
   return start, source, process
 
 
@@ -195,7 +191,6 @@ def _run(task: run_config.Task, config: run_config.RunConfig, directory: run_dir
   # A kill during an append of metrics.csv leaves a torn last line (the CSV manager cannot parse
   # it); the participation log's is cut by the data source at its checkpointed offset.
   run_dir.drop_torn_last_line(os.path.join(out, run_dir.METRICS_FILE), 'round')
-  managers = program_managers.Managers(config, start.plan, task.accuracy_metric, start.run_id)
   stop_signals.check()
 
   async def initialize():
@@ -203,6 +198,9 @@ def _run(task: run_config.Task, config: run_config.RunConfig, directory: run_dir
 
   initial_state = asyncio.run(initialize())
   directory.record_workers()  # the worker_binary exists now: a killed run's is ended on resume
+  canaries = _canary_recorder(config, start, process, initial_state)
+  managers = program_managers.Managers(config, start.plan, task.accuracy_metric, start.run_id,
+                                       canaries)
   stop_signals.check()
   versions = asyncio.run(managers.state.get_versions()) or []
   done_before = max(versions, default=0)
@@ -229,7 +227,35 @@ def _run(task: run_config.Task, config: run_config.RunConfig, directory: run_dir
   final_model = os.path.join(out, MODEL_DIR, f'training_checkpoint_round_{config.rounds}')
   if not os.path.isdir(final_model):  # its release was cut short (a kill, a full disk)
     asyncio.run(model_output.release(program_state.state, key=os.path.basename(final_model)))
+  if canaries is not None:  # the final model's cosines, vouched for by the last record
+    canaries.record_final(_model_weights(process, initial_state).trainable,
+                          _model_weights(process, program_state.state).trainable)
+    checkpoint_records.record_final_files(out, config.rounds)
+    stop_signals.check()
   return _finish(task, config, start, managers, process, program_state.state, trained)
+
+
+def _canary_recorder(config: run_config.RunConfig, start, process, initial_state):
+  """The run's `canary_clients.CanaryRecorder` with its files started (a resume trims canaries.csv
+  to its checkpoint's record and rebuilds a missing canaries.json), or None without canaries."""
+  from experiments.run import (  # pylint: disable=g-import-not-at-top
+    canary_clients,
+    checkpoint_records,
+    record_checks,
+  )
+
+  if start.canaries is None:
+    return None
+  size = sum(int(w.size) for w in _model_weights(process, initial_state).trainable)
+  recorder = canary_clients.CanaryRecorder(start.canaries, start.canary_ids, None,
+                                           config.output_dir, size, start.plan, start.run_id)
+  resumption = start.resumption
+  if not resumption.fresh:
+    checkpoint_records.trim_files(config.output_dir, resumption)
+  recorder.start_files(resumption.fresh, start.rebuild)
+  if not resumption.fresh:
+    record_checks.check_rebuilt(config.output_dir, resumption, start.rebuild)
+  return recorder
 
 
 class _StopRound(BaseException):
@@ -278,6 +304,7 @@ def _train(stop, managers, num_rounds: int, **train_model_args) -> None:
         await asyncio.wait(pending)
       if not isinstance(error, _StopRound):
         raise
+      await managers.state.save_held()  # a stop saves its last round (--checkpoint_every)
     return max(await managers.state.get_versions() or [0])
 
   with stopping.stop_check(before_round):
@@ -310,9 +337,9 @@ def _finish(task: run_config.Task, config: run_config.RunConfig, start, managers
                    config.rounds, metrics)
   console.out(console.eval_line(config.rounds, config.rounds, metrics, console.spent_guarantee(
       plan, participation, config.rounds)))
-  privacy_report = run_report.finish(config, plan, task.accuracy_metric, trained=trained,
-                                     rounds_done=config.rounds, run_id=start.run_id,
-                                     report=managers.report.last_report)
+  privacy_report = run_report.finish(
+      config, plan, task.accuracy_metric, trained=trained, rounds_done=config.rounds,
+      run_id=start.run_id, report=managers.report and managers.report.last_report)
   return {'state': final_state, 'process': process, 'metrics': metrics,
           'privacy_report': privacy_report}
 

@@ -1,10 +1,11 @@
 """The train_model program's managers: checkpoints with their records, and the metrics releases.
 
-`Managers(config, plan, accuracy_metric, run_id)` holds what `tff.learning.programs.train_model` is given
-for a run of `experiments.programs.emnist_program`: the program state manager (checkpoints/
-program_state_<r>, each followed by its record, `experiments.run.checkpoint_records`) and the
-metrics release (the drivers' rows in metrics.csv and tensorboard/, the drivers' console line, the
-privacy report after the metrics: `programs.metrics_release`, `programs.report_release`).
+`Managers(config, plan, accuracy_metric, run_id, canaries)` holds what
+`tff.learning.programs.train_model` is given for a run of `experiments.programs.emnist_program`:
+the program state manager (checkpoints/program_state_<r> every `checkpoint_every` rounds, each
+followed by its record, `experiments.run.checkpoint_records`) and the metrics release (the drivers'
+rows in metrics.csv and tensorboard/, the drivers' console line, then the privacy report or the
+canary rows: `programs.metrics_release`, `programs.report_release`, `CanaryRounds`).
 
 train_model starts a round's save and its releases as concurrent background tasks; here a save of
 round r waits for round r's releases, so a checkpoint never runs ahead of metrics.csv and the report.
@@ -18,11 +19,13 @@ before the next round (`experiments.programs.emnist_program`). Imported once the
 import asyncio
 import os
 import time
+from typing import Optional
 
 import tensorflow_federated as tff
 
+from dp_ftrl_tff import auditing
 from dp_ftrl_tff.programs import metrics_release, report_release
-from experiments.run import checkpoint_records, console, run_config, run_dir
+from experiments.run import canary_clients, checkpoint_records, console, run_config, run_dir
 
 
 class RoundsReleased:
@@ -83,18 +86,35 @@ class MarkingRelease(RecordingRelease):
 
 
 class StateManager(tff.program.FileProgramStateManager):
-  """`FileProgramStateManager` whose save of version r >= 1 waits for round r's releases, one save
-  at a time (concurrent saves race in removing old versions: TFF's check-then-rmtree fails with
-  NotFoundError when two saves remove the same one); `after_save(version)` follows each save. After
-  a failed release or save (`RoundsReleased.failure`) it saves nothing: a checkpoint never runs
-  ahead of what failed. Its own error is recorded there, not raised."""
+  """`FileProgramStateManager` that saves every `every`-th version, the last (`total_rounds`) and,
+  through `save_held`, the latest one it held back (a stop); `before_save(version)` (if given)
+  precedes each save and `after_save(version)` follows it. A save of version r >= 1 waits for round r's releases, one save at a time (concurrent saves
+  race in removing old versions: TFF's check-then-rmtree fails with NotFoundError when two saves
+  remove the same one). After a failed release or save (`RoundsReleased.failure`) it saves
+  nothing: a checkpoint never runs ahead of what failed. Its own error is recorded there, not
+  raised."""
 
-  def __init__(self, root_dir, released: RoundsReleased, after_save, **kwargs):
+  def __init__(self, root_dir, released: RoundsReleased, after_save, every: int,
+               total_rounds: int, before_save=None, **kwargs):
     super().__init__(root_dir, **kwargs)
-    self._released, self._after_save = released, after_save
+    self._released, self._after_save, self._before_save = released, after_save, before_save
+    self._every, self._total_rounds = every, total_rounds
+    self._held = None  # (program_state, version) of the latest version not yet due
     self._lock = None
 
   async def save(self, program_state, version):
+    if version % self._every and version != self._total_rounds:
+      # train_model hands over a materialized state and a copy of the data iterator: kept as is.
+      self._held = (program_state, version)
+      return
+    await self._save(program_state, version)
+
+  async def save_held(self) -> None:
+    """Saves the version held back, if it is later than every saved one (a stopped run)."""
+    if self._held is not None and self._held[1] > max(await self.get_versions() or [0]):
+      await self._save(*self._held)
+
+  async def _save(self, program_state, version):
     if version >= 1:
       await self._released.wait(version)
     if self._lock is None:
@@ -103,6 +123,8 @@ class StateManager(tff.program.FileProgramStateManager):
       if self._released.failure is not None:
         return
       try:
+        if self._before_save is not None:
+          self._before_save(version)
         await super().save(program_state, version)
         self._after_save(version)  # the checkpoint's record (experiments.run.checkpoint_records)
       except Exception as error:  # noqa: BLE001 (the program raises it in its own task)
@@ -135,25 +157,53 @@ class ConsoleRelease(tff.program.ReleaseManager):
         mean * (self._num_rounds - int(key) - 1)))
 
 
+class CanaryRounds(tff.program.ReleaseManager):
+  """Holds each round's canary projections (train_model's released value and 1-based key) until
+  `write(version)` appends those of the rounds before `version` to canaries.csv
+  (`canary_clients.CanaryRecorder.record_round`): the state manager writes them just before the
+  checkpoint of `version`, so canaries.csv holds exactly the checkpointed rounds when the
+  checkpoint's record describes it (train_model releases round r + 1 while round r saves)."""
+
+  def __init__(self, recorder: canary_clients.CanaryRecorder):
+    self._recorder, self._held = recorder, {}
+
+  async def release(self, value, key):
+    self._held[int(key) - 1] = value['aggregator']
+
+  def write(self, version: int) -> None:
+    for round_num in sorted(r for r in self._held if r < version):
+      self._recorder.record_round(round_num, self._held.pop(round_num))
+
+
 class Managers:
   """The program's state manager (`state`), its metrics release (`metrics`) and their parts:
-  `csv` (metrics.csv), `progress` (the console) and `report` (privacy_report/); `released.failure`
-  is the first error of their background tasks (a release or a save), or None."""
+  `csv` (metrics.csv), `progress` (the console) and `report` (privacy_report/, None with canaries:
+  the report then needs the final model's canary cosines and is built at the end);
+  `released.failure` is the first error of their background tasks (a release or a save), or None.
+  With `canaries` (the run's `CanaryRecorder`) the canary rows go with the checkpoints and the
+  records vouch for the canary files."""
 
-  def __init__(self, config: run_config.RunConfig, plan, accuracy_metric: str, run_id: str):
+  def __init__(self, config: run_config.RunConfig, plan, accuracy_metric: str, run_id: str,
+               canaries: Optional[canary_clients.CanaryRecorder] = None):
     out = config.output_dir
     path = lambda *names: os.path.join(out, *names)  # noqa: E731
     settings = run_config.hparams_document(config)
     self.released = released = RoundsReleased()
     # The record binds the strategy file and the participation log's bytes so far (the data source
     # cuts the log back to its checkpointed offset on resume; the record proves what lies before
-    # it).
+    # it), and the canary files.
+    files = (checkpoint_records.STRATEGY_FILE, run_dir.PARTICIPATION_FILE)
+    canary_rounds = None
+    if canaries is not None:
+      files += (auditing.PROJECTIONS_FILE, checkpoint_records.CANARY_METADATA)
+      canary_rounds = CanaryRounds(canaries)
     self.state = StateManager(
         checkpoint_records.checkpoints_dir(out), released,
         lambda version: checkpoint_records.write_record(
-            out, version, settings, checkpoint_records.plan_document(plan), run_id,
-            files=(checkpoint_records.STRATEGY_FILE, run_dir.PARTICIPATION_FILE)), keep_total=3)
-    self.report = report_release.PrivacyReportReleaseManager(
+            out, version, settings, checkpoint_records.plan_document(plan), run_id, files=files),
+        every=config.checkpoint_every, total_rounds=config.rounds,
+        before_save=None if canary_rounds is None else canary_rounds.write, keep_total=3)
+    self.report = None if canaries is not None else report_release.PrivacyReportReleaseManager(
         path(run_dir.PLAN_FILE), path(run_dir.PARTICIPATION_FILE), path(run_dir.REPORT_DIR),
         total_rounds=config.rounds, metrics=path(run_dir.METRICS_FILE))
     self.csv = tff.program.CSVFileReleaseManager(path(run_dir.METRICS_FILE),
@@ -161,4 +211,4 @@ class Managers:
     self.progress = ConsoleRelease(config.rounds, accuracy_metric)
     self.metrics = MarkingRelease(metrics_release.RoundMetricsReleaseManager(
         [self.csv, tff.program.TensorBoardReleaseManager(path('tensorboard')), self.progress],
-        after_metrics=[self.report]), released)
+        after_metrics=[canary_rounds or self.report]), released)

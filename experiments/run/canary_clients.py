@@ -11,6 +11,7 @@ model delta's cosines with the canary directions (`dp_ftrl_tff.auditing.records`
 from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
+from absl import logging
 
 from dp_ftrl_tff import auditing
 from dp_ftrl_tff import plan as plan_lib
@@ -48,7 +49,8 @@ class CanaryRecorder:
   def __init__(self, canaries: canaries_lib.Canaries, canary_ids: Sequence[str], empty_dataset,
                output_dir: str, num_params: int, plan: plan_lib.RunPlan, run_id: str):
     """Args: the run's `canaries` and their client ids; `empty_dataset`, a dataset of the task's
-    type with no element (a canary's); the run directory; the model's `num_params` trainable
+    type with no element (a canary's, for `client_data`; None for a process over client ids,
+    `programs.client_ids`); the run directory; the model's `num_params` trainable
     parameters; the run's `plan` and identity `run_id`."""
     self.canaries, self.plan, self.empty_dataset = canaries, plan, empty_dataset
     self.rounds_recorded = 0  # by this process: rounds it trained
@@ -56,6 +58,16 @@ class CanaryRecorder:
     self.files = auditing.CanaryFilesWriter(output_dir, canaries.num_canaries, canaries.seed,
                                             list(self.index), num_params, plan=plan,
                                             run_id=run_id)
+
+  def start_files(self, fresh: bool, rebuild: Sequence[str]) -> None:
+    """Writes canaries.json (and canaries.csv's header) at a run's start (`fresh`), or rebuilds
+    canaries.json from the run's settings when a resume found it missing or altered (its name in
+    `rebuild`, `RunStart.rebuild`)."""
+    if fresh or auditing.CANARY_FILE in rebuild:
+      if not fresh:
+        logging.warning('%s is missing or altered: rebuilt from the run\'s settings.',
+                        self.files.path)
+      self.files.write_metadata()
 
   def client_data(self, cohort: Sequence[str], dataset_fn: Callable[[str], object]) -> list:
     """The process's input for `cohort`: each client's dataset (`dataset_fn(id)`, a canary's
@@ -72,15 +84,15 @@ class CanaryRecorder:
     self.files.append_round(round_num, projections * self.plan.clients_per_round / clip)
     self.rounds_recorded += 1
 
-  def record_final(self, process, initial_state, final_state) -> None:
-    """Records the cosines of the final model delta (the `process`'s trainable weights in
-    `initial_state` minus those in `final_state`) with the canary directions, once this recorder
-    recorded rounds or when a finished run's `canaries.json` lacks them."""
+  def record_final(self, initial_weights: Sequence, final_weights: Sequence) -> None:
+    """Records the cosines of the final model delta (the trainable weights `initial_weights` minus
+    `final_weights`, e.g. `process.get_model_weights(state).trainable` of the initial and the final
+    state) with the canary directions, once this recorder recorded rounds or when a finished run's
+    `canaries.json` lacks them."""
     if not self.rounds_recorded and auditing.read_canaries(self.files.path).final_cosines is not None:
       return
-    delta = [initial - final for initial, final in zip(
-        process.get_model_weights(initial_state).trainable,
-        process.get_model_weights(final_state).trainable, strict=True)]
+    delta = [np.asarray(initial) - np.asarray(final)
+             for initial, final in zip(initial_weights, final_weights, strict=True)]
     projections = canaries_lib.projections(self.canaries, delta).numpy().astype(np.float64)
     norm = float(np.sqrt(sum(np.sum(np.square(np.asarray(d, np.float64))) for d in delta)))
     self.files.write_final(projections / norm if norm > 0 else projections)

@@ -141,7 +141,8 @@ def _run(task: Task, config: RunConfig, directory: run_dir.RunDirectory,
   stop.where = stop_signals.finish_stage(config.rounds)
   stop_signals.check()
   if training.canaries is not None:
-    training.canaries.record_final(start.process, training.initial_state, training.state)
+    training.canaries.record_final(start.process.get_model_weights(training.initial_state).trainable,
+                                   start.process.get_model_weights(training.state).trainable)
     # The record of the checkpoint the run ends on vouches for the cosines too.
     checkpoint_records.record_final_files(config.output_dir, rounds_done)
     stop_signals.check()
@@ -206,12 +207,8 @@ class _Training:
     # A run killed while appending to metrics.csv leaves a torn last line (of a round it redoes).
     run_dir.drop_torn_last_line(self._path(run_dir.METRICS_FILE), 'round')
     self.log = participation_log.ParticipationLogWriter(self._path(run_dir.PARTICIPATION_FILE))
-    if self.canaries is not None and (resumption.fresh or
-                                      checkpoint_records.CANARY_METADATA in rebuild):
-      if not resumption.fresh:
-        logging.warning('%s is missing or altered: rebuilt from the run\'s settings.',
-                        self.canaries.files.path)
-      self.canaries.files.write_metadata()
+    if self.canaries is not None:
+      self.canaries.start_files(resumption.fresh, rebuild)
     if resumption.fresh:
       self.checkpoint(0)
       return 0

@@ -12,6 +12,7 @@ import os
 import numpy as np
 import pytest
 
+from dp_ftrl_tff import auditing
 from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.learning import dp_ftrl
 from experiments.emnist import run_emnist
@@ -148,15 +149,17 @@ def _check_restart_at_3(config, result):
       plan.strategy.segments_sensitivity_squared((4,), config.participation))
 
 
-def test_the_driver_and_the_program_train_restarts_identically(config_factory, monkeypatch):
+def test_the_driver_and_the_program_train_restarts_and_canaries_identically(config_factory,
+                                                                            monkeypatch):
   # --seed fixes data, sampling, model init and eval; --noise_seed fixes the noise. The drivers'
-  # loop and train_model's (the program's) give the same rows round for round, with explicit
-  # restart rounds and adaptive clipping (`--restart_rounds=3 --adaptive_clipping`, a 1-buffer BLT
-  # optimized at start): the noise segment, the clip and the server momentum (inside the process:
-  # round 4's loss depends on it) restart at round 3, and the report accounts the plan's two
-  # segments.
+  # loop and train_model's (the program's, over client ids: `programs.client_ids`) give the same
+  # rows, log and canary files, with explicit restart rounds, adaptive clipping and canaries
+  # (`--restart_rounds=3 --adaptive_clipping --canary_clients=4`, a 1-buffer BLT optimized at
+  # start): the noise segment, the clip and the server momentum (inside the process: the final
+  # model depends on it) restart at round 3, and the report accounts the plan's two segments.
   common = dict(mechanism='blt', mechanism_options={'num_buffers': 1}, rounds=4, eval_every=4,
-                restart_rounds=(3,), adaptive_clipping=True, clipped_count_stddev=1.0)
+                restart_rounds=(3,), adaptive_clipping=True, clipped_count_stddev=1.0,
+                canary_clients=4)
   runs = [config_factory(name='driver', task=EMNIST_TASK, **common),
           config_factory(name='program', task={**EMNIST_TASK, 'program': emnist_program.PROGRAM},
                          **common)]
@@ -169,7 +172,16 @@ def test_the_driver_and_the_program_train_restarts_identically(config_factory, m
   assert first == second
   _check_restart_at_3(runs[0], results[0])
   assert built == [(3,), (3,)]
-  assert results[1]['privacy_report'].guarantee == results[0]['privacy_report'].guarantee
+  read = lambda config, name: open(os.path.join(config.output_dir, name), 'rb').read()  # noqa: E731
+  assert read(runs[0], 'participation.csv') == read(runs[1], 'participation.csv')
+  assert b'canary-' in read(runs[0], 'participation.csv')  # canaries took part
+  assert read(runs[0], 'canaries.csv') == read(runs[1], 'canaries.csv')
+  canaries = [auditing.read_canaries(os.path.join(c.output_dir, 'canaries.json')) for c in runs]
+  assert canaries[1].final_cosines is not None
+  np.testing.assert_array_equal(canaries[0].final_cosines, canaries[1].final_cosines)
+  reports = [r['privacy_report'] for r in results]
+  assert reports[1].guarantee == reports[0].guarantee
+  assert reports[1].empirical_privacy == reports[0].empirical_privacy
 
 
 def test_resume_gives_the_same_eval_metrics(config_factory, tmp_path):

@@ -11,8 +11,9 @@ Poisson sampling (empty cohorts included) the program draws the EMNIST driver's 
 its metrics rows and report. The flags train_model cannot honor are one-line errors (exit 2), and a
 driver's run directory and a program's refuse each other.
 
-Tiny settings (as run_dir_test.py): 30 synthetic clients, 3 per round, 6 rounds, min_sep 2, at most
-2 participations, fixed seeds. stdout/stderr go to files, never pipes (an orphaned worker_binary
+Tiny settings (as run_dir_test.py): 30 synthetic clients and 4 canary clients (their
+canaries.csv and final cosines are compared too), 3 per round, 6 rounds, min_sep 2, at most 2
+participations, fixed seeds. stdout/stderr go to files, never pipes (an orphaned worker_binary
 keeps a pipe open). The uninterrupted reference run starts once per module, in the background.
 """
 
@@ -26,6 +27,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from dp_ftrl_tff import auditing
 from dp_ftrl_tff.accounting import participation_log
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from dp_ftrl_tff.programs import data_source
@@ -38,7 +40,8 @@ ROUNDS, MIN_SEP, CAP = 6, 2, 2
 ARGS = ('--model=tiny', '--mechanism=blt', '--noise_multiplier=0.5', f'--rounds={ROUNDS}',
         '--clients_per_round=3', '--synthetic_num_clients=30', '--synthetic_examples_per_client=8',
         '--client_batch_size=8', f'--min_sep={MIN_SEP}', f'--max_participations={CAP}',
-        '--noise_seed=3', '--seed=1', '--eval_max_examples=64')
+        '--noise_seed=3', '--seed=1', '--eval_max_examples=64', '--canary_clients=4',
+        '--checkpoint_every=1')
 MODULE = 'experiments.programs.emnist_program'
 
 
@@ -102,8 +105,12 @@ def assert_same_run(run, expected):
       assert a == b
     else:
       np.testing.assert_array_equal(a, b)
-  assert (run_files.read_bytes(os.path.join(run, run_dir.PARTICIPATION_FILE))
-          == run_files.read_bytes(os.path.join(expected, run_dir.PARTICIPATION_FILE)))
+  for name in (run_dir.PARTICIPATION_FILE, 'canaries.csv'):
+    assert (run_files.read_bytes(os.path.join(run, name))
+            == run_files.read_bytes(os.path.join(expected, name))), name
+  cosines = [auditing.read_canaries(os.path.join(r, 'canaries.json')).final_cosines
+             for r in (run, expected)]
+  np.testing.assert_array_equal(cosines[0], cosines[1])
   assert run_files.metrics_rows(run) == run_files.metrics_rows(expected)
   assert [int(r['round']) for r in run_files.metrics_rows(run)] == list(range(ROUNDS))
   assert masked_report(run) == masked_report(expected)
@@ -161,7 +168,8 @@ def test_sigkill_and_rerun_equals_an_uninterrupted_run(tmp_path, reference):
   assert_log_respects_the_schedule(first.dir)
   # The program's report is the privacy_report binary's on the run's files.
   binary = run_files.standalone_report(
-      first.dir, tmp_path / 'binary', f'--participation_log={first.dir}/participation.csv')
+      first.dir, tmp_path / 'binary', f'--participation_log={first.dir}/participation.csv',
+      f'--canaries={first.dir}/canaries.json')
   assert run_files.masked_report(binary) == masked_report(first.dir)
 
   # Rerunning the finished run trains nothing and changes nothing.
@@ -175,9 +183,13 @@ def test_sigkill_and_rerun_equals_an_uninterrupted_run(tmp_path, reference):
 
 @pytest.mark.slow  # about 60 s: a program run stopped by SIGTERM, then rerun
 def test_sigterm_stops_with_143_and_the_rerun_equals_an_uninterrupted_run(tmp_path, reference):
-  first = Program(tmp_path, 'run', 'first')
-  first.wait_for(lambda: any(first.checkpoint_exists(r) for r in range(1, ROUNDS)),
-                 'a checkpoint of round 1 or later')
+  # Checkpoints every 4 rounds: a stop saves the round it stops after all the same.
+  args = (*ARGS, '--checkpoint_every=4')
+  first = Program(tmp_path, 'run', 'first', args=args)
+  log = os.path.join(first.dir, run_dir.PARTICIPATION_FILE)
+  first.wait_for(lambda: os.path.exists(log) and any(
+      line.endswith(b',1') for line in run_files.read_bytes(log).splitlines()),
+      'the cohort of round 1')
   first.poll_workers()
   first.proc.send_signal(signal.SIGTERM)
   assert first.wait() == 143, first.stderr()[-3000:]
@@ -189,11 +201,13 @@ def test_sigterm_stops_with_143_and_the_rerun_equals_an_uninterrupted_run(tmp_pa
   # its saves lagging behind its rounds, it had drawn its last round: the stop came after it.
   done = int(stopped[0].split('after round ')[1].split('/')[0])
   assert first.checkpoint_exists(done) and not first.checkpoint_exists(done + 1)
+  saved = {r for r in range(ROUNDS + 1) if first.checkpoint_exists(r)}
+  assert saved == {0, done} | ({4} if done >= 4 else set()), saved
   if done == ROUNDS:
     assert 'before the run\'s report and summary were complete' in stopped[0], stopped
   assert not os.path.exists(os.path.join(first.dir, 'summary.json'))
   binaries.assert_no_workers_left(first.workers)
-  second = Program(tmp_path, 'run', 'second')
+  second = Program(tmp_path, 'run', 'second', args=args)
   assert second.wait() == 0, second.stderr()[-3000:]
   assert 'Resuming' in second.stderr()
   binaries.assert_no_workers_left(second.workers)
@@ -229,8 +243,6 @@ def test_poisson_program_draws_and_trains_as_the_driver(tmp_path):
 
 @pytest.mark.parametrize('flag, words', [
     ('--workers=localhost:1', '--workers is not available in the train_model program'),
-    ('--canary_clients=4', '--canary_clients is not available in the train_model program'),
-    ('--checkpoint_every=5', '--checkpoint_every=5 is not available in the train_model program'),
     ('--eval_every=2', '--eval_every is not available in the train_model program'),
     ('--secure_aggregation', '--secure_aggregation is not available in the train_model program'),
 ])

@@ -123,7 +123,7 @@ def _rows(mechanisms, **values):
 #: program, or for mechanism x clipping x restarts the aggregation process, where they meet).
 EXISTING = {
     'tests/experiments/drivers_test.py::test_emnist_run': _rows(['blt']),
-    'tests/experiments/drivers_test.py::test_the_driver_and_the_program_train_restarts_identically':
+    'tests/experiments/drivers_test.py::test_the_driver_and_the_program_train_restarts_and_canaries_identically':
         _rows(['blt'], clipping='adaptive', restarts='rounds'),
     'tests/experiments/drivers_test.py::test_resume_gives_the_same_weights':
         _rows(['blt'], restarts='periodic'),
@@ -326,7 +326,8 @@ def run_and_check(combination: Combination, root) -> None:
   # The report of the plan and the observed log, as the drivers build it.
   canaries = None
   if recorder is not None:
-    recorder.record_final(process, initial, state)
+    recorder.record_final(process.get_model_weights(initial).trainable,
+                          process.get_model_weights(state).trainable)
     canaries = auditing.read_canaries(recorder.files.path)
   secure_segments = None
   if combination.secagg:
