@@ -59,12 +59,11 @@ def build_dp_ftrl_process(
       aggregator measurements hold `canary_projections` (see dp_ftrl_tff/learning/canaries.py).
     restart_rounds: 0-based rounds (>= 1; round r is the r-th call of `next` from `initialize`'s
       state, counted in the state) that start a new mechanism segment: the server optimizer's state
-      (momentum) is reset to its initial value before the round's update is applied. Empty: the
-      finalizer is TFF's own, without a round counter.
+      (momentum) is reset to its initial value before the round's update is applied.
 
   Returns:
-    A `tff.learning.templates.LearningProcess` (state: `LearningAlgorithmState`; with restarts its
-    `finalizer` state is `OrderedDict(round=, optimizer=)`).
+    A `tff.learning.templates.LearningProcess` (state: `LearningAlgorithmState`, whose `finalizer`
+    state is `OrderedDict(round=<rounds done>, optimizer=<the server optimizer's state>)`).
   """
   if not callable(model_fn):
     raise ValueError(f'`model_fn` must be callable, got {model_fn!r}.')
@@ -97,10 +96,10 @@ def build_dp_ftrl_process(
   if canaries is not None:
     client_work = canaries_lib.canary_client_work(client_work, canaries)
     model_aggregator = canaries_lib.projection_factory(model_aggregator, canaries)
-  finalizer = tff.learning.templates.build_apply_optimizer_finalizer(server_optimizer_fn,
-                                                                     weights_type)
-  if restart_rounds:
-    finalizer = _restarting_finalizer(finalizer, restart_rounds)
+  # Always with its round counter, restarts or not: the state's structure must not depend on
+  # whether the run's rounds reach a restart (a run resumed with more rounds may reach one).
+  finalizer = _restarting_finalizer(tff.learning.templates.build_apply_optimizer_finalizer(
+      server_optimizer_fn, weights_type), restart_rounds)
   return tff.learning.templates.compose_learning_process(
       initial_model_weights_fn, tff.learning.templates.build_broadcast_process(weights_type),
       client_work, model_aggregator.create(weights_type.trainable, tff.TensorType(np.float32)),
@@ -119,8 +118,8 @@ def _check_restart_rounds(restart_rounds) -> Tuple[int, ...]:
 def _restarting_finalizer(inner: tff.learning.templates.FinalizerProcess,
                           restart_rounds: Tuple[int, ...]
                           ) -> tff.learning.templates.FinalizerProcess:
-  """`inner` (TFF's optimizer finalizer) with a round counter in its state: at `restart_rounds` the
-  optimizer's state is its initial one before the round's update is applied (a pure function of
+  """`inner` (TFF's optimizer finalizer) with a round counter in its state: at `restart_rounds` (may
+  be empty) the optimizer's state is its initial one before the round's update is applied (a pure function of
   the counted round, so a restored checkpoint resets on the same rounds).
 
   TFF's finalizers have no hook for this, and the round cannot live in the optimizer's state: TFF's

@@ -44,11 +44,9 @@ ROUNDS = 3
 COMMON = ('--model=tiny', '--mechanism=blt', '--num_buffers=1', '--noise_multiplier=0',
           f'--rounds={ROUNDS}', '--clients_per_round=3', '--synthetic_num_clients=30',
           '--synthetic_examples_per_client=8', '--client_batch_size=8', '--min_sep=2', '--seed=1',
-          '--noise_seed=3',
-          '--eval_max_examples=64')
+          '--noise_seed=3', '--eval_max_examples=64', '--checkpoint_every=1')
 BINARIES = {  # (module, arguments, the module whose points the chain stops at (None: all))
-    'driver': (binaries.EMNIST, COMMON + ('--checkpoint_every=1', '--eval_every=100',
-                                          '--canary_clients=2'), None),
+    'driver': (binaries.EMNIST, COMMON + ('--eval_every=100', '--canary_clients=2'), None),
     'program': (binaries.PROGRAM, COMMON, 'experiments.programs.emnist_program'),
 }
 
