@@ -8,9 +8,10 @@ the report equals the `privacy_report` binary's on the run's files; no worker_bi
 runs. SIGTERM stops it with one line and exit status 143, between rounds once the last round's
 checkpoint is saved (or after the last round), and the rerun ends as an uninterrupted run. With
 Poisson sampling (empty cohorts included) the program draws the EMNIST driver's cohorts and writes
-its metrics rows and report. On 2 TFF workers (--workers), one killed mid-run, it runs the lost
-round again and ends with the uninterrupted local run's participation log, metrics and report. The flags train_model cannot honor are one-line errors (exit 2), and a
-driver's run directory and a program's refuse each other.
+its metrics rows and report. On 2 TFF workers (--workers), one killed when round 2 starts (the round
+runs again on the other) and the other when round 4 starts (one line, exit 1), then resumed on new
+workers, it ends as the uninterrupted local run, bit for bit. The flags train_model cannot honor are
+one-line errors (exit 2), and a driver's run directory and a program's refuse each other.
 
 Tiny settings (as run_dir_test.py): 30 synthetic clients, 3 per round, 6 rounds, min_sep 2, at most
 2 participations, fixed seeds. stdout/stderr go to files, never pipes (an orphaned worker_binary
