@@ -6,10 +6,14 @@ computations sent to it. TFF's mergeable execution context compiles a federated 
 "up to merge" work (client work and partial aggregates) that each worker runs on its share of the
 clients, a merge of the partial aggregates, and "after merge" work (the server step, e.g. the
 correlated noise) that runs once. TFF 0.87's wheel lacks the helpers that connect that context to
-remote workers (`cpp_execution_contexts`' remote variants), so this module wires it:
-one `RemoteExecutor` per worker address in a `ResourceManagingExecutorFactory` and an
+remote workers (`cpp_execution_contexts`' remote variants), so this project wires it
+(`dp_ftrl_tff.learning.remote_contexts`, the one place the contexts are built): one
+`RemoteExecutor` per worker address in a `ResourceManagingExecutorFactory` and an
 `AsyncExecutionContext` with TFF's native compiler, all of them in a
-`MergeableCompExecutionContext` installed as TFF's default context.
+`MergeableCompExecutionContext`. `set_remote_execution_context` installs it as TFF's default
+(synchronous) context; `create_async_remote_execution_context` gives the same workers as an
+asynchronous context, for `tff.program.NativeFederatedContext` and
+`tff.learning.programs.train_model`. This module imports TensorFlow only when a context is built.
 
 Results: the server step runs once, after the merge, so the noise is added once, exactly as in a
 local run; the client sums are merged in another order, so values agree with a local run within
@@ -18,9 +22,11 @@ float32 rounding of the sums (a few ulp of the sum per round).
 Limits (TFF 0.87): secure sums (`tff.federated_secure_sum_bitwidth`, TFF's `SecureSumFactory`,
 this project's SecAgg chain) cannot be split across workers: TFF's mergeable compiler rejects them
 (`AfterMergeStructureError`), so `check_no_secure_sum` refuses such a process up front. A worker that
-stops answering makes the running computation fail with a gRPC error (`is_worker_failure`); the
-caller may re-run the round on the workers that still answer (`responsive_workers`), which gives the
-same result because a round's output depends only on its input state and data.
+stops answering makes the running call fail fast with a `WorkerUnavailableError` naming it
+(`is_worker_failure`); both contexts then run the call again on the workers that still answer
+(`responsive_workers`), which gives the same result because a call's output depends only on its
+arguments (a round's: its input state and data). When none answers, the call raises
+`WorkersLostError`.
 """
 
 import re
@@ -39,12 +45,14 @@ _SECURE_SUM_INTRINSIC = 'federated_secure_sum'
 SECURE_SUM_ERROR = ('secure aggregation cannot run on remote workers: TFF 0.87 splits a round '
                     'across workers only for plain sums (its mergeable compiler rejects secure sums '
                     'with AfterMergeStructureError); drop `workers` or `secure_aggregation`.')
-# How long a worker whose call failed may take to accept a new connection before it counts as gone.
-_RECONNECT_SECONDS = 5.0
 
 
 class WorkerUnavailableError(RuntimeError):
   """A worker does not answer; the message names its address."""
+
+
+class WorkersLostError(WorkerUnavailableError):
+  """Every worker of a remote context stopped answering during a computation."""
 
 
 def parse_worker_addresses(addresses: Union[str, Iterable[str]],
@@ -77,20 +85,21 @@ def parse_worker_addresses(addresses: Union[str, Iterable[str]],
   return tuple(items)
 
 
-def _channel(address: str) -> grpc.Channel:
+def channel(address: str) -> grpc.Channel:
+  """An insecure gRPC channel to `address` taking messages up to 2 GB."""
   return grpc.insecure_channel(address, options=_CHANNEL_OPTIONS)
 
 
 def worker_answers(address: str, timeout_seconds: float = 2.0) -> bool:
   """Whether a gRPC server accepts a connection at `address` within `timeout_seconds`."""
-  channel = _channel(address)
+  connection = channel(address)
   try:
-    grpc.channel_ready_future(channel).result(timeout=timeout_seconds)
+    grpc.channel_ready_future(connection).result(timeout=timeout_seconds)
     return True
   except grpc.FutureTimeoutError:
     return False
   finally:
-    channel.close()
+    connection.close()
 
 
 def wait_for_workers(addresses: Sequence[str], timeout_seconds: float = 30.0) -> None:
@@ -116,82 +125,31 @@ def responsive_workers(addresses: Sequence[str], timeout_seconds: float = 2.0) -
   return tuple(a for a in parse_worker_addresses(addresses) if worker_answers(a, timeout_seconds))
 
 
-class _FailFastStub:
-  """The gRPC stub of one worker, failing fast when the worker is gone.
-
-  TFF's asynchronous context retries a call that failed with UNAVAILABLE forever (every 30 s), so a
-  dead worker would hang the round. A retryable failure is re-raised as TFF's retryable error only
-  while the worker still accepts connections (a transient failure); otherwise it becomes a
-  `WorkerUnavailableError` naming the address, which TFF does not retry.
-  """
-
-  def __init__(self, stub, address: str, retryable_error_type):
-    self._stub = stub
-    self._address = address
-    self._retryable_error_type = retryable_error_type
-
-  def __getattr__(self, name):
-    attribute = getattr(self._stub, name)
-    if not callable(attribute):
-      return attribute
-
-    def call(*args, **kwargs):
-      try:
-        return attribute(*args, **kwargs)
-      except self._retryable_error_type as error:
-        if worker_answers(self._address, _RECONNECT_SECONDS):
-          raise
-        raise WorkerUnavailableError(f'TFF worker {self._address} stopped answering.') from error
-
-    return call
-
-
-def _worker_context(address: str):
-  """An asynchronous TFF context running every computation on the worker at `address`."""
-  # TensorFlow Federated is imported here, not at the top, so that a worker launcher and the
-  # address checks start without TensorFlow. TFF 0.87 exports
-  # neither the remote executor, its gRPC stub, nor the executor factory and context classes that
-  # compose them; these are the modules TFF's own local C++ context is built from.
-  import tensorflow_federated as tff
-  from tensorflow_federated.python.core.backends.native import compiler as native_compiler
-  from tensorflow_federated.python.core.environments.tensorflow_frontend import (
-    tensorflow_computation,
-  )
-  from tensorflow_federated.python.core.impl.execution_contexts import async_execution_context
-  from tensorflow_federated.python.core.impl.executor_stacks import python_executor_stacks
-  from tensorflow_federated.python.core.impl.executors import (
-    executors_errors,
-    remote_executor,
-    remote_executor_grpc_stub,
-  )
-  stub = _FailFastStub(remote_executor_grpc_stub.RemoteExecutorGrpcStub(_channel(address)), address,
-                       executors_errors.RetryableGRPCError)
-
-  def executor_fn(cardinalities):
-    # A computation without a CLIENTS argument (e.g. the server step) has no clients.
-    cardinalities.setdefault(tff.CLIENTS, 0)
-    executor = remote_executor.RemoteExecutor(stub)
-    executor.set_cardinalities(cardinalities)
-    return executor
-
-  return async_execution_context.AsyncExecutionContext(
-      executor_fn=python_executor_stacks.ResourceManagingExecutorFactory(executor_fn),
-      compiler_fn=native_compiler.desugar_and_transform_to_native,
-      transform_args=tensorflow_computation.transform_args,
-      transform_result=tensorflow_computation.transform_result)
-
-
 def create_remote_execution_context(addresses: Union[str, Sequence[str]]):
-  """TFF's mergeable context over the workers at `addresses` (not installed; see the module doc).
+  """A synchronous TFF context over the workers at `addresses`, not installed (see the module doc).
 
-  Each call of a federated computation splits its clients into one group per worker (in order,
-  as equal as possible), runs the groups in parallel, merges their partial aggregates and runs the
-  server part once.
+  TFF's mergeable context (`remote_contexts.RemoteExecutionContext`): each call of a federated
+  computation splits its clients into one group per worker (in order, as equal as possible), runs
+  the groups in parallel, merges their partial aggregates and runs the server part once; a call that
+  lost a worker runs again on the workers that still answer.
   """
-  from tensorflow_federated.python.core.backends.native import execution_contexts
-  addresses = parse_worker_addresses(addresses)
-  return execution_contexts.create_mergeable_comp_execution_context(
-      [_worker_context(address) for address in addresses])
+  from dp_ftrl_tff.learning import remote_contexts
+  return remote_contexts.RemoteExecutionContext(addresses)
+
+
+def create_async_remote_execution_context(addresses: Union[str, Sequence[str]]):
+  """`create_remote_execution_context` as an asynchronous TFF context (the same workers, merge and
+  retry), for TFF's program platform: `tff.program.NativeFederatedContext(<this>)`, installed before
+  `tff.learning.programs.train_model` runs.
+
+      remote_execution.wait_for_workers(addresses)
+      context = tff.program.NativeFederatedContext(
+          remote_execution.create_async_remote_execution_context(addresses))
+      with tff.framework.get_context_stack().install(context):
+        asyncio.run(tff.learning.programs.train_model(...))
+  """
+  from dp_ftrl_tff.learning import remote_contexts
+  return remote_contexts.AsyncRemoteExecutionContext(addresses)
 
 
 def set_remote_execution_context(addresses: Union[str, Sequence[str]], *,

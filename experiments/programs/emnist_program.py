@@ -28,10 +28,16 @@ next round, as one line (exit 1), and no later checkpoint is saved. A finished r
 on with a larger --rounds: another --rounds than the run's is refused (exit 2; use another
 --experiment_name).
 
-Not available here (an error naming the flag, exit 2): --workers,
---secure_aggregation (TFF 0.87's asynchronous test context fails on the process's state),
---eval_every (the program evaluates once, at the end), and a --rounds other than the run's on
-resume. A run directory of a driver is refused, and the reverse.
+With --workers=host:port,... every computation runs on those TFF workers, as the drivers' do
+(docs/distributed.md): `dp_ftrl_tff.learning.remote_execution`'s asynchronous context over them
+(the drivers' workers, merge and retry), in `tff.program.NativeFederatedContext`. A computation that
+loses a worker runs again on the workers that still answer; when none answers the program exits 1
+with one line, and the rerun resumes from the last checkpoint.
+
+Not available here (an error naming the flag, exit 2): --secure_aggregation (TFF 0.87's
+asynchronous test context fails on the process's state), --eval_every (the program evaluates once,
+at the end), and a --rounds other than the run's on resume. A run directory of a driver is refused,
+and the reverse.
 
 Example (synthetic clients, about a minute on 2 cores; run from the repository root):
   python -m experiments.programs.emnist_program --root_output_dir=/tmp/runs \
@@ -80,10 +86,6 @@ def task_settings(fv: flags.FlagValues) -> Dict[str, Any]:
   Raises:
     ValueError: naming the flag (the driver prints it as one line, exit 2).
   """
-  if fv['workers'].value is not None:
-    raise ValueError(f'`workers` {_NOT_HERE}: train_model needs an asynchronous context, and '
-                     'TFF\'s multi-worker context is synchronous; run run_emnist for remote '
-                     'workers.')
   if fv['secure_aggregation'].value:
     raise ValueError(f'`secure_aggregation` {_NOT_HERE}: TFF\'s asynchronous test context, the '
                      'one that runs secure sums, fails to return the process\'s state in TFF '
@@ -155,9 +157,9 @@ def _start(task: run_config.Task, config: run_config.RunConfig, directory: run_d
     # One asynchronous context (train_model needs one) for the rest of this run, once the checks
     # passed and before any computation runs; installed over the caller's and removed on return, so
     # a caller in the same process (a test, a notebook) gets its own context back.
+    # With --workers: the drivers' remote workers, retry included, as an asynchronous context.
     scope.enter_context(tff.framework.get_context_stack().install(
-        tff.program.NativeFederatedContext(
-            tff.backends.native.create_async_local_cpp_execution_context())))
+        tff.program.NativeFederatedContext(_async_context(config.workers))))
     source = data_source.SampledClientDataSource(
         start.client_ids, start.plan,
         os.path.join(config.output_dir, run_dir.PARTICIPATION_FILE), config.seed)
@@ -166,6 +168,18 @@ def _start(task: run_config.Task, config: run_config.RunConfig, directory: run_d
     process = client_ids.process_over_client_ids(
         start.process, task.train_data.preprocess(task.client_preprocess_fn), start.canary_ids)
   return start, source, process
+
+
+def _async_context(workers):
+  """TFF's local asynchronous C++ context, or with `workers` ('host:port,...', waited for up to
+  30 s) `remote_execution`'s asynchronous context over them."""
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
+  from dp_ftrl_tff.learning import remote_execution  # pylint: disable=g-import-not-at-top
+  if workers is None:
+    return tff.backends.native.create_async_local_cpp_execution_context()
+  remote_execution.wait_for_workers(workers)
+  return remote_execution.create_async_remote_execution_context(workers)
 
 
 def _run(task: run_config.Task, config: run_config.RunConfig, directory: run_dir.RunDirectory,
@@ -293,6 +307,7 @@ def _train(stop, managers, num_rounds: int, **train_model_args) -> None:
 
   async def train() -> int:
     own['task'] = asyncio.current_task()
+    asyncio.get_running_loop().set_exception_handler(_quiet_worker_failures)
     try:
       await tff.learning.programs.train_model(**train_model_args)
     except BaseException as error:  # noqa: BLE001 (re-raised below, but for `_StopRound`)
@@ -314,6 +329,15 @@ def _train(stop, managers, num_rounds: int, **train_model_args) -> None:
   if stop.requested and done < num_rounds:
     raise stop_signals.Interrupted(stop.signum, stop_signals.stopped_message(
         stop.signum, done, num_rounds))
+
+
+def _quiet_worker_failures(loop, context) -> None:
+  """An asyncio exception handler that drops the reports of a lost TFF worker: a computation that
+  lost every worker fails each reference to its result, and asyncio would log those train_model
+  did not await, with their tracebacks, beside the one line of the failure `_train` raises."""
+  from dp_ftrl_tff.learning import remote_execution  # pylint: disable=g-import-not-at-top
+  if not remote_execution.is_worker_failure(context.get('exception')):
+    loop.default_exception_handler(context)
 
 
 def _finish(task: run_config.Task, config: run_config.RunConfig, start, managers,

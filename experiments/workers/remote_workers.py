@@ -1,46 +1,34 @@
-"""The TFF workers of a driver run (`--workers`) and the retry of a computation that lost one."""
+"""The TFF workers of a driver run (`--workers`): a computation that failed on them, named."""
 
 from typing import Optional
-
-from absl import logging
 
 from dp_ftrl_tff.learning import remote_execution
 
 
 class RemoteWorkers:
-  """The TFF workers of a run (`--workers`) and the retry of a computation that lost one.
+  """The TFF workers of a run (`--workers`).
 
-  A round's output depends only on its input state and data (the noise comes from the seeded noise
-  state), so re-running a round whose worker died gives the same round on the workers that still
-  answer; the sums are merged in another order, so values agree within float32 rounding.
+  The retry of a computation that lost a worker is the remote context's own
+  (`dp_ftrl_tff.learning.remote_contexts`, shared with the train_model program): it runs the call
+  again on the workers that still answer. What reaches here is a call that failed on every worker;
+  `run` names it (`round 2 failed: no TFF worker of ... answers`) and the binaries' one-line error
+  (`experiments.run.driver`) says how to resume.
   """
 
   def __init__(self, addresses: Optional[str]):
-    """Args: addresses: 'host:port,...' of the workers, or None (a local run: no retry)."""
+    """Args: addresses: 'host:port,...' of the workers, or None (a local run)."""
     self.addresses = () if addresses is None else remote_execution.parse_worker_addresses(addresses)
 
   def run(self, what: str, fn, *args):
-    """`fn(*args)`; when a worker is lost, again on the others (the TFF context is rebuilt).
+    """`fn(*args)`; a failure of the workers is raised again with `what` in its message.
 
     Raises:
-      remote_execution.WorkerUnavailableError: no worker answers any more.
+      remote_execution.WorkerUnavailableError (a `WorkersLostError` when no worker answers any
+        more): the message starts with `<what> failed: `.
     """
-    for _ in range(len(self.addresses) + 1):
-      try:
-        return fn(*args)
-      except Exception as error:  # pylint: disable=broad-except
-        if not self.addresses or not remote_execution.is_worker_failure(error):
-          raise
-        alive = remote_execution.responsive_workers(self.addresses)
-        lost = [a for a in self.addresses if a not in alive]
-        if not alive:
-          raise remote_execution.WorkerUnavailableError(
-              f'{what} failed: no TFF worker of {",".join(self.addresses)} answers; restart them '
-              '(python -m experiments.workers start) and rerun the same command to resume from the '
-              'last checkpoint.') from error
-        logging.warning('%s: TFF worker(s) %s stopped answering; running it again on %s.', what,
-                        ', '.join(lost) or '(none; a transient failure)', ', '.join(alive))
-        self.addresses = remote_execution.set_remote_execution_context(alive)
-    raise remote_execution.WorkerUnavailableError(
-        f'{what} failed on the TFF workers {",".join(self.addresses)} after '
-        f'{len(self.addresses) + 1} attempts; check them and rerun the same command to resume.')
+    try:
+      return fn(*args)
+    except remote_execution.WorkerUnavailableError as error:
+      if not self.addresses:
+        raise
+      raise type(error)(f'{what} failed: {error}') from error

@@ -4,7 +4,6 @@ Workers are TFF's own C++ `worker_binary`, started on loopback by `python -m exp
 The remote context is installed in subprocesses only (this test session keeps TFF's local context).
 """
 
-import contextlib
 import csv
 import glob
 import json
@@ -12,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 import numpy as np
@@ -21,35 +19,12 @@ import pytest
 from dp_ftrl_tff.learning import remote_execution
 from experiments.run import run_config
 from experiments.workers import child_workers
-from experiments.workers import launcher as workers_launcher
-from tests.testing import aggregation
+from tests.testing import aggregation, remote_workers
 
 pytestmark = pytest.mark.e2e
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
-
-
-@contextlib.contextmanager
-def _workers(count: int, state_dir, port=None, extra=()):
-  """Runs `python -m experiments.workers start` (with the `extra` flags); yields (addresses,
-  worker PIDs, launcher)."""
-  port = port or workers_launcher.free_port_range(count)
-  launcher = subprocess.Popen(
-      [sys.executable, '-m', 'experiments.workers', 'start', f'--count={count}', f'--port={port}',
-       f'--state_dir={state_dir}', *extra], cwd=_ROOT, env=_ENV, stdout=subprocess.PIPE,
-      stderr=subprocess.PIPE, text=True)
-  try:
-    line = launcher.stdout.readline().strip()
-    assert line.startswith('--workers='), (line, launcher.stderr.read() if launcher.poll() else '')
-    addresses = line[len('--workers='):]
-    with open(os.path.join(state_dir, f'launcher-{launcher.pid}.json')) as f:
-      pids = [w['pid'] for w in json.load(f)['workers']]
-    yield addresses, pids, launcher
-  finally:
-    if launcher.poll() is None:
-      launcher.send_signal(signal.SIGTERM)
-    launcher.wait(timeout=60)
 
 
 def _alive(pid: int) -> bool:
@@ -88,7 +63,7 @@ def test_launcher_start_status_stop_and_errors(tmp_path):
 
   # The launcher's other flags: the host its addresses name, its wait, the workers' own limit.
   extra = ('--host=127.0.0.1', '--wait_seconds=90', '--max_concurrent_computation_calls=4')
-  with _workers(2, state, extra=extra) as (addresses, pids, launcher):
+  with remote_workers.launched(2, state, extra=extra) as (addresses, pids, launcher):
     for address in addresses.split(','):
       assert address.startswith('127.0.0.1:'), addresses
       assert remote_execution.worker_answers(address)
@@ -112,7 +87,7 @@ def test_launcher_start_status_stop_and_errors(tmp_path):
 
 
 def test_no_worker_outlives_a_killed_launcher(tmp_path):
-  with _workers(2, str(tmp_path)) as (_, pids, launcher):
+  with remote_workers.launched(2, str(tmp_path)) as (_, pids, launcher):
     assert all(_alive(pid) for pid in pids)
     launcher.send_signal(signal.SIGKILL)
     launcher.wait(timeout=30)
@@ -141,7 +116,7 @@ print(json.dumps(results))
 @pytest.mark.slow
 def test_every_mechanism_on_1_2_3_workers_equals_local(tmp_path):
   local = aggregation.run_three_rounds(aggregation.processes())
-  with _workers(3, str(tmp_path)) as (addresses, _, _):
+  with remote_workers.launched(3, str(tmp_path)) as (addresses, _, _):
     proc = subprocess.run([sys.executable, '-c', _AGGREGATOR_SCRIPT, addresses], cwd=_ROOT,
                           env=_ENV, capture_output=True, text=True, timeout=900)
   assert proc.returncode == 0, proc.stderr[-3000:]
@@ -178,7 +153,7 @@ except Exception as error:
 
 def test_secure_sums_cannot_be_split_across_workers(tmp_path):
   """Verifies the limit rather than assuming it: TFF's mergeable compiler rejects a secure sum."""
-  with _workers(1, str(tmp_path)) as (addresses, _, _):
+  with remote_workers.launched(1, str(tmp_path)) as (addresses, _, _):
     proc = subprocess.run([sys.executable, '-c', _SECURE_SCRIPT, addresses], cwd=_ROOT, env=_ENV,
                           capture_output=True, text=True, timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]
@@ -199,29 +174,6 @@ def _driver(root, name, workers=None, timeout=900):
     args.append(f'--workers={workers}')
   return subprocess.Popen(args, cwd=_ROOT, env=_ENV, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)
-
-
-def _kill_at_round(run_dir, round_num, pids):
-  """Kills `pids` once the driver logs the participation of `round_num` (right before running it)."""
-  path = os.path.join(run_dir, 'participation.csv')
-
-  def watch():
-    deadline = time.time() + 900
-    while time.time() < deadline:
-      try:
-        with open(path) as f:
-          if any(line.rstrip().endswith(f',{round_num}') for line in f):
-            break
-      except OSError:
-        pass
-      time.sleep(0.05)
-    for pid in pids:
-      with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
-
-  thread = threading.Thread(target=watch, daemon=True)
-  thread.start()
-  return thread
 
 
 def _metrics(run_dir):
@@ -253,12 +205,12 @@ def test_driver_on_workers_equals_local_and_survives_lost_workers(tmp_path):
   root = str(tmp_path / 'runs')
   local = _driver(root, 'local')
   assert local.wait(timeout=900) == 0, local.stderr.read()[-3000:]
-  with _workers(2, str(tmp_path / 'a')) as (addresses, pids, _):
+  with remote_workers.launched(2, str(tmp_path / 'a')) as (addresses, pids, _):
     # Two workers, uninterrupted: the local run within float rounding, the same log and report.
     two = _driver(root, 'two', addresses)
     assert two.wait(timeout=900) == 0, two.stderr.read()[-3000:]
     # Two workers, one killed when round 2 starts: the round runs again on the other.
-    watcher = _kill_at_round(os.path.join(root, 'lost_one'), 2, pids[1:])
+    watcher = remote_workers.kill_at_round(os.path.join(root, 'lost_one'), 2, pids[1:])
     lost_one = _driver(root, 'lost_one', addresses)
     assert lost_one.wait(timeout=900) == 0, lost_one.stderr.read()[-3000:]
     watcher.join()
@@ -277,15 +229,15 @@ def test_driver_on_workers_equals_local_and_survives_lost_workers(tmp_path):
   # Every worker lost in round 2: one line, exit 1; new workers on the same ports resume from the
   # checkpoint after round 1 and end bit-identical to the uninterrupted two-worker run.
   port = int(addresses.split(',')[0].rsplit(':', 1)[1])
-  with _workers(2, str(tmp_path / 'b'), port) as (_, pids, _):
-    watcher = _kill_at_round(os.path.join(root, 'lost_all'), 2, pids)
+  with remote_workers.launched(2, str(tmp_path / 'b'), port) as (_, pids, _):
+    watcher = remote_workers.kill_at_round(os.path.join(root, 'lost_all'), 2, pids)
     lost_all = _driver(root, 'lost_all', addresses)
     assert lost_all.wait(timeout=900) == 1
     watcher.join()
     stderr = lost_all.stderr.read().strip().splitlines()
     assert stderr[-1].startswith('run_emnist.py: error: round 2 failed: no TFF worker'), stderr[-5:]
     assert 'Traceback' not in '\n'.join(stderr)
-  with _workers(2, str(tmp_path / 'c'), port):
+  with remote_workers.launched(2, str(tmp_path / 'c'), port):
     resumed = _driver(root, 'lost_all', addresses)
     out, err = resumed.communicate(timeout=900)
     assert resumed.returncode == 0, err[-3000:]

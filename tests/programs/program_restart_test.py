@@ -8,8 +8,10 @@ the report equals the `privacy_report` binary's on the run's files; no worker_bi
 runs. SIGTERM stops it with one line and exit status 143, between rounds once the last round's
 checkpoint is saved (or after the last round), and the rerun ends as an uninterrupted run. With
 Poisson sampling (empty cohorts included) the program draws the EMNIST driver's cohorts and writes
-its metrics rows and report. The flags train_model cannot honor are one-line errors (exit 2), and a
-driver's run directory and a program's refuse each other.
+its metrics rows and report. On 2 TFF workers (--workers), one killed when round 2 starts (the round
+runs again on the other) and the other when round 4 starts (one line, exit 1), then resumed on new
+workers, it ends as the uninterrupted local run, bit for bit. The flags train_model cannot honor are
+one-line errors (exit 2), and a driver's run directory and a program's refuse each other.
 
 Tiny settings (as run_dir_test.py): 30 synthetic clients and 4 canary clients (their
 canaries.csv and final cosines are compared too), 3 per round, 6 rounds, min_sep 2, at most 2
@@ -32,7 +34,7 @@ from dp_ftrl_tff.accounting import participation_log
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from dp_ftrl_tff.programs import data_source
 from experiments.run import run_config, run_dir, run_setup
-from tests.testing import binaries, run_files
+from tests.testing import binaries, remote_workers, run_files
 
 pytestmark = pytest.mark.e2e
 
@@ -241,8 +243,38 @@ def test_poisson_program_draws_and_trains_as_the_driver(tmp_path):
   assert masked_report(program.dir) == masked_report(driver.dir)
 
 
+@pytest.mark.slow  # about 80 s: a program run on 2 TFF workers, its resume, beside the reference
+def test_program_on_two_workers_equals_a_local_run_and_survives_lost_workers(tmp_path, reference):
+  """--workers: the drivers' remote workers and retry (`remote_contexts`), asynchronous. Rounds 0-1
+  run on two workers; one is killed when round 2 starts (the data source logs its cohort), so round
+  2 runs again on the other, which trains round 3; it is killed when round 4 starts: one line, exit
+  1. New workers at the same addresses resume the run, which ends as the local run, bit for bit
+  (3 clients a round, split 2 + 1, merge in the local order)."""
+  with remote_workers.launched(2, str(tmp_path / 'a')) as (addresses, pids, _):
+    watchers = [remote_workers.kill_at_round(os.path.join(tmp_path, 'run'), 2, pids[1:]),
+                remote_workers.kill_at_round(os.path.join(tmp_path, 'run'), 4, pids[:1])]
+    first = Program(tmp_path, 'run', 'first', args=(*ARGS, f'--workers={addresses}'))
+    assert first.wait() == 1, first.stderr()[-3000:]
+    for watcher in watchers:
+      watcher.join()
+  err = first.stderr()
+  assert 'stopped answering; running it again on' in err, err[-3000:]
+  last = err.strip().splitlines()[-1]
+  assert last.startswith(f'emnist_program.py: error: no TFF worker of {addresses.split(",")[0]} '
+                         'answers; restart them') and 'Traceback' not in err, err[-3000:]
+  assert first.checkpoint_exists(4) and not first.checkpoint_exists(5)
+  port = int(addresses.split(',')[0].rsplit(':', 1)[1])
+  with remote_workers.launched(2, str(tmp_path / 'b'), port):
+    second = Program(tmp_path, 'run', 'second', args=(*ARGS, f'--workers={addresses}'))
+    assert second.wait() == 0, second.stderr()[-3000:]
+  assert 'Resuming' in second.stderr()
+  assert not first.workers | second.workers  # no local worker_binary: all ran on the workers
+  # participation.csv's bytes, the metrics rows, the report and the final program state (model,
+  # optimizer, noise and sampler states) all equal the uninterrupted local run's.
+  assert_same_run(first.dir, reference())
+
+
 @pytest.mark.parametrize('flag, words', [
-    ('--workers=localhost:1', '--workers is not available in the train_model program'),
     ('--eval_every=2', '--eval_every is not available in the train_model program'),
     ('--secure_aggregation', '--secure_aggregation is not available in the train_model program'),
 ])
