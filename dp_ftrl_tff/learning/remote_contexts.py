@@ -1,7 +1,9 @@
 """TFF execution contexts over remote workers, synchronous and asynchronous, that survive a lost one.
 
 Both are built once, here, from TFF's executors (`dp_ftrl_tff.learning.remote_execution` documents
-the design and its public functions create and install them):
+the design and holds the workers' addresses, availability checks and failures; this module's
+`create_remote_execution_context`, `create_async_remote_execution_context` and
+`set_remote_execution_context` create and install the contexts):
   * per worker: a `RemoteExecutor` over the worker's gRPC stub (failing fast when the worker is gone)
     in a `ResourceManagingExecutorFactory` and an `AsyncExecutionContext` with TFF's native
     compiler, as TFF's own local C++ context is composed;
@@ -171,3 +173,52 @@ class AsyncRemoteExecutionContext(context_base.AsyncContext):
     if asyncio.iscoroutine(arg):  # as TFF's asynchronous context: a pending argument is awaited
       arg = await arg
     return await asyncio.to_thread(self._sync.invoke, comp, arg)
+
+
+def create_remote_execution_context(addresses: Union[str, Sequence[str]]):
+  """A synchronous TFF context over the workers at `addresses`, not installed (see the module doc).
+
+  TFF's mergeable context (`remote_contexts.RemoteExecutionContext`): each call of a federated
+  computation splits its clients into one group per worker (in order, as equal as possible), runs
+  the groups in parallel, merges their partial aggregates and runs the server part once; a call that
+  lost a worker runs again on the workers that still answer.
+  """
+  return RemoteExecutionContext(addresses)
+
+
+def create_async_remote_execution_context(addresses: Union[str, Sequence[str]]):
+  """`create_remote_execution_context` as an asynchronous TFF context (the same workers, merge and
+  retry), for TFF's program platform: `tff.program.NativeFederatedContext(<this>)`, installed before
+  `tff.learning.programs.train_model` runs.
+
+      remote_execution.wait_for_workers(addresses)
+      context = tff.program.NativeFederatedContext(
+          remote_contexts.create_async_remote_execution_context(addresses))
+      with tff.framework.get_context_stack().install(context):
+        asyncio.run(tff.learning.programs.train_model(...))
+  """
+  return AsyncRemoteExecutionContext(addresses)
+
+
+def set_remote_execution_context(addresses: Union[str, Sequence[str]], *,
+                                 timeout_seconds: float = 30.0) -> Tuple[str, ...]:
+  """Waits for the workers at `addresses`, then makes them TFF's default execution context.
+
+  Call it once, before the first TFF computation runs (TFF's import-time local context must not
+  have run anything: replacing it later can hang on its worker's exit). Use it with a user's own TFF loop as with the drivers'
+  `--workers`:
+
+      set_remote_execution_context('10.0.0.2:8000,10.0.0.3:8000')
+      process = tff.learning.algorithms.build_unweighted_fed_avg(..., model_aggregator=factory)
+
+  Returns:
+    The worker addresses, parsed.
+
+  Raises:
+    ValueError: malformed `addresses`.
+    remote_execution.WorkerUnavailableError: a worker did not answer within `timeout_seconds`.
+  """
+  addresses = remote_execution.parse_worker_addresses(addresses)
+  remote_execution.wait_for_workers(addresses, timeout_seconds)
+  tff.framework.get_context_stack().set_default_context(create_remote_execution_context(addresses))
+  return addresses

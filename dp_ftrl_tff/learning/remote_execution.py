@@ -10,10 +10,11 @@ remote workers (`cpp_execution_contexts`' remote variants), so this project wire
 (`dp_ftrl_tff.learning.remote_contexts`, the one place the contexts are built): one
 `RemoteExecutor` per worker address in a `ResourceManagingExecutorFactory` and an
 `AsyncExecutionContext` with TFF's native compiler, all of them in a
-`MergeableCompExecutionContext`. `set_remote_execution_context` installs it as TFF's default
-(synchronous) context; `create_async_remote_execution_context` gives the same workers as an
-asynchronous context, for `tff.program.NativeFederatedContext` and
-`tff.learning.programs.train_model`. This module imports TensorFlow only when a context is built.
+`MergeableCompExecutionContext`. `remote_contexts.set_remote_execution_context` installs it as
+TFF's default (synchronous) context; `remote_contexts.create_async_remote_execution_context` gives
+the same workers as an asynchronous context, for `tff.program.NativeFederatedContext` and
+`tff.learning.programs.train_model`. This module (the workers' addresses, availability and
+failures) does not import TensorFlow.
 
 Results: the server step runs once, after the merge, so the noise is added once, exactly as in a
 local run; the client sums are merged in another order, so values agree with a local run within
@@ -123,58 +124,6 @@ def wait_for_workers(addresses: Sequence[str], timeout_seconds: float = 30.0) ->
 def responsive_workers(addresses: Sequence[str], timeout_seconds: float = 2.0) -> Tuple[str, ...]:
   """The workers of `addresses` that accept a connection now (in the given order)."""
   return tuple(a for a in parse_worker_addresses(addresses) if worker_answers(a, timeout_seconds))
-
-
-def create_remote_execution_context(addresses: Union[str, Sequence[str]]):
-  """A synchronous TFF context over the workers at `addresses`, not installed (see the module doc).
-
-  TFF's mergeable context (`remote_contexts.RemoteExecutionContext`): each call of a federated
-  computation splits its clients into one group per worker (in order, as equal as possible), runs
-  the groups in parallel, merges their partial aggregates and runs the server part once; a call that
-  lost a worker runs again on the workers that still answer.
-  """
-  from dp_ftrl_tff.learning import remote_contexts
-  return remote_contexts.RemoteExecutionContext(addresses)
-
-
-def create_async_remote_execution_context(addresses: Union[str, Sequence[str]]):
-  """`create_remote_execution_context` as an asynchronous TFF context (the same workers, merge and
-  retry), for TFF's program platform: `tff.program.NativeFederatedContext(<this>)`, installed before
-  `tff.learning.programs.train_model` runs.
-
-      remote_execution.wait_for_workers(addresses)
-      context = tff.program.NativeFederatedContext(
-          remote_execution.create_async_remote_execution_context(addresses))
-      with tff.framework.get_context_stack().install(context):
-        asyncio.run(tff.learning.programs.train_model(...))
-  """
-  from dp_ftrl_tff.learning import remote_contexts
-  return remote_contexts.AsyncRemoteExecutionContext(addresses)
-
-
-def set_remote_execution_context(addresses: Union[str, Sequence[str]], *,
-                                 timeout_seconds: float = 30.0) -> Tuple[str, ...]:
-  """Waits for the workers at `addresses`, then makes them TFF's default execution context.
-
-  Call it once, before the first TFF computation runs (TFF's import-time local context must not
-  have run anything: replacing it later can hang on its worker's exit). Use it with a user's own TFF loop as with the drivers'
-  `--workers`:
-
-      set_remote_execution_context('10.0.0.2:8000,10.0.0.3:8000')
-      process = tff.learning.algorithms.build_unweighted_fed_avg(..., model_aggregator=factory)
-
-  Returns:
-    The worker addresses, parsed.
-
-  Raises:
-    ValueError: malformed `addresses`.
-    WorkerUnavailableError: a worker did not answer within `timeout_seconds`.
-  """
-  import tensorflow_federated as tff
-  addresses = parse_worker_addresses(addresses)
-  wait_for_workers(addresses, timeout_seconds)
-  tff.framework.get_context_stack().set_default_context(create_remote_execution_context(addresses))
-  return addresses
 
 
 def is_worker_failure(error: BaseException) -> bool:

@@ -122,8 +122,8 @@ def run_child(spec: dict) -> None:
   count = spec['workers']
   clock = None
   if count:
-    from dp_ftrl_tff.learning import remote_execution
-    remote_execution.set_remote_execution_context(spec['addresses'][:count])
+    from dp_ftrl_tff.learning import remote_contexts
+    remote_contexts.set_remote_execution_context(spec['addresses'][:count])
     clock = _PhaseClock()
   worker_pids = spec['worker_pids'][:count]
   data = _client_data(max(spec['clients']), spec['examples'])

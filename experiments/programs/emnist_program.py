@@ -29,7 +29,7 @@ on with a larger --rounds: another --rounds than the run's is refused (exit 2; u
 --experiment_name).
 
 With --workers=host:port,... every computation runs on those TFF workers, as the drivers' do
-(docs/distributed.md): `dp_ftrl_tff.learning.remote_execution`'s asynchronous context over them
+(docs/distributed.md): `dp_ftrl_tff.learning.remote_contexts`' asynchronous context over them
 (the drivers' workers, merge and retry), in `tff.program.NativeFederatedContext`. A computation that
 loses a worker runs again on the workers that still answer; when none answers the program exits 1
 with one line, and the rerun resumes from the last checkpoint.
@@ -172,14 +172,17 @@ def _start(task: run_config.Task, config: run_config.RunConfig, directory: run_d
 
 def _async_context(workers):
   """TFF's local asynchronous C++ context, or with `workers` ('host:port,...', waited for up to
-  30 s) `remote_execution`'s asynchronous context over them."""
+  30 s) `remote_contexts`' asynchronous context over them."""
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
-  from dp_ftrl_tff.learning import remote_execution  # pylint: disable=g-import-not-at-top
+  from dp_ftrl_tff.learning import (  # pylint: disable=g-import-not-at-top
+    remote_contexts,
+    remote_execution,
+  )
   if workers is None:
     return tff.backends.native.create_async_local_cpp_execution_context()
   remote_execution.wait_for_workers(workers)
-  return remote_execution.create_async_remote_execution_context(workers)
+  return remote_contexts.create_async_remote_execution_context(workers)
 
 
 def _run(task: run_config.Task, config: run_config.RunConfig, directory: run_dir.RunDirectory,
@@ -212,7 +215,8 @@ def _run(task: run_config.Task, config: run_config.RunConfig, directory: run_dir
 
   initial_state = asyncio.run(initialize())
   directory.record_workers()  # the worker_binary exists now: a killed run's is ended on resume
-  canaries = _canary_recorder(config, start, process, initial_state)
+  canaries = program_managers.canary_recorder(
+      config, start, sum(int(w.size) for w in _model_weights(process, initial_state).trainable))
   managers = program_managers.Managers(config, start.plan, task.accuracy_metric, start.run_id,
                                        canaries)
   stop_signals.check()
@@ -248,28 +252,6 @@ def _run(task: run_config.Task, config: run_config.RunConfig, directory: run_dir
     stop_signals.check()
   return _finish(task, config, start, managers, process, program_state.state, trained)
 
-
-def _canary_recorder(config: run_config.RunConfig, start, process, initial_state):
-  """The run's `canary_clients.CanaryRecorder` with its files started (a resume trims canaries.csv
-  to its checkpoint's record and rebuilds a missing canaries.json), or None without canaries."""
-  from experiments.run import (  # pylint: disable=g-import-not-at-top
-    canary_clients,
-    checkpoint_records,
-    record_checks,
-  )
-
-  if start.canaries is None:
-    return None
-  size = sum(int(w.size) for w in _model_weights(process, initial_state).trainable)
-  recorder = canary_clients.CanaryRecorder(start.canaries, start.canary_ids, None,
-                                           config.output_dir, size, start.plan, start.run_id)
-  resumption = start.resumption
-  if not resumption.fresh:
-    checkpoint_records.trim_files(config.output_dir, resumption)
-  recorder.start_files(resumption.fresh, start.rebuild)
-  if not resumption.fresh:
-    record_checks.check_rebuilt(config.output_dir, resumption, start.rebuild)
-  return recorder
 
 
 class _StopRound(BaseException):

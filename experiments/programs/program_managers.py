@@ -25,7 +25,14 @@ import tensorflow_federated as tff
 
 from dp_ftrl_tff import auditing
 from dp_ftrl_tff.programs import metrics_release, report_release
-from experiments.run import canary_clients, checkpoint_records, console, run_config, run_dir
+from experiments.run import (
+  canary_clients,
+  checkpoint_records,
+  console,
+  record_checks,
+  run_config,
+  run_dir,
+)
 
 
 class RoundsReleased:
@@ -173,6 +180,24 @@ class CanaryRounds(tff.program.ReleaseManager):
   def write(self, version: int) -> None:
     for round_num in sorted(r for r in self._held if r < version):
       self._recorder.record_round(round_num, self._held.pop(round_num))
+
+
+def canary_recorder(config: run_config.RunConfig, start, num_params: int
+                    ) -> Optional[canary_clients.CanaryRecorder]:
+  """The `canary_clients.CanaryRecorder` of the run `start` (`run_start.RunStart`; a model of
+  `num_params` trainable parameters) with its files started (a resume trims canaries.csv to its
+  checkpoint's record and rebuilds a missing or altered canaries.json), or None without canaries."""
+  if start.canaries is None:
+    return None
+  recorder = canary_clients.CanaryRecorder(start.canaries, start.canary_ids, None,
+                                           config.output_dir, num_params, start.plan, start.run_id)
+  resumption = start.resumption
+  if not resumption.fresh:
+    checkpoint_records.trim_files(config.output_dir, resumption)
+  recorder.start_files(resumption.fresh, start.rebuild)
+  if not resumption.fresh:
+    record_checks.check_rebuilt(config.output_dir, resumption, start.rebuild)
+  return recorder
 
 
 class Managers:

@@ -42,7 +42,7 @@ from absl import logging
 
 from dp_ftrl_tff import sampling, stopping
 from dp_ftrl_tff.accounting import participation_log
-from dp_ftrl_tff.learning import remote_execution
+from dp_ftrl_tff.learning import remote_contexts
 from dp_ftrl_tff.programs import metrics_release
 from experiments.run import (
   canary_clients,
@@ -85,7 +85,7 @@ def _set_up(task: Task, config: RunConfig, directory: run_dir.RunDirectory
     if config.secure_aggregation:
       secure_context.use_secure_context()
     elif config.workers is not None:
-      remote_execution.set_remote_execution_context(config.workers)
+      remote_contexts.set_remote_execution_context(config.workers)
     sampler = sampling.make_sampler(start.client_ids, start.plan, config.seed)
   stop_signals.check()
   return start, sampler

@@ -101,13 +101,13 @@ def test_no_worker_outlives_a_killed_launcher(tmp_path):
 # aggregation process on 1, 2 and 3 workers; prints the results as JSON.
 _AGGREGATOR_SCRIPT = r'''
 import json, sys
-from dp_ftrl_tff.learning import remote_execution
+from dp_ftrl_tff.learning import remote_contexts
 from tests.testing import aggregation
 addresses = sys.argv[1].split(',')
 processes = aggregation.processes()
 results = {}
 for count in (1, 2, 3):
-  remote_execution.set_remote_execution_context(addresses[:count])
+  remote_contexts.set_remote_execution_context(addresses[:count])
   results[count] = aggregation.run_three_rounds(processes)
 print(json.dumps(results))
 '''
@@ -133,8 +133,8 @@ def test_every_mechanism_on_1_2_3_workers_equals_local(tmp_path):
 
 _SECURE_SCRIPT = r'''
 import numpy as np, tensorflow_federated as tff, sys
-from dp_ftrl_tff.learning import remote_execution
-remote_execution.set_remote_execution_context(sys.argv[1])
+from dp_ftrl_tff.learning import remote_contexts, remote_execution
+remote_contexts.set_remote_execution_context(sys.argv[1])
 
 @tff.federated_computation(tff.FederatedType(np.int32, tff.CLIENTS))
 def secure_sum(value):
