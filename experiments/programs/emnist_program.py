@@ -26,8 +26,14 @@ next round, as one line (exit 1), and no later checkpoint is saved. A finished r
 on with a larger --rounds: another --rounds than the run's is refused (exit 2; use another
 --experiment_name).
 
-Not available here (an error naming the flag, exit 2): --workers, --canary_clients,
---secure_aggregation (TFF 0.87's asynchronous test context fails on the process's state), --eval_every
+--secure_aggregation runs the process in TFF's asynchronous test context (the one that runs secure
+sums; `experiments.run.secure_context.async_secure_context`), with the metrics rows and report of
+run_emnist on the same flags. It lifts Python protobuf's limit of 100 nested messages for the
+process: TFF's test context compiles each computation by replacing its secure sums with their
+bodies and serializing it again, and the process composed over client ids is deeper than that once
+compiled (`allow_deep_computations` there says more).
+
+Not available here (an error naming the flag, exit 2): --workers, --canary_clients, --eval_every
 (the program evaluates once, at the end), --checkpoint_every other than 1 (train_model saves every
 round), and a --rounds other than the run's on resume. A run directory of a driver is refused, and the reverse.
 
@@ -88,10 +94,6 @@ def task_settings(fv: flags.FlagValues) -> Dict[str, Any]:
   if fv['checkpoint_every'].present and fv['checkpoint_every'].value != 1:
     raise ValueError(f'`checkpoint_every`={fv["checkpoint_every"].value} {_NOT_HERE}: train_model '
                      'saves the program state after every round (leave the flag out).')
-  if fv['secure_aggregation'].value:
-    raise ValueError(f'`secure_aggregation` {_NOT_HERE}: TFF\'s asynchronous test context, the '
-                     'one that runs secure sums, fails to return the process\'s state in TFF '
-                     '0.87 (a protobuf DecodeError); run SecAgg with run_emnist.')
   if fv['eval_every'].present:
     raise ValueError(f'`eval_every` {_NOT_HERE}: the program evaluates the final model once, '
                      'after the last round (leave the flag out).')
@@ -158,10 +160,17 @@ def _start(task: run_config.Task, config: run_config.RunConfig, directory: run_d
             config, resumption.record and resumption.record['settings']))
     # One asynchronous context (train_model needs one) for the rest of this run, once the checks
     # passed and before any computation runs; installed over the caller's and removed on return, so
-    # a caller in the same process (a test, a notebook) gets its own context back.
+    # a caller in the same process (a test, a notebook) gets its own context back. SecAgg: TFF's
+    # asynchronous test context, the one that runs secure sums (`secure_context.
+    # async_secure_context`: it lifts protobuf's nesting limit for the process, which the secure
+    # process composed over client ids exceeds once compiled).
+    if config.secure_aggregation:
+      from experiments.run import secure_context  # pylint: disable=g-import-not-at-top
+      context = secure_context.async_secure_context()
+    else:
+      context = tff.backends.native.create_async_local_cpp_execution_context()
     scope.enter_context(tff.framework.get_context_stack().install(
-        tff.program.NativeFederatedContext(
-            tff.backends.native.create_async_local_cpp_execution_context())))
+        tff.program.NativeFederatedContext(context)))
     source = data_source.SampledClientDataSource(
         start.client_ids, start.plan,
         os.path.join(config.output_dir, run_dir.PARTICIPATION_FILE), config.seed)

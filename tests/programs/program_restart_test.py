@@ -232,7 +232,6 @@ def test_poisson_program_draws_and_trains_as_the_driver(tmp_path):
     ('--canary_clients=4', '--canary_clients is not available in the train_model program'),
     ('--checkpoint_every=5', '--checkpoint_every=5 is not available in the train_model program'),
     ('--eval_every=2', '--eval_every is not available in the train_model program'),
-    ('--secure_aggregation', '--secure_aggregation is not available in the train_model program'),
 ])
 def test_flags_train_model_cannot_honor_are_one_line_errors(tmp_path, flag, words):
   program = Program(tmp_path, 'run', args=(*ARGS, flag))
