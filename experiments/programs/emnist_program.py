@@ -34,9 +34,15 @@ With --workers=host:port,... every computation runs on those TFF workers, as the
 loses a worker runs again on the workers that still answer; when none answers the program exits 1
 with one line, and the rerun resumes from the last checkpoint.
 
-Not available here (an error naming the flag, exit 2): --secure_aggregation (TFF 0.87's
-asynchronous test context fails on the process's state), --eval_every (the program evaluates once,
-at the end), and a --rounds other than the run's on resume. A run directory of a driver is refused,
+--secure_aggregation runs the process in TFF's asynchronous test context (the one that runs secure
+sums; `experiments.run.secure_context.async_secure_context`), with the metrics rows and report of
+run_emnist on the same flags. It lifts Python protobuf's limit of 100 nested messages for the
+process: TFF's test context compiles each computation by replacing its secure sums with their
+bodies and serializing it again, and the process composed over client ids is deeper than that once
+compiled (`allow_deep_computations` there says more).
+
+Not available here (an error naming the flag, exit 2): --eval_every (the program evaluates once, at
+the end), and a --rounds other than the run's on resume. A run directory of a driver is refused,
 and the reverse.
 
 Example (synthetic clients, about a minute on 2 cores; run from the repository root):
@@ -86,10 +92,6 @@ def task_settings(fv: flags.FlagValues) -> Dict[str, Any]:
   Raises:
     ValueError: naming the flag (the driver prints it as one line, exit 2).
   """
-  if fv['secure_aggregation'].value:
-    raise ValueError(f'`secure_aggregation` {_NOT_HERE}: TFF\'s asynchronous test context, the '
-                     'one that runs secure sums, fails to return the process\'s state in TFF '
-                     '0.87 (a protobuf DecodeError); run SecAgg with run_emnist.')
   if fv['eval_every'].present:
     raise ValueError(f'`eval_every` {_NOT_HERE}: the program evaluates the final model once, '
                      'after the last round (leave the flag out).')
@@ -157,9 +159,8 @@ def _start(task: run_config.Task, config: run_config.RunConfig, directory: run_d
     # One asynchronous context (train_model needs one) for the rest of this run, once the checks
     # passed and before any computation runs; installed over the caller's and removed on return, so
     # a caller in the same process (a test, a notebook) gets its own context back.
-    # With --workers: the drivers' remote workers, retry included, as an asynchronous context.
     scope.enter_context(tff.framework.get_context_stack().install(
-        tff.program.NativeFederatedContext(_async_context(config.workers))))
+        tff.program.NativeFederatedContext(_async_context(config))))
     source = data_source.SampledClientDataSource(
         start.client_ids, start.plan,
         os.path.join(config.output_dir, run_dir.PARTICIPATION_FILE), config.seed)
@@ -170,19 +171,24 @@ def _start(task: run_config.Task, config: run_config.RunConfig, directory: run_d
   return start, source, process
 
 
-def _async_context(workers):
-  """TFF's local asynchronous C++ context, or with `workers` ('host:port,...', waited for up to
-  30 s) `remote_contexts`' asynchronous context over them."""
+def _async_context(config: run_config.RunConfig):
+  """The program's asynchronous context: TFF's local C++ one; with `workers` ('host:port,...',
+  waited for up to 30 s) `remote_contexts`' over them; with SecAgg TFF's test context, the one that
+  runs secure sums (`secure_context.async_secure_context`: it lifts protobuf's nesting limit for the
+  process, which the secure process composed over client ids exceeds once compiled)."""
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
   from dp_ftrl_tff.learning import (  # pylint: disable=g-import-not-at-top
     remote_contexts,
     remote_execution,
   )
-  if workers is None:
+  from experiments.run import secure_context  # pylint: disable=g-import-not-at-top
+  if config.secure_aggregation:
+    return secure_context.async_secure_context()
+  if config.workers is None:
     return tff.backends.native.create_async_local_cpp_execution_context()
-  remote_execution.wait_for_workers(workers)
-  return remote_contexts.create_async_remote_execution_context(workers)
+  remote_execution.wait_for_workers(config.workers)
+  return remote_contexts.create_async_remote_execution_context(config.workers)
 
 
 def _run(task: run_config.Task, config: run_config.RunConfig, directory: run_dir.RunDirectory,

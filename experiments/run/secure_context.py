@@ -21,12 +21,19 @@ Two TFF behaviours decide how the context is chosen:
 after computations ran in it); it accepts any other active context that passes a one-client secure
 sum probe (e.g. the test context a caller set), and otherwise raises `SecureContextError` with a
 one-line message saying what to change.
+
+`async_secure_context()` is TFF's asynchronous test context, for the train_model program (which
+installs it itself), with Python protobuf's nesting limit lifted first (`allow_deep_computations`):
+TFF's test contexts cannot compile a computation nested more than 100 messages deep once its secure
+sums are replaced by their bodies, and the program's process (composed with the dataset
+computation over client ids) is that deep.
 """
 
 from typing import Optional
 
 import numpy as np
 import tensorflow_federated as tff
+from google.protobuf.internal import api_implementation
 
 # The context TFF installs when it is imported (native C++, no secure sums). Captured at import; a
 # context set before this module was imported is taken for TFF's own.
@@ -61,6 +68,7 @@ def use_secure_context() -> tff.framework.SyncContext:
   if is_secure_context(current):
     return current
   if current is _TFF_DEFAULT_CONTEXT:
+    allow_deep_computations()  # the drivers' secure process is 4 levels below the limit
     context = tff.backends.test.create_sync_test_cpp_execution_context()
     setattr(context, _MARK, True)
     setattr(context, _REPLACED, current)
@@ -111,3 +119,43 @@ def _short(error: Exception) -> str:
   text = ' '.join(text.split())
   text = text.split(' while ')[0]
   return text if len(text) <= 160 else text[:157] + '...'
+
+
+def async_secure_context():
+  """TFF's asynchronous test context (`tff.backends.test.create_async_test_cpp_execution_context`:
+  it runs secure sums), after `allow_deep_computations()`. For the train_model program, which
+  installs it in a `tff.program.NativeFederatedContext`."""
+  allow_deep_computations()
+  return tff.backends.test.create_async_test_cpp_execution_context()
+
+
+def allow_deep_computations() -> bool:
+  """Lifts Python protobuf's limit of 100 nested messages per parse, for this whole process.
+
+  TFF's test contexts compile every computation with `replace_secure_intrinsics_with_bodies`
+  (tensorflow_federated/python/core/backends/test/compiler.py): it inlines each secure sum's
+  TensorFlow body (about 17 proto levels below the intrinsic) and serializes the result again, one
+  building block at a time (`building_blocks.Lambda._proto`: `pb.Lambda(result=...)`). Protobuf's
+  upb backend (Python protobuf's default) copies a sub-message given to a constructor by
+  serializing and parsing it, and that parse refuses more than 100 nested levels:
+  `google.protobuf.message.DecodeError: Error parsing message`, with nothing naming the depth.
+  The secure DP-FTRL process's `next` nests 92 levels (96 after the replacement: the drivers'
+  case); composed with the dataset computation over client ids
+  (`tff.simulation.compose_dataset_computation_with_learning_process`, the train_model program's
+  process) 99, over 100 after it (blt and tree, with adaptive clipping and restarts alike). TFF's
+  own FedAvg with `DistributedDpSumFactory` (99) fails the same way. Lifting the limit only lets
+  parses accept deeper messages.
+
+  Returns:
+    Whether the limit was lifted: `SetAllowOversizeProtos(True)` of the upb or C++ backend; False
+    with the pure-Python one, which copies sub-messages without parsing them.
+  """
+  kind = api_implementation.Type()
+  if kind == 'upb':
+    from google._upb import _message  # pylint: disable=g-import-not-at-top
+  elif kind == 'cpp':
+    from google.protobuf.pyext import _message  # pylint: disable=g-import-not-at-top
+  else:
+    return False
+  _message.SetAllowOversizeProtos(True)
+  return True

@@ -276,7 +276,6 @@ def test_program_on_two_workers_equals_a_local_run_and_survives_lost_workers(tmp
 
 @pytest.mark.parametrize('flag, words', [
     ('--eval_every=2', '--eval_every is not available in the train_model program'),
-    ('--secure_aggregation', '--secure_aggregation is not available in the train_model program'),
 ])
 def test_flags_train_model_cannot_honor_are_one_line_errors(tmp_path, flag, words):
   program = Program(tmp_path, 'run', args=(*ARGS, flag))
