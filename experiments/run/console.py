@@ -75,10 +75,15 @@ def wrap_summary(wrap_rounds: List[int], start_round: int, num_rounds: int,
 def spent_guarantee(plan: plan_lib.RunPlan, log_path: str,
                     rounds_done: int) -> Optional[zcdp.Guarantee]:
   """The guarantee of the first `rounds_done` rounds for the participation observed in the run's
-  log at `log_path` so far (None without noise or without rows)."""
+  log at `log_path` in those rounds (None without noise or without rows). The log may hold later
+  rounds (a train_model program draws the next round before it releases this one's row)."""
   if plan.noise_multiplier == 0 or rounds_done < 1:
     return None
   log = participation_log.read_participation_log(log_path)
+  if log.num_rounds > rounds_done:
+    ids, rounds = log.rows_of([log.client_id(code) for code in range(log.num_clients)])
+    log = participation_log.ParticipationLog.from_arrays(ids[rounds < rounds_done],
+                                                         rounds[rounds < rounds_done])
   if not log.num_rows:
     return None
   return zcdp.guarantee_for_plan(plan, rounds_done, log.realized_schema(rounds_done),
