@@ -11,8 +11,11 @@ rounds, after the last and on a stop), the
 metrics as the drivers' rows (`programs.metrics_release`: metrics.csv and tensorboard/), the privacy
 report at the last round (`programs.report_release`: privacy_report/; these managers are
 `experiments.programs.program_managers`'s) and the final state
-(model/training_checkpoint_round_<n>). After the last round the program evaluates the final model,
-adds the test metrics to the last metrics row and writes summary.json, as the drivers do.
+(model/training_checkpoint_round_<n>). Every --eval_every rounds and after the last, train_model's
+`tff.learning.programs.EvaluationManager` evaluates the model as the drivers do (Keras `evaluate`
+on the test set, concurrent with training), and the round's metrics row holds the result, as the
+drivers' (`experiments.programs.program_evaluation`; its state in checkpoints/eval/). After the
+last round the program writes the report and summary.json, as the drivers do.
 A killed program rerun with the same command resumes from its last checkpoint and ends with the
 same model, participation log and report as an uninterrupted run.
 
@@ -23,10 +26,10 @@ between their steps, and during training the data source checks it before it dra
 lets the last round's releases and checkpoint finish, and exits with one line (`Stopped by SIGTERM
 after round 3/6: checkpoint program_state_3 saved; ...`) and status 130 / 143. A second signal
 stops at once, as a kill would (the rerun resumes from the last checkpoint). An error of one of
-train_model's background tasks (a release, a save: a full disk) is raised the same way, before the
-next round, as one line (exit 1), and no later checkpoint is saved. A finished run is not trained
-on with a larger --rounds: another --rounds than the run's is refused (exit 2; use another
---experiment_name).
+train_model's background tasks (a release, a save, an evaluation: a full disk) is raised the same
+way, before the next round, as one line (exit 1), and no later checkpoint is saved. A finished run
+is not trained on with a larger --rounds: another --rounds than the run's is refused (exit 2; use
+another --experiment_name).
 
 With --workers=host:port,... every computation runs on those TFF workers, as the drivers' do
 (docs/distributed.md): `dp_ftrl_tff.learning.remote_contexts`' asynchronous context over them
@@ -41,9 +44,8 @@ process: TFF's test context compiles each computation by replacing its secure su
 bodies and serializing it again, and the process composed over client ids is deeper than that once
 compiled (`allow_deep_computations` there says more).
 
-Not available here (an error naming the flag, exit 2): --eval_every (the program evaluates once, at
-the end), and a --rounds other than the run's on resume. A run directory of a driver is refused,
-and the reverse.
+Not available here (an error naming the flag, exit 2): a --rounds other than the run's on resume. A
+run directory of a driver is refused, and the reverse.
 
 Example (synthetic clients, about a minute on 2 cores; run from the repository root):
   python -m experiments.programs.emnist_program --root_output_dir=/tmp/runs \
@@ -83,18 +85,13 @@ PROGRAM = 'train_model'
 #: Where train_model's model output manager writes the final state.
 MODEL_DIR = 'model'
 
-_NOT_HERE = 'is not available in the train_model program'
-
 
 def task_settings(fv: flags.FlagValues) -> Dict[str, Any]:
-  """run_emnist's settings plus `program`; refuses the flags train_model cannot honor.
+  """run_emnist's settings plus `program`.
 
   Raises:
     ValueError: naming the flag (the driver prints it as one line, exit 2).
   """
-  if fv['eval_every'].present:
-    raise ValueError(f'`eval_every` {_NOT_HERE}: the program evaluates the final model once, '
-                     'after the last round (leave the flag out).')
   return {**run_emnist.task_settings(fv), 'program': PROGRAM}
 
 
@@ -195,10 +192,14 @@ def _run(task: run_config.Task, config: run_config.RunConfig, directory: run_dir
          scope: contextlib.ExitStack, stop) -> Dict[str, Any]:
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
-  from experiments.programs import program_managers  # pylint: disable=g-import-not-at-top
+  from experiments.programs import (  # pylint: disable=g-import-not-at-top
+    program_evaluation,
+    program_managers,
+  )
   from experiments.run import (  # pylint: disable=g-import-not-at-top
     checkpoint_records,
     console,
+    evaluation,
     run_setup,
     run_summary,
     stop_signals,
@@ -208,6 +209,7 @@ def _run(task: run_config.Task, config: run_config.RunConfig, directory: run_dir
   start, source, process = _start(task, config, directory, scope)
   stop_signals.check()
   directory.remove_stale_temps()
+  program_evaluation.clear(out)  # nothing in flight to resume: each checkpoint waited for its own
   checkpoint_records.set_aside(out, start.resumption)
   run_setup.write_run_files(config, start.resolved, start.plan, start.saved_strategy,
                             start.run_id)
@@ -221,8 +223,9 @@ def _run(task: run_config.Task, config: run_config.RunConfig, directory: run_dir
 
   initial_state = asyncio.run(initialize())
   directory.record_workers()  # the worker_binary exists now: a killed run's is ended on resume
-  canaries = program_managers.canary_recorder(
-      config, start, sum(int(w.size) for w in _model_weights(process, initial_state).trainable))
+  weights = _materialized_weights(process, initial_state)
+  canaries = program_managers.canary_recorder(config, start, sum(
+      int(w.size) for w in program_evaluation.as_model_weights(weights).trainable))
   managers = program_managers.Managers(config, start.plan, task.accuracy_metric, start.run_id,
                                        canaries)
   stop_signals.check()
@@ -242,7 +245,10 @@ def _run(task: run_config.Task, config: run_config.RunConfig, directory: run_dir
          train_total_rounds=config.rounds, program_state_manager=managers.state,
          model_output_manager=program_managers.RecordingRelease(model_output, managers.released),
          train_metrics_manager=managers.metrics,
-         evaluation_manager=None, evaluation_periodicity=1)
+         evaluation_manager=program_evaluation.evaluation_manager(
+             out, lambda w: evaluation.evaluate(task, w, config.eval_max_examples), weights,
+             managers.evaluations, managers.released),
+         evaluation_periodicity=config.eval_every)
   directory.record_workers()
   stop.where = stop_signals.finish_stage(config.rounds)
   stop_signals.check()
@@ -252,12 +258,11 @@ def _run(task: run_config.Task, config: run_config.RunConfig, directory: run_dir
   if not os.path.isdir(final_model):  # its release was cut short (a kill, a full disk)
     asyncio.run(model_output.release(program_state.state, key=os.path.basename(final_model)))
   if canaries is not None:  # the final model's cosines, vouched for by the last record
-    canaries.record_final(_model_weights(process, initial_state).trainable,
+    canaries.record_final(program_evaluation.as_model_weights(weights).trainable,
                           _model_weights(process, program_state.state).trainable)
     checkpoint_records.record_final_files(out, config.rounds)
     stop_signals.check()
   return _finish(task, config, start, managers, process, program_state.state, trained)
-
 
 
 class _StopRound(BaseException):
@@ -295,7 +300,8 @@ def _train(stop, managers, num_rounds: int, **train_model_args) -> None:
 
   async def train() -> int:
     own['task'] = asyncio.current_task()
-    asyncio.get_running_loop().set_exception_handler(_quiet_worker_failures)
+    asyncio.get_running_loop().set_exception_handler(
+        lambda loop, context: _quiet_failures(managers.released, loop, context))
     try:
       await tff.learning.programs.train_model(**train_model_args)
     except BaseException as error:  # noqa: BLE001 (re-raised below, but for `_StopRound`)
@@ -319,68 +325,59 @@ def _train(stop, managers, num_rounds: int, **train_model_args) -> None:
         stop.signum, done, num_rounds))
 
 
-def _quiet_worker_failures(loop, context) -> None:
-  """An asyncio exception handler that drops the reports of a lost TFF worker: a computation that
+def _quiet_failures(released, loop, context) -> None:
+  """An asyncio exception handler that drops the reports of a lost TFF worker (a computation that
   lost every worker fails each reference to its result, and asyncio would log those train_model
-  did not await, with their tracebacks, beside the one line of the failure `_train` raises."""
+  did not await) and of the failure recorded in `released` (EvaluationManager's done-callback
+  re-raises a failed evaluation's): with their tracebacks, beside the one line of the failure
+  `_train` raises."""
   from dp_ftrl_tff.learning import remote_execution  # pylint: disable=g-import-not-at-top
-  if not remote_execution.is_worker_failure(context.get('exception')):
+  error = context.get('exception')
+  if not (remote_execution.is_worker_failure(error) or
+          (error is not None and error is released.failure)):
     loop.default_exception_handler(context)
 
 
 def _finish(task: run_config.Task, config: run_config.RunConfig, start, managers,
             process, final_state, trained: bool) -> Dict[str, Any]:
-  """The drivers' end of a run: the final evaluation (added to the last metrics row, and its
-  console line), the privacy report, the completion marker and the summary. A stop signal is seen
-  between these steps (`stop_signals.check`)."""
-  from experiments.run import (  # pylint: disable=g-import-not-at-top
-    console,
-    evaluation,
-    run_report,
-    stop_signals,
-  )
+  """The drivers' end of a run: the privacy report, the completion marker and the summary (the
+  final model's evaluation is in the last metrics row already: train_model's EvaluationManager
+  evaluates the last round). Returns the last row's metrics and the report. A stop signal is seen
+  between these steps (`run_report.finish`)."""
+  from experiments.run import run_report  # pylint: disable=g-import-not-at-top
 
-  plan = start.plan
-  participation = os.path.join(config.output_dir, run_dir.PARTICIPATION_FILE)
-  metrics = evaluation.evaluate(task, _model_weights(process, final_state),
-                                config.eval_max_examples)
-  stop_signals.check()
-  _add_to_last_row(managers.csv, os.path.join(config.output_dir, run_dir.METRICS_FILE),
-                   config.rounds, metrics)
-  console.out(console.eval_line(config.rounds, config.rounds, metrics, console.spent_guarantee(
-      plan, participation, config.rounds)))
+  metrics = _last_row(os.path.join(config.output_dir, run_dir.METRICS_FILE), config.rounds)
   privacy_report = run_report.finish(
-      config, plan, task.accuracy_metric, trained=trained, rounds_done=config.rounds,
+      config, start.plan, task.accuracy_metric, trained=trained, rounds_done=config.rounds,
       run_id=start.run_id, report=managers.report and managers.report.last_report)
   return {'state': final_state, 'process': process, 'metrics': metrics,
           'privacy_report': privacy_report}
 
 
-def _model_weights(process, state):
-  """`process.get_model_weights(state)` (`tff.learning.models.ModelWeights`), computed in the
-  program's asynchronous context."""
+def _materialized_weights(process, state):
+  """`process.get_model_weights(state)`, computed in the program's asynchronous context."""
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
   async def weights():
     return await tff.program.materialize_value(process.get_model_weights(state))
 
-  value = asyncio.run(weights())
-  if not isinstance(value, tff.learning.models.ModelWeights):
-    value = tff.learning.models.ModelWeights(trainable=list(value[0]),
-                                             non_trainable=list(value[1]))
-  return value
+  return asyncio.run(weights())
 
 
-def _add_to_last_row(csv_release, metrics_path: str, rounds: int, values: Dict[str, float]) -> None:
-  """Rewrites round n-1's row of metrics.csv with `values` added (the drivers' final evaluation)."""
+def _model_weights(process, state):
+  """`process.get_model_weights(state)` as `tff.learning.models.ModelWeights`."""
+  from experiments.programs import program_evaluation  # pylint: disable=g-import-not-at-top
+  return program_evaluation.as_model_weights(_materialized_weights(process, state))
+
+
+def _last_row(metrics_path: str, rounds: int) -> Dict[str, float]:
+  """The metrics of round n-1's row of metrics.csv (its evaluation included)."""
   with open(metrics_path, newline='', encoding='utf-8') as f:
     rows = [row for row in csv.DictReader(f) if int(row['round']) == rounds - 1]
   if not rows:
     raise ValueError(f'{metrics_path} has no row of the last round {rounds - 1}.')
-  row = {name: float(value) for name, value in rows[-1].items()
-         if name != 'round' and value not in ('', None)}
-  row.update(values)
-  asyncio.run(csv_release.release(row, key=rounds - 1))
+  return {name: float(value) for name, value in rows[-1].items()
+          if name != 'round' and value not in ('', None)}
 
 
 def main() -> None:

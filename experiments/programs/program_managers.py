@@ -4,11 +4,13 @@
 `tff.learning.programs.train_model` is given for a run of `experiments.programs.emnist_program`:
 the program state manager (checkpoints/program_state_<r> every `checkpoint_every` rounds, each
 followed by its record, `experiments.run.checkpoint_records`) and the metrics release (the drivers'
-rows in metrics.csv and tensorboard/, the drivers' console line, then the privacy report or the
-canary rows: `programs.metrics_release`, `programs.report_release`, `CanaryRounds`).
+rows in metrics.csv and tensorboard/, each with its round's evaluation when there is one, the
+drivers' console lines, then the privacy report or the canary rows: `programs.metrics_release`,
+`program_evaluation`, `programs.report_release`, `CanaryRounds`).
 
-train_model starts a round's save and its releases as concurrent background tasks; here a save of
-round r waits for round r's releases, so a checkpoint never runs ahead of metrics.csv and the report.
+train_model starts a round's save, its releases and its evaluation as concurrent background tasks;
+here a save of round r waits for round r's releases, which wait for its evaluation, so a checkpoint
+never runs ahead of metrics.csv and the report.
 An error of such a task (a full disk) would be dropped by train_model (its task manager re-raises it
 in an asyncio done-callback, which only logs it) and training would go on: here it is recorded
 (`RoundsReleased.failure`), no later checkpoint is saved, and the program raises it in its own task
@@ -25,6 +27,7 @@ import tensorflow_federated as tff
 
 from dp_ftrl_tff import auditing
 from dp_ftrl_tff.programs import metrics_release, report_release
+from experiments.programs import program_evaluation
 from experiments.run import (
   canary_clients,
   checkpoint_records,
@@ -36,9 +39,10 @@ from experiments.run import (
 
 
 class RoundsReleased:
-  """Which rounds' metrics (train_model's 1-based keys) were released; a save of version r waits
-  for round r's. `failure`: the first error of a release, a save or (recorded by the program)
-  train_model's own task, or None."""
+  """Which rounds' metrics (train_model's 1-based keys) were released, and which rounds'
+  evaluations (keys ('eval', r)); a save of version r waits for round r's metrics. `failure`: the
+  first error of a release, a save, an evaluation or (recorded by the program) train_model's own
+  task, or None."""
 
   def __init__(self):
     self._events = {}
@@ -54,8 +58,9 @@ class RoundsReleased:
     for event in self._events.values():
       event.set()
 
-  def _event(self, key: int) -> asyncio.Event:
-    event = self._events.setdefault(int(key), asyncio.Event())
+  def _event(self, key) -> asyncio.Event:
+    # A round (int) or another key, e.g. ('eval', round): `program_evaluation.Evaluations`'.
+    event = self._events.setdefault(key if isinstance(key, tuple) else int(key), asyncio.Event())
     if self._ended:
       event.set()
     return event
@@ -140,10 +145,13 @@ class StateManager(tff.program.FileProgramStateManager):
 
 class ConsoleRelease(tff.program.ReleaseManager):
   """Prints the drivers' round line (`console.round_log_line`) for each released row (0-based
-  key) of a run of `num_rounds` rounds."""
+  key) of a run of `num_rounds` rounds and, for a row with an evaluation, their eval line
+  (`console.eval_line`, with the epsilon spent by `plan` in the rounds so far of the participation
+  log at `log_path`)."""
 
-  def __init__(self, num_rounds: int, accuracy_metric: str):
+  def __init__(self, num_rounds: int, accuracy_metric: str, plan, log_path: str):
     self._num_rounds, self._accuracy = num_rounds, accuracy_metric
+    self._plan, self._log_path = plan, log_path
     self._started = self._last = None
     self._count = 0
 
@@ -162,6 +170,10 @@ class ConsoleRelease(tff.program.ReleaseManager):
         int(key), self._num_rounds, value.get('train_loss', float('nan')),
         value.get(f'train_{self._accuracy}', float('nan')), seconds,
         mean * (self._num_rounds - int(key) - 1)))
+    if any(name.startswith('eval_') for name in value):
+      done = int(key) + 1
+      console.out(console.eval_line(done, self._num_rounds, value, console.spent_guarantee(
+          self._plan, self._log_path, done)))
 
 
 class CanaryRounds(tff.program.ReleaseManager):
@@ -202,8 +214,10 @@ def canary_recorder(config: run_config.RunConfig, start, num_params: int
 
 class Managers:
   """The program's state manager (`state`), its metrics release (`metrics`) and their parts:
-  `csv` (metrics.csv), `progress` (the console) and `report` (privacy_report/, None with canaries:
-  the report then needs the final model's canary cosines and is built at the end);
+  `csv` (metrics.csv), `progress` (the console), `report` (privacy_report/, None with canaries:
+  the report then needs the final model's canary cosines and is built at the end) and
+  `evaluations` (the aggregated-metrics manager of the program's EvaluationManager, whose results
+  go into their rounds' rows: `program_evaluation`);
   `released.failure` is the first error of their background tasks (a release or a save), or None.
   With `canaries` (the run's `CanaryRecorder`) the canary rows go with the checkpoints and the
   records vouch for the canary files."""
@@ -233,7 +247,11 @@ class Managers:
         total_rounds=config.rounds, metrics=path(run_dir.METRICS_FILE))
     self.csv = tff.program.CSVFileReleaseManager(path(run_dir.METRICS_FILE),
                                                  key_fieldname='round')
-    self.progress = ConsoleRelease(config.rounds, accuracy_metric)
-    self.metrics = MarkingRelease(metrics_release.RoundMetricsReleaseManager(
+    self.progress = ConsoleRelease(config.rounds, accuracy_metric, plan,
+                                   path(run_dir.PARTICIPATION_FILE))
+    self.evaluations = program_evaluation.Evaluations(released)
+    rows = program_evaluation.EvaluatedRows(
         [self.csv, tff.program.TensorBoardReleaseManager(path('tensorboard')), self.progress],
-        after_metrics=[canary_rounds or self.report]), released)
+        self.evaluations)
+    self.metrics = MarkingRelease(metrics_release.RoundMetricsReleaseManager(
+        [rows], after_metrics=[canary_rounds or self.report]), released)
