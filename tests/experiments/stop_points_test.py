@@ -167,7 +167,9 @@ def test_a_stop_at_every_safe_point_and_a_full_disk_then_the_rerun_equals_the_un
   stages = [stage for stage, _ in points.calls]
   start = stages.count(stop_signals.START)
   end = len(stages) - start
-  assert start >= (3 if caller else 12) and end >= 2, points.calls
+  # The program's own end has one point (its evaluations run with the rounds; its report's points
+  # are run_report's, the driver's chain stops at them).
+  assert start >= (3 if caller else 12) and end >= (1 if caller else 2), points.calls
   assert stages == [stop_signals.START] * start + [stop_signals.finish_stage(ROUNDS)] * end
 
   def round_link(patch, signum):
