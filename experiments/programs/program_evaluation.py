@@ -13,13 +13,15 @@ with training and releases the result, keyed by the 1-based round, to its
     the process EvaluationManager runs (`KerasEvaluation`) is a Python object with the three methods
     EvaluationManager calls (`initialize`, `set_model_weights`, `next`, returning a
     `LearningProcessOutput`), not a `tff.learning.templates.LearningProcess`; it runs one round
-    (`duration` 0), on the test set it reads itself (`TestSet`);
+    (`duration` 0), on the test set it reads itself (`CentralTestSet`);
   * `Evaluations`, the aggregated-metrics manager, holds each round's `eval_<metric>` until the
     round's metrics row takes it (`EvaluatedRows`, inside `RoundMetricsReleaseManager`'s ordered
-    releases): the evaluation lands in THAT round's row (0-based key), as in the drivers, with no
-    late rewrite of metrics.csv (`CSVFileReleaseManager.release` drops the rows at and after its
-    key). The round's checkpoint waits for its row (`program_managers.StateManager`), so it waits
-    for its evaluation too;
+    releases; a row waits only for an evaluation `start_evaluation` began, which train_model awaits
+    before it starts the round's release, so the rule of which rounds are evaluated stays
+    train_model's): the evaluation lands in THAT round's row (0-based key), as in the drivers,
+    with no late rewrite of metrics.csv (`CSVFileReleaseManager.release` drops the rows at and
+    after its key). The round's checkpoint waits for its row (`program_managers.StateManager`), so
+    it waits for its evaluation too;
   * EvaluationManager's state managers (its list of evaluations in flight, each evaluation's model)
     live in `checkpoints/eval/` and are removed at each start (`clear`): a checkpoint of round r is
     saved only after the evaluations of rounds <= r ended, and train_model redoes the rounds after
@@ -113,7 +115,7 @@ class EvaluatedRows(tff.program.ReleaseManager):
       await manager.release(row, key=key)
 
 
-class TestSet:
+class CentralTestSet:
   """EvaluationManager's `data_source`: it only calls `iterator().select(cohort_size)`. The
   evaluation reads the task's test set itself (`KerasEvaluation`), so `select` gives None."""
 
@@ -205,8 +207,8 @@ class _Manager(tff.learning.programs.EvaluationManager):
     await super().start_evaluation(train_round, start_timestamp_seconds, model_weights)
 
 
-def evaluation_manager(output_dir: str, evaluate: Callable, template,
-                       evaluations: Evaluations, released) -> tff.learning.programs.EvaluationManager:
+def evaluation_manager(output_dir: str, evaluate: Callable, template, evaluations: Evaluations,
+                       released) -> tff.learning.programs.EvaluationManager:
   """The program's EvaluationManager (see the module docstring): `evaluate` (`ModelWeights` ->
   metrics) of the weights of each evaluated round, released to `evaluations`; its state in
   `checkpoints/eval/` of `output_dir` (`clear` it before train_model starts)."""
@@ -216,8 +218,8 @@ def evaluation_manager(output_dir: str, evaluate: Callable, template,
     # EvaluationManager's own list of evaluations in flight takes a version per change: 2 kept.
     return _RecordingStateManager(os.path.join(root, name), released.fail, keep_total=2)
 
-  return _Manager(evaluations, data_source=TestSet(), aggregated_metrics_manager=evaluations,
-                  create_state_manager_fn=state_manager,
-                  create_process_fn=lambda name: (KerasEvaluation(evaluate, template,
-                                                                  released.fail), None),
-                  cohort_size=1, duration=datetime.timedelta(0))
+  return _Manager(
+      evaluations, data_source=CentralTestSet(), aggregated_metrics_manager=evaluations,
+      create_state_manager_fn=state_manager,
+      create_process_fn=lambda name: (KerasEvaluation(evaluate, template, released.fail), None),
+      cohort_size=1, duration=datetime.timedelta(0))
