@@ -75,6 +75,11 @@ class Evaluations(tff.program.ReleaseManager):
   def __init__(self, released):
     self._released, self._started, self._results = released, set(), {}
 
+  @property
+  def failure(self):
+    """The run's first failure (of a release, a save or an evaluation), or None."""
+    return self._released.failure
+
   def started(self, key: int) -> None:
     """Round `key`'s evaluation started: its row waits for it."""
     self._started.add(int(key))
@@ -104,13 +109,16 @@ class EvaluatedRows(tff.program.ReleaseManager):
   """Releases each metrics row (0-based key) with its round's evaluation added
   (`Evaluations.take(key + 1)`) to each of `managers` in turn. Put it in
   `metrics_release.RoundMetricsReleaseManager`'s `managers`: its releases run one at a time in
-  round order, so a row waiting for its evaluation holds the later rows back."""
+  round order, so a row waiting for its evaluation holds the later rows back; after a failure
+  (a failed evaluation, release or save) no row is written."""
 
   def __init__(self, managers, evaluations: Evaluations):
     self._managers, self._evaluations = tuple(managers), evaluations
 
   async def release(self, value, key):
     row = {**value, **await self._evaluations.take(int(key) + 1)}
+    if self._evaluations.failure is not None:  # no row after a failure: the rerun writes it
+      raise self._evaluations.failure
     for manager in self._managers:
       await manager.release(row, key=key)
 
