@@ -314,6 +314,14 @@ class ParticipationLog:
     return (np.array(ids, dtype=str),
             np.concatenate(rounds) if rounds else np.zeros(0, dtype=np.int64))
 
+  def first_rounds(self, num_rounds: int) -> 'ParticipationLog':
+    """This log without its rows of rounds >= `num_rounds` (the same object when it has none)."""
+    if self.num_rounds <= num_rounds:
+      return self
+    ids, rounds = self.rows_of([self.client_id(code) for code in range(self.num_clients)])
+    keep = rounds < num_rounds
+    return ParticipationLog.from_arrays(ids[keep], rounds[keep], path=self.path)
+
   def iter_patterns(self) -> Iterator[Tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """The distinct participation patterns (sets of rounds), in batches of bounded size.
 

@@ -46,15 +46,6 @@ class RunFileError(ValueError):
 _READ_ERRORS = (ValueError, OSError, csv.Error)
 
 
-def _first_rounds(log: log_lib.ParticipationLog, num_rounds: int) -> log_lib.ParticipationLog:
-  """`log` without its rows of rounds >= `num_rounds` (the same object when it has none)."""
-  if log.num_rounds <= num_rounds:
-    return log
-  ids, rounds = log.rows_of([log.client_id(code) for code in range(log.num_clients)])
-  keep = rounds < num_rounds
-  return log_lib.ParticipationLog.from_arrays(ids[keep], rounds[keep], path=log.path)
-
-
 def read_log(path: Path) -> log_lib.ParticipationLog:
   """The participation log at `path`, with at least one row; `RunFileError` otherwise."""
   path = os.fspath(path)
@@ -177,7 +168,7 @@ def report_from_run_files(
          or isinstance(participation_log, log_lib.ParticipationLog)
          else read_log(participation_log))
   if log is not None and num_rounds is not None:
-    log = _first_rounds(log, num_rounds)
+    log = log.first_rounds(num_rounds)
   final_clip = _final_clip(plan, metrics, num_rounds)
   record = None if canaries is None else read_canary_record(canaries)
   if record is not None and run_id is not None and record.run_id != run_id:

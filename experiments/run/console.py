@@ -79,11 +79,7 @@ def spent_guarantee(plan: plan_lib.RunPlan, log_path: str,
   rounds (a train_model program draws the next round before it releases this one's row)."""
   if plan.noise_multiplier == 0 or rounds_done < 1:
     return None
-  log = participation_log.read_participation_log(log_path)
-  if log.num_rounds > rounds_done:
-    ids, rounds = log.rows_of([log.client_id(code) for code in range(log.num_clients)])
-    log = participation_log.ParticipationLog.from_arrays(ids[rounds < rounds_done],
-                                                         rounds[rounds < rounds_done])
+  log = participation_log.read_participation_log(log_path).first_rounds(rounds_done)
   if not log.num_rows:
     return None
   return zcdp.guarantee_for_plan(plan, rounds_done, log.realized_schema(rounds_done),

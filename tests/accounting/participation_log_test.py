@@ -88,6 +88,16 @@ def test_from_arrays_and_violations():
   assert len(log.violations(Schema.fixed_epoch_order(3, 4), 13)) == 1
 
 
+def test_first_rounds_drops_the_later_rows():
+  ids, rounds = ['a', 'b', 'a', 'a', 'c'], [0, 1, 4, 6, 12]
+  log = participation_log.ParticipationLog.from_arrays(ids, rounds, path='run/log.csv')
+  assert log.first_rounds(13) is log
+  first = log.first_rounds(5)
+  assert first.num_rounds == 5 and first.path == 'run/log.csv'
+  got = first.rows_of(['a', 'b', 'c'])
+  assert sorted(zip(got[0].tolist(), got[1].tolist())) == [('a', 0), ('a', 4), ('b', 1)]
+
+
 def test_single_participation_schema():
   log = participation_log.ParticipationLog.from_arrays(['a', 'b', 'c'], [0, 5, 9])
   assert log.min_sep is None
