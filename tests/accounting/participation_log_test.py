@@ -95,7 +95,7 @@ def test_first_rounds_drops_the_later_rows():
   first = log.first_rounds(5)
   assert first.num_rounds == 5 and first.path == 'run/log.csv'
   got = first.rows_of(['a', 'b', 'c'])
-  assert sorted(zip(got[0].tolist(), got[1].tolist())) == [('a', 0), ('a', 4), ('b', 1)]
+  assert sorted(zip(got[0].tolist(), got[1].tolist(), strict=True)) == [('a', 0), ('a', 4), ('b', 1)]
 
 
 def test_single_participation_schema():
