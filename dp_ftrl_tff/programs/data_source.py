@@ -225,6 +225,27 @@ class SampledClientDataSource(_Selection, tff.program.FederatedDataSource):
     on every start, and a restored iterator replaces it."""
     return SampledClientDataSourceIterator._of(self._shared, self._sampler.copy(), _FIRST_OFFSET)
 
+  def resume(self, iterator: SampledClientDataSourceIterator) -> SampledClientDataSourceIterator:
+    """A new iterator of this data source at `iterator`'s round and log offset: `iterator`'s draws
+    (its sampler state) continue under this data source's plan, its rounds and its log path, as a
+    resumed run continues with a larger `num_rounds` or in a moved run directory. No side effects.
+
+    Raises:
+      ValueError: `iterator` is not a `SampledClientDataSourceIterator` of this population (the same
+        ids in the same order) and sampler kind.
+    """
+    if not isinstance(iterator, SampledClientDataSourceIterator):
+      raise ValueError('`iterator` must be a SampledClientDataSourceIterator, got '
+                       f'{type(iterator).__name__}.')
+    if (iterator._shared.client_ids != self._shared.client_ids
+        or iterator.sampler_kind != self._shared.sampler):
+      raise ValueError('`iterator` draws from another population or with another sampler kind '
+                       f'({iterator.sampler_kind!r}) than this data source '
+                       f'({self._shared.sampler!r}).')
+    sampler = self._sampler.copy()
+    sampler.load_state(iterator._sampler.state)
+    return SampledClientDataSourceIterator._of(self._shared, sampler, iterator.log_offset)
+
 
 def _unpack(buffer) -> dict:
   """The fields of iterator bytes; ValueError naming what is wrong."""
