@@ -78,7 +78,7 @@ def round_metrics(metrics: Mapping) -> Dict[str, float]:
 def blank_untrained(row: Dict[str, float]) -> Dict[str, float]:
   """`row` with its `train_<m>` metrics (bar the `train_num_<m>` counts) set to NaN when the round
   trained on no example (`train_num_examples` is 0, e.g. an empty Poisson cohort): TFF reports 0
-  for a mean over no examples, which would read as a loss of 0. 
+  for a mean over no examples, which would read as a loss of 0.
   """
   if row.get(TRAIN_PREFIX + 'num_examples', 1.0) != 0:
     return row

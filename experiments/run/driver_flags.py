@@ -20,7 +20,6 @@ from dp_ftrl_tff.mechanisms import memory
 from experiments.cli import plan_flags
 from experiments.run import run_config
 
-
 #: `RunConfig.task['program']`: what trains every run, TFF's `train_model` (`training_loop`). Recorded
 #: in hparams.json and the checkpoint records: the directory of a run trained by the drivers' own loop
 #: of earlier versions, which lacks it and whose checkpoints hold another structure, is refused as a

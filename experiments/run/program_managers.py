@@ -24,12 +24,11 @@ import time
 from typing import Optional
 
 import tensorflow_federated as tff
-
-from dp_ftrl_tff import auditing
-from dp_ftrl_tff.programs import metrics_release, report_release
 from absl import logging
 
+from dp_ftrl_tff import auditing
 from dp_ftrl_tff.programs import data_source as data_source_lib
+from dp_ftrl_tff.programs import metrics_release, report_release
 from experiments.run import (
   canary_clients,
   checkpoint_records,
@@ -235,7 +234,7 @@ def canary_recorder(config: run_config.RunConfig, start, num_params: int
   checkpoint's record and rebuilds a missing or altered canaries.json), or None without canaries."""
   if start.canaries is None:
     return None
-  recorder = canary_clients.CanaryRecorder(start.canaries, start.canary_ids, None,
+  recorder = canary_clients.CanaryRecorder(start.canaries, start.canary_ids,
                                            config.output_dir, num_params, start.plan, start.run_id)
   resumption = start.resumption
   if not resumption.fresh:

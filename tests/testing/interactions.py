@@ -287,7 +287,7 @@ def run_and_check(combination: Combination, root) -> None:
   if combination.canaries:
     empty = dataset_fn(start.client_ids[0]).take(0)
     size = sum(int(np.size(w)) for w in process.get_model_weights(initial).trainable)
-    recorder = canary_clients.CanaryRecorder(start.canaries, start.canary_ids, empty,
+    recorder = canary_clients.CanaryRecorder(start.canaries, start.canary_ids,
                                              config.output_dir, size, plan, start.run_id)
     recorder.files.write_metadata()
   sampler = sampling.make_sampler(start.client_ids, plan, config.seed)
@@ -296,8 +296,11 @@ def run_and_check(combination: Combination, root) -> None:
     cohort = sampler.sample(t)
     ids += cohort
     rounds += [t] * len(cohort)
-    data = (recorder.client_data(cohort, dataset_fn) if recorder is not None else
-            [dataset_fn(c) for c in cohort])
+    data = [dataset_fn(c) for c in cohort]
+    if recorder is not None:  # a canary's input: an empty dataset and its index
+      data = canaries_lib.client_data(
+          [empty if c in recorder.index else d for c, d in zip(cohort, data, strict=True)],
+          [recorder.index.get(c, canaries_lib.NOT_A_CANARY) for c in cohort])
     output = next_fn(state, data)
     state, metrics = output.state, output.metrics
     aggregator = metrics['aggregator']
