@@ -109,7 +109,7 @@ def _fail(error, flag_values: flags.FlagValues, exit_code: int = flag_parsing.ER
 
 def _runtime_message(error: BaseException) -> str:
   """One line for an error that is not bad input: I/O, memory, or a bug."""
-  if isinstance(error, remote_execution.WorkersLostError):  # the drivers' and the program's
+  if isinstance(error, remote_execution.WorkersLostError):
     return (f'{error}; restart them (python -m experiments.workers start) and rerun the same '
             'command to resume from the last checkpoint.')
   if isinstance(error, remote_execution.WorkerUnavailableError):

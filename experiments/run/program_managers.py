@@ -26,7 +26,6 @@ from typing import Optional
 import tensorflow_federated as tff
 from absl import logging
 
-from dp_ftrl_tff import auditing
 from dp_ftrl_tff.programs import data_source as data_source_lib
 from dp_ftrl_tff.programs import metrics_release, report_release
 from experiments.run import (
@@ -263,18 +262,15 @@ class Managers:
     path = lambda *names: os.path.join(out, *names)  # noqa: E731
     settings = run_config.hparams_document(config)
     self.released = released = RoundsReleased()
-    # The record binds the strategy file and the participation log's bytes so far (the data source
-    # cuts the log back to its checkpointed offset on resume; the record proves what lies before
-    # it), and the canary files.
-    files = (checkpoint_records.STRATEGY_FILE, run_dir.PARTICIPATION_FILE)
-    canary_rounds = None
-    if canaries is not None:
-      files += (auditing.PROJECTIONS_FILE, checkpoint_records.CANARY_METADATA)
-      canary_rounds = CanaryRounds(canaries)
+    # The record binds the run's files: the strategy file, the participation log's bytes so far
+    # (the data source cuts the log back to its checkpointed offset on resume; the record proves
+    # what lies before it), the metrics rows of the checkpointed rounds (each with its evaluation:
+    # the save waits for its row) and the canary files.
+    canary_rounds = None if canaries is None else CanaryRounds(canaries)
     self.state = StateManager(
         checkpoint_records.checkpoints_dir(out), released,
         lambda version: checkpoint_records.write_record(
-            out, version, settings, checkpoint_records.plan_document(plan), run_id, files=files),
+            out, version, settings, checkpoint_records.plan_document(plan), run_id),
         every=config.checkpoint_every, total_rounds=config.rounds,
         before_save=None if canary_rounds is None else canary_rounds.write, source=source,
         keep_total=3)

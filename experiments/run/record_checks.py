@@ -214,7 +214,8 @@ def check_finished_run(output_dir: str, resumption: Resumption) -> None:
 
 
 def is_run_directory(directory: str) -> bool:
-  """Whether `directory` holds a training run of the drivers or the train_model program."""
+  """Whether `directory` holds a training run (of a driver, or of the train_model program of earlier
+  releases)."""
   return (os.path.isfile(os.path.join(directory, run_dir.HPARAMS_FILE))
           or os.path.isdir(checkpoint_records.checkpoints_dir(directory)))
 
@@ -268,7 +269,7 @@ def _check_input(flag: str, path: str, resumption: Resumption) -> None:
     problem = None
     for name in names:
       if name not in record['files']:
-        if flag == 'metrics':  # the program's final evaluation rewrites it after its last record
+        if flag == 'metrics':  # an earlier release's train_model program recorded none
           continue
         problem = f'the run recorded no {name}'
         break

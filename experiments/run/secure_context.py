@@ -22,11 +22,10 @@ after computations ran in it); it accepts any other active context that passes a
 sum probe (e.g. the test context a caller set), and otherwise raises `SecureContextError` with a
 one-line message saying what to change.
 
-`async_secure_context()` is TFF's asynchronous test context, for the train_model program (which
-installs it itself), with Python protobuf's nesting limit lifted first (`allow_deep_computations`):
-TFF's test contexts cannot compile a computation nested more than 100 messages deep once its secure
-sums are replaced by their bodies, and the program's process (composed with the dataset
-computation over client ids) is that deep.
+`async_secure_context()` is TFF's asynchronous test context, for the training loop (which installs
+it itself), with Python protobuf's nesting limit lifted first (`allow_deep_computations`): TFF's
+test contexts cannot compile a computation nested more than 100 messages deep once its secure sums
+are replaced by their bodies, and the loop's process (composed over client ids) is that deep.
 """
 
 from typing import Optional
@@ -123,8 +122,8 @@ def _short(error: Exception) -> str:
 
 def async_secure_context():
   """TFF's asynchronous test context (`tff.backends.test.create_async_test_cpp_execution_context`:
-  it runs secure sums), after `allow_deep_computations()`. For the train_model program, which
-  installs it in a `tff.program.NativeFederatedContext`."""
+  it runs secure sums), after `allow_deep_computations()`. For the training loop, which installs it
+  in a `tff.program.NativeFederatedContext`."""
   allow_deep_computations()
   return tff.backends.test.create_async_test_cpp_execution_context()
 
@@ -139,9 +138,9 @@ def allow_deep_computations() -> bool:
   upb backend (Python protobuf's default) copies a sub-message given to a constructor by
   serializing and parsing it, and that parse refuses more than 100 nested levels:
   `google.protobuf.message.DecodeError: Error parsing message`, with nothing naming the depth.
-  The secure DP-FTRL process's `next` nests 92 levels (96 after the replacement: the drivers'
-  case); composed with the dataset computation over client ids
-  (`tff.simulation.compose_dataset_computation_with_learning_process`, the train_model program's
+  The secure DP-FTRL process's `next` nests 92 levels (96 after the replacement); composed with
+  the dataset computation over client ids
+  (`tff.simulation.compose_dataset_computation_with_learning_process`, the training loop's
   process) 99, over 100 after it (blt and tree, with adaptive clipping and restarts alike). TFF's
   own FedAvg with `DistributedDpSumFactory` (99) fails the same way. Lifting the limit only lets
   parses accept deeper messages.
