@@ -196,7 +196,7 @@ def test_secure_aggregation_with_adaptive_clipping_and_a_restart(tmp_path, monke
           '--clients_per_round=3', '--synthetic_num_clients=30',
           '--synthetic_examples_per_client=8', '--client_batch_size=8', '--min_sep=2',
           '--noise_seed=3', '--seed=1', '--eval_max_examples=64', '--secure_aggregation',
-          '--secure_bits=16', '--secure_rotation=hd', '--secure_beta=0.1',
+          '--secure_bits=16', '--secure_beta=0.1',
           '--secure_modclip_prob=1e-6', '--adaptive_clipping', '--clipped_count_stddev=1.0',
           '--restart_rounds=2', '--experiment_name=run', f'--root_output_dir={tmp_path}')
   before = tff.framework.get_context_stack().current

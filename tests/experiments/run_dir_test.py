@@ -22,11 +22,8 @@ import shutil
 import signal
 import time
 
-import numpy as np
 import pytest
-import tensorflow as tf
 
-from dp_ftrl_tff.programs import data_source
 from experiments.run import run_config, run_dir, run_setup, run_start
 from tests.testing import binaries, run_files, runs
 
@@ -78,29 +75,9 @@ def _background_run(tmp_path_factory, name, extra=()):
     driver.proc.wait()
 
 
-def final_state(run):
-  """The leaves of the last checkpoint (train_model's program state: model, optimizer, aggregator
-  noise state, round, the data source's iterator), the iterator's bytes decoded without its
-  (absolute) log path."""
-  value = tf.saved_model.load(os.path.join(run, 'checkpoints', f'program_state_{ROUNDS}'))()
-  leaves = []
-  for leaf in tf.nest.flatten(value):  # None: train_model's next evaluation time
-    leaf = None if leaf is None else np.asarray(leaf)
-    if leaf is not None and leaf.dtype == object and leaf.item().startswith(b'DPFTRLIT'):
-      iterator = data_source.SampledClientDataSourceIterator.from_bytes(leaf.item())
-      leaf = (iterator.client_ids, iterator.sampler_kind, iterator.next_round, iterator.log_offset)
-    leaves.append(leaf)
-  return leaves
-
-
 def assert_same_run(run, expected):
-  got, want = final_state(run), final_state(expected)
-  assert len(got) == len(want)
-  for a, b in zip(got, want, strict=True):
-    if a is None or isinstance(a, tuple):
-      assert a == b
-    else:
-      np.testing.assert_array_equal(a, b)
+  run_files.assert_same_leaves(run_files.checkpoint_leaves(run, ROUNDS),
+                               run_files.checkpoint_leaves(expected, ROUNDS))
   assert run_files.metrics_rows(run) == run_files.metrics_rows(expected)
   assert len(run_files.metrics_rows(run)) == ROUNDS
   assert (run_files.read_bytes(os.path.join(run, 'participation.csv'))

@@ -23,7 +23,6 @@ import os
 import signal
 import sys
 
-import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -104,25 +103,9 @@ def _run(root, name):
                                                    f'--experiment_name={name}', *ARGS), files=True)
 
 
-def _leaves(run):
-  """The last checkpoint's leaves; the data-source iterator without its log's path."""
-  value = tf.saved_model.load(os.path.join(run, 'checkpoints', f'program_state_{ROUNDS}'))()
-  leaves = []
-  for leaf in tf.nest.flatten(value):
-    leaf = None if leaf is None else np.asarray(leaf)
-    if leaf is not None and leaf.dtype == object and leaf.item().startswith(b'DPFTRLIT'):
-      iterator = data_source.SampledClientDataSourceIterator.from_bytes(leaf.item())
-      leaf = (iterator.client_ids, iterator.next_round, iterator.log_offset)
-    leaves.append(leaf)
-  return leaves
-
-
 def _assert_same_run(run, expected):
-  for got, want in zip(_leaves(run), _leaves(expected), strict=True):
-    if isinstance(want, np.ndarray):
-      np.testing.assert_array_equal(got, want)
-    else:
-      assert got == want
+  run_files.assert_same_leaves(run_files.checkpoint_leaves(run, ROUNDS),
+                               run_files.checkpoint_leaves(expected, ROUNDS))
   assert run_files.metrics_rows(run) == run_files.metrics_rows(expected)
   assert (run_files.read_bytes(os.path.join(run, 'participation.csv'))
           == run_files.read_bytes(os.path.join(expected, 'participation.csv')))

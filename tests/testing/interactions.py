@@ -119,15 +119,15 @@ def _rows(mechanisms, **values):
   return [Combination(m, **values) for m in mechanisms]
 
 
-#: The combinations other tests run through the DP-FTRL process (a driver, the train_model
-#: program, or for mechanism x clipping x restarts the aggregation process, where they meet).
+#: The combinations other tests run through the DP-FTRL process (a driver, or for mechanism x clipping x restarts the aggregation process, where they meet).
 EXISTING = {
     'tests/experiments/drivers_test.py::test_emnist_run': _rows(['blt']),
-    'tests/experiments/drivers_test.py::test_the_driver_and_the_program_train_restarts_and_canaries_identically':
+    'tests/experiments/drivers_test.py::test_restarts_and_canaries':
         _rows(['blt'], clipping='adaptive', restarts='rounds'),
     'tests/experiments/drivers_test.py::test_resume_gives_the_same_weights':
         _rows(['blt'], restarts='periodic'),
-    'tests/experiments/drivers_test.py::test_secure_aggregation': _rows(['blt'], secagg=True),
+    'tests/experiments/drivers_test.py::test_secure_aggregation_with_adaptive_clipping_and_a_restart':
+        _rows(['blt'], secagg=True),
     'tests/experiments/secure_driver_test.py::test_modular_wraps_are_logged_and_written':
         _rows(['gaussian'], secagg=True),
     'tests/experiments/secure_driver_test.py::'
@@ -296,10 +296,11 @@ def run_and_check(combination: Combination, root) -> None:
     cohort = sampler.sample(t)
     ids += cohort
     rounds += [t] * len(cohort)
-    data = [dataset_fn(c) for c in cohort]
-    if recorder is not None:  # a canary's input: an empty dataset and its index
+    if recorder is None:
+      data = [dataset_fn(c) for c in cohort]
+    else:  # a canary's input: an empty dataset and its index
       data = canaries_lib.client_data(
-          [empty if c in recorder.index else d for c, d in zip(cohort, data, strict=True)],
+          [empty if c in recorder.index else dataset_fn(c) for c in cohort],
           [recorder.index.get(c, canaries_lib.NOT_A_CANARY) for c in cohort])
     output = next_fn(state, data)
     state, metrics = output.state, output.metrics
