@@ -247,10 +247,10 @@ def amplified_noise_multiplier(target_epsilon: float, rounds: int, bands: int,
   steps to the safe side of the root.
 
   Args:
-    target_epsilon: at least `calibration.MIN_TARGET_EPSILON`, finite, and above the epsilon at
-      `min_noise_multiplier` (else a ValueError naming it: no sigma in the amplified accountant's
-      range meets it; the unamplified calibration, `calibration.noise_multiplier_for_epsilon`,
-      meets any target).
+    target_epsilon: in [`calibration.MIN_TARGET_EPSILON`, `calibration.max_epsilon(delta)`]
+      (`calibration.check_pld_target_epsilon`), and above the epsilon at `min_noise_multiplier`
+      (else a ValueError naming it: no sigma in the amplified accountant's range meets it; the
+      unamplified calibration, `calibration.noise_multiplier_for_epsilon`, meets any target).
     rounds, bands, sampling_prob, delta, accountant, value_discretization_interval: as in
       `amplified_epsilon`.
     rtol: relative tolerance on sigma (brentq's xtol is rtol times the bracket's upper end).
@@ -260,7 +260,7 @@ def amplified_noise_multiplier(target_epsilon: float, rounds: int, bands: int,
   """
   rounds, bands, q = _check_setting(rounds, bands, sampling_prob)
   delta = _check_delta(delta)
-  epsilon = calibration.check_target_epsilon(target_epsilon, delta)
+  epsilon = calibration.check_pld_target_epsilon(target_epsilon, delta)
   _validation.check_one_of(accountant, 'accountant', ACCOUNTANTS)
   rtol = _validation.check_float_in_range(rtol, 'rtol', 0.0, 0.1, low_inclusive=False)
 

@@ -311,14 +311,14 @@ class BandSelector:
     sigma(q(a + 1), ceil(n / (c - 1))) * L(c) bounds their objective from below. An interval whose
     bound is not below the best rmse / (1 + `selection_rtol`) is dropped; otherwise its midpoint is
     evaluated and both halves are examined. With `selection_rtol` = 0 the result is the exhaustive
-    optimum whenever the optimizer's losses do not increase with b-hat. A `target_epsilon` below
-    `calibration.MIN_TARGET_EPSILON` (or not finite) is a ValueError naming it, and so is one the
-    amplified accountant does not reach within its range (`amplification.min_noise_multiplier`).
+    optimum whenever the optimizer's losses do not increase with b-hat. A `target_epsilon` outside
+    [`calibration.MIN_TARGET_EPSILON`, `calibration.max_epsilon(delta)`] is a ValueError naming it
+    (`calibration.check_pld_target_epsilon`: the amplified accountant is a PLD).
     """
     _validation.check_float_in_range(delta, 'delta', 0.0, 1.0, low_inclusive=False,
                                      high_inclusive=False)
     # A target the calibration cannot meet is refused before any strategy is optimized.
-    calibration.check_target_epsilon(target_epsilon, delta)
+    calibration.check_pld_target_epsilon(target_epsilon, delta)
     selection_rtol = _validation.check_nonnegative_float(selection_rtol, 'selection_rtol')
     bands = candidate_bands(candidates, self.max_bands)
     self._check_search_cost(bands)

@@ -91,6 +91,20 @@ def check_target_epsilon(target_epsilon, delta) -> float:
   return epsilon
 
 
+def check_pld_target_epsilon(target_epsilon, delta) -> float:
+  """`check_target_epsilon`, and a ValueError naming `target_epsilon` above `max_epsilon(delta)`:
+  for the amplified calibrations (`amplification.amplified_noise_multiplier`, band selection), whose
+  only accountant is the PLD of a composition (no zCDP bound of a subsampled composition here)."""
+  epsilon = check_target_epsilon(target_epsilon, delta)
+  largest = max_epsilon(delta)
+  if epsilon > largest:
+    raise ValueError(f'`target_epsilon`={epsilon:g} is above {largest:.4g}, the largest epsilon at '
+                     f'delta {delta:g} that the amplified calibration meets (rho-zCDP '
+                     f'{zcdp.MAX_RHO:g}, beyond which its PLD would not fit in memory); give a '
+                     'smaller target, or calibrate without amplification (any target).')
+  return epsilon
+
+
 def _check_target_rho(target_rho) -> float:
   rho = _validation.check_positive_float(target_rho, 'target_rho')
   if not math.isfinite(rho):

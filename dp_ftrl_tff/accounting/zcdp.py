@@ -122,11 +122,11 @@ def zcdp_epsilon_bound(rho: float, delta: float = DEFAULT_DELTA) -> float:
   rho + 2 sqrt(rho ln(1/delta)); both hold for every rho-zCDP mechanism, so their minimum does.
 
   Args:
-    rho: rho-zCDP, >= 0 (0 gives 0; inf gives inf).
+    rho: rho-zCDP, finite, >= 0 (0 gives 0).
     delta: in (0, 1).
 
   Returns:
-    epsilon as a float (inf when rho is).
+    epsilon as a float.
   """
   rho = _validation.check_nonnegative_float(rho, 'rho')
   delta = _check_delta(delta)
@@ -142,6 +142,7 @@ def bun_steinke_bound(rho: float, delta: float) -> float:
 
 
 def _zcdp_bound(rho: float, delta: float) -> float:
+  """`zcdp_epsilon_bound` of checked arguments; inf for an infinite rho (a guarantee's overflow)."""
   if rho == 0:
     return 0.0
   if not math.isfinite(rho):
