@@ -373,3 +373,27 @@ def test_sampling_below_the_amplified_accountant_range_keeps_the_unamplified_bou
   assert result.amplified is None and result.guarantee.epsilon_is_zcdp_bound
   (warning,) = [f.text for f in result.findings_of('amplification')]
   assert 'is below' in warning and 'The unamplified guarantee above holds' in warning
+
+
+def test_a_noise_sweep_from_0_01_to_10_accounts_every_point():
+  """A sweep's points, at the accounting level (what each point's driver computes before and after
+  training: the planned guarantee of its header, the report with its equal-privacy table): every
+  noise multiplier from 0.01 to 10 is accounted, none refused; epsilon falls as the noise rises,
+  across the switch from the zCDP bound (rho above 100, flagged) to the PLD."""
+  sigmas = np.geomspace(0.01, 10.0, 10)
+  epsilons, flags = [], []
+  for sigma in sigmas:
+    run_plan = plan.RunPlan.for_accounting(tree.TreeStrategy('vanilla'), float(sigma),
+                                           num_rounds=6, participation=Schema(1, 6))
+    result = report.build_report(run_plan, equal_privacy=True)
+    g = result.guarantee
+    assert g.epsilon_is_zcdp_bound == (g.rho > zcdp.MAX_RHO)
+    assert report_render.to_dict(result)['epsilon_is_zcdp_bound'] == g.epsilon_is_zcdp_bound
+    assert result.equal_privacy.rho == g.rho and result.equal_privacy.rows
+    header = zcdp.planned_guarantee(run_plan, conversion='gaussian')  # the drivers' header
+    assert header.epsilon_is_zcdp_bound == g.epsilon_is_zcdp_bound
+    assert header.epsilon == pytest.approx(g.epsilon, rel=1e-4)
+    epsilons.append(g.epsilon)
+    flags.append(g.epsilon_is_zcdp_bound)
+  assert flags == [True] * 5 + [False] * 5  # rho 170000 .. 367, then 79 .. 0.17
+  assert all(a > b for a, b in zip(epsilons, epsilons[1:], strict=False))
