@@ -29,7 +29,8 @@ of two conversions valid for any rho-zCDP mechanism: dp_accounting's RDP convers
 & Steinke 2020, Prop. 12) of the Renyi curve (alpha, alpha rho) on the dense order grid
 `ZCDP_BOUND_ORDERS`, and Bun & Steinke 2016's rho + 2 sqrt(rho ln(1/delta)) (tighter when the best
 order lies below dp_accounting's smallest usable one, 1.01). Both are above the exact Gaussian
-epsilon: by 2-13% at rho 1e-4 .. 100 (delta 1e-5 and 1e-10), by under 2% above.
+epsilon: by 4-13% at rho 1e-4 .. 1 and 2.6-3.9% at rho 100 (delta 1e-10 and 1e-5), by less as rho
+grows beyond (1.2-1.7% at rho 1201, under 0.1% at 1e6).
 
 Conventions: rounds are 0-based; `min_sep` = b (r2 - r1 >= b; TF-Privacy's min_separation = b - 1);
 noise multipliers are relative to the clip norm (noise std sigma * zeta on the SUM of clipped updates).
