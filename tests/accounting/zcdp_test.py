@@ -297,9 +297,9 @@ def _cks_optimum(rho, delta):
                                         options={'xatol': 1e-10}).fun
 
 
-# Moderate rho, where the PLD and the bound can both be computed (a PLD at rho 30 takes a second).
+# Moderate rho, where the PLD and the bound can both be computed (a PLD at rho 10 takes 2 s).
 @pytest.mark.parametrize('delta', [1e-5, 1e-10])
-@pytest.mark.parametrize('rho', [1e-4, 1e-3, 0.01, 0.1, 0.5, 1.0, 3.0, 10.0, 30.0])
+@pytest.mark.parametrize('rho', [1e-4, 1e-3, 0.01, 0.1, 0.5, 1.0, 3.0, 10.0])
 def test_zcdp_bound_is_an_upper_bound_on_the_pld_epsilon(rho, delta):
   """The bound is never below the PLD epsilon (dp_accounting's, not ours) nor the exact Gaussian
   one, never above Bun & Steinke's, and within 0.1% of the best RDP conversion over all orders."""
