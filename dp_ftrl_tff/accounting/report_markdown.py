@@ -15,7 +15,7 @@ from typing import List, Tuple
 import dp_accounting
 
 from dp_ftrl_tff import auditing
-from dp_ftrl_tff.accounting import amplification, report_empirical, report_sections
+from dp_ftrl_tff.accounting import amplification, report_empirical, report_sections, zcdp
 from dp_ftrl_tff.accounting import equal_privacy as equal_privacy_lib
 from dp_ftrl_tff.accounting import report as report_lib
 
@@ -26,7 +26,17 @@ _CONVERSION_TEXT = {
     'pld': 'PLD accounting (add-or-remove, value discretization 1e-4)',
     'gaussian': 'the exact Gaussian tradeoff curve',
     'rdp': 'RDP with the Canonne-Kamath-Steinke conversion on TF-Privacy\'s orders',
+    zcdp.ZCDP_BOUND: ('**an UPPER BOUND from rho-zCDP (the zCDP conversion bound), not a tight PLD '
+                      'epsilon**: the smaller of the RDP conversion of Canonne, Kamath & Steinke '
+                      'on a dense order grid and Bun & Steinke\'s rho + 2 sqrt(rho ln(1/delta)), '
+                      'both valid for any rho-zCDP mechanism'),
 }
+
+
+def epsilon_value(epsilon: float, bound: bool) -> str:
+  """What follows 'epsilon ' in report.md: '= e', or '<= e (an upper bound from rho-zCDP)' for the
+  zCDP bound."""
+  return f'<= {epsilon:.6g} (an upper bound from rho-zCDP)' if bound else f'= {epsilon:.6g}'
 
 
 def amplified_text(a: amplification.AmplifiedGuarantee) -> str:
@@ -91,6 +101,10 @@ def _setting_markdown(report: report_lib.PrivacyReport) -> List[str]:
       f'**rho-zCDP with rho = {g.rho:.6g}** and **(epsilon, delta)-DP with epsilon = '
       f'{g.epsilon:.6g}, delta = {g.delta:g}**, at the device (client) level, under the '
       'participation stated below.'
+      + (' **This epsilon is an UPPER BOUND from rho-zCDP (the zCDP conversion bound), not a tight '
+         f'PLD epsilon: rho is above the {zcdp.MAX_RHO:g} whose privacy loss distribution the PLD '
+         'accountant holds. The true epsilon is smaller, never larger.**'
+         if g.epsilon_is_zcdp_bound else '')
       + (' **This run\'s noise seed was fixed (--noise_seed): the statement does not hold for it; '
          'testing only.**' if report.run_facts.noise_seed_fixed else ''), '',
       '## 1. DP setting',
@@ -217,12 +231,14 @@ def _participation_markdown(report: report_lib.PrivacyReport) -> List[str]:
     if o.tree_patterns is not None:
       t = o.tree_patterns
       md.append(f'- Exact over the observed clients\' actual patterns (tree): sens^2 = '
-                f'{t["sensitivity_squared"]:.6g}, rho = {t["rho"]:.6g}, epsilon = '
-                f'{t["epsilon"]:.6g} (worst client `{t["worst_client"]}`).')
+                f'{t["sensitivity_squared"]:.6g}, rho = {t["rho"]:.6g}, epsilon '
+                f'{epsilon_value(t["epsilon"], t.get("conversion") == zcdp.ZCDP_BOUND)} (worst '
+                f'client `{t["worst_client"]}`).')
   if report.declared is not None:
     d = report.declared
     md.append(f'- Under the declared schema ({d.participation}): sens^2 = '
-              f'{d.sensitivity_squared:.6g}, rho = {d.rho:.6g}, epsilon = {d.epsilon:.6g}'
+              f'{d.sensitivity_squared:.6g}, rho = {d.rho:.6g}, epsilon '
+              f'{epsilon_value(d.epsilon, d.epsilon_is_zcdp_bound)}'
               + (' (does NOT hold: the log violates it).'
                  if report.observed is not None and report.observed.violations else '.'))
   return md + ['']
@@ -239,7 +255,10 @@ def _accounting_markdown(report: report_lib.PrivacyReport) -> List[str]:
       f'- rho-zCDP = sens^2 / (2 sigma^2) = {g.rho:.10g}.',
       f'- (epsilon, delta): {_CONVERSION_TEXT[g.conversion]} (dp_accounting '
       f'{DP_ACCOUNTING_VERSION}) on one Gaussian mechanism with noise '
-      f'multiplier 1 / sqrt(2 rho): epsilon = {g.epsilon:.10g} at delta = {g.delta:g}.',
+      f'multiplier 1 / sqrt(2 rho): epsilon {"<=" if g.epsilon_is_zcdp_bound else "="} '
+      f'{g.epsilon:.10g} at delta = {g.delta:g}.'
+      + (f' The PLD is not used: {zcdp.beyond_pld_text(g.rho)}.' if g.epsilon_is_zcdp_bound
+         else ''),
       ('- No amplification by sampling is assumed.' if report.amplified is None else
        '- The figures above assume no amplification by sampling; they hold whatever the '
        f'sampling. With it: {amplified_text(report.amplified)} (BandMF paper Thm. 4, '
@@ -253,7 +272,8 @@ def _equal_privacy_markdown(report: report_lib.PrivacyReport) -> List[str]:
   g, table = report.guarantee, report.equal_privacy
   md = ['## 6. Mechanisms at equal privacy',
         f'Each mechanism with the noise multiplier that gives it this run\'s rho = {g.rho:.6g} '
-        f'(epsilon = {g.epsilon:.6g} at delta = {g.delta:g}) under the same participation, one '
+        f'(epsilon {epsilon_value(g.epsilon, g.epsilon_is_zcdp_bound)} at delta = {g.delta:g}) '
+        'under the same participation, one '
         'noise segment of n rounds, fixed clip. Losses are the std of the noise on the worst '
         '(MaxLoss) and the root-mean-square (RmsLoss) prefix sum of the SUM of clipped updates, in '
         'clip norms (divide by clients per round for the mean).', '',
