@@ -6,7 +6,8 @@ and a lower bound with confidence; `empirical` gives one such row per threat mod
 The lower bounds of the literature, each an `EpsilonBound` with its confidence and threshold choice:
 `threshold_bounds` (Clopper-Pearson, Gaussian-DP fit), `one_run` (Steinke et al.), `one_run_fdp`
 (Mahloujifar et al.); `gdp` holds Gaussian DP's closed forms and `attack_metrics` the attack's
-TPR at FPR, AUROC and accuracy.
+TPR at FPR, AUROC and accuracy; `per_round` feeds the likelihood-ratio statistic of a canary's
+per-round scores to those bounds.
 Importing this package never imports TensorFlow (a test checks it).
 """
 
@@ -16,6 +17,7 @@ from dp_ftrl_tff.auditing.empirical import EmpiricalRow, canary_participation, e
 from dp_ftrl_tff.auditing.estimates import MIN_SEEN_CANARIES, epsilon_lower_bound, estimate_epsilon
 from dp_ftrl_tff.auditing.one_run import one_run_bound
 from dp_ftrl_tff.auditing.one_run_fdp import one_run_fdp_bound
+from dp_ftrl_tff.auditing.per_round import per_round_bound
 from dp_ftrl_tff.auditing.records import (
     CANARY_FILE,
     PROJECTIONS_FILE,
@@ -39,6 +41,6 @@ __all__ = [
     'THREAT_MODEL_TEXT', 'CanaryFilesWriter', 'CanaryRecord', 'EmpiricalRow', 'EpsilonBound',
     'attack_auroc', 'canary_participation', 'canary_statistics', 'check_run_id',
     'clopper_pearson_bound', 'empirical_privacy', 'epsilon_lower_bound', 'estimate_epsilon',
-    'gdp_fit_bound', 'max_accuracy', 'one_run_bound', 'one_run_fdp_bound', 'plan_noise_matrix',
+    'gdp_fit_bound', 'max_accuracy', 'one_run_bound', 'one_run_fdp_bound', 'per_round_bound', 'plan_noise_matrix',
     'plan_digest', 'read_canaries', 'tpr_at_fpr',
 ]
