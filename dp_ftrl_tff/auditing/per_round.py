@@ -14,10 +14,13 @@ model's) score carries at most max_j a_j. Every single-score bound (`threshold_b
 threshold choice: the combining weights are fixed before the scores are seen, so nothing is paid
 for them.
 
-This is `statistics`' 'all_iterates_whitened' score seen from the bounds' side: it takes the
-per-round scores themselves (k per canary), so that a simulation or a run with a known signal per
-participation can compare it with a single-round audit on the same canaries
-(`tests/auditing/per_round_test.py`).
+For a run, the per-round scores are those of `statistics.whitened_rounds`: canary i's projections
+P_i and pattern u_i whitened with the Cholesky factor L of the noise covariance M M^T, so that
+x = L^-1 P_i has independent coordinates and a = L^-1 u_i is its signal (its entries are spread
+over the rounds from the first participation on, and can be negative); the run's
+'all_iterates_whitened' (and, for independent noise, 'all_iterates') scores are `combined_scores`
+of them, one weight row per canary. With equal weights over k columns this module also takes
+simulated per-participation scores directly (`tests/auditing/per_round_test.py`).
 """
 
 import numpy as np
@@ -39,26 +42,30 @@ def combined_scores(round_scores, round_weights=None) -> np.ndarray:
   """The likelihood-ratio statistic sum_j a_j x_j / ||a|| of each canary's per-round scores.
 
   Args:
-    round_scores: (canaries, k) array: each canary's k whitened per-participation scores.
-    round_weights: (k,) signal a_j of each participation in noise units (only its direction
-      matters), all >= 0 and not all 0; default equal weights (sum / sqrt(k)).
+    round_scores: (canaries, k) array: each canary's k whitened per-round scores.
+    round_weights: the signal a_j of each round in noise units (only its direction matters), fixed
+      before the scores are seen: (k,) for the same signal on every canary, or (canaries, k) for
+      one row per canary (e.g. `statistics.whitened_rounds`' L^-1 u for its own pattern u, whose
+      entries can be negative); no row all 0. Default equal weights (sum / sqrt(k)).
 
   Returns:
     (canaries,) float64 scores, N(||a||, 1) for a seen canary and N(0, 1) for an unseen one when
     the per-round scores are whitened Gaussians.
   """
   scores = _validation.check_float_array(round_scores, 'round_scores', 2)
-  rounds = scores.shape[1]
   if round_weights is None:
-    weights = np.ones(rounds)
-  else:
-    weights = _validation.check_float_array(round_weights, 'round_weights', 1)
-    if weights.shape != (rounds,):
-      raise ValueError(f'`round_weights` must have shape {(rounds,)} (one per column of '
-                       f'`round_scores`), got {weights.shape}.')
-    if np.any(weights < 0) or not np.any(weights > 0):
-      raise ValueError('`round_weights` must be >= 0 and not all 0.')
-  return scores @ (weights / np.linalg.norm(weights))
+    return scores.sum(axis=1) / np.sqrt(scores.shape[1])
+  weights = np.asarray(round_weights)
+  weights = _validation.check_float_array(round_weights, 'round_weights', max(weights.ndim, 1))
+  if weights.shape not in ((scores.shape[1],), scores.shape):
+    raise ValueError(f'`round_weights` must have shape {(scores.shape[1],)} (one per column of '
+                     f'`round_scores`) or {scores.shape} (one row per canary), got '
+                     f'{weights.shape}.')
+  norms = np.linalg.norm(weights, axis=-1)
+  if np.any(norms == 0):
+    raise ValueError('`round_weights` must not be all 0 (for any canary).')
+  return np.sum(scores * weights, axis=1) / norms if weights.ndim == 2 else scores @ (
+      weights / norms)
 
 
 def per_round_bound(seen_rounds, unseen_rounds, delta: float, confidence: float = 0.95,

@@ -26,6 +26,14 @@ def test_combined_scores_are_the_weighted_sum():
                              (3 * scores[:, 0] + 4 * scores[:, 2]) / 5)
 
 
+def test_one_weight_row_per_canary():
+  # A whitened signal L^-1 u has negative entries; each canary is combined with its own row.
+  scores = np.array([[1.0, 2.0, 3.0], [0.0, -1.0, 4.0]])
+  weights = np.array([[1.0, -1.0, 0.0], [0.0, 3.0, 4.0]])
+  np.testing.assert_allclose(per_round.combined_scores(scores, weights),
+                             [-1.0 / np.sqrt(2), (-3.0 + 16.0) / 5])
+
+
 @pytest.mark.parametrize('method', sorted(per_round.BOUNDS))
 def test_every_round_certifies_more_than_one_round(method):
   # 4 participations of signal 1 each: the mechanism is 2-GDP for a canary (4-fold composition of
@@ -62,7 +70,9 @@ def test_covers_the_truth_at_the_stated_rate():
     (lambda: per_round.combined_scores([1.0, 2.0]), 'round_scores'),
     (lambda: per_round.combined_scores([[1.0, 2.0]], [1.0]), 'round_weights'),
     (lambda: per_round.combined_scores([[1.0, 2.0]], [0.0, 0.0]), 'round_weights'),
-    (lambda: per_round.combined_scores([[1.0, 2.0]], [-1.0, 2.0]), 'round_weights'),
+    (lambda: per_round.combined_scores([[1.0, 2.0], [0.0, 1.0]], [[1.0, 2.0], [0.0, 0.0]]),
+     'round_weights'),
+    (lambda: per_round.combined_scores([[1.0, 2.0]], [[1.0, 2.0], [1.0, 1.0]]), 'round_weights'),
     (lambda: per_round.per_round_bound([[1.0], [2.0]], [[0.0], [1.0]], 1e-6, method='x'), 'method'),
     (lambda: per_round.per_round_bound([[1.0], [2.0]], [[0.0, 1.0], [1.0, 1.0]], 1e-6),
      'unseen_rounds'),
