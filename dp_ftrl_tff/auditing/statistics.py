@@ -109,13 +109,17 @@ def canary_statistics(round_projections, participation, final_cosines=None,
                        f'{cosines.shape}.')
     scores['final_model'] = (cosines[:num_seen][took_part], cosines[num_seen:])
   # Independent noise: the rounds are already white, the pattern is the signal.
-  scores['all_iterates'] = (per_round.combined_scores(seen, patterns),
-                            per_round.combined_scores(unseen, patterns))
+  scores['all_iterates'] = (_combined(seen, patterns), _combined(unseen, patterns))
   if noise_matrix is not None:
     seen_rounds, unseen_rounds, signal = _whiten(seen, unseen, patterns, noise_matrix, num_rounds)
-    scores['all_iterates_whitened'] = (per_round.combined_scores(seen_rounds, signal),
-                                       per_round.combined_scores(unseen_rounds, signal))
+    scores['all_iterates_whitened'] = (_combined(seen_rounds, signal),
+                                       _combined(unseen_rounds, signal))
   return scores
+
+
+def _combined(rows: np.ndarray, weights: np.ndarray) -> np.ndarray:
+  """`per_round.combined_scores`, and no scores when no canary took part."""
+  return per_round.combined_scores(rows, weights) if rows.shape[0] else np.zeros(0)
 
 
 def _whiten(seen: np.ndarray, unseen: np.ndarray, patterns: np.ndarray, noise_matrix,
