@@ -107,12 +107,13 @@ def _empirical_findings(rows: Tuple[auditing.EmpiricalRow, ...], epsilon: float,
         '(tens of percent or more) and the lower bounds are weak; thousands make a check.'))
   for row in rows:
     if row.epsilon_lower_bound > epsilon:
-      above = [b for b in row.bounds if b.epsilon > epsilon]
+      others = [f'{METHOD_TEXT[b.method]} {b.epsilon:.4g}' for b in row.bounds
+                if b.epsilon > epsilon and b.method != row.lower_bound_method]
+      also = f'; also above it: {", ".join(others)}' if others else ''
       findings.append(report_parts.warning(
           'empirical', f'a certified lower bound on epsilon exceeds the accounted epsilon '
           f'{epsilon:.4g} ({row.threat_model}: {row.epsilon_lower_bound:.4g} by '
-          f'{METHOD_TEXT[row.lower_bound_method]}; above it: '
-          f'{", ".join(f"{METHOD_TEXT[b.method]} {b.epsilon:.4g}" for b in above)}; all the '
+          f'{METHOD_TEXT[row.lower_bound_method]}{also}; all the '
           f"report's bounds hold together at {confidence_text(row.confidence)} confidence, "
           f'{row.canaries_seen} seen / {row.canaries_unseen} unseen canaries): the accountant or '
           'the mechanism is wrong (less noise is added than the accountant assumes, or the '
