@@ -2,11 +2,14 @@
 
 `to_dict` / `to_json` give report.json (`REQUIRED_KEYS` first: the CLI contract; `conversion` says
 how epsilon was computed, and `epsilon_is_zcdp_bound` is true when it is the zCDP conversion bound,
-an upper bound from rho-zCDP rather than a tight PLD epsilon (rho above `zcdp.MAX_RHO`); `run_facts` states
-the run: noise seed, clip, sampler, cohorts; `empirical_privacy` the canary rows, or null without
-canaries; `findings` the sections' typed remarks, {'section', 'severity': 'warning' or 'note',
-'text'}; then each registered section's data under its name), `summary` a few lines for a terminal (one per
-empirical row), `to_markdown` report.md (`report_markdown`: the BLT paper's App. C checklist).
+an upper bound from rho-zCDP rather than a tight PLD epsilon (rho above `zcdp.MAX_RHO`); `run_facts`
+states the run: noise seed, clip, sampler, cohorts; `empirical_privacy` the canary rows (per threat
+model: the estimate, every certified bound with its confidence, TPR at FPR, AUROC), or null without
+canaries, and `empirical_best_bound` the largest certified bound and its method, null without rows;
+`findings` the sections' typed remarks, {'section', 'severity': 'warning' or 'note', 'text'}; then
+each registered section's data under its name), `summary` a few lines for a terminal (one per
+empirical row, then the best certified bound), `to_markdown` report.md (`report_markdown`: the BLT
+paper's App. C checklist).
 `write_plots` draws epsilon over rounds and epsilon versus min_sep of the run's mechanism (with the
 exact Gaussian conversion: fast, within ~1e-7 of PLD) and, with an equal-privacy table, every
 mechanism's MaxLoss against epsilon (`EQUAL_PRIVACY_PLOT`), with matplotlib's Agg backend, imported
@@ -27,7 +30,7 @@ from typing import List
 import numpy as np
 
 from dp_ftrl_tff import _atomic
-from dp_ftrl_tff.accounting import amplification, report_markdown, zcdp
+from dp_ftrl_tff.accounting import amplification, report_empirical, report_markdown, zcdp
 from dp_ftrl_tff.accounting import equal_privacy as equal_privacy_lib
 from dp_ftrl_tff.accounting import report as report_lib
 from dp_ftrl_tff.mechanisms import participation as participation_lib
@@ -82,6 +85,8 @@ def to_dict(report: report_lib.PrivacyReport) -> dict:
       'run_facts': dataclasses.asdict(report.run_facts),
       'empirical_privacy': (None if report.empirical_privacy is None
                             else [row.to_dict() for row in report.empirical_privacy]),
+      'empirical_best_bound': report_empirical.best_bound_dict(report.empirical_privacy or (),
+                                                               g.epsilon),
   }
   for section, data in report.sections:
     if section.name in out:
@@ -129,6 +134,8 @@ def summary(report: report_lib.PrivacyReport, warnings: bool = True) -> str:
     lines.append(f'  {report_markdown.amplified_text(report.amplified)}')
   for row in report.empirical_privacy or ():
     lines.append(f'  {report_markdown.empirical_text(row, g.epsilon)}')
+  if report.empirical_privacy:
+    lines.append(f'  {report_empirical.best_text(report.empirical_privacy, g.epsilon)}')
   lines.extend(f'  note: {n}' for n in report.notes)
   if warnings:
     lines.extend(f'  WARNING: {w}' for w in report.warnings)
