@@ -2,7 +2,8 @@
 
 Modules:
   * `zcdp`: rho = sens^2 / (2 sigma^2) from a `mechanisms` strategy, and (epsilon, delta) through
-    dp_accounting's PLD accountant on one Gaussian event with noise multiplier 1 / sqrt(2 rho).
+    dp_accounting's PLD accountant on one Gaussian event with noise multiplier 1 / sqrt(2 rho);
+    above rho 100 (the PLD's memory) the zCDP conversion bound, flagged as an upper bound.
   * `calibration`: the noise multiplier that meets a target rho or a target (epsilon, delta).
   * `participation_log`: the `client_id,round` participation log: its format, writer and reader;
     realized min_sep and max participations.

@@ -97,6 +97,12 @@ def _check_delta(delta) -> float:
                                           high_inclusive=False)
 
 
+class BelowAccountantRangeError(ValueError):
+  """A noise multiplier below `min_noise_multiplier`: the amplified accountant's privacy loss
+  distribution would be too large. A report then states the unamplified guarantee alone (it holds
+  whatever the sampling; beyond `zcdp.MAX_RHO` it is the zCDP bound)."""
+
+
 def amplified_event(noise_multiplier: float, rounds: int, bands: int,
                     sampling_prob: float) -> dp_accounting.DpEvent:
   """The dp_accounting event of a b-hat-banded run with cyclic Poisson sampling (BandMF Thm. 4).
@@ -134,7 +140,8 @@ def amplified_epsilon(noise_multiplier: float, rounds: int, bands: int, sampling
 
   Args:
     noise_multiplier: sigma relative to a largest column norm of 1, at least
-      `min_noise_multiplier(rounds, bands, sampling_prob)` (ValueError naming it otherwise).
+      `min_noise_multiplier(rounds, bands, sampling_prob)` (`BelowAccountantRangeError`, a
+      ValueError naming it, otherwise).
     rounds, bands, sampling_prob: n, b-hat and q as in `amplified_event`.
     delta: in (0, 1).
     accountant: 'pld' (dp_accounting's PLD, pessimistic) or 'rdp' (TF-Privacy's orders).
@@ -144,9 +151,10 @@ def amplified_epsilon(noise_multiplier: float, rounds: int, bands: int, sampling
   delta = _check_delta(delta)
   floor = min_noise_multiplier(rounds, bands, sampling_prob)
   if noise_multiplier < floor:
-    raise ValueError(f'`noise_multiplier`={noise_multiplier:g} is below {floor:.4g}, the smallest '
-                     f'the accountant takes here (rho-zCDP {zcdp.MAX_RHO:g} per event, '
-                     '`min_noise_multiplier`): its privacy loss distribution would be too large.')
+    raise BelowAccountantRangeError(
+        f'`noise_multiplier`={noise_multiplier:g} is below {floor:.4g}, the smallest the accountant '
+        f'takes here (rho-zCDP {zcdp.MAX_RHO:g} per event, `min_noise_multiplier`): its privacy '
+        'loss distribution would be too large.')
   if accountant == 'pld':
     _check_composition_size(noise_multiplier, num_compositions(rounds, bands), sampling_prob,
                             value_discretization_interval)
@@ -239,9 +247,10 @@ def amplified_noise_multiplier(target_epsilon: float, rounds: int, bands: int,
   steps to the safe side of the root.
 
   Args:
-    target_epsilon: in [`calibration.MIN_TARGET_EPSILON`, `calibration.max_epsilon(delta)`], and
-      above the epsilon at `min_noise_multiplier` (else a ValueError naming it: no sigma in the
-      accountant's range meets it).
+    target_epsilon: in [`calibration.MIN_TARGET_EPSILON`, `calibration.max_epsilon(delta)`]
+      (`calibration.check_pld_target_epsilon`), and above the epsilon at `min_noise_multiplier`
+      (else a ValueError naming it: no sigma in the amplified accountant's range meets it; the
+      unamplified calibration, `calibration.noise_multiplier_for_epsilon`, meets any target).
     rounds, bands, sampling_prob, delta, accountant, value_discretization_interval: as in
       `amplified_epsilon`.
     rtol: relative tolerance on sigma (brentq's xtol is rtol times the bracket's upper end).
@@ -251,7 +260,7 @@ def amplified_noise_multiplier(target_epsilon: float, rounds: int, bands: int,
   """
   rounds, bands, q = _check_setting(rounds, bands, sampling_prob)
   delta = _check_delta(delta)
-  epsilon = calibration.check_target_epsilon(target_epsilon, delta)
+  epsilon = calibration.check_pld_target_epsilon(target_epsilon, delta)
   _validation.check_one_of(accountant, 'accountant', ACCOUNTANTS)
   rtol = _validation.check_float_in_range(rtol, 'rtol', 0.0, 0.1, low_inclusive=False)
 

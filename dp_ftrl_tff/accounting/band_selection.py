@@ -312,12 +312,13 @@ class BandSelector:
     bound is not below the best rmse / (1 + `selection_rtol`) is dropped; otherwise its midpoint is
     evaluated and both halves are examined. With `selection_rtol` = 0 the result is the exhaustive
     optimum whenever the optimizer's losses do not increase with b-hat. A `target_epsilon` outside
-    [`calibration.MIN_TARGET_EPSILON`, `calibration.max_epsilon(delta)`] is a ValueError naming it.
+    [`calibration.MIN_TARGET_EPSILON`, `calibration.max_epsilon(delta)`] is a ValueError naming it
+    (`calibration.check_pld_target_epsilon`: the amplified accountant is a PLD).
     """
     _validation.check_float_in_range(delta, 'delta', 0.0, 1.0, low_inclusive=False,
                                      high_inclusive=False)
     # A target the calibration cannot meet is refused before any strategy is optimized.
-    calibration.check_target_epsilon(target_epsilon, delta)
+    calibration.check_pld_target_epsilon(target_epsilon, delta)
     selection_rtol = _validation.check_nonnegative_float(selection_rtol, 'selection_rtol')
     bands = candidate_bands(candidates, self.max_bands)
     self._check_search_cost(bands)

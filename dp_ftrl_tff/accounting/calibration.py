@@ -17,9 +17,15 @@ The 'gaussian' conversion (exact tradeoff curve) has no dp_accounting accountant
 to the safe side the same way. Noise multipliers are relative to the clip norm; sensitivities are
 computed with clip norm 1.
 
-Bounds: a target epsilon lies in [`MIN_TARGET_EPSILON`, `max_epsilon(delta)`] and a target rho in
-(0, `zcdp.MAX_RHO`]: the search stays inside the accountant's range, and a target outside it is a
-ValueError naming `target_epsilon` (or `target_rho`) with the bound, never an unbounded search.
+Beyond the PLD: a target epsilon above `max_epsilon(delta)` (the PLD epsilon at rho-zCDP
+`zcdp.MAX_RHO`, about 189 at delta 1e-10) is met on the zCDP conversion bound
+(`zcdp.zcdp_epsilon_bound`, the figure the report states there, flagged as an upper bound): the
+largest rho whose bound is <= the target (brentq in log rho), stepped to the safe side. So is any
+target with the 'zcdp_bound' conversion. A target rho may be any positive number whose noise
+multiplier a plan takes. No target is refused for the accountant's memory.
+
+Bounds: a target epsilon is at least `MIN_TARGET_EPSILON` and finite; a target outside is a ValueError
+naming `target_epsilon` (or `target_rho`) with the bound, never an unbounded search.
 """
 
 import dataclasses
@@ -48,9 +54,10 @@ MIN_TARGET_EPSILON = 1e-3
 
 
 def max_epsilon(delta: float = zcdp.DEFAULT_DELTA) -> float:
-  """The largest target epsilon at `delta` that calibration meets: the exact-Gaussian epsilon of
-  rho = `zcdp.MAX_RHO` (about 184 at delta 1e-10, 167 at 1e-5). The PLD's epsilon is above the exact
-  one, so the calibrated rho stays within `zcdp.MAX_RHO`."""
+  """The largest target epsilon at `delta` that calibration meets on the PLD: the exact-Gaussian
+  epsilon of rho = `zcdp.MAX_RHO` (about 189 at delta 1e-10, 159 at 1e-5). The PLD's epsilon is
+  above the exact one, so the calibrated rho stays within `zcdp.MAX_RHO`; a larger target is met on
+  the zCDP bound (see the module docstring)."""
   return zcdp.epsilon_from_rho(zcdp.MAX_RHO, delta, 'gaussian')
 
 
@@ -72,30 +79,42 @@ def check_delta(delta) -> float:
 
 
 def check_target_epsilon(target_epsilon, delta) -> float:
-  """`target_epsilon` as float; a ValueError naming it unless it lies in [`MIN_TARGET_EPSILON`,
-  `max_epsilon(delta)`] (a ValueError naming `delta` unless it passes `check_delta`)."""
-  delta = check_delta(delta)
+  """`target_epsilon` as float; a ValueError naming it unless it is finite and at least
+  `MIN_TARGET_EPSILON` (a ValueError naming `delta` unless it passes `check_delta`)."""
+  check_delta(delta)
   epsilon = _validation.check_positive_float(target_epsilon, 'target_epsilon')
   if epsilon < MIN_TARGET_EPSILON:
     raise ValueError(f'`target_epsilon`={epsilon:g} is below {MIN_TARGET_EPSILON:g}, ten steps of '
                      'the PLD accountant\'s 1e-4 discretization, whose rounding would dominate it.')
+  if not math.isfinite(epsilon):
+    raise ValueError(f'`target_epsilon` must be finite, got {epsilon!r}.')
+  return epsilon
+
+
+def check_pld_target_epsilon(target_epsilon, delta) -> float:
+  """`check_target_epsilon`, and a ValueError naming `target_epsilon` above `max_epsilon(delta)`:
+  for the amplified calibrations (`amplification.amplified_noise_multiplier`, band selection), whose
+  only accountant is the PLD of a composition (no zCDP bound of a subsampled composition here)."""
+  epsilon = check_target_epsilon(target_epsilon, delta)
   largest = max_epsilon(delta)
   if epsilon > largest:
     raise ValueError(f'`target_epsilon`={epsilon:g} is above {largest:.4g}, the largest epsilon at '
-                     f'delta {delta:g} that calibration meets (rho-zCDP {zcdp.MAX_RHO:g}, beyond '
-                     'which the accountant computes no epsilon); give a smaller target.')
+                     f'delta {delta:g} that the amplified calibration meets (rho-zCDP '
+                     f'{zcdp.MAX_RHO:g}, beyond which its PLD would not fit in memory); give a '
+                     'smaller target, or calibrate without amplification (any target).')
   return epsilon
 
 
 def _check_target_rho(target_rho) -> float:
   rho = _validation.check_positive_float(target_rho, 'target_rho')
-  return zcdp.check_rho(rho, f'`target_rho`={rho:g}',
-                        f'a `target_rho` of at most {zcdp.MAX_RHO:g}')
+  if not math.isfinite(rho):
+    raise ValueError(f'`target_rho` must be finite, got {rho!r}.')
+  return rho
 
 
 def noise_multiplier_for_rho(target_rho: float, sensitivity_squared: float) -> float:
-  """sigma = sqrt(sens^2 / (2 rho)): the noise multiplier that gives exactly `target_rho` (in
-  (0, `zcdp.MAX_RHO`])."""
+  """sigma = sqrt(sens^2 / (2 rho)): the noise multiplier that gives exactly `target_rho` (> 0,
+  finite; above `zcdp.MAX_RHO` the report's epsilon is the zCDP bound)."""
   rho = _check_target_rho(target_rho)
   sens_sq = _validation.check_positive_float(sensitivity_squared, 'sensitivity_squared')
   return _noise_multiplier_for_rho(rho, sens_sq)
@@ -147,16 +166,44 @@ def _noise_multiplier_on_gaussian_curve(epsilon: float, sens_sq: float, delta: f
   return math.exp(log_sigma)
 
 
+def _noise_multiplier_on_zcdp_bound(epsilon: float, sens_sq: float, delta: float) -> float:
+  """The smallest sigma (to `_RTOL`) whose `zcdp.zcdp_epsilon_bound` is <= `epsilon`: the largest
+  rho under the bound's root (brentq in log rho), stepped to the safe side. Above `zcdp.MAX_RHO` the
+  report states this bound; below it, the PLD epsilon, which the bound exceeds."""
+  def gap(log_rho):
+    stopping.check()
+    return zcdp.zcdp_epsilon_bound(math.exp(log_rho), delta) - epsilon
+
+  # Bun & Steinke's bound, which `zcdp_epsilon_bound` never exceeds, meets the target at rho_low
+  # ((sqrt(L + eps) - sqrt(L))^2, written not to cancel): rho_low is feasible. The bound is at least
+  # about rho, so rho = 2 eps is over the target; widen in case of rounding.
+  log_term = math.log(1.0 / delta)
+  low = math.log((epsilon / (math.sqrt(log_term + epsilon) + math.sqrt(log_term)))**2)
+  high = math.log(2.0 * epsilon)
+  while gap(low) > 0:
+    low -= 1.0
+  while gap(high) <= 0:
+    high += 1.0
+  log_rho = scipy.optimize.brentq(gap, low, high, xtol=_RTOL / 4, maxiter=500)
+  sigma = _noise_multiplier_for_rho(math.exp(log_rho), sens_sq)
+  # The plan recomputes rho from sigma: step sigma up until that rho's bound meets the target.
+  while zcdp.zcdp_epsilon_bound(zcdp.rho_from_sensitivity(sens_sq, sigma), delta) > epsilon:
+    sigma *= 1.0 + _RTOL / 4
+  return sigma
+
+
 def noise_multiplier_for_epsilon(target_epsilon: float, sensitivity_squared: float,
                                  delta: float = zcdp.DEFAULT_DELTA,
                                  conversion: str = 'pld') -> float:
   """The noise multiplier (relative to the clip norm) that meets `target_epsilon` at `delta`.
 
   Args:
-    target_epsilon: in [`MIN_TARGET_EPSILON`, `max_epsilon(delta)`].
+    target_epsilon: at least `MIN_TARGET_EPSILON`, finite.
     sensitivity_squared: sens^2 > 0 of the whole run (clip norm 1).
     delta: in (0, 1).
-    conversion: 'pld', 'gaussian' or 'rdp' (see `zcdp.epsilon_from_rho`).
+    conversion: 'pld', 'gaussian', 'rdp' or 'zcdp_bound' (see `zcdp.epsilon_from_rho`). With 'pld',
+      a target above `max_epsilon(delta)` is met on the zCDP bound, the figure the report states
+      beyond `zcdp.MAX_RHO`.
 
   Returns:
     sigma with epsilon(sigma) <= `target_epsilon` (never above it), at most `_RTOL` relative above
@@ -170,6 +217,8 @@ def noise_multiplier_for_epsilon(target_epsilon: float, sensitivity_squared: flo
 def _noise_multiplier_for_epsilon(epsilon: float, sens_sq: float, delta: float,
                                   conversion: str) -> float:
   """`noise_multiplier_for_epsilon` of checked arguments."""
+  if conversion == zcdp.ZCDP_BOUND or (conversion == 'pld' and epsilon > max_epsilon(delta)):
+    return _noise_multiplier_on_zcdp_bound(epsilon, sens_sq, delta)
   sigma_gaussian = _noise_multiplier_on_gaussian_curve(epsilon, sens_sq, delta)
   if conversion == 'gaussian':
     return sigma_gaussian
@@ -211,9 +260,9 @@ def rho_for_epsilon(target_epsilon: float, delta: float = zcdp.DEFAULT_DELTA,
   The calibrated noise multiplier at sensitivity 1, as rho = 1 / (2 sigma^2).
 
   Args:
-    target_epsilon: in [`MIN_TARGET_EPSILON`, `max_epsilon(delta)`].
+    target_epsilon: at least `MIN_TARGET_EPSILON`, finite.
     delta: in (0, 1).
-    conversion: 'pld', 'gaussian' or 'rdp' (see `zcdp.epsilon_from_rho`).
+    conversion: see `noise_multiplier_for_epsilon`.
   """
   _check_epsilon_target(target_epsilon, delta, conversion)
   return zcdp.rho_from_sensitivity(1.0, noise_multiplier_for_epsilon(target_epsilon, 1.0, delta,
@@ -233,8 +282,9 @@ def calibrate_plan(plan: plan_lib.RunPlan, *, target_epsilon: Optional[float] = 
 
   Args:
     plan: the `RunPlan` (its noise multiplier is replaced).
-    target_epsilon, target_rho: exactly one: a target epsilon in [`MIN_TARGET_EPSILON`,
-      `max_epsilon(delta)`] or a target rho in (0, `zcdp.MAX_RHO`].
+    target_epsilon, target_rho: exactly one: a finite target epsilon of at least
+      `MIN_TARGET_EPSILON` (above `max_epsilon(delta)` met on the zCDP bound) or a finite target
+      rho > 0.
     sensitivity_squared: sens^2 > 0 of the run to calibrate for (clip norm 1), or None.
   """
   if (target_epsilon is None) == (target_rho is None):

@@ -1,13 +1,20 @@
 """The empirical section of a privacy report: the run's canaries beside the accounted epsilon.
 
 With the run's canaries (`auditing.CanaryRecord`) and its participation log, `empirical_section`
-gives one `auditing.EmpiricalRow` per threat model (a one-shot epsilon ESTIMATE and a lower BOUND
-with confidence, at the headline's delta) and compares them with the headline epsilon: a lower bound
-above it is a warning (do not launch), an estimate above it with the bound below is a note, and so
-are too few canaries. `CanaryMismatchError` refuses a record that cannot be of the run.
+gives one `auditing.EmpiricalRow` per threat model (a one-shot epsilon ESTIMATE, every certified
+lower BOUND of `auditing.METHODS` with its confidence, the attack's TPR at FPR and AUROC, at the
+headline's delta; all bounds of the run hold together at the report's confidence) and compares them
+with the headline epsilon: a certified bound above it is a warning (do not launch: the accountant or
+the mechanism is wrong; at most 1 - confidence of correct runs see it), an estimate above it with
+every bound below is a note, and so are too few canaries. `best_text` states the largest certified
+bound and its method. `CanaryMismatchError` refuses a record that cannot be of the run.
+
+A Gaussian-DP bound (one-run f-DP, GDP fit) certifies that the mechanism is not mu-GDP for some mu;
+the headline is the epsilon of one Gaussian mechanism (mu = sqrt(2 rho)-GDP), so such a bound above
+the headline contradicts the accountant's model whatever the mechanism's true trade-off curve.
 """
 
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 import numpy as np
 
@@ -67,12 +74,13 @@ def _empirical_rows(plan: plan_lib.RunPlan, record: auditing.CanaryRecord,
                     log: log_lib.ParticipationLog, num_rounds: int, delta: float,
                     confidence: float) -> Tuple[auditing.EmpiricalRow, ...]:
   """`auditing.empirical_privacy` of the run's canaries (their rounds read from `log`), without the
-  rows of fewer than `auditing.MIN_SEEN_CANARIES` seen canaries."""
+  rows of fewer than `auditing.MIN_SEEN_CANARIES` seen canaries (which then take no share of the
+  confidence)."""
   ids, rounds = log.rows_of(record.client_ids)
   _check_canaries_of_run(plan, record, log, num_rounds, ids)
   participation = auditing.canary_participation(record, ids, rounds)
-  rows = auditing.empirical_privacy(plan, record, participation, delta, confidence)
-  return tuple(row for row in rows if row.canaries_seen >= auditing.MIN_SEEN_CANARIES)
+  return auditing.empirical_privacy(plan, record, participation, delta, confidence,
+                                    min_seen=auditing.MIN_SEEN_CANARIES)
 
 
 def confidence_text(confidence: float) -> str:
@@ -99,19 +107,63 @@ def _empirical_findings(rows: Tuple[auditing.EmpiricalRow, ...], epsilon: float,
         '(tens of percent or more) and the lower bounds are weak; thousands make a check.'))
   for row in rows:
     if row.epsilon_lower_bound > epsilon:
+      others = [f'{METHOD_TEXT[b.method]} {b.epsilon:.4g}' for b in row.bounds
+                if b.epsilon > epsilon and b.method != row.lower_bound_method]
+      also = f'; also above it: {", ".join(others)}' if others else ''
       findings.append(report_parts.warning(
-          'empirical', f'the measured lower bound on epsilon ({row.threat_model}: '
-          f'{row.epsilon_lower_bound:.4g} at {confidence_text(row.confidence)} confidence, '
-          f'{row.canaries_seen} seen / {row.canaries_unseen} unseen canaries) exceeds the '
-          f'accounted epsilon {epsilon:.4g}: the noise added is less than the accountant assumes, '
-          'or the accounting is wrong. Do not launch.'))
+          'empirical', f'a certified lower bound on epsilon exceeds the accounted epsilon '
+          f'{epsilon:.4g} ({row.threat_model}: {row.epsilon_lower_bound:.4g} by '
+          f'{METHOD_TEXT[row.lower_bound_method]}{also}; all the '
+          f"report's bounds hold together at {confidence_text(row.confidence)} confidence, "
+          f'{row.canaries_seen} seen / {row.canaries_unseen} unseen canaries): the accountant or '
+          'the mechanism is wrong (less noise is added than the accountant assumes, or the '
+          'accounting is wrong). Do not launch.'))
     elif row.epsilon > epsilon:
       findings.append(report_parts.note(
           'empirical', f'the one-shot empirical estimate ({row.threat_model}: {row.epsilon:.4g}) '
-          f'exceeds the accounted epsilon {epsilon:.4g}, but its lower bound '
-          f'({row.epsilon_lower_bound:.4g} at {confidence_text(row.confidence)} confidence) does '
-          'not: an estimate, not a proof; more canaries would tell.'))
+          f'exceeds the accounted epsilon {epsilon:.4g}, but no certified lower bound does (the '
+          f'largest: {row.epsilon_lower_bound:.4g} by {METHOD_TEXT[row.lower_bound_method]} at '
+          f'{confidence_text(row.confidence)} confidence): an estimate, not a proof; more '
+          'canaries would tell.'))
   return findings
+
+
+#: Each certified method in words (report.md, the console, the findings).
+METHOD_TEXT = {
+    'clopper_pearson': 'Clopper-Pearson',
+    'one_run': 'one-run',
+    'one_run_fdp': 'one-run f-DP',
+    'gdp_fit': 'GDP fit',
+}
+
+
+def best_bound_dict(rows: Tuple[auditing.EmpiricalRow, ...], epsilon: float) -> Optional[dict]:
+  """report.json's 'empirical_best_bound': the largest certified bound of `rows` (its
+  `EpsilonBound` fields), its threat model, the confidence with which all bounds hold together and
+  its fraction of the accounted `epsilon`; None without rows."""
+  best = auditing.best_bound(rows)
+  if best is None:
+    return None
+  row, bound = best
+  return {**bound.to_dict(), 'threat_model': row.threat_model,
+          'confidence_together': row.confidence, 'accounted_epsilon': epsilon,
+          'fraction_of_accounted': bound.epsilon / epsilon}
+
+
+def best_text(rows: Tuple[auditing.EmpiricalRow, ...], epsilon: float) -> str:
+  """One sentence: the largest certified bound of `rows`, its method and threat model, its
+  confidence and its fraction of the accounted `epsilon` ('' without rows)."""
+  best = auditing.best_bound(rows)
+  if best is None:
+    return ''
+  row, bound = best
+  if bound.epsilon == 0:
+    return (f'Best certified lower bound: none (no method certifies epsilon > 0 at '
+            f'{confidence_text(row.confidence)} confidence)')
+  return (f'Best certified lower bound: {bound.epsilon:.4g} ({METHOD_TEXT[bound.method]}, '
+          f'{row.threat_model}) at {confidence_text(row.confidence)} confidence, '
+          f'{bound.epsilon / epsilon:.2f} of the accounted epsilon {epsilon:.4g}')
+
 
 def empirical_section(plan: plan_lib.RunPlan, record: auditing.CanaryRecord,
                       log: log_lib.ParticipationLog, num_rounds: int, headline: zcdp.Guarantee,

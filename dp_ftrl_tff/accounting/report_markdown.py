@@ -15,7 +15,7 @@ from typing import List, Tuple
 import dp_accounting
 
 from dp_ftrl_tff import auditing
-from dp_ftrl_tff.accounting import amplification, report_empirical, report_sections
+from dp_ftrl_tff.accounting import amplification, report_empirical, report_sections, zcdp
 from dp_ftrl_tff.accounting import equal_privacy as equal_privacy_lib
 from dp_ftrl_tff.accounting import report as report_lib
 
@@ -26,7 +26,17 @@ _CONVERSION_TEXT = {
     'pld': 'PLD accounting (add-or-remove, value discretization 1e-4)',
     'gaussian': 'the exact Gaussian tradeoff curve',
     'rdp': 'RDP with the Canonne-Kamath-Steinke conversion on TF-Privacy\'s orders',
+    zcdp.ZCDP_BOUND: ('**an UPPER BOUND from rho-zCDP (the zCDP conversion bound), not a tight PLD '
+                      'epsilon**: the smaller of the RDP conversion of Canonne, Kamath & Steinke '
+                      'on a dense order grid and Bun & Steinke\'s rho + 2 sqrt(rho ln(1/delta)), '
+                      'both valid for any rho-zCDP mechanism'),
 }
+
+
+def epsilon_value(epsilon: float, bound: bool) -> str:
+  """What follows 'epsilon ' in report.md: '= e', or '<= e (an upper bound from rho-zCDP)' for the
+  zCDP bound."""
+  return f'<= {epsilon:.6g} (an upper bound from rho-zCDP)' if bound else f'= {epsilon:.6g}'
 
 
 def amplified_text(a: amplification.AmplifiedGuarantee) -> str:
@@ -38,10 +48,12 @@ def amplified_text(a: amplification.AmplifiedGuarantee) -> str:
 
 
 def empirical_text(row: auditing.EmpiricalRow, accounted_epsilon: float) -> str:
-  """One line: an empirical row beside the accounted epsilon."""
-  return (f'empirical epsilon ({row.threat_model}): {row.epsilon:.4g} (lower bound '
-          f'{row.epsilon_lower_bound:.4g} at {report_empirical.confidence_text(row.confidence)}) '
-          f'vs accounted {accounted_epsilon:.4g}')
+  """One line: an empirical row's certified bounds and estimate beside the accounted epsilon."""
+  bounds = ', '.join(f'{report_empirical.METHOD_TEXT[b.method]} {b.epsilon:.4g}'
+                     for b in row.bounds)
+  return (f'empirical ({row.threat_model}): certified lower bound {row.epsilon_lower_bound:.4g} '
+          f'at {report_empirical.confidence_text(row.confidence)} ({bounds}); estimate '
+          f'{row.epsilon:.4g}; vs accounted {accounted_epsilon:.4g}')
 
 
 def row_label(row: equal_privacy_lib.EqualPrivacyRow) -> str:
@@ -91,6 +103,10 @@ def _setting_markdown(report: report_lib.PrivacyReport) -> List[str]:
       f'**rho-zCDP with rho = {g.rho:.6g}** and **(epsilon, delta)-DP with epsilon = '
       f'{g.epsilon:.6g}, delta = {g.delta:g}**, at the device (client) level, under the '
       'participation stated below.'
+      + (' **This epsilon is an UPPER BOUND from rho-zCDP (the zCDP conversion bound), not a tight '
+         f'PLD epsilon: rho is above the {zcdp.MAX_RHO:g} whose privacy loss distribution the PLD '
+         'accountant holds. The true epsilon is smaller, never larger.**'
+         if g.epsilon_is_zcdp_bound else '')
       + (' **This run\'s noise seed was fixed (--noise_seed): the statement does not hold for it; '
          'testing only.**' if report.run_facts.noise_seed_fixed else ''), '',
       '## 1. DP setting',
@@ -217,12 +233,14 @@ def _participation_markdown(report: report_lib.PrivacyReport) -> List[str]:
     if o.tree_patterns is not None:
       t = o.tree_patterns
       md.append(f'- Exact over the observed clients\' actual patterns (tree): sens^2 = '
-                f'{t["sensitivity_squared"]:.6g}, rho = {t["rho"]:.6g}, epsilon = '
-                f'{t["epsilon"]:.6g} (worst client `{t["worst_client"]}`).')
+                f'{t["sensitivity_squared"]:.6g}, rho = {t["rho"]:.6g}, epsilon '
+                f'{epsilon_value(t["epsilon"], t.get("conversion") == zcdp.ZCDP_BOUND)} (worst '
+                f'client `{t["worst_client"]}`).')
   if report.declared is not None:
     d = report.declared
     md.append(f'- Under the declared schema ({d.participation}): sens^2 = '
-              f'{d.sensitivity_squared:.6g}, rho = {d.rho:.6g}, epsilon = {d.epsilon:.6g}'
+              f'{d.sensitivity_squared:.6g}, rho = {d.rho:.6g}, epsilon '
+              f'{epsilon_value(d.epsilon, d.epsilon_is_zcdp_bound)}'
               + (' (does NOT hold: the log violates it).'
                  if report.observed is not None and report.observed.violations else '.'))
   return md + ['']
@@ -239,7 +257,10 @@ def _accounting_markdown(report: report_lib.PrivacyReport) -> List[str]:
       f'- rho-zCDP = sens^2 / (2 sigma^2) = {g.rho:.10g}.',
       f'- (epsilon, delta): {_CONVERSION_TEXT[g.conversion]} (dp_accounting '
       f'{DP_ACCOUNTING_VERSION}) on one Gaussian mechanism with noise '
-      f'multiplier 1 / sqrt(2 rho): epsilon = {g.epsilon:.10g} at delta = {g.delta:g}.',
+      f'multiplier 1 / sqrt(2 rho): epsilon {"<=" if g.epsilon_is_zcdp_bound else "="} '
+      f'{g.epsilon:.10g} at delta = {g.delta:g}.'
+      + (f' The PLD is not used: {zcdp.beyond_pld_text(g.rho)}.' if g.epsilon_is_zcdp_bound
+         else ''),
       ('- No amplification by sampling is assumed.' if report.amplified is None else
        '- The figures above assume no amplification by sampling; they hold whatever the '
        f'sampling. With it: {amplified_text(report.amplified)} (BandMF paper Thm. 4, '
@@ -253,7 +274,8 @@ def _equal_privacy_markdown(report: report_lib.PrivacyReport) -> List[str]:
   g, table = report.guarantee, report.equal_privacy
   md = ['## 6. Mechanisms at equal privacy',
         f'Each mechanism with the noise multiplier that gives it this run\'s rho = {g.rho:.6g} '
-        f'(epsilon = {g.epsilon:.6g} at delta = {g.delta:g}) under the same participation, one '
+        f'(epsilon {epsilon_value(g.epsilon, g.epsilon_is_zcdp_bound)} at delta = {g.delta:g}) '
+        'under the same participation, one '
         'noise segment of n rounds, fixed clip. Losses are the std of the noise on the worst '
         '(MaxLoss) and the root-mean-square (RmsLoss) prefix sum of the SUM of clipped updates, in '
         'clip norms (divide by clients per round for the mean).', '',
@@ -281,17 +303,35 @@ def _empirical_markdown(report: report_lib.PrivacyReport) -> List[str]:
   g, rows = report.guarantee, report.empirical_privacy
   md = ['## Empirical privacy (canaries)',
         f'Accounted: **epsilon = {g.epsilon:.6g}** at delta = {g.delta:g} (section 5). Empirical, '
-        f'from the run\'s canary clients at the same delta: the one-shot estimate (two fitted '
-        'Gaussians) and a lower bound that holds with the stated confidence.', '',
+        'from the run\'s canary clients at the same delta, per threat model: certified lower '
+        'bounds on epsilon (each method\'s own threshold choice; all of them hold together with '
+        'the stated confidence), the one-shot estimate (two fitted Gaussians, no confidence) and '
+        'what the membership attack measures (TPR at a fixed FPR, AUROC).', '',
         EMPIRICAL_CAVEAT, '']
-  if rows:
-    md += ['| threat model | assumes | estimate | lower bound (confidence) | seen / unseen canaries '
-           '|', '|---|---|---|---|---|']
-    for row in rows:
-      flag = ' **(above the accounted epsilon)**' if row.epsilon_lower_bound > g.epsilon else ''
-      md.append(f'| `{row.threat_model}` | {auditing.THREAT_MODEL_TEXT[row.threat_model]} | '
-                f'{row.epsilon:.4g} | {row.epsilon_lower_bound:.4g}{flag} '
-                f'({report_empirical.confidence_text(row.confidence)}) | {row.canaries_seen} / '
-                f'{row.canaries_unseen} |')
-    md.append('')
+  if not rows:
+    return md + _findings_markdown(report.findings_of('empirical'))
+  confidence = report_empirical.confidence_text(rows[0].confidence)
+  each = report_empirical.confidence_text(rows[0].bounds[0].confidence)
+  md += [f'**{report_empirical.best_text(rows, g.epsilon)}.**', '',
+         f'Certified lower bounds at {confidence} confidence together (each at {each}: '
+         f'Bonferroni over the {len(rows) * len(auditing.METHODS)} bounds):', '',
+         '| threat model | seen / unseen | '
+         + ' | '.join(report_empirical.METHOD_TEXT[m] for m in auditing.METHODS)
+         + ' | estimate | TPR at FPR 0.1% / 1% / 10% | AUROC |',
+         '|---|---|' + '---|' * (len(auditing.METHODS) + 3)]
+  for row in rows:
+    cells = [f'{b.epsilon:.4g}' + (' **(above accounted)**' if b.epsilon > g.epsilon else '')
+             for b in row.bounds]
+    tprs = ' / '.join(f'{tpr:.3g}' for _, tpr in row.tpr_at_fpr)
+    md.append(f'| `{row.threat_model}` | {row.canaries_seen} / {row.canaries_unseen} | '
+              + ' | '.join(cells) + f' | {row.epsilon:.4g} | {tprs} | {row.auroc:.4g} |')
+  md += ['', '- Threat models:'] + [
+      f'  - `{row.threat_model}`: {auditing.THREAT_MODEL_TEXT[row.threat_model]}' for row in rows]
+  md += [f'- Methods (docs/auditing.md; counts of the `{rows[-1].threat_model}` row):'] + [
+      f'  - {report_empirical.METHOD_TEXT[b.method]}: {b.threshold_choice}'
+      + (f'; assumes: {b.assumption}' if b.assumption else '') for b in rows[-1].bounds]
+  md.append('- A Gaussian-DP bound (one-run f-DP, GDP fit) certifies that the mechanism is not '
+            'mu-GDP for a smaller mu; the accounted epsilon is that of one Gaussian mechanism, so '
+            'such a bound above it contradicts the accountant as surely as the others.')
+  md.append('')
   return md + _findings_markdown(report.findings_of('empirical'))

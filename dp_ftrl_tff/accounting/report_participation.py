@@ -37,8 +37,9 @@ class ObservedParticipation:
       participated twice yet", `min_sep` is None).
     histogram: {participations: clients}.
     violations: breaches of the declared schema (empty: compliant or nothing declared).
-    tree_patterns: trees only: {'sensitivity_squared', 'rho', 'epsilon', 'worst_client'} over the
-      observed clients' actual patterns, or None.
+    tree_patterns: trees only: {'sensitivity_squared', 'rho', 'epsilon', 'conversion',
+      'worst_client'} over the observed clients' actual patterns ('conversion' 'zcdp_bound': epsilon
+      is the zCDP bound, an upper bound), or None.
   """
   path: str
   num_rows: int
@@ -143,9 +144,10 @@ def _tree_patterns(plan: plan_lib.RunPlan, log: log_lib.ParticipationLog, num_ro
     return None
   sens_sq, client = worst
   rho = zcdp.rho_from_sensitivity(sens_sq, headline.noise_multiplier)
+  # 'conversion': 'zcdp_bound' when rho is above what the PLD holds (epsilon an upper bound).
   return {'sensitivity_squared': sens_sq, 'rho': rho,
           'epsilon': zcdp.epsilon_from_rho(rho, headline.delta),
-          'worst_client': log.client_id(client)}
+          'conversion': zcdp.accounted_conversion(rho), 'worst_client': log.client_id(client)}
 
 
 def _worst_observed_pattern(plan: plan_lib.RunPlan, log: log_lib.ParticipationLog,

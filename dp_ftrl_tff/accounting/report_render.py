@@ -1,10 +1,15 @@
 """Rendering of a privacy report: the JSON layout, the terminal summary, the markdown and the plots.
 
-`to_dict` / `to_json` give report.json (`REQUIRED_KEYS` first: the CLI contract; `run_facts` states
-the run: noise seed, clip, sampler, cohorts; `empirical_privacy` the canary rows, or null without
-canaries; `findings` the sections' typed remarks, {'section', 'severity': 'warning' or 'note',
-'text'}; then each registered section's data under its name), `summary` a few lines for a terminal (one per
-empirical row), `to_markdown` report.md (`report_markdown`: the BLT paper's App. C checklist).
+`to_dict` / `to_json` give report.json (`REQUIRED_KEYS` first: the CLI contract; `conversion` says
+how epsilon was computed, and `epsilon_is_zcdp_bound` is true when it is the zCDP conversion bound,
+an upper bound from rho-zCDP rather than a tight PLD epsilon (rho above `zcdp.MAX_RHO`); `run_facts`
+states the run: noise seed, clip, sampler, cohorts; `empirical_privacy` the canary rows (per threat
+model: the estimate, every certified bound with its confidence, TPR at FPR, AUROC), or null without
+canaries, and `empirical_best_bound` the largest certified bound and its method, null without rows;
+`findings` the sections' typed remarks, {'section', 'severity': 'warning' or 'note', 'text'}; then
+each registered section's data under its name), `summary` a few lines for a terminal (one per
+empirical row, then the best certified bound), `to_markdown` report.md (`report_markdown`: the BLT
+paper's App. C checklist).
 `write_plots` draws epsilon over rounds and epsilon versus min_sep of the run's mechanism (with the
 exact Gaussian conversion: fast, within ~1e-7 of PLD) and, with an equal-privacy table, every
 mechanism's MaxLoss against epsilon (`EQUAL_PRIVACY_PLOT`), with matplotlib's Agg backend, imported
@@ -25,7 +30,7 @@ from typing import List
 import numpy as np
 
 from dp_ftrl_tff import _atomic
-from dp_ftrl_tff.accounting import amplification, report_markdown, zcdp
+from dp_ftrl_tff.accounting import amplification, report_empirical, report_markdown, zcdp
 from dp_ftrl_tff.accounting import equal_privacy as equal_privacy_lib
 from dp_ftrl_tff.accounting import report as report_lib
 from dp_ftrl_tff.mechanisms import participation as participation_lib
@@ -57,6 +62,7 @@ def to_dict(report: report_lib.PrivacyReport) -> dict:
       'epsilon': g.epsilon,
       'delta': g.delta,
       'conversion': g.conversion,
+      'epsilon_is_zcdp_bound': g.epsilon_is_zcdp_bound,
       'fixed_epoch': g.participation.fixed_epoch,
       'participation_source': report.participation_source,
       'sensitivity_exact': report.sensitivity_exact,
@@ -79,6 +85,8 @@ def to_dict(report: report_lib.PrivacyReport) -> dict:
       'run_facts': dataclasses.asdict(report.run_facts),
       'empirical_privacy': (None if report.empirical_privacy is None
                             else [row.to_dict() for row in report.empirical_privacy]),
+      'empirical_best_bound': report_empirical.best_bound_dict(report.empirical_privacy or (),
+                                                               g.epsilon),
   }
   for section, data in report.sections:
     if section.name in out:
@@ -108,8 +116,7 @@ def summary(report: report_lib.PrivacyReport, warnings: bool = True) -> str:
            f'{g.noise_multiplier:.6g}',
            f'  sens^2={g.sensitivity_squared:.6g}{"" if report.sensitivity_exact else " (upper bound)"}'
            f', effective noise multiplier={g.effective_noise_multiplier:.6g}',
-           f'  rho-zCDP={g.rho:.6g}, (epsilon, delta)=({g.epsilon:.6g}, {g.delta:g}) by '
-           f'{g.conversion.upper()}']
+           f'  rho-zCDP={g.rho:.6g}, {epsilon_text(g)}']
   if report.value_noise_multiplier is not None:
     lines.append(f'  adaptive clipping: model-sum noise multiplier z_Delta='
                  f'{report.value_noise_multiplier:.10g} (clipped-count std '
@@ -121,15 +128,28 @@ def summary(report: report_lib.PrivacyReport, warnings: bool = True) -> str:
   if report.observed is not None and report.observed.tree_patterns is not None:
     t = report.observed.tree_patterns
     lines.append(f'  observed patterns: sens^2={t["sensitivity_squared"]:.6g}, rho={t["rho"]:.6g}'
-                 f', epsilon={t["epsilon"]:.6g}')
+                 f', epsilon={"<= " if t.get("conversion") == zcdp.ZCDP_BOUND else ""}'
+                f'{t["epsilon"]:.6g}')
   if report.amplified is not None:
     lines.append(f'  {report_markdown.amplified_text(report.amplified)}')
   for row in report.empirical_privacy or ():
     lines.append(f'  {report_markdown.empirical_text(row, g.epsilon)}')
+  if report.empirical_privacy:
+    lines.append(f'  {report_empirical.best_text(report.empirical_privacy, g.epsilon)}')
   lines.extend(f'  note: {n}' for n in report.notes)
   if warnings:
     lines.extend(f'  WARNING: {w}' for w in report.warnings)
   return '\n'.join(lines)
+
+
+def epsilon_text(g: zcdp.Guarantee) -> str:
+  """'(epsilon, delta)=(e, d) by PLD', or for the zCDP bound '(epsilon, delta)=(<= e, d): an
+  UPPER BOUND from rho-zCDP, not a tight PLD epsilon'."""
+  if g.epsilon_is_zcdp_bound:
+    return (f'(epsilon, delta)=(<= {g.epsilon:.6g}, {g.delta:g}): an UPPER BOUND from rho-zCDP '
+            f'(zCDP conversion bound; rho above the PLD\'s {zcdp.MAX_RHO:g}), not a tight PLD '
+            'epsilon')
+  return f'(epsilon, delta)=({g.epsilon:.6g}, {g.delta:g}) by {g.conversion.upper()}'
 
 
 def _amplified_dict(a: amplification.AmplifiedGuarantee) -> dict:
@@ -143,20 +163,16 @@ def _guarantee_dict(g: zcdp.Guarantee) -> dict:
           'min_separation': g.participation.tf_privacy_min_separation,
           'max_participations': g.participation.effective_max_participations(g.num_rounds),
           'fixed_epoch': g.participation.fixed_epoch, 'sensitivity_squared': g.sensitivity_squared,
-          'rho': g.rho, 'epsilon': g.epsilon, 'delta': g.delta}
+          'rho': g.rho, 'epsilon': g.epsilon, 'delta': g.delta, 'conversion': g.conversion,
+          'epsilon_is_zcdp_bound': g.epsilon_is_zcdp_bound}
 
 
 def _epsilon_curve(plan, schema_for, xs, rounds_for):
   """Epsilon (exact Gaussian conversion) of `plan` at each x: rounds_for(x) rounds under
-  schema_for(x); NaN (left out of the plot) where its rho exceeds `zcdp.MAX_RHO`, e.g. a min_sep
-  far below the run's: a point the accountant does not compute must not fail the report."""
-  def epsilon(x):
-    try:
-      return zcdp.guarantee_for_plan(plan, rounds_for(x), schema_for(x),
-                                     conversion='gaussian').epsilon
-    except zcdp.AccountingLimitError:
-      return float('nan')
-  return [epsilon(x) for x in xs]
+  schema_for(x); where its rho exceeds `zcdp.MAX_RHO` (e.g. a min_sep far below the run's), the zCDP
+  bound the report states there (`zcdp.guarantee_for_plan`), an upper bound."""
+  return [zcdp.guarantee_for_plan(plan, rounds_for(x), schema_for(x), conversion='gaussian').epsilon
+          for x in xs]
 
 
 #: A fixed, colour-blind-friendly cycle (Paul Tol's "muted" scheme, then black) and the markers that
@@ -314,7 +330,7 @@ def _write_equal_privacy_plot(report: report_lib.PrivacyReport, output_dir: str,
     handles.append(handle)
     labels.append(f'{report_markdown.row_label(row)}: {row.max_loss:.4g}')
   handles.append(ax.axvline(g.epsilon, **_REFERENCE_LINE))
-  labels.append(f'this run: epsilon={g.epsilon:.3g}')
+  labels.append(f'this run: epsilon={"<= " if g.epsilon_is_zcdp_bound else ""}{g.epsilon:.3g}')
   ax.set_xscale('log')
   ax.set_yscale('log')
   _label_log_axis(ax, 'x')

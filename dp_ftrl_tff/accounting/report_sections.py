@@ -2,7 +2,9 @@
 
 Each builder returns its section's data and its `report_parts.Finding`s:
   * `guarantee_findings`: the headline's warnings: a fixed noise seed (testing only, no guarantee),
-    a target delta below what the PLD accountant resolves (with the zCDP bound instead);
+    an epsilon that is the zCDP conversion bound (rho above what the PLD accountant holds: an
+    upper bound, not a tight figure), a target delta below what the PLD accountant resolves (with
+    the zCDP bound instead);
   * `strategy_file_section`: the strategy file the mechanism came from, with its SHA-256 and the
     setting it was made for (a file made for another setting is a warning);
   * `noise_section`: adaptive clipping's value noise multiplier (a large inflation is a warning) and
@@ -93,16 +95,25 @@ class RunFacts:
 
 def guarantee_findings(plan: plan_lib.RunPlan,
                        headline: zcdp.Guarantee) -> List[report_parts.Finding]:
-  """The headline's warnings: a fixed noise seed; a delta too small for the PLD accountant."""
+  """The headline's warnings: a fixed noise seed; an epsilon that is the zCDP bound; a delta too
+  small for the PLD accountant."""
   fixed_seed = [report_parts.warning('guarantee', FIXED_SEED_WARNING)]
   findings = fixed_seed if plan.noise_seed_fixed else []
-  return findings + _delta_findings(headline)
+  return findings + zcdp_bound_findings(headline) + _delta_findings(headline)
 
 
-def zcdp_epsilon_bound(rho: float, delta: float) -> float:
-  """The standard zCDP conversion (Bun & Steinke 2016, Prop. 1.3): rho-zCDP implies
-  (rho + 2 sqrt(rho log(1/delta)), delta)-DP. Looser than the PLD, but finite at any delta > 0."""
-  return rho + 2.0 * np.sqrt(rho * np.log(1.0 / delta))
+def zcdp_bound_text(g: zcdp.Guarantee) -> str:
+  """The warning of a guarantee whose epsilon is the zCDP conversion bound (`zcdp.ZCDP_BOUND`)."""
+  return (f'epsilon {g.epsilon:.6g} is an UPPER BOUND from rho-zCDP (the zCDP conversion bound), '
+          f'not a tight PLD epsilon: {zcdp.beyond_pld_text(g.rho)}. The true epsilon at delta '
+          f'{g.delta:g} is smaller, never larger; more noise or fewer rounds give a PLD epsilon.')
+
+
+def zcdp_bound_findings(headline: zcdp.Guarantee) -> List[report_parts.Finding]:
+  """A warning when the headline's epsilon is the zCDP conversion bound (`zcdp_bound_text`)."""
+  if not headline.epsilon_is_zcdp_bound:
+    return []
+  return [report_parts.warning('guarantee', zcdp_bound_text(headline))]
 
 
 def _delta_findings(headline: zcdp.Guarantee) -> List[report_parts.Finding]:
@@ -114,7 +125,7 @@ def _delta_findings(headline: zcdp.Guarantee) -> List[report_parts.Finding]:
       'guarantee', f'the target delta {headline.delta:g} is too small for the PLD accountant (it '
       'resolves deltas down to about 1e-15), so its epsilon is inf; the zCDP bound '
       f'(rho + 2 sqrt(rho ln(1/delta)), rho = {headline.rho:.6g}) gives epsilon <= '
-      f'{zcdp_epsilon_bound(headline.rho, headline.delta):.6g} at this delta. A larger target '
+      f'{zcdp.bun_steinke_bound(headline.rho, headline.delta):.6g} at this delta. A larger target '
       'delta gives a PLD epsilon.')]
 
 
@@ -164,9 +175,17 @@ def amplification_section(plan: plan_lib.RunPlan, headline: zcdp.Guarantee, requ
     return None, [report_parts.warning(
         'amplification',
         f"no amplified guarantee for the plan's {sampling.kind} sampling: {error}")]
-  return amplification.amplified_guarantee(
-      plan.strategy, n, headline.noise_multiplier, sampling.num_groups,
-      sampling.sampling_prob, headline.delta, restart_rounds=restarts), []
+  try:
+    return amplification.amplified_guarantee(
+        plan.strategy, n, headline.noise_multiplier, sampling.num_groups,
+        sampling.sampling_prob, headline.delta, restart_rounds=restarts), []
+  except amplification.BelowAccountantRangeError as error:
+    # The accountant's memory refuses no run: the unamplified headline holds whatever the sampling.
+    if require:
+      raise
+    return None, [report_parts.warning(
+        'amplification', f"no amplified guarantee for the plan's {sampling.kind} sampling: "
+        f'{error} The unamplified guarantee above holds whatever the sampling.')]
 
 
 def secure_aggregation_section(plan: plan_lib.RunPlan, secure_segments: Optional[dict]

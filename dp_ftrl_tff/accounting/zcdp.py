@@ -22,6 +22,16 @@ Two other conversions exist for comparison and for reproducing older papers:
     Canonne-Kamath-Steinke conversion) on TF-Privacy's order grid; the DP-FTRL paper's Tables 3-5
     (Sec. 7, App. E-G; docs/papers.md#dp-ftrl) use it.
 
+Above `MAX_RHO` the PLD's distribution would not fit in memory, and a run is never refused for that:
+its epsilon is the zCDP conversion bound (`zcdp_epsilon_bound`, conversion 'zcdp_bound'), an UPPER
+bound on the true epsilon (never smaller), flagged as such wherever it is printed. It is the smaller
+of two conversions valid for any rho-zCDP mechanism: dp_accounting's RDP conversion (Canonne, Kamath
+& Steinke 2020, Prop. 12) of the Renyi curve (alpha, alpha rho) on the dense order grid
+`ZCDP_BOUND_ORDERS`, and Bun & Steinke 2016's rho + 2 sqrt(rho ln(1/delta)) (tighter when the best
+order lies below dp_accounting's smallest usable one, 1.01). Both are above the exact Gaussian
+epsilon: by 4-13% at rho 1e-4 .. 1 and 2.6-3.9% at rho 100 (delta 1e-10 and 1e-5), by less as rho
+grows beyond (1.2-1.7% at rho 1201, under 0.1% at 1e6).
+
 Conventions: rounds are 0-based; `min_sep` = b (r2 - r1 >= b; TF-Privacy's min_separation = b - 1);
 noise multipliers are relative to the clip norm (noise std sigma * zeta on the SUM of clipped updates).
 Tree restarts are composed across segments by the tree module (exact, min-sep spanning segments); for
@@ -44,28 +54,35 @@ from dp_ftrl_tff.mechanisms import base, memory
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from dp_ftrl_tff.mechanisms.base import check_restart_rounds, segment_lengths  # noqa: F401
 
-CONVERSIONS = ('pld', 'gaussian', 'rdp')
+#: The conversion of an epsilon above what the PLD holds: an upper bound from rho-zCDP
+#: (`zcdp_epsilon_bound`), never a tight figure.
+ZCDP_BOUND = 'zcdp_bound'
+
+CONVERSIONS = ('pld', 'gaussian', 'rdp', ZCDP_BOUND)
 
 #: TF-Privacy's order grid (1.1 .. 10.9, 12 .. 63): with the 'rdp' conversion it reproduces the
 #: DP-FTRL paper's Tables 3-5.
 TF_PRIVACY_RDP_ORDERS = tuple([1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64)))
 
+#: The orders of `zcdp_epsilon_bound`'s RDP conversion: alpha - 1 from 0.0101 (dp_accounting's
+#: conversion gives inf at alpha <= 1.01) to 1e6, 500 of them evenly in log. The best order of
+#: rho-zCDP at delta is about 1 + sqrt(ln(1/delta) / rho): inside the grid for rho from about 1e-11
+#: to 2e5 at delta 1e-10; outside it the Bun-Steinke bound is the smaller one anyway at large rho.
+ZCDP_BOUND_ORDERS = tuple(float(a) for a in 1.0 + np.geomspace(0.0101, 1e6, 500))
+
 DEFAULT_DELTA = 1e-10
 
-#: The largest rho-zCDP whose epsilon is computed. The PLD of one Gaussian event at dp_accounting's
-#: default discretization 1e-4 has (eps_upper - eps_lower) / 1e-4 points, about
+#: The largest rho-zCDP whose epsilon is computed by PLD. The PLD of one Gaussian event at
+#: dp_accounting's default discretization 1e-4 has (eps_upper - eps_lower) / 1e-4 points, about
 #: (2 rho + 16 sqrt(2 rho)) / 1e-4: 4.8e6 points at rho = 100 (0.67 GB at `PLD_BYTES_PER_POINT`,
-#: tens of seconds), growing linearly with rho. A rho above 100 means epsilon above 100 at any delta
-#: below 0.1 (epsilon > rho there): no meaningful guarantee, so it is refused rather than computed.
+#: tens of seconds), growing linearly with rho. Above it the epsilon is the zCDP conversion bound
+#: (`zcdp_epsilon_bound`, flagged as an upper bound): epsilon is above 100 there at any delta below
+#: 0.1, so the bound's few percent matter little, and no run is refused for the accountant's memory.
 MAX_RHO = 100.0
 
 #: Bytes the PLD accountant allocates per point of its distribution (tracemalloc peak of
 #: `epsilon_from_rho` at rho = 1 .. 1000: 139 .. 152 bytes; a lower bound).
 PLD_BYTES_PER_POINT = 140
-
-
-class AccountingLimitError(ValueError):
-  """A rho-zCDP above `MAX_RHO`: its epsilon is not computed (see `check_rho`)."""
 
 
 def pld_points(rho: float) -> float:
@@ -79,19 +96,63 @@ def pld_points(rho: float) -> float:
   return (bounds.epsilon_upper - bounds.epsilon_lower) / 1e-4
 
 
-def check_rho(rho: float, what: str = '`rho`', remedy: str = 'a smaller `rho`') -> float:
-  """Returns `rho`; raises `AccountingLimitError` when it exceeds `MAX_RHO` (or is not finite),
-  with the PLD's memory arithmetic: `what` names the origin of rho (e.g. '`noise_multiplier`=0.01
-  gives rho-zCDP 5000'), `remedy` what to change."""
-  if math.isfinite(rho) and rho <= MAX_RHO:
-    return rho
-  points, limit = pld_points(rho), pld_points(MAX_RHO)
-  raise AccountingLimitError(
-      f'{what}, above the {MAX_RHO:g} whose epsilon is computed: its privacy loss distribution '
-      f'would need {points:.3g} points (about {memory.format_bytes(points * PLD_BYTES_PER_POINT)} at '
-      f'{PLD_BYTES_PER_POINT} bytes each; rho {MAX_RHO:g} needs {limit:.3g}, '
-      f'{memory.format_bytes(limit * PLD_BYTES_PER_POINT)}), and epsilon would exceed rho; use '
-      f'{remedy}.')
+def pld_holds(rho: float) -> bool:
+  """True when the PLD accountant computes the epsilon of rho-zCDP `rho` (finite, <= `MAX_RHO`)."""
+  return math.isfinite(rho) and rho <= MAX_RHO
+
+
+def accounted_conversion(rho: float, conversion: str = 'pld') -> str:
+  """The conversion an epsilon of rho-zCDP `rho` is computed with when `conversion` is asked for:
+  `ZCDP_BOUND` for 'pld' above what the PLD holds (`pld_holds`), else `conversion`."""
+  return ZCDP_BOUND if conversion == 'pld' and not pld_holds(rho) else conversion
+
+
+def beyond_pld_text(rho: float) -> str:
+  """Why an epsilon of rho-zCDP `rho` above `MAX_RHO` is the zCDP bound: the PLD's memory."""
+  points = pld_points(rho)
+  return (f'rho-zCDP {rho:.4g} is above the {MAX_RHO:g} whose privacy loss distribution the PLD '
+          f'accountant holds (it would need {points:.3g} points, about '
+          f'{memory.format_bytes(points * PLD_BYTES_PER_POINT)})')
+
+
+def zcdp_epsilon_bound(rho: float, delta: float = DEFAULT_DELTA) -> float:
+  """An upper bound on the epsilon at `delta` of any rho-zCDP mechanism (never below the true one).
+
+  The smaller of dp_accounting's RDP conversion (Canonne, Kamath & Steinke 2020, Prop. 12) of the
+  curve (alpha, alpha rho) on `ZCDP_BOUND_ORDERS` and Bun & Steinke 2016 (Prop. 1.3),
+  rho + 2 sqrt(rho ln(1/delta)); both hold for every rho-zCDP mechanism, so their minimum does.
+
+  Args:
+    rho: rho-zCDP, finite, >= 0 (0 gives 0).
+    delta: in (0, 1).
+
+  Returns:
+    epsilon as a float.
+  """
+  rho = _validation.check_nonnegative_float(rho, 'rho')
+  delta = _check_delta(delta)
+  return _zcdp_bound(rho, delta)
+
+
+def bun_steinke_bound(rho: float, delta: float) -> float:
+  """Bun & Steinke 2016, Prop. 1.3: rho-zCDP (rho >= 0) implies (rho + 2 sqrt(rho ln(1/delta)),
+  delta)-DP for delta in (0, 1). Looser than the PLD, but finite at any delta > 0."""
+  rho = _validation.check_nonnegative_float(rho, 'rho')
+  delta = _check_delta(delta)
+  return rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta))
+
+
+def _zcdp_bound(rho: float, delta: float) -> float:
+  """`zcdp_epsilon_bound` of checked arguments; inf for an infinite rho (a guarantee's overflow)."""
+  if rho == 0:
+    return 0.0
+  if not math.isfinite(rho):
+    return math.inf
+  bun_steinke = bun_steinke_bound(rho, delta)
+  accountant = dp_accounting.rdp.RdpAccountant(orders=ZCDP_BOUND_ORDERS)
+  accountant.compose(gaussian_event(rho), 1)
+  rdp = float(accountant.get_epsilon(delta))
+  return min(bun_steinke, rdp) if math.isfinite(rdp) else bun_steinke
 
 
 def _check_delta(delta) -> float:
@@ -171,24 +232,20 @@ def epsilon_from_rho(rho: float, delta: float = DEFAULT_DELTA, conversion: str =
     rho: rho-zCDP, >= 0 (0 gives epsilon 0).
     delta: in (0, 1).
     conversion: 'pld' (default; dp_accounting PLD, the papers' convention), 'gaussian' (exact
-      tradeoff curve) or 'rdp' (dp_accounting RDP on `orders`).
+      tradeoff curve), 'rdp' (dp_accounting RDP on `orders`) or 'zcdp_bound' (`zcdp_epsilon_bound`).
     value_discretization_interval: PLD only; dp_accounting's default 1e-4 reproduces the papers.
       PLD cost grows with rho (about 0.2 s at rho = 1, 2 s at rho = 10 on one core).
     orders: RDP only; defaults to `TF_PRIVACY_RDP_ORDERS`.
 
   Returns:
-    epsilon as a float.
-
-  Raises:
-    AccountingLimitError: `rho` above `MAX_RHO` with the 'pld' conversion (its distribution would
-      be too large; the other conversions are closed forms).
+    epsilon as a float. With 'pld' and `rho` above `MAX_RHO` (its distribution would not fit in
+    memory) it is `zcdp_epsilon_bound`, an upper bound: `accounted_conversion` says which it is.
   """
   rho = _validation.check_nonnegative_float(rho, 'rho')
   delta = _check_delta(delta)
   _validation.check_one_of(conversion, 'conversion', CONVERSIONS)
-  if conversion == 'pld':
-    check_rho(rho, f'`rho`={rho:g}')
-  return _epsilon(rho, delta, conversion, value_discretization_interval, orders)
+  return _epsilon(rho, delta, accounted_conversion(rho, conversion), value_discretization_interval,
+                  orders)
 
 
 def _epsilon(rho: float, delta: float, conversion: str, value_discretization_interval: float = 1e-4,
@@ -199,6 +256,8 @@ def _epsilon(rho: float, delta: float, conversion: str, value_discretization_int
     return 0.0
   if conversion == 'gaussian':
     return _epsilon_gaussian(rho, delta)
+  if conversion == ZCDP_BOUND:
+    return _zcdp_bound(rho, delta)
   stopping.check()
   accountant = make_accountant(conversion, orders=orders,
                                value_discretization_interval=value_discretization_interval)
@@ -245,7 +304,9 @@ class Guarantee:
     rho: sens^2 / (2 sigma^2).
     epsilon: at `delta`, with `conversion`.
     delta: the target delta.
-    conversion: 'pld', 'gaussian' or 'rdp'.
+    conversion: 'pld', 'gaussian', 'rdp', or 'zcdp_bound' where the PLD (or a plan's guarantee in
+      any conversion) was asked for above `MAX_RHO`: then `epsilon` is `zcdp_epsilon_bound`, an
+      upper bound, not a tight figure (`epsilon_is_zcdp_bound`).
   """
   mechanism: str
   num_rounds: int
@@ -257,6 +318,11 @@ class Guarantee:
   epsilon: float
   delta: float
   conversion: str = 'pld'
+
+  @property
+  def epsilon_is_zcdp_bound(self) -> bool:
+    """True when `epsilon` is the zCDP conversion bound (an upper bound: rho above `MAX_RHO`)."""
+    return self.conversion == ZCDP_BOUND
 
   @property
   def effective_noise_multiplier(self) -> float:
@@ -281,12 +347,9 @@ def guarantee(strategy: base.Strategy, num_rounds: int,
     conversion: see `epsilon_from_rho`.
 
   Returns:
-    A `Guarantee`.
-
-  Raises:
-    AccountingLimitError: with the 'pld' conversion, the run's rho exceeds `MAX_RHO`, naming the
-      noise multiplier that would do (the closed forms convert any rho: the DP-FTRL paper's RDP
-      epsilon 363.66 has rho 248).
+    A `Guarantee`. With the 'pld' conversion and a rho above `MAX_RHO`, its epsilon is
+    `zcdp_epsilon_bound` and its conversion 'zcdp_bound' (the closed forms convert any rho: the
+    DP-FTRL paper's RDP epsilon 363.66 has rho 248).
   """
   if not isinstance(strategy, base.Strategy):
     raise ValueError(f'`strategy` must be a mechanisms Strategy, got {strategy!r}.')
@@ -307,10 +370,13 @@ def guarantee_for_plan(plan: plan_lib.RunPlan, num_rounds: Optional[int] = None,
   restarts and target delta (`DEFAULT_DELTA` when it has none); the plan was validated when it was
   built, so only what it lacks is checked here (`planned_guarantee`: the plan's own setting).
 
+  Above `MAX_RHO` the guarantee's epsilon is `zcdp_epsilon_bound` (conversion 'zcdp_bound'),
+  whatever the conversion asked for: a run's header and eval lines (a closed form) state the same
+  figure as its report.
+
   Raises:
     ValueError: the plan adds no noise (it has no DP guarantee), or lacks the rounds or the
-      participation and none is given; `AccountingLimitError` when its rho exceeds `MAX_RHO`,
-      whatever the conversion.
+      participation and none is given.
   """
   num_rounds, participation = _plan_setting(plan, num_rounds, participation)
   return _plan_guarantee(plan, num_rounds, participation, plan.segments(num_rounds), conversion)
@@ -329,8 +395,8 @@ def _plan_guarantee(plan: plan_lib.RunPlan, num_rounds: int,
   if plan.noise_multiplier == 0:
     raise ValueError('`plan` has noise_multiplier 0: the run adds no noise and has no DP guarantee.')
   delta = DEFAULT_DELTA if plan.target_delta is None else plan.target_delta
-  # Every conversion: a run's header (a closed form) must not promise what its report (the PLD)
-  # cannot compute.
+  # Every conversion: a run's header (a closed form) must state the figure its report (the PLD, or
+  # above `MAX_RHO` the zCDP bound) states.
   return _guarantee(plan.strategy, num_rounds, participation, plan.noise_multiplier, delta,
                     segments, conversion, any_conversion=True)
 
@@ -378,14 +444,11 @@ def _guarantee(strategy: base.Strategy, num_rounds: int,
                segments: base.Segments, conversion: str,
                any_conversion: bool = False) -> Guarantee:
   """`guarantee` of checked arguments (`segments`' restarts sorted, distinct, in (0, n)); with
-  `any_conversion` rho is checked against `MAX_RHO` whatever the conversion."""
+  `any_conversion` a rho above `MAX_RHO` gets the zCDP bound whatever the conversion."""
   sens_sq = _sensitivity_squared(strategy, segments.lengths, participation)
   rho = _rho(sens_sq, sigma)
-  if conversion == 'pld' or any_conversion:
-    check_rho(rho, f'`noise_multiplier`={sigma:g} gives rho-zCDP {rho:.4g} over {num_rounds} '
-              f'`rounds` (squared sensitivity {sens_sq:.4g})',
-              f'a `noise_multiplier` of at least {math.sqrt(sens_sq / (2 * MAX_RHO)):.4g} (or '
-              'fewer `rounds`)' if math.isfinite(sens_sq) else 'fewer `rounds`')
+  conversion = accounted_conversion(rho, 'pld' if any_conversion and not pld_holds(rho)
+                                    else conversion)
   return Guarantee(mechanism=strategy.name, num_rounds=num_rounds, participation=participation,
                    restart_rounds=segments.restart_rounds, sensitivity_squared=sens_sq,
                    noise_multiplier=sigma,

@@ -1,16 +1,13 @@
-"""Epsilon from canary scores: the one-shot estimate and a lower bound with confidence.
+"""Epsilon from canary scores: the one-shot ESTIMATE (no confidence statement).
 
-Both take two samples of scalar scores: `seen` (canaries inserted in training) and `unseen` (canaries
-never inserted: the null distribution), and a target delta in (0, 1).
-
-  * `estimate_epsilon` is an ESTIMATE (Andrew et al., "One-shot Empirical Privacy Estimation for
-    Federated Learning", ICLR 2024): fit a Gaussian to each sample and report the epsilon of that
-    pair of Gaussians. It has no confidence statement; it is meaningful when the scores are close to
-    Gaussian, as they are for the canary statistics of a linear Gaussian mechanism
-    (`statistics.canary_statistics`).
-  * `epsilon_lower_bound` is a BOUND: with probability >= `confidence` over the scores, the mechanism
-    that produced them is not (epsilon, delta)-DP for any epsilon below it (threshold tests with
-    Jeffreys intervals, in the style of jax_privacy's auditing).
+`estimate_epsilon` (Andrew et al., "One-shot Empirical Privacy Estimation for Federated Learning",
+ICLR 2024) takes two samples of scalar scores, `seen` (canaries inserted in training) and `unseen`
+(canaries never inserted: the null distribution), and a target delta in (0, 1), fits a Gaussian to
+each sample and reports the epsilon of that pair of Gaussians. It is meaningful when the scores are
+close to Gaussian, as they are for the canary statistics of a linear Gaussian mechanism
+(`statistics.canary_statistics`). The lower BOUNDS with a confidence are in `threshold_bounds`,
+`one_run`, `one_run_fdp` and `per_round` (`empirical` puts them in a run's rows); they replace the
+Jeffreys-interval bound this module used to hold, whose intervals have no guaranteed coverage.
 """
 
 import math
@@ -18,9 +15,8 @@ import math
 import numpy as np
 import scipy.optimize
 import scipy.special
-import scipy.stats
 
-from dp_ftrl_tff import _validation
+from dp_ftrl_tff.auditing import bound as bound_lib
 
 #: Brackets beyond this epsilon are not searched: the pair is reported as not separable (inf).
 _MAX_EPSILON = 1e6
@@ -30,21 +26,10 @@ _MAX_EPSILON = 1e6
 #: at a small delta unequal variances inflate `estimate_epsilon` far above the mechanism's epsilon:
 #: for a Gaussian mechanism that adds exactly the accounted noise (rho = 1, delta = 1e-10, epsilon
 #: 9.62) the median estimate is 2.7x the accounted epsilon at N = 10 (97.5% quantile 15x), 1.9x at
-#: N = 30 and 1.5x at N = 50 (97.5% quantile 2.8x); and `epsilon_lower_bound` cannot exceed 0.49
-#: at N = 10, 2.26 at N = 50 (seen and unseen scores fully separated). docs/auditing.md.
+#: N = 30 and 1.5x at N = 50 (97.5% quantile 2.8x); and a lower bound can show little there (seen
+#: and unseen scores fully separated, 95% confidence, delta 1e-10: Clopper-Pearson 1.81 at N = 50,
+#: the one-run bound 2.98). docs/auditing.md.
 MIN_SEEN_CANARIES = 50
-
-
-def _check_scores(values, name: str) -> np.ndarray:
-  scores = _validation.check_float_array(values, name, 1)
-  if scores.size < 2:
-    raise ValueError(f'`{name}` must hold at least 2 scores, got {scores.size}.')
-  return scores
-
-
-def _check_delta(delta) -> float:
-  return _validation.check_float_in_range(delta, 'delta', 0.0, 1.0, low_inclusive=False,
-                                          high_inclusive=False)
 
 
 # --- The one-shot estimate --------------------------------------------------------------------------
@@ -156,9 +141,9 @@ def estimate_epsilon(seen, unseen, delta: float) -> float:
     epsilon >= 0; 0.0 when the fitted Gaussians are within delta at epsilon 0; math.inf when no finite
     epsilon reaches delta (a zero std with different samples, e.g. noise multiplier 0).
   """
-  seen = _check_scores(seen, 'seen')
-  unseen = _check_scores(unseen, 'unseen')
-  delta = _check_delta(delta)
+  seen = bound_lib.check_scores(seen, 'seen')
+  unseen = bound_lib.check_scores(unseen, 'unseen')
+  delta = bound_lib.check_delta(delta)
   p = (float(np.mean(seen)), float(np.std(seen, ddof=1)))
   q = (float(np.mean(unseen)), float(np.std(unseen, ddof=1)))
   if p == q:
@@ -168,88 +153,3 @@ def estimate_epsilon(seen, unseen, delta: float) -> float:
     # under the other, so H_eps = 1 > delta at every epsilon.
     return math.inf
   return max(_pair_epsilon(p, q, delta), _pair_epsilon(q, p, delta))
-
-
-# --- The lower bound --------------------------------------------------------------------------------
-
-
-def _jeffreys_lower(successes: np.ndarray, trials: int, level: float) -> np.ndarray:
-  """One-sided Jeffreys lower bounds at `level` of binomial rates (0 for 0 successes)."""
-  bound = scipy.stats.beta.ppf(1.0 - level, successes + 0.5, trials - successes + 0.5)
-  return np.where(successes == 0, 0.0, bound)
-
-
-def _jeffreys_upper(successes: np.ndarray, trials: int, level: float) -> np.ndarray:
-  """One-sided Jeffreys upper bounds at `level` of binomial rates (1 for all successes)."""
-  bound = scipy.stats.beta.ppf(level, successes + 0.5, trials - successes + 0.5)
-  return np.where(successes == trials, 1.0, bound)
-
-
-def _bounds(positive: np.ndarray, negative: np.ndarray, thresholds: np.ndarray, delta: float,
-            level: float) -> np.ndarray:
-  """log((TPR_lo - delta) / FPR_hi) of the tests "score >= t means positive", one per threshold t
-  (-inf where TPR_lo <= delta)."""
-  positive, negative = np.sort(positive), np.sort(negative)
-  true_pos = positive.size - np.searchsorted(positive, thresholds, side='left')
-  false_pos = negative.size - np.searchsorted(negative, thresholds, side='left')
-  tpr = _jeffreys_lower(true_pos, positive.size, level) - delta
-  fpr = _jeffreys_upper(false_pos, negative.size, level)
-  with np.errstate(divide='ignore', invalid='ignore'):
-    return np.where(tpr > 0, np.log(np.maximum(tpr, 1e-300)) - np.log(fpr), -np.inf)
-
-
-# The four threshold tests: ("seen" or "unseen" is the positive class) x (high or low scores are
-# positive). Negating scores turns "score < t" into "-score > -t"; the bound for "score <= t" (ties
-# counted) is as valid as for "score < t", and every pair is a DP test because add-or-remove DP
-# bounds both TPR <= e^eps FPR + delta and TNR <= e^eps FNR + delta.
-_TESTS = ((0, 1.0), (1, 1.0), (0, -1.0), (1, -1.0))  # (index of the positive sample, sign)
-
-
-def epsilon_lower_bound(seen, unseen, delta: float, confidence: float = 0.95) -> float:
-  """A lower bound on epsilon at `delta` that holds with probability >= `confidence`.
-
-  Not an estimate: if the mechanism is (eps, delta)-DP, every test that tells seen from unseen
-  scores has TPR <= e^eps FPR + delta and TNR <= e^eps FNR + delta, so
-  eps >= log((TPR - delta) / FPR). The tests are thresholds: "score >= t means seen", its mirror
-  "score <= t means seen", and both with the roles of seen and unseen swapped (the TNR / FNR form).
-  The rates are replaced by one-sided Jeffreys bounds (Beta(k + 0.5, n - k + 0.5) quantiles; the
-  lower bound of k = 0 is 0, the upper bound of k = n is 1), TPR from below and FPR from above.
-
-  Choosing the best threshold on the same scores would void the confidence, so each sample is split
-  deterministically in halves (even and odd indices, in the order given): the test (direction,
-  roles, threshold) maximizing the bound on the first halves (even indices) is evaluated on the
-  second halves (odd indices). The two intervals share 1 - confidence (union bound): each is at level
-  1 - (1 - confidence) / 2. Scores must be independent draws (e.g. one per canary) for the binomial
-  intervals to hold.
-
-  Args:
-    seen: 1-D scores of the inserted canaries (at least 2, finite).
-    unseen: 1-D scores of the never-inserted canaries (at least 2, finite).
-    delta: in (0, 1).
-    confidence: in (0, 1).
-
-  Returns:
-    The bound, >= 0 (0 when no test beats delta).
-  """
-  seen = _check_scores(seen, 'seen')
-  unseen = _check_scores(unseen, 'unseen')
-  delta = _check_delta(delta)
-  confidence = _validation.check_float_in_range(confidence, 'confidence', 0.0, 1.0,
-                                                low_inclusive=False, high_inclusive=False)
-  level = 1.0 - (1.0 - confidence) / 2.0
-  choose = (seen[0::2], unseen[0::2])
-  check = (seen[1::2], unseen[1::2])
-  best_bound, best_test = -math.inf, None
-  for positive, sign in _TESTS:
-    chosen_pos, chosen_neg = sign * choose[positive], sign * choose[1 - positive]
-    thresholds = np.unique(chosen_pos)  # higher thresholds lower the TPR, so only these matter
-    bounds = _bounds(chosen_pos, chosen_neg, thresholds, delta, level)
-    index = int(np.argmax(bounds))
-    if bounds[index] > best_bound:
-      best_bound, best_test = bounds[index], (positive, sign, thresholds[index])
-  if best_test is None:
-    return 0.0
-  positive, sign, threshold = best_test
-  bound = _bounds(sign * check[positive], sign * check[1 - positive], np.array([threshold]), delta,
-                  level)[0]
-  return max(0.0, float(bound))

@@ -19,6 +19,7 @@ import scipy.linalg
 
 from dp_ftrl_tff import _validation
 from dp_ftrl_tff import plan as plan_lib
+from dp_ftrl_tff.auditing import per_round
 
 THREAT_MODELS = ('final_model', 'all_iterates', 'all_iterates_whitened')
 
@@ -55,6 +56,21 @@ def _whitening_factor(noise_matrix, num_rounds: int) -> np.ndarray:
     raise ValueError('`noise_matrix` M must have full row rank (M M^T positive definite).') from None
 
 
+def _split(round_projections, participation):
+  """(seen rows, unseen partner rows, patterns, took_part mask) of the seen canaries that took
+  part, after checking both arrays."""
+  projections = _validation.check_float_array(round_projections, 'round_projections', 2)
+  num_directions, num_rounds = projections.shape
+  if num_directions % 2:
+    raise ValueError(f'`round_projections` must have 2N rows (N seen, N unseen), got '
+                     f'{num_directions}.')
+  num_seen = num_directions // 2
+  patterns = _check_participation(participation, num_seen, num_rounds)
+  took_part = patterns.sum(axis=1) > 0
+  return (projections[:num_seen][took_part], projections[num_seen:][took_part],
+          patterns[took_part], took_part)
+
+
 def canary_statistics(round_projections, participation, final_cosines=None,
                       noise_matrix=None) -> dict:
   """The seen and unseen canary scores of each available threat model.
@@ -63,7 +79,8 @@ def canary_statistics(round_projections, participation, final_cosines=None,
     * 'all_iterates': s = u . P_i / ||u||, the sum of the canary's rounds (optimal without noise
       correlation; its signal-to-noise is ||u||^2 / (sigma sqrt(u^T M M^T u))).
     * 'all_iterates_whitened' (with `noise_matrix`): s = u^T W P_i / sqrt(u^T W u), the
-      Neyman-Pearson test of the canary's pattern for a linear Gaussian mechanism, with
+      Neyman-Pearson test of the canary's pattern for a linear Gaussian mechanism (the
+      `per_round.combined_scores` of its `whitened_rounds`, weights L^-1 u), with
       signal-to-noise sqrt(u^T W u) / sigma. For a square invertible C (M = C^-1) that is
       ||C u|| / sigma, the accountant's own quantity; for a tree decoded with the pseudo-inverse too;
       for any other left inverse M of C it is <= ||C u|| / sigma (post-processing).
@@ -81,16 +98,9 @@ def canary_statistics(round_projections, participation, final_cosines=None,
     canary that never took part is left out of 'seen' (and, for the per-round scores, its unseen
     partner N + i out of 'unseen'); 'final_model' keeps all N unseen cosines.
   """
-  projections = _validation.check_float_array(round_projections, 'round_projections', 2)
-  num_directions, num_rounds = projections.shape
-  if num_directions % 2:
-    raise ValueError(f'`round_projections` must have 2N rows (N seen, N unseen), got '
-                     f'{num_directions}.')
-  num_seen = num_directions // 2
-  patterns = _check_participation(participation, num_seen, num_rounds)
-  took_part = patterns.sum(axis=1) > 0
-  patterns = patterns[took_part]
-  seen, unseen = projections[:num_seen][took_part], projections[num_seen:][took_part]
+  seen, unseen, patterns, took_part = _split(round_projections, participation)
+  num_seen, num_rounds = took_part.size, patterns.shape[1]
+  num_directions = 2 * num_seen
   scores = {}
   if final_cosines is not None:
     cosines = _validation.check_float_array(final_cosines, 'final_cosines', 1)
@@ -98,19 +108,52 @@ def canary_statistics(round_projections, participation, final_cosines=None,
       raise ValueError(f'`final_cosines` must have shape {(num_directions,)}, got '
                        f'{cosines.shape}.')
     scores['final_model'] = (cosines[:num_seen][took_part], cosines[num_seen:])
-  norms = np.linalg.norm(patterns, axis=1)
-  scores['all_iterates'] = (np.sum(patterns * seen, axis=1) / norms,
-                            np.sum(patterns * unseen, axis=1) / norms)
+  # Independent noise: the rounds are already white, the pattern is the signal.
+  scores['all_iterates'] = (_combined(seen, patterns), _combined(unseen, patterns))
   if noise_matrix is not None:
-    factor = _whitening_factor(noise_matrix, num_rounds)
-    # u^T W P = (L^-1 u) . (L^-1 P): two triangular solves, no explicit inverse.
-    whitened = scipy.linalg.solve_triangular(factor, patterns.T, lower=True)
-    whitened_norms = np.linalg.norm(whitened, axis=0)
-    for_seen = scipy.linalg.solve_triangular(factor, seen.T, lower=True)
-    for_unseen = scipy.linalg.solve_triangular(factor, unseen.T, lower=True)
-    scores['all_iterates_whitened'] = (np.sum(whitened * for_seen, axis=0) / whitened_norms,
-                                       np.sum(whitened * for_unseen, axis=0) / whitened_norms)
+    seen_rounds, unseen_rounds, signal = _whiten(seen, unseen, patterns, noise_matrix, num_rounds)
+    scores['all_iterates_whitened'] = (_combined(seen_rounds, signal),
+                                       _combined(unseen_rounds, signal))
   return scores
+
+
+def _combined(rows: np.ndarray, weights: np.ndarray) -> np.ndarray:
+  """`per_round.combined_scores`, and no scores when no canary took part."""
+  return per_round.combined_scores(rows, weights) if rows.shape[0] else np.zeros(0)
+
+
+def _whiten(seen: np.ndarray, unseen: np.ndarray, patterns: np.ndarray, noise_matrix,
+            num_rounds: int):
+  """(L^-1 P_seen, L^-1 P_unseen, L^-1 u) as rows, L the Cholesky factor of M M^T: two triangular
+  solves per sample, no explicit inverse."""
+  factor = _whitening_factor(noise_matrix, num_rounds)
+  def solve(rows):
+    return scipy.linalg.solve_triangular(factor, rows.T, lower=True).T
+  return solve(seen), solve(unseen), solve(patterns)
+
+
+def whitened_rounds(round_projections, participation, noise_matrix):
+  """Each canary's per-round scores whitened with the noise correlation, and their signal.
+
+  With L the lower Cholesky factor of M M^T, x_i = L^-1 P_i has, for a linear Gaussian mechanism,
+  independent N(a_t, sigma^2) coordinates for seen canary i, a = L^-1 u_i (in units of the clip),
+  and N(0, sigma^2) ones for its unseen partner: the per-round scores that `per_round` combines
+  into the 'all_iterates_whitened' score (a . x / ||a||, of signal ||a|| / sigma =
+  sqrt(u^T W u) / sigma). For M = I (independent noise) x = P and a = u.
+
+  Args:
+    round_projections: (2N, n) array of projections, as in `canary_statistics`.
+    participation: (N, n) 0/1 array of the seen canaries' rounds.
+    noise_matrix: M (n x r) of the run (`plan_noise_matrix`), or None for independent noise.
+
+  Returns:
+    (seen_rounds, unseen_rounds, signal), three (N', n) float64 arrays over the N' seen canaries
+    that took part (and their unseen partners), in order.
+  """
+  seen, unseen, patterns, _ = _split(round_projections, participation)
+  if noise_matrix is None:
+    return seen, unseen, patterns
+  return _whiten(seen, unseen, patterns, noise_matrix, patterns.shape[1])
 
 
 def plan_noise_matrix(plan: plan_lib.RunPlan, num_rounds: int) -> Optional[np.ndarray]:

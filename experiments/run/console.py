@@ -28,8 +28,19 @@ from dp_ftrl_tff.accounting import participation_log, zcdp
 
 #: (epsilon, delta) conversion of the console lines: the exact Gaussian tradeoff curve, a closed form
 #: (microseconds; the report's PLD takes seconds at large rho and agrees with it to about 1e-8
-#: relative, far below the 4 digits printed).
+#: relative, far below the 4 digits printed). Above `zcdp.MAX_RHO` a plan's guarantee is the zCDP
+#: bound in every conversion, as in the report, and the lines say it is an upper bound
+#: (`epsilon_words`).
 CONVERSION = 'gaussian'
+
+
+def epsilon_words(guarantee: zcdp.Guarantee) -> str:
+  """'epsilon 1.234', or for the zCDP conversion bound 'epsilon <= 1531 (an upper bound from
+  rho-zCDP, not a tight PLD epsilon)'."""
+  if guarantee.epsilon_is_zcdp_bound:
+    return (f'epsilon <= {guarantee.epsilon:.4g} (an upper bound from rho-zCDP, not a tight PLD '
+            'epsilon)')
+  return f'epsilon {guarantee.epsilon:.4g}'
 
 
 def notice(message: str) -> None:
@@ -143,7 +154,7 @@ def header(plan: plan_lib.RunPlan, guarantee: Optional[zcdp.Guarantee], data: st
           f'{plan.adaptive_clip.target_unclipped_quantile:g})')
   k = plan.participation.max_participations
   planned = ('none (noise multiplier 0)' if guarantee is None else
-             f'epsilon {guarantee.epsilon:.4g} at delta {guarantee.delta:g} (rho-zCDP '
+             f'{epsilon_words(guarantee)} at delta {guarantee.delta:g} (rho-zCDP '
              f'{guarantee.rho:.4g}, declared participation, no amplification)')
   restarts = plan.planned_segments.restart_rounds
   lines = [
@@ -206,7 +217,8 @@ def eval_line(rounds_done: int, num_rounds: int, metrics: Dict[str, float],
   values = '  '.join(f'{name[len("eval_"):]} {value:.4f}' for name, value in sorted(metrics.items())
                      if name.startswith('eval_'))
   spent = ('no DP guarantee' if guarantee is None else
-           f'epsilon spent {guarantee.epsilon:.4g} at delta {guarantee.delta:g} (observed '
+           f'{epsilon_words(guarantee).replace("epsilon", "epsilon spent", 1)} at delta '
+           f'{guarantee.delta:g} (observed '
            f'participation: {_observed(guarantee.participation)})')
   return f'eval  after round {rounds_done}/{num_rounds}  {values}  {spent}'
 

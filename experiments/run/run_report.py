@@ -73,7 +73,8 @@ def finish(config: RunConfig, plan: plan_lib.RunPlan, accuracy_metric: str, *,
         noise_multiplier=plan.noise_multiplier,
         epsilon=None if guarantee is None else guarantee.epsilon,
         delta=None if guarantee is None else guarantee.delta,
-        rho=None if guarantee is None else guarantee.rho)
+        rho=None if guarantee is None else guarantee.rho,
+        epsilon_is_zcdp_bound=guarantee is not None and guarantee.epsilon_is_zcdp_bound)
     run_summary.write_hparams_summary(output_dir, summary)
     run_summary.write_summary(output_dir, summary)
   console.out(console.summary(

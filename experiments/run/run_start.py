@@ -115,8 +115,8 @@ def start_run(task: run_config.Task, config: run_config.RunConfig,
   stop_signals.check()
   plan = run_setup.build_plan(config, resolved, population, saved_strategy)
   stop_signals.check()
-  # The header's guarantee, once: a plan whose guarantee cannot be computed (rho beyond
-  # `zcdp.MAX_RHO`) is refused before anything is written.
+  # The header's guarantee, once (beyond `zcdp.MAX_RHO` the zCDP bound, flagged: no noise
+  # multiplier is refused for the accountant's memory).
   planned = (None if plan.noise_multiplier == 0 else
              zcdp.planned_guarantee(plan, conversion=console.CONVERSION))
   record_checks.check_plan(resumption, checkpoint_records.plan_document(plan))

@@ -17,6 +17,9 @@ The document (format 1), all numbers as JSON numbers:
     between an interruption and its resume excluded);
   * `epsilon`, `delta`, `rho`: the privacy report's headline guarantee (observed participation, no
     amplification), or null without noise (noise multiplier 0: no DP guarantee);
+  * `epsilon_is_zcdp_bound`: true when `epsilon` is the zCDP conversion bound (an upper bound from
+    rho-zCDP, not a tight PLD epsilon: rho above `zcdp.MAX_RHO`), false otherwise, null without
+    noise;
   * `noise_multiplier`: the accounted noise multiplier sigma (relative to the clip norm; calibrated
     when the run gave `target_epsilon`);
   * `hparams`: the run's `hparams.json` document.
@@ -98,9 +101,9 @@ def _number(text) -> Optional[float]:
 
 def build_summary(output_dir: str, *, rounds: int, hparams: Dict[str, Any], accuracy_metric: str,
                   noise_multiplier: float, epsilon: Optional[float], delta: Optional[float],
-                  rho: Optional[float]) -> Dict[str, Any]:
+                  rho: Optional[float], epsilon_is_zcdp_bound: bool = False) -> Dict[str, Any]:
   """The summary document of the run in `output_dir` (final metrics and per-round times read from
-  its `metrics.csv`), not yet written.
+  its `metrics.csv`), not yet written; `epsilon_is_zcdp_bound` says `epsilon` is the zCDP bound.
 
   Raises:
     ValueError: `metrics.csv` lacks one of the `rounds` rounds, or a bad argument (named).
@@ -116,6 +119,7 @@ def build_summary(output_dir: str, *, rounds: int, hparams: Dict[str, Any], accu
           'epsilon': None if epsilon is None else float(epsilon),
           'delta': None if delta is None else float(delta),
           'rho': None if rho is None else float(rho),
+          'epsilon_is_zcdp_bound': None if epsilon is None else bool(epsilon_is_zcdp_bound),
           'noise_multiplier': float(noise_multiplier), 'hparams': hparams}
 
 

@@ -6,8 +6,10 @@ directly under `root`. `build_table(runs)` makes one row per run with the column
   * the swept hyperparameters: the `hparams.json` settings whose values differ between the runs
     (the driver's own settings as `task/<name>`; `experiment_name` and `root_output_dir` left out);
   * `rounds`, `epsilon`, `delta` (the privacy report's headline: observed participation, no
-    amplification; empty without noise), `accounted_noise_multiplier` (sigma relative to the
-    clip, calibrated when the run gave `target_epsilon`);
+    amplification; empty without noise), `epsilon_is_zcdp_bound` (true when that epsilon is the
+    zCDP conversion bound, an upper bound from rho-zCDP beyond what the PLD holds; the markdown
+    writes such an epsilon '<= e' and the plot marks it), `accounted_noise_multiplier` (sigma
+    relative to the clip, calibrated when the run gave `target_epsilon`);
   * the final metrics: every `eval_*`, `train_loss` and the task's training accuracy;
   * `train_seconds`: the sum of the rounds' wall times.
 `write_csv`, `write_markdown` and `plot_accuracy_vs_epsilon` (matplotlib's Agg backend: a PNG
@@ -76,13 +78,14 @@ def build_table(runs: Sequence) -> Dict[str, Any]:
   """{'columns': [...], 'rows': [{column: value}], 'swept': [...]} of `runs` (module docstring)."""
   swept = swept_hparams(runs)
   metrics = metric_columns(runs)
-  columns = ['run', *swept, 'rounds', 'epsilon', 'delta', 'accounted_noise_multiplier', *metrics,
-             'train_seconds']
+  columns = ['run', *swept, 'rounds', 'epsilon', 'delta', 'epsilon_is_zcdp_bound',
+             'accounted_noise_multiplier', *metrics, 'train_seconds']
   rows = []
   for name, summary in runs:
     flat = _flatten(summary['hparams'])
     row = {'run': name, **{key: flat.get(key) for key in swept}}
-    row.update({key: summary.get(key) for key in ('rounds', 'epsilon', 'delta', 'train_seconds')})
+    row.update({key: summary.get(key) for key in ('rounds', 'epsilon', 'delta',
+                                                  'epsilon_is_zcdp_bound', 'train_seconds')})
     row['accounted_noise_multiplier'] = summary.get('noise_multiplier')
     row.update({key: summary['final_metrics'].get(key) for key in metrics})
     rows.append(row)
@@ -95,6 +98,12 @@ def _text(value) -> str:
   if isinstance(value, float):
     return f'{value:.6g}'
   return str(value)
+
+
+def _cell(row: Dict[str, Any], column: str) -> str:
+  """A markdown cell: an epsilon that is the zCDP bound reads '<= e' (an upper bound)."""
+  text = _text(row.get(column))
+  return f'<= {text}' if column == 'epsilon' and row.get('epsilon_is_zcdp_bound') else text
 
 
 def write_csv(table: Dict[str, Any], path: str) -> None:
@@ -111,7 +120,7 @@ def write_markdown(table: Dict[str, Any], path: str, note: str = '') -> None:
   lines = ['| ' + ' | '.join(table['columns']) + ' |',
            '|' + '|'.join('---' for _ in table['columns']) + '|']
   for row in table['rows']:
-    lines.append('| ' + ' | '.join(_text(row.get(c)).replace('|', '\\|')
+    lines.append('| ' + ' | '.join(_cell(row, c).replace('|', '\\|')
                                    for c in table['columns']) + ' |')
   if note:
     lines += ['', note]
@@ -147,6 +156,11 @@ def plot_accuracy_vs_epsilon(table: Dict[str, Any], metric: str, path: str) -> O
     points.sort()
     epsilons += [e for e, _ in points]
     axes.plot([e for e, _ in points], [v for _, v in points], marker='o', label=label)
+  bounds = [(r['epsilon'], r[metric]) for r in table['rows'] if r.get('epsilon_is_zcdp_bound')
+            and r.get('epsilon') is not None and r.get(metric) is not None]
+  if bounds:  # an epsilon that is only an upper bound: the true point lies to its left
+    axes.plot([e for e, _ in bounds], [v for _, v in bounds], ls='none', marker='<', ms=11,
+              mfc='none', color='black', label='epsilon: upper bound from rho-zCDP')
   if min(epsilons) > 0 and max(epsilons) / min(epsilons) > 10:
     axes.set_xscale('log')
   delta = next((r['delta'] for r in table['rows'] if r.get('delta') is not None), None)
@@ -155,7 +169,7 @@ def plot_accuracy_vs_epsilon(table: Dict[str, Any], metric: str, path: str) -> O
   axes.set_ylabel(metric)
   axes.set_title(f'{metric} vs epsilon ({count} runs)')
   axes.grid(True, alpha=0.3)
-  if len(series) > 1 or series_keys:
+  if len(series) > 1 or series_keys or bounds:
     axes.legend(fontsize='small')
   figure.tight_layout()
   figure.savefig(path, dpi=100)

@@ -65,7 +65,8 @@ def main(argv) -> None:
     os.makedirs(output_dir, exist_ok=True)
     run_table.write_csv(table, paths[0])
     run_table.write_markdown(table, paths[1], note=(
-        'epsilon: the privacy report\'s headline (observed participation, no amplification); '
+        'epsilon: the privacy report\'s headline (observed participation, no amplification; '
+        '"<= e" where it is the zCDP conversion bound, an upper bound from rho-zCDP); '
         'train_seconds: the sum of the rounds\' wall times.'))
     plotted = run_table.plot_accuracy_vs_epsilon(table, metric, paths[2])
   except ValueError as error:

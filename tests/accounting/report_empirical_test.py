@@ -1,6 +1,7 @@
 """Tests of the report's empirical privacy (`report.build_report(..., canaries=...)`): rows equal to
-`auditing.empirical_privacy`, report.json / summary / report.md, the warning when a lower bound
-exceeds the accounted epsilon, the note for an estimate above it, and bad inputs.
+`auditing.empirical_privacy`, report.json / summary / report.md (every certified bound, the best
+one), the warning when a certified bound exceeds the accounted epsilon, the note for an estimate
+above it, and bad inputs.
 
 Canary records are synthetic: seen canary i takes part in rounds i mod b, i mod b + b, ... (k
 times), and its projections are its 0/1 pattern plus sigma * noise_scale * M g (M the plan's noise
@@ -93,9 +94,12 @@ def test_rows_equal_empirical_privacy_computed_directly(strategy, models):
   out = json.loads(report_render.to_json(result))
   assert out['empirical_privacy'] == [row.to_dict() for row in expected]
   for row in out['empirical_privacy']:
-    assert set(row) == {'threat_model', 'epsilon', 'epsilon_lower_bound', 'confidence',
-                        'canaries_seen', 'canaries_unseen', 'delta'}
+    assert set(row) == {'threat_model', 'epsilon', 'epsilon_lower_bound', 'lower_bound_method',
+                        'confidence', 'bounds', 'tpr_at_fpr', 'auroc', 'canaries_seen',
+                        'canaries_unseen', 'delta'}
     assert row['delta'] == out['delta'] == 1e-3 and row['confidence'] == 0.95
+    assert [b['method'] for b in row['bounds']] == list(auditing.METHODS)
+    assert all(b['confidence'] == 1 - 0.05 / (4 * len(models)) for b in row['bounds'])
     assert row['canaries_seen'] == row['canaries_unseen'] or row['threat_model'] == 'final_model'
 
 
@@ -104,33 +108,48 @@ def test_confidence_is_passed_to_the_rows():
   result = report.build_report(run_plan, log, canaries=record, confidence=0.8)
   assert result.empirical_privacy == _direct_rows(run_plan, record, patterns, 1e-3, 0.8)
   assert 'at 80%' in report_render.summary(result)
+  assert report_render.to_dict(result)['empirical_best_bound']['confidence_together'] == 0.8
 
 
 def test_without_canaries_the_keys_are_null_and_empty():
   run_plan, log, _, _ = canary_run(gaussian.GaussianStrategy(), 2.0, 10, 1.0)
   result = report.build_report(run_plan, log)
   out = report_render.to_dict(result)
-  assert out['empirical_privacy'] is None and [f['text'] for f in out['findings'] if f['severity'] == 'note'] == []
+  assert out['empirical_privacy'] is None and out['empirical_best_bound'] is None
+  assert [f['text'] for f in out['findings'] if f['severity'] == 'note'] == []
   assert 'Empirical privacy' not in report_render.to_markdown(result)
   assert 'empirical' not in report_render.summary(result)
 
 
-def test_summary_has_one_line_per_row():
+def test_summary_has_one_line_per_row_and_the_best_bound():
   run_plan, log, record, _ = canary_run(blt.PRODUCTION_STRATEGIES[400], 2.0, 100, 1.0)
   result = report.build_report(run_plan, log, canaries=record)
-  lines = [line.strip() for line in report_render.summary(result).splitlines()
-           if 'empirical epsilon' in line]
+  summary = [line.strip() for line in report_render.summary(result).splitlines()]
+  lines = [line for line in summary if line.startswith('empirical (')]
   assert len(lines) == len(result.empirical_privacy) == 2
   row = result.empirical_privacy[1]
-  assert lines[1] == (f'empirical epsilon (all_iterates_whitened): {row.epsilon:.4g} (lower bound '
-                      f'{row.epsilon_lower_bound:.4g} at 95%) vs accounted '
-                      f'{result.guarantee.epsilon:.4g}')
+  bounds = ', '.join(f'{report_empirical.METHOD_TEXT[b.method]} {b.epsilon:.4g}'
+                     for b in row.bounds)
+  assert lines[1] == (f'empirical (all_iterates_whitened): certified lower bound '
+                      f'{row.epsilon_lower_bound:.4g} at 95% ({bounds}); estimate '
+                      f'{row.epsilon:.4g}; vs accounted {result.guarantee.epsilon:.4g}')
+  best_row, best = auditing.best_bound(result.empirical_privacy)
+  (line,) = [line for line in summary if line.startswith('Best certified lower bound')]
+  assert line == (f'Best certified lower bound: {best.epsilon:.4g} '
+                  f'({report_empirical.METHOD_TEXT[best.method]}, {best_row.threat_model}) at 95% '
+                  f'confidence, {best.epsilon / result.guarantee.epsilon:.2f} of the accounted '
+                  f'epsilon {result.guarantee.epsilon:.4g}')
+  out = report_render.to_dict(result)['empirical_best_bound']
+  assert out == {**best.to_dict(), 'threat_model': best_row.threat_model,
+                 'confidence_together': 0.95, 'accounted_epsilon': result.guarantee.epsilon,
+                 'fraction_of_accounted': best.epsilon / result.guarantee.epsilon}
 
 
 def test_half_the_noise_warns_do_not_launch():
   # 10^4 canaries, k = 4, sigma = 2, delta = 1e-2: accounted epsilon 2.32; with half the noise the
-  # all-iterates scores separate like a Gaussian mechanism of mu = 2 (epsilon ~6.1) and the 95%
-  # lower bound is ~3.9 (seeds 0 and 1), well above the accounted epsilon.
+  # all-iterates scores separate like a Gaussian mechanism of mu = 2 (epsilon 5.99) and the best
+  # certified bound (GDP fit) is well above the accounted epsilon (tests/accounting/
+  # report_bounds_test.py gives the rates over seeds).
   run_plan, log, record, patterns = canary_run(gaussian.GaussianStrategy(), 2.0, 10_000, 0.5,
                                                delta=1e-2)
   result = report.build_report(run_plan, log, canaries=record)
@@ -140,12 +159,12 @@ def test_half_the_noise_warns_do_not_launch():
   (warning,) = [f.text for f in result.findings_of('empirical') if f.severity == 'warning']
   assert 'all_iterates' in warning and f'{row.epsilon_lower_bound:.4g}' in warning
   assert '95%' in warning and 'Do not launch' in warning
-  assert 'less than the accountant assumes' in warning
+  assert 'the accountant or the mechanism is wrong' in warning
   out = report_render.to_dict(result)
   assert {'section': 'empirical', 'severity': 'warning', 'text': warning} in out['findings']
   markdown = report_render.to_markdown(result)
   assert f'- **WARNING:** {warning}' in markdown and f'> - {warning}' in markdown
-  assert '**(above the accounted epsilon)**' in markdown
+  assert '**(above accounted)**' in markdown
   assert f'WARNING: {warning}' in report_render.summary(result)
 
 
@@ -157,12 +176,12 @@ def test_the_right_noise_does_not_warn():
   assert row.epsilon_lower_bound < result.guarantee.epsilon
   assert row.epsilon == pytest.approx(result.guarantee.epsilon, rel=0.25)
   assert result.warnings == ()
-  assert '(above the accounted epsilon)' not in report_render.to_markdown(result)
+  assert '(above accounted)' not in report_render.to_markdown(result)
 
 
 def test_an_estimate_above_the_accounted_epsilon_with_a_lower_bound_below_is_a_note():
-  # 200 canaries with half the noise: estimate ~7 against 3.1 accounted, lower bound ~1.3.
-  run_plan, log, record, _ = canary_run(gaussian.GaussianStrategy(), 2.0, 200, 0.5)
+  # 100 canaries with 0.7 of the noise: estimate 7.4 against 3.14 accounted, best bound 1.9.
+  run_plan, log, record, _ = canary_run(gaussian.GaussianStrategy(), 2.0, 100, 0.7)
   result = report.build_report(run_plan, log, canaries=record)
   (row,) = result.empirical_privacy
   assert row.epsilon_lower_bound < result.guarantee.epsilon < row.epsilon
@@ -185,12 +204,20 @@ def test_markdown_section():
   section = markdown[markdown.index('## Empirical privacy (canaries)'):]
   assert f'**epsilon = {result.guarantee.epsilon:.6g}**' in section
   assert report_markdown.EMPIRICAL_CAVEAT in section and 'docs/auditing.md' in section
-  assert ('| threat model | assumes | estimate | lower bound (confidence) | seen / unseen canaries '
-          '|') in section
-  for row in result.empirical_privacy:
-    assert (f'| `{row.threat_model}` | {auditing.THREAT_MODEL_TEXT[row.threat_model]} | '
-            f'{row.epsilon:.4g} | {row.epsilon_lower_bound:.4g} (95%) | {row.canaries_seen} / '
-            f'{row.canaries_unseen} |') in section
+  rows = result.empirical_privacy
+  assert f'**{report_empirical.best_text(rows, result.guarantee.epsilon)}.**' in section
+  assert ('Certified lower bounds at 95% confidence together (each at 99.5833%: Bonferroni over '
+          'the 12 bounds)') in section
+  assert ('| threat model | seen / unseen | Clopper-Pearson | one-run | one-run f-DP | GDP fit | '
+          'estimate | TPR at FPR 0.1% / 1% / 10% | AUROC |') in section
+  for row in rows:
+    bounds = ' | '.join(f'{b.epsilon:.4g}' for b in row.bounds)
+    tprs = ' / '.join(f'{tpr:.3g}' for _, tpr in row.tpr_at_fpr)
+    assert (f'| `{row.threat_model}` | {row.canaries_seen} / {row.canaries_unseen} | {bounds} | '
+            f'{row.epsilon:.4g} | {tprs} | {row.auroc:.4g} |') in section
+    assert f'  - `{row.threat_model}`: {auditing.THREAT_MODEL_TEXT[row.threat_model]}' in section
+  for method in auditing.METHODS:
+    assert f'  - {report_empirical.METHOD_TEXT[method]}: ' in section
 
 
 def test_fixed_noise_seed_rows_are_computed_as_usual():

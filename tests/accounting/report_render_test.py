@@ -7,7 +7,7 @@ from matplotlib import colors, figure, ticker
 
 from dp_ftrl_tff import plan
 from dp_ftrl_tff.accounting import equal_privacy as equal_privacy_lib
-from dp_ftrl_tff.accounting import report, report_render
+from dp_ftrl_tff.accounting import report, report_render, zcdp
 from dp_ftrl_tff.mechanisms import gaussian, tree
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 
@@ -126,11 +126,14 @@ def test_a_narrow_log_axis_still_gets_labels():
   assert len(_ticks_in_view(ax, 'y')) >= 2
 
 
-def test_min_sep_points_beyond_the_accountant_are_left_out_not_fatal(tmp_path):
+def test_min_sep_points_beyond_the_pld_are_drawn_with_the_zcdp_bound(tmp_path):
   """DP-SGD over 100 rounds at min_sep 10 and noise 0.5 has rho 20, but rho 200 at min_sep 1 (k =
-  100): that point of epsilon_vs_min_sep.png is left out. `privacy_report --output_dir` failed on
-  such a point, blaming --noise_multiplier, for a run whose own report is fine."""
+  100): that point of epsilon_vs_min_sep.png is the zCDP bound (`privacy_report --output_dir` once
+  failed on such a point, then left it out)."""
   run_plan = plan.RunPlan.for_accounting(gaussian.GaussianStrategy(), 0.5, num_rounds=100,
                                          participation=Schema(10))
   paths = report_render.write_plots(report.build_report(run_plan), str(tmp_path), num_points=6)
   assert sorted(p.rsplit('/', 1)[-1] for p in paths) == sorted(report_render.PLOT_FILES)
+  epsilons = report_render._epsilon_curve(  # pylint: disable=protected-access
+      run_plan, lambda b: Schema(int(b)), [1, 10], lambda b: 100)
+  assert epsilons[0] == zcdp.zcdp_epsilon_bound(200.0) and epsilons[1] < epsilons[0]

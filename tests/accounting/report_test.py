@@ -326,3 +326,74 @@ def test_no_client_participated_twice_is_said_not_a_small_min_sep():
   assert 'no client participated twice' not in markdown
   summary = report_render.summary(repeated)
   assert 'min_sep=6 (min_separation=5)' in summary and 'participated twice' not in summary
+
+
+def test_an_epsilon_beyond_the_pld_is_the_flagged_zcdp_bound(tmp_path):
+  """noise_multiplier 0.05 over 6 rounds of a tree with a client in every round (rho 6800, PLD
+  distribution of 22 GB): the report is written with the zCDP bound, flagged as an upper bound in
+  report.json, report.md, the summary line, the declared guarantee, the observed tree patterns and
+  the equal-privacy table, and warned about."""
+  run_plan = plan.RunPlan.for_accounting(tree.TreeStrategy('vanilla'), 0.05, num_rounds=6,
+                                         participation=Schema(1, 6))
+  log = log_lib.ParticipationLog.from_arrays(['a'] * 6, list(range(6)))
+  result = report.build_report(run_plan, log, equal_privacy=True)
+  g = result.guarantee
+  assert g.rho == pytest.approx(34 / (2 * 0.05**2)) and g.epsilon_is_zcdp_bound
+  assert g.epsilon == zcdp.zcdp_epsilon_bound(g.rho) >= zcdp.epsilon_from_rho(g.rho, g.delta,
+                                                                               'gaussian')
+  report_render.write_report(result, str(tmp_path), plots=False)  # plots: report_render_test
+  out = json.loads((tmp_path / 'report.json').read_text())
+  assert (out['epsilon'], out['conversion'], out['epsilon_is_zcdp_bound']) == (
+      g.epsilon, 'zcdp_bound', True)
+  assert out['declared']['epsilon_is_zcdp_bound'] and out['observed']['tree_patterns'][
+      'conversion'] == 'zcdp_bound'
+  (warning,) = [f for f in out['findings'] if f['severity'] == 'warning']
+  assert warning['section'] == 'guarantee'
+  assert warning['text'].startswith(f'epsilon {g.epsilon:.6g} is an UPPER BOUND from rho-zCDP')
+  assert 'rho-zCDP 6800 is above the 100 whose privacy loss distribution' in warning['text']
+  markdown = (tmp_path / 'report.md').read_text()
+  assert 'This epsilon is an UPPER BOUND from rho-zCDP' in markdown
+  assert f'epsilon <= {g.epsilon:.10g} at delta = 1e-10. The PLD is not used' in markdown
+  assert f'(epsilon <= {g.epsilon:.6g} (an upper bound from rho-zCDP) at delta' in markdown
+  assert result.equal_privacy.rho == g.rho and result.equal_privacy.rows  # the table at rho 6800
+  summary = report_render.summary(result)
+  assert (f'rho-zCDP=6800, (epsilon, delta)=(<= {g.epsilon:.6g}, 1e-10): an UPPER BOUND from '
+          'rho-zCDP') in summary
+  below = report.build_report(dataclasses.replace(run_plan, noise_multiplier=1.0))
+  assert not below.guarantee.epsilon_is_zcdp_bound and below.warnings == ()
+  assert report_render.to_dict(below)['epsilon_is_zcdp_bound'] is False
+
+
+def test_sampling_below_the_amplified_accountant_range_keeps_the_unamplified_bound():
+  """Poisson sampling at noise 0.05: no amplified figure (its PLD would not fit), a warning, and
+  the unamplified headline (the flagged zCDP bound) holds whatever the sampling."""
+  sampling = sampling_lib.Sampling('poisson', 0.1, 1, population=100)
+  run_plan = plan.RunPlan.build(gaussian.GaussianStrategy(), 0.05, None, 1.0, sampling=sampling,
+                                num_rounds=6, participation=Schema(1))
+  result = report.build_report(run_plan)
+  assert result.amplified is None and result.guarantee.epsilon_is_zcdp_bound
+  (warning,) = [f.text for f in result.findings_of('amplification')]
+  assert 'is below' in warning and 'The unamplified guarantee above holds' in warning
+
+
+def test_a_noise_sweep_from_0_01_to_10_accounts_every_point():
+  """A sweep's points, at the accounting level (what each point's driver computes before and after
+  training: the planned guarantee of its header, the report): every
+  noise multiplier from 0.01 to 10 is accounted, none refused; epsilon falls as the noise rises,
+  across the switch from the zCDP bound (rho above 100, flagged) to the PLD."""
+  sigmas = np.geomspace(0.01, 10.0, 10)
+  epsilons, flags = [], []
+  for sigma in sigmas:
+    run_plan = plan.RunPlan.for_accounting(tree.TreeStrategy('vanilla'), float(sigma),
+                                           num_rounds=6, participation=Schema(1, 6))
+    result = report.build_report(run_plan)
+    g = result.guarantee
+    assert g.epsilon_is_zcdp_bound == (g.rho > zcdp.MAX_RHO)
+    assert report_render.to_dict(result)['epsilon_is_zcdp_bound'] == g.epsilon_is_zcdp_bound
+    header = zcdp.planned_guarantee(run_plan, conversion='gaussian')  # the drivers' header
+    assert header.epsilon_is_zcdp_bound == g.epsilon_is_zcdp_bound
+    assert header.epsilon == pytest.approx(g.epsilon, rel=1e-4)
+    epsilons.append(g.epsilon)
+    flags.append(g.epsilon_is_zcdp_bound)
+  assert flags == [True] * 5 + [False] * 5  # rho 170000 .. 367, then 79 .. 0.17
+  assert all(a > b for a, b in zip(epsilons, epsilons[1:], strict=False))

@@ -50,11 +50,25 @@ def test_rows_per_threat_model():
   tree = plan_lib.RunPlan.for_accounting(registry.default_strategy('tree'), 1.0, num_rounds=4)
   rows = empirical.empirical_privacy(tree, record, participation, 1e-5, confidence=0.9)
   assert [row.threat_model for row in rows] == list(auditing.THREAT_MODELS)
+  each = 1 - 0.1 / (3 * len(auditing.METHODS))  # Bonferroni over the run's 3 x 4 bounds
   for row in rows:
     assert row.epsilon > row.epsilon_lower_bound > 0
     assert (row.canaries_seen, row.canaries_unseen, row.delta, row.confidence) == (
         50, 50, 1e-5, 0.9)
-    assert row.to_dict()['threat_model'] == row.threat_model and len(row.to_dict()) == 7
+    assert [b.method for b in row.bounds] == list(auditing.METHODS)
+    assert all(b.confidence == pytest.approx(each, rel=1e-15) for b in row.bounds)
+    assert row.epsilon_lower_bound == max(b.epsilon for b in row.bounds)
+    assert row.bound_of(row.lower_bound_method).epsilon == row.epsilon_lower_bound
+    assert [fpr for fpr, _ in row.tpr_at_fpr] == list(empirical.ATTACK_FPRS)
+    assert 0.5 < row.auroc <= 1
+    as_dict = row.to_dict()
+    assert as_dict['threat_model'] == row.threat_model and len(as_dict) == 11
+    assert as_dict['bounds'][0]['method'] == 'clopper_pearson'
+    assert as_dict['tpr_at_fpr'][1] == {'fpr': 0.01, 'tpr': row.tpr_at_fpr[1][1]}
+  best_row, best = auditing.best_bound(rows)
+  assert best.epsilon == max(row.epsilon_lower_bound for row in rows)
+  assert best_row.epsilon_lower_bound == best.epsilon
+  assert auditing.best_bound(()) is None
   gaussian = plan_lib.RunPlan.for_accounting(registry.default_strategy('gaussian'), 1.0,
                                              num_rounds=4)
   rows = empirical.empirical_privacy(gaussian, _record(final=False), participation, 1e-5)
@@ -71,6 +85,8 @@ def test_threat_models_with_too_few_scores_are_left_out():
   rows = empirical.empirical_privacy(plan, _record(), participation, 1e-5)
   assert [(row.threat_model, row.canaries_seen, row.canaries_unseen) for row in rows] == [
       ('final_model', 2, 50), ('all_iterates', 2, 2), ('all_iterates_whitened', 2, 2)]
+  # min_seen leaves the rows out, and they no longer take a share of the confidence.
+  assert empirical.empirical_privacy(plan, _record(), participation, 1e-5, min_seen=3) == ()
   empty = records.CanaryRecord(('a', 'b'), 0, 10, np.zeros((4, 0)), None)
   assert empirical.empirical_privacy(plan, empty, np.zeros((2, 0)), 1e-5) == ()
 
@@ -85,6 +101,11 @@ def test_bad_arguments_name_the_parameter():
       (lambda: empirical.empirical_privacy(plan, record, np.ones((50, 3)), 1e-5), 'participation'),
       (lambda: empirical.empirical_privacy(plan, record, good, 0.0), 'delta'),
       (lambda: empirical.empirical_privacy(plan, record, good, 1e-5, 1.0), 'confidence'),
+      (lambda: empirical.empirical_privacy(plan, record, good, 1e-5, 0.9, 1), 'min_seen'),
+      (lambda: empirical.empirical_row('x', [1.0, 2.0], [0.0, 1.0], 1e-5, 0.9), 'threat_model'),
+      (lambda: empirical.empirical_row('final_model', [1.0, 2.0], [0.0, 1.0], 1e-5, 0.9, 0),
+       'num_rows'),
+      (lambda: empirical.best_bound(['row']), 'rows'),
       (lambda: empirical.canary_participation('record', [], []), 'record'),
       (lambda: empirical.canary_participation(record, ['c0'], [0, 1]), 'client_ids_per_row'),
       (lambda: empirical.canary_participation(record, ['c0'], [-1]), 'rounds_per_row'),

@@ -295,3 +295,35 @@ def test_unknown_mechanism_flag_fails_with_usage_message(tmp_path):
   assert returncode != 0
   assert '--mechanism' in stderr and 'gaussian|tree|tree_efficient|banded|blt' in stderr
   assert len(stderr.strip().splitlines()) == 1 and 'Traceback' not in stderr
+
+
+def test_weak_noise_trains_and_reports_the_flagged_zcdp_bound(tmp_path):
+  """`--noise_multiplier=0.05 --rounds=6` (issue 46: once refused before training, rho-zCDP above
+  the 100 the PLD holds) trains its 6 rounds; the header, the eval lines, the summary line,
+  report.json, report.md, summary.json and the warning on stderr give the zCDP bound, flagged as an
+  upper bound. In-process: the driver's own entry point, no interpreter start."""
+  code, stdout, stderr = binaries.run_in_process(binaries.EMNIST, (
+      f'--root_output_dir={tmp_path}', '--model=tiny', '--rounds=6', '--noise_multiplier=0.05',
+      '--clients_per_round=3', '--synthetic_num_clients=30', '--synthetic_examples_per_client=8',
+      '--min_sep=2', '--eval_every=3', '--eval_max_examples=16'), files=True)
+  assert code == 0, stderr[-3000:]
+  run = tmp_path / 'run'
+  assert len(run_files.metrics_rows(str(run))) == 6
+  report = json.loads((run / 'privacy_report' / 'report.json').read_text())
+  assert report['rho'] > 100 and report['noise_multiplier'] == 0.05
+  assert report['conversion'] == 'zcdp_bound' and report['epsilon_is_zcdp_bound'] is True
+  epsilon = report['epsilon']
+  assert epsilon >= report['rho']  # far above any meaningful guarantee, and stated as a bound
+  assert 'This epsilon is an UPPER BOUND from rho-zCDP' in (
+      run / 'privacy_report' / 'report.md').read_text()
+  summary = json.loads((run / 'summary.json').read_text())
+  assert (summary['epsilon'], summary['epsilon_is_zcdp_bound']) == (epsilon, True)
+  lines = stdout.splitlines()
+  (planned,) = [line for line in lines if line.startswith('planned     ')]
+  assert planned.startswith('planned     epsilon <= ') and 'an upper bound from rho-zCDP' in planned
+  evals = [line for line in lines if line.startswith('eval  after round ')]
+  assert len(evals) == 2 and f'epsilon spent <= {epsilon:.4g} (an upper bound' in evals[-1]
+  assert any(f'(epsilon, delta)=(<= {epsilon:.6g}, 1e-10): an UPPER BOUND from rho-zCDP' in line
+             for line in lines), stdout
+  (warning,) = [line for line in stderr.splitlines() if 'UPPER BOUND' in line]
+  assert warning.startswith(f'run_emnist.py: warning: epsilon {epsilon:.6g} is an UPPER BOUND')

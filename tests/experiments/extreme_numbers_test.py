@@ -25,16 +25,10 @@ CASES = [
             '--target_epsilon=1e6'], '--target_epsilon=1e+06 is above'),
     (MECH, ['evaluate', '--mechanism=blt', '--theta=0.9', '--omega=1e300', *_REPORT],
      '--omega has an entry of magnitude 1e+300'),
-    (REPORT, ['--mechanism=tree', '--target_epsilon=1e6', *_REPORT],
-     '--target_epsilon=1e+06 is above'),
-    (REPORT, ['--mechanism=gaussian', '--noise_multiplier=1', '--rounds=1000000000', '--min_sep=1'],
-     'use a --noise_multiplier of at least 2236 (or fewer --rounds)'),
     (REPORT, ['--mechanism=tree', '--noise_multiplier=1e300', *_REPORT],
      '--noise_multiplier=1e+300 is outside'),
     (REPORT, ['--mechanism=tree', '--noise_multiplier=1e-300', *_REPORT],
      '--noise_multiplier=1e-300 is outside'),
-    (REPORT, ['--mechanism=tree', '--noise_multiplier=1e-20', *_REPORT],
-     '--noise_multiplier=1e-20 gives rho-zCDP'),
     (REPORT, ['--mechanism=blt', '--theta=0.9', '--omega=1e300', '--noise_multiplier=1', *_REPORT],
      '--omega has an entry of magnitude 1e+300'),
     # Issue 44, point 5: sizes that hung or ran out of memory, probabilities and targets whose
@@ -80,6 +74,27 @@ CASES = [
      '--client_batch_size=16: a model of 1.93e+11 float32 parameters'),
     (SO, ['--sequence_length=1000000000'], 'and 2.04e+14 activations of a client batch'),
 ]
+
+#: Settings whose rho-zCDP is far above what the PLD holds (rho 100): once refused, now accounted
+#: with the zCDP conversion bound, flagged as an upper bound (no setting is refused for the
+#: accountant's memory).
+BEYOND_PLD = [
+    ['--mechanism=tree', '--target_epsilon=1e6', *_REPORT],
+    ['--mechanism=gaussian', '--noise_multiplier=1', '--rounds=1000000000', '--min_sep=1'],
+    ['--mechanism=tree', '--noise_multiplier=1e-20', *_REPORT],
+]
+
+
+@pytest.mark.parametrize('args', BEYOND_PLD, ids=[' '.join(a)[:50] for a in BEYOND_PLD])
+def test_noise_beyond_the_pld_is_accounted_with_the_flagged_zcdp_bound(args):
+  code, stdout, stderr = binaries.run_in_process(REPORT, args)
+  assert code == 0, stderr
+  assert '(epsilon, delta)=(<= ' in stdout and 'an UPPER BOUND from rho-zCDP' in stdout, stdout
+  (warning,) = stderr.splitlines()
+  assert warning.startswith('privacy_report.py: warning: epsilon ') and (
+      'is an UPPER BOUND from rho-zCDP (the zCDP conversion bound), not a tight PLD epsilon: '
+      'rho-zCDP ') in warning, warning
+
 
 # Refused after TensorFlow is imported (in the strategy's resolution or the data's generation):
 # a second or two each once a test has imported it.

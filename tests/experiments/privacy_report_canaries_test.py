@@ -65,11 +65,11 @@ def test_rows_equal_empirical_privacy_of_the_files(tmp_path):
   expected = auditing.empirical_privacy(run_plan, record, patterns, 1e-3)
   assert printed['empirical_privacy'] == [row.to_dict() for row in expected]
   assert [row['threat_model'] for row in printed['empirical_privacy']] == ['all_iterates']
-  assert 'measured lower bound' not in err
+  assert 'certified lower bound' not in err
 
 
 def test_lower_bound_above_the_accounted_epsilon_warns_on_the_console(tmp_path):
-  # Half the noise, 10^4 canaries, delta 1e-2: lower bound ~3.9 against 2.32 accounted.
+  # Half the noise, 10^4 canaries, delta 1e-2: the certified bounds clear 2.32 accounted.
   run = tmp_path / 'run'
   _write_run(run, 10_000, 0.5, delta=1e-2)
   out_dir = tmp_path / 'report'
@@ -80,13 +80,14 @@ def test_lower_bound_above_the_accounted_epsilon_warns_on_the_console(tmp_path):
   printed = json.loads(out)
   (row,) = printed['empirical_privacy']
   assert row['epsilon_lower_bound'] > printed['epsilon']
-  (warning,) = [line for line in err.splitlines() if 'measured lower bound' in line]
-  assert warning.startswith('privacy_report.py: warning: the measured lower bound on epsilon '
-                            '(all_iterates: ')
-  assert 'Do not launch' in warning
+  (warning,) = [line for line in err.splitlines() if 'certified lower bound' in line]
+  assert warning.startswith('privacy_report.py: warning: a certified lower bound on epsilon '
+                            'exceeds the accounted epsilon ')
+  assert '(all_iterates: ' in warning and 'Do not launch' in warning
   assert json.loads((out_dir / 'report.json').read_text()) == printed
   markdown = (out_dir / 'report.md').read_text()
-  assert '## Empirical privacy (canaries)' in markdown and '- **WARNING:** the measured' in markdown
+  assert '## Empirical privacy (canaries)' in markdown
+  assert '- **WARNING:** a certified lower bound' in markdown
 
 
 def _error_line(err):

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from matplotlib import figure
 
 from experiments.run import run_dir, run_summary
 from experiments.sweeps import run_table
@@ -14,7 +15,8 @@ from experiments.sweeps import run_table
 pytestmark = pytest.mark.unit
 
 
-def _make_run(root, name, *, noise_multiplier, epsilon, mechanism='blt', rounds=3, accuracy=0.5):
+def _make_run(root, name, *, noise_multiplier, epsilon, mechanism='blt', rounds=3, accuracy=0.5,
+              bound=False):
   """A finished run directory: metrics.csv with `rounds` rows, then its summary."""
   path = os.path.join(root, name)
   os.makedirs(path)
@@ -28,7 +30,7 @@ def _make_run(root, name, *, noise_multiplier, epsilon, mechanism='blt', rounds=
   summary = run_summary.build_summary(
       path, rounds=rounds, hparams=hparams, accuracy_metric='accuracy',
       noise_multiplier=noise_multiplier, epsilon=epsilon, delta=None if epsilon is None else 1e-6,
-      rho=None if epsilon is None else 0.1)
+      rho=None if epsilon is None else 0.1, epsilon_is_zcdp_bound=bound)
   run_summary.write_summary(path, summary)
   return path
 
@@ -79,8 +81,8 @@ def test_table_columns_swept_settings_and_plot(tmp_path):
   table = run_table.build_table(runs['finished'])
   assert table['swept'] == ['mechanism', 'noise_multiplier']
   assert table['columns'] == ['run', 'mechanism', 'noise_multiplier', 'rounds', 'epsilon', 'delta',
-                              'accounted_noise_multiplier', 'eval_accuracy', 'train_accuracy',
-                              'train_loss', 'train_seconds']
+                              'epsilon_is_zcdp_bound', 'accounted_noise_multiplier',
+                              'eval_accuracy', 'train_accuracy', 'train_loss', 'train_seconds']
   png = str(tmp_path / 'plot.png')
   # The run without noise has no epsilon: it is left out of the plot.
   assert run_table.plot_accuracy_vs_epsilon(table, 'eval_accuracy', png) == 3
@@ -88,6 +90,37 @@ def test_table_columns_swept_settings_and_plot(tmp_path):
     assert f.read(8) == b'\x89PNG\r\n\x1a\n'
   with pytest.raises(ValueError, match='no finished run'):
     run_table.plot_accuracy_vs_epsilon(table, 'eval_loss', png)
+
+
+def test_an_epsilon_that_is_the_zcdp_bound_is_flagged_in_the_table_and_plot(tmp_path):
+  """A sweep's weak-noise point (rho above what the PLD holds) keeps its row: its epsilon is the
+  zCDP bound, flagged in summary.json and the table's column, written '<= e' in the markdown and
+  marked in the plot."""
+  root = str(tmp_path / 'sweep')
+  _make_run(root, 'weak', noise_multiplier=0.01, epsilon=9.6e5, accuracy=0.7, bound=True)
+  _make_run(root, 'strong', noise_multiplier=1.0, epsilon=3.0, accuracy=0.5)
+  _make_run(root, 'nonoise', noise_multiplier=0.0, epsilon=None, accuracy=0.9)
+  finished = run_table.collect_runs(root)['finished']
+  flags = {name: summary['epsilon_is_zcdp_bound'] for name, summary in finished}
+  assert flags == {'nonoise': None, 'strong': False, 'weak': True}
+  table = run_table.build_table(finished)
+  assert {row['run']: row['epsilon_is_zcdp_bound'] for row in table['rows']} == flags
+  markdown = tmp_path / 'runs.md'
+  run_table.write_markdown(table, str(markdown))
+  (weak,) = [line for line in markdown.read_text().splitlines() if line.startswith('| weak |')]
+  assert '| <= 960000 | 1e-06 | True |' in weak
+  saved = []
+  savefig = figure.Figure.savefig
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setattr(figure.Figure, 'savefig', lambda fig, *a, **k: (saved.append(fig),
+                                                                   savefig(fig, *a, **k)))
+    assert run_table.plot_accuracy_vs_epsilon(table, 'eval_accuracy',
+                                              str(tmp_path / 'plot.png')) == 2
+  (ax,) = saved[0].axes
+  assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+      'runs', 'epsilon: upper bound from rho-zCDP']
+  (marked,) = [line for line in ax.get_lines() if line.get_marker() == '<']
+  assert list(marked.get_xdata()) == [9.6e5]
 
 
 @pytest.mark.e2e

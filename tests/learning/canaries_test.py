@@ -129,7 +129,7 @@ def test_gaussian_estimate_matches_the_accounted_epsilon(accounted_plan):
   # at 1000 random canaries; tests/auditing/streaming_noise_test.py asserts the 10% where the
   # math allows it (8000 orthonormal canaries).
   assert low <= accounted <= high
-  assert auditing.epsilon_lower_bound(seen, unseen, DELTA) <= accounted
+  assert auditing.gdp_fit_bound(seen, unseen, DELTA).epsilon <= accounted
 
 
 def _estimate_band(num_canaries, accounted):

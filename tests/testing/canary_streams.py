@@ -130,12 +130,3 @@ def one_shot_band(mu: float, num: int, delta: float, seed: int, simulations: int
   values = [estimates.estimate_epsilon(rng.normal(mu, 1.0, num), rng.normal(0.0, 1.0, num), delta)
             for _ in range(simulations)]
   return tuple(np.quantile(values, (0.001, 0.999)))
-
-
-def lower_bound_band(mu: float, num: int, delta: float, seed: int, simulations: int = 200):
-  """The 0.5% and 99.5% quantiles of `estimates.epsilon_lower_bound` (confidence 0.95) on `num`
-  draws of N(mu, 1) vs as many of N(0, 1), over `simulations` draws."""
-  rng = np.random.default_rng(seed)
-  values = [estimates.epsilon_lower_bound(rng.normal(mu, 1.0, num), rng.normal(0.0, 1.0, num),
-                                          delta) for _ in range(simulations)]
-  return tuple(np.quantile(values, (0.005, 0.995)))
