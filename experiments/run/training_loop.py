@@ -113,7 +113,7 @@ def _start(task: Task, config: RunConfig, directory: run_dir.RunDirectory,
            scope: contextlib.ExitStack):
   """The run's start (`run_start.start_run`: checks, plan, header, process), then its context and
   data source; writes nothing. Returns (start, data source, process over client ids)."""
-  with run_start.setup_errors(secure_context.SecureContextError):
+  with run_start.setup_errors():
     start = run_start.start_run(task, config, directory)
     # One asynchronous context (train_model needs one) for the rest of this run, once the checks
     # passed and before any computation runs; installed over the caller's and removed on return, so

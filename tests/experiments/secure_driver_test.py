@@ -153,52 +153,15 @@ _LAUNCHER = textwrap.dedent('''
 ''')
 
 
-def test_context_without_secure_sums_fails_with_one_line(tmp_path):
+def test_a_callers_context_without_secure_sums_is_not_in_the_way(tmp_path):
+  # The training loop installs TFF's asynchronous test context over the caller's, for the run.
   launcher = tmp_path / 'launcher.py'
   launcher.write_text(_LAUNCHER)
   returncode, stderr = _run(tmp_path, [sys.executable, str(launcher)],
-                            f'--root_output_dir={tmp_path}', *TINY_RUN, '--rounds=2',
-                            timeout=FAILS_FAST_SECONDS)
-  line = _assert_one_line_error(
-      returncode, stderr, 'launcher.py: error: --secure_aggregation needs a TFF execution context',
-      'failed a secure-sum probe (INVALID_ARGUMENT',
-      'tff.backends.test.set_sync_test_cpp_execution_context()')
-  assert 'RpcError' not in line
-  assert not os.path.exists(tmp_path / 'run')  # nothing written
+                            f'--root_output_dir={tmp_path}', *TINY_RUN, '--rounds=2')
+  assert returncode == 0, stderr[-3000:]
+  assert len(_rows(tmp_path)) == 2
 
-
-_SWITCH_AFTER_COMPUTATIONS = textwrap.dedent('''
-    import numpy as np
-    import tensorflow_federated as tff
-    from experiments.run import secure_context
-
-    @tff.tensorflow.computation(np.int32)
-    def increment(x):
-      return x + 1
-
-    @tff.federated_computation(tff.FederatedType(np.int32, tff.CLIENTS))
-    def secure_sum(values):
-      return tff.federated_secure_sum_bitwidth(values, 8)
-
-    assert increment(1) == 2  # TFF's default context has started its worker
-    context = secure_context.use_secure_context()
-    assert secure_context.use_secure_context() is context
-    print('sum', int(secure_sum([1, 2, 3])), flush=True)
-''')
-
-
-def test_secure_context_after_computations_ran(tmp_path):
-  # Replacing a context that ran computations used to hang where SIGINT is ignored (background
-  # jobs, CI): TFF's destructor SIGINTs its worker and waits for it.
-  script = tmp_path / 'switch.py'
-  script.write_text(_SWITCH_AFTER_COMPUTATIONS)
-  out_path = tmp_path / 'stdout.txt'
-  with open(out_path, 'w') as out:
-    proc = subprocess.run([sys.executable, str(script)], stdout=out, stderr=subprocess.STDOUT,
-                          timeout=120, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3'))
-  output = out_path.read_text()
-  assert proc.returncode == 0, output[-3000:]
-  assert 'sum 6' in output
 
 
 @pytest.mark.parametrize('flag, fragments', [
