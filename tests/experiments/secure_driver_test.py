@@ -27,6 +27,7 @@ TINY_RUN = ('--model=tiny', '--clients_per_round=3', '--synthetic_num_clients=30
 CLIENTS_PER_ROUND = 3
 # Time limit of a driver run that stops before any training.
 FAILS_FAST_SECONDS = 60
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Runs asserting that no round wraps use the Hadamard rotation and this modclip_prob. With random
 # signs and the orthonormal Hadamard transform, each coordinate of the rotated (scaled) sum s is a
 # Rademacher sum with variance proxy ||s||^2 / d, so by Hoeffding it leaves +-k ||s|| / sqrt(d) with
@@ -42,9 +43,12 @@ NO_WRAP = ('--secure_rotation=hd', '--secure_modclip_prob=1e-12')
 def _run(tmp_path, command, *args, timeout=300):
   """Runs `command` (a list) with `args`; returns (exit code, stderr text)."""
   err_path = tmp_path / 'stderr.txt'
+  # A script's own directory comes first on its path: the checkout's packages must come next.
+  path = os.pathsep.join(p for p in (ROOT, os.environ.get('PYTHONPATH')) if p)
   with open(err_path, 'w') as err:
     proc = subprocess.run([*command, *args], stdout=subprocess.DEVNULL, stderr=err,
-                          timeout=timeout, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3'))
+                          timeout=timeout,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', PYTHONPATH=path))
   return proc.returncode, err_path.read_text()
 
 

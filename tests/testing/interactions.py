@@ -141,7 +141,7 @@ EXISTING = {
     'tests/experiments/poisson_driver_test.py::'
     'test_cyclic_poisson_binary_runs_and_a_bad_combination_is_one_line':
         _rows(['banded'], sampler='cyclic_poisson'),
-    'tests/programs/program_restart_test.py::test_poisson_program_draws_and_trains_as_the_driver':
+    'tests/experiments/poisson_driver_test.py::test_poisson_run_resumes_with_the_same_cohorts':
         _rows(['gaussian'], sampler='poisson'),
     'tests/experiments/workers_test.py::'
     'test_driver_on_workers_equals_local_and_survives_lost_workers':
