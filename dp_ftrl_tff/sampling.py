@@ -1,5 +1,5 @@
 """Client sampling, one concept: the `Sampling` settings of a plan, the registry of sampler kinds,
-the `Sampler` interface and `make_sampler`, which the drivers and the program's data source call.
+the `Sampler` interface and `make_sampler`, which the data source (`programs.data_source`) calls.
 
 Built-in kinds (the flag `--sampler`):
   * 'min_sep' (the default): exactly `clients_per_round` clients a round under the plan's declared

@@ -16,7 +16,6 @@ import pytest
 
 from experiments import mechanisms_cli, privacy_report
 from experiments.emnist import run_emnist
-from experiments.programs import emnist_program
 from experiments.stackoverflow import run_stackoverflow
 from experiments.sweeps import run_sweep, summarize
 
@@ -32,7 +31,6 @@ _WORKERS = importlib.import_module('experiments.workers.__main__')
 BINARIES = {
     'run_emnist': (run_emnist.FLAGS, ()),
     'run_stackoverflow': (run_stackoverflow.FLAGS, ()),
-    'emnist_program': (emnist_program.FLAGS, ()),
     'privacy_report': (privacy_report.FLAGS, ()),
     'mechanisms_cli': (mechanisms_cli._FLAGS, mechanisms_cli.COMMANDS),  # pylint: disable=protected-access
     'run_sweep': (run_sweep.FLAGS, ()),

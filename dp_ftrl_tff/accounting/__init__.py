@@ -11,7 +11,7 @@ Modules:
     section builders `report_participation`, `report_sections` and `report_empirical`, each
     returning its data and its typed findings (`report_parts.Finding`).
   * `report_files`: `report_from_run_files`, the report of a run from its plan, participation log,
-    metrics CSV and canary record (the one builder of the drivers, the program release and
+    metrics CSV and canary record (the one builder of the drivers, the report release and
     `experiments.privacy_report`).
   * `run_metrics`: what the report reads of a run's metrics CSV (SecAgg segments and wrapped
     rounds, adaptive clipping's final clip).

@@ -231,7 +231,9 @@ class LogBuilder:
     self._bits.add(codes[keep], rows.rounds[keep], self._names.size, self.where)
 
   def add_text_ids(self, ids: Sequence[str], rounds: np.ndarray) -> None:
-    """Adds rows whose ids are str (the csv-module path and `from_arrays`)."""
+    """Adds rows whose ids are str (the csv-module path and `from_arrays`); none: nothing."""
+    if not len(ids):
+      return
     encoded = [i.encode('utf-8') for i in ids]
     lengths = np.fromiter(map(len, encoded), np.int64, len(encoded))
     width = max(int(lengths.max()) if lengths.size else 0, 1)

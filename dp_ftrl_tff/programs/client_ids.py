@@ -2,7 +2,8 @@
 
 `process_over_client_ids(process, client_data, canary_ids)` is what a loop over a client-id data
 source (`programs.data_source.SampledClientDataSource`, TFF's `ClientIdDataSource`) trains: its
-`next` takes the round's client ids, as `tff.learning.programs.train_model` passes them. Without
+`next` takes the round's client ids, as `tff.learning.programs.train_model` passes them, and its
+metrics add `cohort_size`, the number of clients of the round. Without
 canaries it is TFF's `compose_dataset_computation_with_learning_process` of the ClientData's
 dataset computation. With canaries (a process of `learning.dp_ftrl.build_dp_ftrl_process(...,
 canaries=)`) the population is the data's clients plus `canary_ids`: a client's input is
@@ -19,6 +20,9 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from dp_ftrl_tff.learning import canaries as canaries_lib
+
+#: The metric (top level of the process's metrics) counting the round's clients.
+COHORT_SIZE = 'cohort_size'
 
 
 def process_over_client_ids(process: tff.learning.templates.LearningProcess,
@@ -52,8 +56,8 @@ def process_over_client_ids(process: tff.learning.templates.LearningProcess,
   if len(set(canary_ids)) != len(canary_ids) or set(canary_ids) & set(client_data.client_ids):
     raise ValueError('`canary_ids` must be distinct and none of `client_data`\'s client ids.')
   if not canary_ids:
-    return tff.simulation.compose_dataset_computation_with_learning_process(
-        client_data.dataset_computation, process)
+    return _counting_clients(tff.simulation.compose_dataset_computation_with_learning_process(
+        client_data.dataset_computation, process))
   dataset_fn = client_data.serializable_dataset_fn
   stand_in = client_data.client_ids[0]  # a canary's data: none of this client's elements
 
@@ -79,6 +83,30 @@ def process_over_client_ids(process: tff.learning.templates.LearningProcess,
   @tff.federated_computation(state_type, tff.FederatedType(np.str_, tff.CLIENTS))
   def next_fn(state, client_ids):
     return process.next(state, tff.federated_map(client_input, client_ids))
+
+  return _counting_clients(tff.learning.templates.LearningProcess(
+      process.initialize, next_fn, process.get_model_weights, process.set_model_weights,
+      get_hparams_fn=process.get_hparams, set_hparams_fn=process.set_hparams))
+
+
+def _counting_clients(process: tff.learning.templates.LearningProcess
+                      ) -> tff.learning.templates.LearningProcess:
+  """`process` (over client ids) whose metrics also hold `cohort_size`: the number of clients the
+  round ran on (0 for an empty Poisson cohort), summed by the computation itself."""
+  state_type, ids_type = process.next.type_signature.parameter
+  metric_names = tff.structure.name_list(process.next.type_signature.result.metrics.member)
+
+  @tff.tensorflow.computation(np.str_)
+  def one(client_id):
+    del client_id
+    return np.int32(1)
+
+  @tff.federated_computation(state_type, ids_type)
+  def next_fn(state, client_ids):
+    output = process.next(state, client_ids)
+    metrics = collections.OrderedDict((name, output.metrics[name]) for name in metric_names)
+    metrics[COHORT_SIZE] = tff.federated_sum(tff.federated_map(one, client_ids))
+    return tff.learning.templates.LearningProcessOutput(output.state, tff.federated_zip(metrics))
 
   return tff.learning.templates.LearningProcess(
       process.initialize, next_fn, process.get_model_weights, process.set_model_weights,

@@ -1,19 +1,20 @@
 """A `tff.program.FederatedDataSource` whose rounds are drawn by the plan's client sampler.
 
 `SampledClientDataSource` selects each round's cohort of a client-id population (a sequence of ids
-or a `tff.simulation.datasets.ClientData`) with the plan's sampler (`sampling.make_sampler`, as the
-drivers do), returns client ids as `tff.program.ClientIdDataSource` does and appends the cohort to
+or a `tff.simulation.datasets.ClientData`) with the plan's sampler (`sampling.make_sampler`),
+returns client ids as `tff.program.ClientIdDataSource` does and appends the cohort to
 the participation log, so `tff.learning.programs.train_model` can train on it and the privacy
 report can read the log. Rounds are 0-based: `train_model`'s round j (1-based) selects t = j - 1.
 
 Restart contract. The iterator's bytes (`to_bytes`) hold all TFF's restore
 (`type(template).from_bytes(bytes)`) needs: the population, the sampler's kind, `config` and
-`state` (the dict the drivers' checkpoint stores), the log's path and the byte offset of the next
+`state` (the sampler's), the log's path and the byte offset of the next
 round's rows. Draws are a pure function of (seed, population order, round, state) and `select`
 cuts the log back to the offset before appending, so a restored program (whatever was written
 after its save) and a round `train_model` discards select and log what an uninterrupted program
-does: the drivers' bytes for the same population order, seed and plan. Nothing here truncates the
-log before a `select`: a program must refuse to start fresh over an old run's log.
+does, byte for byte. `SampledClientDataSource.resume` continues a restored iterator's draws under
+the data source's own plan and log path (a run trained on with more rounds, or moved). Nothing here
+truncates the log before a `select`: a program must refuse to start fresh over an old run's log.
 
 Bytes (version 2): b'DPFTRLIT' | u16 version (little-endian) | SHA-256 of the body (32 bytes) |
 body: ASCII JSON {sampler (the kind), config, num_rounds, participation_log (absolute),
@@ -224,6 +225,27 @@ class SampledClientDataSource(_Selection, tff.program.FederatedDataSource):
     """A new iterator at round 0 and the log's first row. No side effects: `train_model` calls it
     on every start, and a restored iterator replaces it."""
     return SampledClientDataSourceIterator._of(self._shared, self._sampler.copy(), _FIRST_OFFSET)
+
+  def resume(self, iterator: SampledClientDataSourceIterator) -> SampledClientDataSourceIterator:
+    """A new iterator of this data source at `iterator`'s round and log offset: `iterator`'s draws
+    (its sampler state) continue under this data source's plan, its rounds and its log path, as a
+    resumed run continues with a larger `num_rounds` or in a moved run directory. No side effects.
+
+    Raises:
+      ValueError: `iterator` is not a `SampledClientDataSourceIterator` of this population (the same
+        ids in the same order) and sampler kind.
+    """
+    if not isinstance(iterator, SampledClientDataSourceIterator):
+      raise ValueError('`iterator` must be a SampledClientDataSourceIterator, got '
+                       f'{type(iterator).__name__}.')
+    if (iterator._shared.client_ids != self._shared.client_ids
+        or iterator.sampler_kind != self._shared.sampler):
+      raise ValueError('`iterator` draws from another population or with another sampler kind '
+                       f'({iterator.sampler_kind!r}) than this data source '
+                       f'({self._shared.sampler!r}).')
+    sampler = self._sampler.copy()
+    sampler.load_state(iterator._sampler.state)
+    return SampledClientDataSourceIterator._of(self._shared, sampler, iterator.log_offset)
 
 
 def _unpack(buffer) -> dict:

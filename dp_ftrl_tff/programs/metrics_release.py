@@ -1,20 +1,19 @@
-"""Releases `train_model`'s per-round metrics under the drivers' names, keys and order.
+"""Releases `train_model`'s per-round metrics as the rows of a run's metrics.csv.
 
 `tff.learning.programs.train_model` releases each round's metrics to its `train_metrics_manager`
 as a nested structure (`model_metrics/<m>` for the clients' training metrics, `aggregator/<m>` for
 the aggregator's measurements: the clip, clipped and zeroed counts, the noise std, the segment and,
 with SecAgg, the `modular_wrap` flag and scale factor) keyed by its 1-based round number, as a
-background task. `RoundMetricsReleaseManager` turns that into the drivers' rows (`train_<m>` and
+background task. `RoundMetricsReleaseManager` turns that into the rows (`train_<m>` and
 `aggregator/<m>`, numeric scalars only; `round_metrics`) and releases them to the managers it wraps
 (e.g. `tff.program.CSVFileReleaseManager(RUN/metrics.csv, key_fieldname='round')` and a
-`TensorBoardReleaseManager`) keyed by the drivers' 0-based round, one round at a time in the order
-the releases were started. So a program's metrics.csv reads as a driver run's
-(`accounting.run_metrics`, the privacy report). Managers in `after_metrics` (the report release)
+`TensorBoardReleaseManager`) keyed by the 0-based round, one round at a time in the order the
+releases were started, as the privacy report reads them (`accounting.run_metrics`). Managers in `after_metrics` (the report release)
 get train_model's value and key once the round's row is written.
 
-Not in a program's rows (train_model does not pass them): the drivers' `cohort_size`,
-`round_seconds` and evaluation metrics. A round without training examples (an empty Poisson
-cohort) has NaN training metrics in both (`blank_untrained`).
+A process over client ids (`programs.client_ids`) also reports `cohort_size`, the number of clients
+of the round, which the rows keep. A round without training examples (an empty Poisson cohort) has
+NaN training metrics (`blank_untrained`).
 """
 
 import asyncio
@@ -24,9 +23,11 @@ from typing import Dict
 import numpy as np
 import tensorflow_federated as tff
 
-#: The prefix of the clients' training metrics in the drivers' rows (`train_loss`, ...).
+from dp_ftrl_tff.programs import client_ids
+
+#: The prefix of the clients' training metrics in the rows (`train_loss`, ...).
 TRAIN_PREFIX = 'train_'
-#: The prefix of the aggregator's measurements in the drivers' rows (`aggregator/clip`, ...).
+#: The prefix of the aggregator's measurements in the rows (`aggregator/clip`, ...).
 AGGREGATOR_PREFIX = 'aggregator/'
 
 
@@ -39,17 +40,17 @@ def _scalar(value):
 
 
 def round_metrics(metrics: Mapping) -> Dict[str, float]:
-  """One round's flat metrics under the drivers' names.
+  """One round's flat metrics under the rows' names.
 
   Args:
     metrics: `train_model`'s released structure: `model_metrics` (the clients' training metrics,
-      `client_work/train` of the process's metrics) and `aggregator` (its measurements); other
-      entries (`distributor`, `finalizer`, the rest of `client_work`) are left out, as the drivers
-      leave them out.
+      `client_work/train` of the process's metrics), `aggregator` (its measurements) and, from a
+      process over client ids, `cohort_size`; other entries (`distributor`, `finalizer`, the rest
+      of `client_work`) are left out.
 
   Returns:
-    {'train_<m>': float} for every training metric and {'aggregator/<name>': float} for every
-    numeric scalar measurement (nested names joined with '/'), in that order.
+    {'train_<m>': float} for every training metric, {'aggregator/<name>': float} for every numeric
+    scalar measurement (nested names joined with '/') and {'cohort_size': float}, in that order.
 
   Raises:
     ValueError: `metrics` is not a mapping with `model_metrics` and `aggregator`, or a training
@@ -67,15 +68,17 @@ def round_metrics(metrics: Mapping) -> Dict[str, float]:
     values[TRAIN_PREFIX + name] = scalar
   for name, value in tff.program.structure_utils.flatten_with_name(metrics['aggregator']):
     scalar = _scalar(value)
-    if scalar is not None:  # the drivers keep numeric scalars only (not canary projections)
+    if scalar is not None:  # the rows keep numeric scalars only (not canary projections)
       values[AGGREGATOR_PREFIX + name] = scalar
+  if client_ids.COHORT_SIZE in metrics:
+    values[client_ids.COHORT_SIZE] = float(metrics[client_ids.COHORT_SIZE])
   return values
 
 
 def blank_untrained(row: Dict[str, float]) -> Dict[str, float]:
   """`row` with its `train_<m>` metrics (bar the `train_num_<m>` counts) set to NaN when the round
   trained on no example (`train_num_examples` is 0, e.g. an empty Poisson cohort): TFF reports 0
-  for a mean over no examples, which would read as a loss of 0. The drivers' and the programs' rule.
+  for a mean over no examples, which would read as a loss of 0.
   """
   if row.get(TRAIN_PREFIX + 'num_examples', 1.0) != 0:
     return row
@@ -85,7 +88,7 @@ def blank_untrained(row: Dict[str, float]) -> Dict[str, float]:
 
 
 class RoundMetricsReleaseManager(tff.program.ReleaseManager):
-  """A `train_metrics_manager` for `train_model` that releases the drivers' metric rows.
+  """A `train_metrics_manager` for `train_model` that releases the metric rows.
 
   `release(value, key)` takes train_model's metrics structure and its 1-based round number `key`
   (rounds done), and releases `round_metrics(value)` to each of `managers` in turn with the 0-based

@@ -1,14 +1,14 @@
-"""The canary clients of a driver run (`canary_clients`): their ids, canaries and files.
+"""The canary clients of a run (`canary_clients`): their ids, canaries and files.
 
 A run with N canary clients appends N clients to the task's population, named `CANARY_ID_PREFIX`
-and a 5-digit index; the sampler draws them like any client. A canary's dataset is never read (an
-empty one of the task's type): in its rounds the process inserts the canary's direction instead
-(`dp_ftrl_tff.learning.canaries`). `CanaryRecorder` writes `canaries.json` (ids, seed, metadata)
+and a 5-digit index; the sampler draws them like any client. A canary's dataset is empty (the
+process over client ids builds it: `dp_ftrl_tff.programs.client_ids`): in its rounds the process
+inserts the canary's direction instead (`dp_ftrl_tff.learning.canaries`). `CanaryRecorder` writes `canaries.json` (ids, seed, metadata)
 and `canaries.csv` (per-round projections, in units of the round's clip on the sum), then the final
 model delta's cosines with the canary directions (`dp_ftrl_tff.auditing.records`; docs/auditing.md).
 """
 
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 from absl import logging
@@ -46,13 +46,11 @@ def run_canaries(client_ids: Sequence[str], num_canaries: int, seed: int, plan: 
 class CanaryRecorder:
   """The canary clients of a run in its rounds, and their files in the run directory."""
 
-  def __init__(self, canaries: canaries_lib.Canaries, canary_ids: Sequence[str], empty_dataset,
+  def __init__(self, canaries: canaries_lib.Canaries, canary_ids: Sequence[str],
                output_dir: str, num_params: int, plan: plan_lib.RunPlan, run_id: str):
-    """Args: the run's `canaries` and their client ids; `empty_dataset`, a dataset of the task's
-    type with no element (a canary's, for `client_data`; None for a process over client ids,
-    `programs.client_ids`); the run directory; the model's `num_params` trainable
-    parameters; the run's `plan` and identity `run_id`."""
-    self.canaries, self.plan, self.empty_dataset = canaries, plan, empty_dataset
+    """Args: the run's `canaries` and their client ids; the run directory; the model's
+    `num_params` trainable parameters; the run's `plan` and identity `run_id`."""
+    self.canaries, self.plan = canaries, plan
     self.rounds_recorded = 0  # by this process: rounds it trained
     self.index = {client: i for i, client in enumerate(canary_ids)}
     self.files = auditing.CanaryFilesWriter(output_dir, canaries.num_canaries, canaries.seed,
@@ -68,13 +66,6 @@ class CanaryRecorder:
         logging.warning('%s is missing or altered: rebuilt from the run\'s settings.',
                         self.files.path)
       self.files.write_metadata()
-
-  def client_data(self, cohort: Sequence[str], dataset_fn: Callable[[str], object]) -> list:
-    """The process's input for `cohort`: each client's dataset (`dataset_fn(id)`, a canary's
-    empty) paired with its canary index."""
-    datasets = [self.empty_dataset if c in self.index else dataset_fn(c) for c in cohort]
-    return canaries_lib.client_data(
-        datasets, [self.index.get(c, canaries_lib.NOT_A_CANARY) for c in cohort])
 
   def record_round(self, round_num: int, measurements) -> None:
     """Appends the round's canary projections in units of the round's clip on the SUM: the

@@ -26,9 +26,8 @@ not checkpointed, a torn last line). hparams.json and plan.json are rewritten fr
 settings on every start, and canaries.json is rebuilt when it no longer matches, so a deleted or
 replaced copy of those comes back exactly.
 
-The drivers record every file; the train_model program (experiments/programs/emnist_program.py)
-records its strategy file and participation log (its final evaluation rewrites the last metrics
-row after the last checkpoint).
+Every record describes every run file; the records of train_model programs of earlier releases
+hold no metrics.csv (their final evaluation rewrote the last row after the last checkpoint).
 
 Why not in the checkpoint itself: `tff.program.FileProgramStateManager` loads a state only with
 the structure of the built process, and these checks must run before the 10-20 s of building it.
@@ -167,16 +166,16 @@ def describe_files(output_dir: str, round_num: int, names=ALL_FILES) -> Dict[str
   return files
 
 
-def write_record(output_dir: str, round_num: int, settings: dict, plan: dict, run_id: str,
-                 files=ALL_FILES) -> None:
-  """Writes `record_<round_num>.json` for the checkpoint just saved, describing the run's `files`
-  (names of `ALL_FILES`), and removes the records of checkpoints `tff.program` has since removed."""
+def write_record(output_dir: str, round_num: int, settings: dict, plan: dict, run_id: str
+                 ) -> None:
+  """Writes `record_<round_num>.json` for the checkpoint just saved, describing the run's files
+  (`ALL_FILES`), and removes the records of checkpoints `tff.program` has since removed."""
   round_num = int(round_num)  # train_model's versions are numpy integers
   record = {'format': FORMAT, 'round': round_num,
             'checkpoint': tree_digest(checkpoint_path(output_dir, round_num)),
             'run_id': auditing.check_run_id(run_id, 'run_id'),
             'settings': settings, 'plan': plan,
-            'files': describe_files(output_dir, round_num, files)}
+            'files': describe_files(output_dir, round_num)}
   _atomic.write_text(record_path(output_dir, round_num), json.dumps(record, indent=1) + '\n')
   for other in _rounds(output_dir, _RECORD):
     if not os.path.isdir(checkpoint_path(output_dir, other)):

@@ -87,7 +87,7 @@ def spent_guarantee(plan: plan_lib.RunPlan, log_path: str,
                     rounds_done: int) -> Optional[zcdp.Guarantee]:
   """The guarantee of the first `rounds_done` rounds for the participation observed in the run's
   log at `log_path` in those rounds (None without noise or without rows). The log may hold later
-  rounds (a train_model program draws the next round before it releases this one's row)."""
+  rounds (train_model draws the next round before it releases this one's row)."""
   if plan.noise_multiplier == 0 or rounds_done < 1:
     return None
   log = participation_log.read_participation_log(log_path).first_rounds(rounds_done)

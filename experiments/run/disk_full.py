@@ -1,6 +1,6 @@
 """The one line of a write that failed on a full disk: what was being written, that nothing is lost.
 
-`disk_full_message(error)` (the drivers' and the program's, `experiments.run.driver`) recognizes a
+`disk_full_message(error)` (the drivers', `experiments.run.driver`) recognizes a
 full disk or quota (`is_disk_full`: an OSError with ENOSPC / EDQUOT, or TensorFlow's errors, which
 are no OSError, with their text) and names the run file the error names in words (`written_file`:
 'the checkpoint after round 3', 'the participation log', ...). Every run file is written so that a

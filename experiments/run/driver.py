@@ -22,7 +22,7 @@ import logging as std_logging
 import os
 import sys
 import traceback
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict
 
 from absl import flags, logging
 
@@ -109,7 +109,7 @@ def _fail(error, flag_values: flags.FlagValues, exit_code: int = flag_parsing.ER
 
 def _runtime_message(error: BaseException) -> str:
   """One line for an error that is not bad input: I/O, memory, or a bug."""
-  if isinstance(error, remote_execution.WorkersLostError):  # the drivers' and the program's
+  if isinstance(error, remote_execution.WorkersLostError):
     return (f'{error}; restart them (python -m experiments.workers start) and rerun the same '
             'command to resume from the last checkpoint.')
   if isinstance(error, remote_execution.WorkerUnavailableError):
@@ -141,13 +141,9 @@ def _finished(config: run_config.RunConfig) -> bool:
   record_checks.check_settings(resumption, config)
   record_checks.check_finished_run(config.output_dir, resumption)
   report = os.path.join(config.output_dir, run_dir.REPORT_DIR, 'report.md')
-  # The train_model program refuses another --rounds (its data source's schedule is in its
-  # checkpoints); a driver trains on.
-  more = ('another --rounds is refused: train longer under another --experiment_name'
-          if config.task.get('program') else 'a larger --rounds trains on')
   console.notice(f'{config.output_dir} holds this run, finished after round {config.rounds}/'
                  f'{config.rounds}: nothing to do. Its report: {report} (--force_report rewrites '
-                 f'it; {more}).')
+                 'it; a larger --rounds trains on).')
   return True
 
 
@@ -160,17 +156,11 @@ class Failure(Exception):
     self.error, self.exit_code = error, exit_code
 
 
-#: What trains a run: `(task, config) -> result`, raising `run_start.SetupError` on bad input.
-RunFn = Callable[[run_config.Task, run_config.RunConfig], Dict[str, Any]]
-
-
 def run_from_flags(flag_values: flags.FlagValues,
                    build_task: Callable[[run_config.RunConfig], run_config.Task],
-                   task_settings: Callable[[flags.FlagValues], Dict[str, Any]],
-                   run_fn: Optional[RunFn] = None) -> Dict[str, Any]:
+                   task_settings: Callable[[flags.FlagValues], Dict[str, Any]]) -> Dict[str, Any]:
   """Builds the `RunConfig` and the task from parsed `flag_values` and trains (`run_main`'s
-  arguments) with `run_fn` (default `training_loop.run`; `experiments.programs.emnist_program`
-  trains through `tff.learning.programs.train_model`); returns its result.
+  arguments) with `training_loop.run`; returns its result.
 
   Raises:
     Failure: bad input (exit 2) or a runtime failure (exit 1), as the driver reports it.
@@ -195,7 +185,7 @@ def run_from_flags(flag_values: flags.FlagValues,
   from experiments.run import run_start, training_loop  # pylint: disable=g-import-not-at-top
   try:
     stop_signals.check()
-    return (run_fn or training_loop.run)(task, config)
+    return training_loop.run(task, config)
   except run_start.SetupError as error:
     raise Failure(error, flag_parsing.ERROR_EXIT_CODE) from error
   except run_dir.RunDirError as error:
@@ -206,8 +196,7 @@ def run_from_flags(flag_values: flags.FlagValues,
 
 def run_main(flag_values: flags.FlagValues,
              build_task: Callable[[run_config.RunConfig], run_config.Task],
-             task_settings: Callable[[flags.FlagValues], Dict[str, Any]], usage: str,
-             run_fn: Optional[RunFn] = None) -> None:
+             task_settings: Callable[[flags.FlagValues], Dict[str, Any]], usage: str) -> None:
   """Runs a driver: parses `flag_values`, builds the `RunConfig` and the task, trains.
 
   Args:
@@ -215,7 +204,6 @@ def run_main(flag_values: flags.FlagValues,
     build_task: `RunConfig` -> `run_config.Task`.
     task_settings: parsed `flag_values` -> the driver's own settings (`RunConfig.task`).
     usage: the text `--help` prints before the flags (the driver's docstring).
-    run_fn: what trains (`run_from_flags`); default `training_loop.run`.
   """
 
   def main(argv):
@@ -232,7 +220,7 @@ def run_main(flag_values: flags.FlagValues,
       flag_parsing.exit_with_error(f'unexpected arguments {argv[1:]}', flag_values)
     set_up_logging()
     try:
-      run_from_flags(flag_values, build_task, task_settings, run_fn)
+      run_from_flags(flag_values, build_task, task_settings)
     except Failure as failure:
       _fail(failure.error, flag_values, failure.exit_code)
 

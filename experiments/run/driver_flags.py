@@ -20,6 +20,12 @@ from dp_ftrl_tff.mechanisms import memory
 from experiments.cli import plan_flags
 from experiments.run import run_config
 
+#: `RunConfig.task['program']`: what trains every run, TFF's `train_model` (`training_loop`). Recorded
+#: in hparams.json and the checkpoint records: the directory of a run trained by the drivers' own loop
+#: of earlier versions, which lacks it and whose checkpoints hold another structure, is refused as a
+#: run of other settings instead of failing to load.
+PROGRAM = 'train_model'
+
 
 def define_common_flags(fv: flags.FlagValues) -> None:
   """Defines the shared driver flags on `fv`."""
@@ -115,6 +121,6 @@ def config_from_flags(fv: flags.FlagValues, task_settings: Dict[str, Any]) -> ru
     values['noise_multiplier'] = None
   config = run_config.RunConfig(**values, mechanism_options=plan_flags.mechanism_options(fv),
                                 restart_rounds=plan_flags.restart_rounds(fv.restart_rounds),
-                                task=dict(task_settings))
+                                task={**task_settings, 'program': PROGRAM})
   memory.check_canaries_fit(config.canary_clients, config.rounds)
   return config

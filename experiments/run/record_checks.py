@@ -32,21 +32,14 @@ from experiments.run.checkpoint_records import Resumption
 # checkpointed rounds were trained and must stay as recorded.
 RESUMABLE_PLAN_FIELDS = ('num_rounds', 'target_delta', 'beyond_max_rounds', 'participation',
                          'calibration', 'strategy_source')
-LOCATION_SETTINGS = ('root_output_dir', 'experiment_name')
+#: The settings (hparams keys) a resumed command may change: `run_config.RESUMABLE_CHANGES` and the
+#: run directory's location (a run copied or moved elsewhere resumes there).
+CHANGEABLE_SETTINGS = frozenset(run_config.RESUMABLE_CHANGES) | frozenset(
+    ('root_output_dir', 'experiment_name'))
 
 
 def _record_name(round_num: int) -> str:
   return checkpoint_records.record_path('', round_num).lstrip(os.sep)
-
-
-def changeable_settings(settings: dict) -> frozenset:
-  """The settings (hparams keys) a resumed command may change: `run_config.RESUMABLE_CHANGES`, and
-  for a driver run the directory's location (a driver run copied or moved elsewhere resumes; the
-  train_model program's data source holds its log's absolute path, so its run stays where it
-  started)."""
-  program = isinstance(settings.get('task'), dict) and settings['task'].get('program')
-  return frozenset(run_config.RESUMABLE_CHANGES) | frozenset(
-      () if program else LOCATION_SETTINGS)
 
 
 def _changes(recorded: dict, current: dict, unchecked=()) -> Optional[str]:
@@ -69,7 +62,7 @@ def _refuse_changes(resumption: Resumption, recorded: dict, current: dict, unche
 
 def check_settings(resumption: Resumption, config: run_config.RunConfig) -> None:
   """Raises ValueError when the command's settings (`config`) differ from those the checkpoint
-  `resumption` resumes from trained with, but for `changeable_settings`; a run without a checkpoint
+  `resumption` resumes from trained with, but for `CHANGEABLE_SETTINGS`; a run without a checkpoint
   is checked against its hparams.json (`run_config.check_hparams`).
 
   Raises:
@@ -78,7 +71,7 @@ def check_settings(resumption: Resumption, config: run_config.RunConfig) -> None
   """
   if not resumption.fresh:
     _refuse_changes(resumption, resumption.record['settings'], run_config.hparams_document(config),
-                    changeable_settings(resumption.record['settings']))
+                    CHANGEABLE_SETTINGS)
   else:
     run_config.check_hparams(config)
 
@@ -221,7 +214,8 @@ def check_finished_run(output_dir: str, resumption: Resumption) -> None:
 
 
 def is_run_directory(directory: str) -> bool:
-  """Whether `directory` holds a training run of the drivers or the train_model program."""
+  """Whether `directory` holds a training run (of a driver, or of the train_model program of earlier
+  releases)."""
   return (os.path.isfile(os.path.join(directory, run_dir.HPARAMS_FILE))
           or os.path.isdir(checkpoint_records.checkpoints_dir(directory)))
 
@@ -275,7 +269,7 @@ def _check_input(flag: str, path: str, resumption: Resumption) -> None:
     problem = None
     for name in names:
       if name not in record['files']:
-        if flag == 'metrics':  # the program's final evaluation rewrites it after its last record
+        if flag == 'metrics':  # an earlier release's train_model program recorded none
           continue
         problem = f'the run recorded no {name}'
         break

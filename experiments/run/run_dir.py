@@ -17,7 +17,7 @@ A driver run owns `<root_output_dir>/<experiment_name>/` through `RunDirectory`:
     directory ends the recorded ones whose parent is dead (`end_stale_workers`).
   * Stale temp files and directories of interrupted writes (`checkpoints/program_state_<r>_temp<k>`
     of `tff.program.FileProgramStateManager`, `metrics.csv_temp<k>` of its CSV release manager,
-    `model/<key>_temp<k>` of the train_model program's model release, `*.tmp` of ours, also in
+    `model/<key>_temp<k>` of train_model's model release, `*.tmp` of ours, also in
     `privacy_report/`) are removed at start (`remove_stale_temps`).
   * A full disk: every write above leaves the last checkpoint's state readable, and
     `experiments.run.disk_full` says so in the one line of a failed write.

@@ -1,5 +1,4 @@
-"""The start of a run, shared by the drivers (`experiments.run.training_loop`) and the train_model
-program (`experiments.programs.emnist_program`).
+"""The start of a run (`experiments.run.training_loop`).
 
 `start_run` is the one set-up of a run: it locks the run directory, checks a resume against its
 checkpoint's record (`experiments.run.checkpoint_records`), resolves the strategy and builds the
@@ -14,7 +13,7 @@ and the plan's calibration (`dp_ftrl_tff.stopping`).
 import contextlib
 import dataclasses
 import secrets
-from typing import Any, Callable, List, Optional
+from typing import Any, List, Optional
 
 import tensorflow_federated as tff
 
@@ -84,13 +83,10 @@ def new_run_id() -> str:
 
 
 def start_run(task: run_config.Task, config: run_config.RunConfig,
-              directory: run_dir.RunDirectory,
-              check_resumption: Optional[Callable[[checkpoint_records.Resumption], None]] = None
-              ) -> RunStart:
+              directory: run_dir.RunDirectory) -> RunStart:
   """Locks the run directory, then checks everything and builds the plan over the task's training
-  clients and the run's canary clients, the canaries, the header and the process, writing nothing;
-  `check_resumption` is a caller's own check of the resumption (the train_model program's), run
-  after the settings are checked against the record. The process is built before any
+  clients and the run's canary clients, the canaries, the header and the process, writing
+  nothing. The process is built before any
   execution context is chosen: building runs no computation. Between the steps, a recorded stop
   signal raises `stop_signals.Interrupted`.
 
@@ -113,8 +109,6 @@ def start_run(task: run_config.Task, config: run_config.RunConfig,
   resumption = checkpoint_records.find_resumption(config.output_dir)
   rebuild = record_checks.check_files(config.output_dir, resumption)
   record_checks.check_settings(resumption, config)
-  if check_resumption is not None:
-    check_resumption(resumption)
   stop_signals.check()
   resolved, saved_strategy = run_setup.run_strategy(config, resumption.record and
                                                     resumption.record['plan'])

@@ -11,10 +11,9 @@ its safe points, where `Interrupted` is raised in the run's own code:
     first checkpoint; inside the library's long computations (an optimizer run at start, a
     calibration, the equal-privacy table: `dp_ftrl_tff.stopping`, whose check `StopSignals`
     installs). The line: "Stopped by SIGTERM during the start of the run, before training: ...";
-  * between rounds: the drivers' loop (`experiments.run.training_loop`) saves the round's
-    checkpoint and raises `Interrupted` with `stopped_message`; the train_model program is stopped
-    by its data source's check before it draws the next round, lets the round's releases and
-    checkpoint finish, and raises the same (`experiments.programs.emnist_program`);
+  * between rounds: the training loop (`experiments.run.training_loop`) stops train_model through
+    its data source's check before it draws the next round, lets the last round's releases and
+    checkpoint finish, and raises `Interrupted` with `stopped_message`;
   * between the steps of the end (the final evaluation, the privacy report, the summary: `check()`;
     the report's own computations through `dp_ftrl_tff.stopping`): "Stopped by SIGTERM after round
     n/n, before the run's report and summary were complete: ...". A signal after summary.json was
@@ -24,7 +23,7 @@ with 128 + the signal number: 130 for SIGINT, 143 for SIGTERM. A rerun of the sa
 from the last checkpoint, bit-identically to an uninterrupted run.
 
 A second signal (any signal of the two, once one was recorded) stops at once, when the binary
-asked for it (`StopSignals(exit_on_second=True)`: the drivers and the program, for their whole
+asked for it (`StopSignals(exit_on_second=True)`: the drivers, for their whole
 life): the handler ends the process's worker_binary children, writes one line to stderr and leaves
 with `os._exit(128 + signum)`, raising nothing. The run directory is then as after a SIGKILL, which
 a rerun resumes from: checkpoints and records are renamed into place, torn log lines are dropped

@@ -96,6 +96,9 @@ def test_first_rounds_drops_the_later_rows():
   assert first.num_rounds == 5 and first.path == 'run/log.csv'
   got = first.rows_of(['a', 'b', 'c'])
   assert sorted(zip(got[0].tolist(), got[1].tolist(), strict=True)) == [('a', 0), ('a', 4), ('b', 1)]
+  # Rounds that drew nobody (a Poisson run's first round): an empty log.
+  empty = participation_log.ParticipationLog.from_arrays(['b'], [1]).first_rounds(1)
+  assert (empty.num_rounds, empty.num_clients) == (0, 0)
 
 
 def test_single_participation_schema():

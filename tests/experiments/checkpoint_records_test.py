@@ -4,6 +4,7 @@ run_dir_test.py and program_restart_test.py."""
 
 import dataclasses
 import json
+import logging as std_logging
 import os
 import shutil
 
@@ -120,7 +121,9 @@ def test_a_missing_checkpoint_whose_record_remains_is_named(run, caplog):
   resumption = records.find_resumption(run)
   assert resumption.round_num == 1 and resumption.untrusted == (
       (2, 'it is missing (its record remains)'),)
-  records.set_aside(run, resumption)
+  # At WARNING whatever verbosity an earlier test of this process left absl at.
+  with caplog.at_level(std_logging.WARNING, logger='absl'):
+    records.set_aside(run, resumption)
   assert 'program_state_2 it is missing (its record remains); the run resumes from checkpoint 1' in (
       caplog.text)
 
@@ -134,22 +137,13 @@ def test_a_fresh_directory_starts_fresh(tmp_path):
 def test_settings_are_compared_with_the_record_but_the_resumable_ones_and_the_location(run):
   resumption = records.find_resumption(run)
   record_checks.check_settings(resumption, dataclasses.replace(
-      CONFIG, rounds=8, root_output_dir='/y', experiment_name='b'))  # a driver run moved
+      CONFIG, rounds=8, root_output_dir='/y', experiment_name='b'))  # a run moved, trained on
   with pytest.raises(ValueError, match=r'checkpoint 2 with other settings \(noise_multiplier: 1.0 '
                      r'-> 5.0, as checkpoints/record_2.json records\)'):
     record_checks.check_settings(resumption, dataclasses.replace(CONFIG, noise_multiplier=5.0))
   record_checks.check_plan(resumption, dict(PLAN, num_rounds=8))
   with pytest.raises(ValueError, match=r'\(clip_norm: 1.0 -> 2.0'):
     record_checks.check_plan(resumption, dict(PLAN, clip_norm=2.0))
-
-
-def test_a_program_run_stays_where_it_started():
-  # Its data source holds the participation log's absolute path.
-  program = run_config.hparams_document(dataclasses.replace(
-      CONFIG, task={**CONFIG.task, 'program': 'train_model'}))
-  assert 'root_output_dir' in record_checks.changeable_settings(SETTINGS)
-  assert 'root_output_dir' not in record_checks.changeable_settings(program)
-  assert 'rounds' in record_checks.changeable_settings(program)
 
 
 def test_records_of_removed_checkpoints_are_removed(run):

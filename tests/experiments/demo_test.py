@@ -72,8 +72,8 @@ def test_each_default_call_writes_a_new_run_directory(tmp_path, monkeypatch):
   old = _someones_run(root / 'emnist_blt_demo')
   chosen = []
 
-  def fake_run(flag_values, build_task, task_settings, run_fn=None):
-    del build_task, task_settings, run_fn
+  def fake_run(flag_values, build_task, task_settings):
+    del build_task, task_settings
     path = os.path.join(flag_values.root_output_dir, flag_values.experiment_name)
     assert not os.path.exists(path), path
     chosen.append(path)

@@ -17,7 +17,6 @@ from dp_ftrl_tff import auditing
 from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.learning import dp_ftrl
 from experiments.emnist import run_emnist
-from experiments.programs import emnist_program
 from experiments.run import run_start, training_loop
 from experiments.stackoverflow import run_stackoverflow
 from tests.testing import binaries, run_files, runs
@@ -150,49 +149,34 @@ def _check_restart_at_3(config, result):
       plan.strategy.segments_sensitivity_squared((4,), config.participation))
 
 
-def test_the_driver_and_the_program_train_restarts_and_canaries_identically(config_factory,
-                                                                            monkeypatch):
-  # --seed fixes data, sampling, model init and eval; --noise_seed fixes the noise. The drivers'
-  # loop and train_model's (the program's, over client ids: `programs.client_ids`) give the same
-  # rows, log and canary files, with explicit restart rounds, adaptive clipping and canaries
-  # (`--restart_rounds=3 --adaptive_clipping --canary_clients=4`, a 1-buffer BLT optimized at
-  # start): the noise segment, the clip and the server momentum (inside the process: the final
-  # model depends on it) restart at round 3, and the report accounts the plan's two segments.
-  common = dict(mechanism='blt', mechanism_options={'num_buffers': 1}, rounds=4, eval_every=4,
-                restart_rounds=(3,), adaptive_clipping=True, clipped_count_stddev=1.0,
-                canary_clients=4)
-  runs = [config_factory(name='driver', task=EMNIST_TASK, **common),
-          config_factory(name='program', task={**EMNIST_TASK, 'program': emnist_program.PROGRAM},
-                         **common)]
+def test_restarts_and_canaries(config_factory, monkeypatch):
+  # Explicit restart rounds, adaptive clipping and canaries (`--restart_rounds=3
+  # --adaptive_clipping --canary_clients=4`, a 1-buffer BLT optimized at start): the noise
+  # segment, the clip and the server momentum (inside the process) restart at round 3, the canaries
+  # take part through the data source, and the report accounts the plan's two segments. (A plain
+  # loop over `process.next` gives the same run: docs/tutorial.md, tests/docs_test.py.)
+  config = config_factory(task=EMNIST_TASK, mechanism='blt', mechanism_options={'num_buffers': 1},
+                          rounds=4, eval_every=4, restart_rounds=(3,), adaptive_clipping=True,
+                          clipped_count_stddev=1.0, canary_clients=4)
   built = _recording_restart_rounds(monkeypatch)
-  results = [training_loop.run(run_emnist.build_task(runs[0]), runs[0]),
-             emnist_program.run(emnist_program.build_task(runs[1]), runs[1])]
-  first = [{k: v for k, v in row.items() if k != 'cohort_size'} for row in _metrics_rows(runs[0])]
-  second = _metrics_rows(runs[1])
-  assert len(first) == 4 and 'eval_loss' in first[-1]
-  assert first == second
-  _check_restart_at_3(runs[0], results[0])
-  assert built == [(3,), (3,)]
-  read = lambda config, name: open(os.path.join(config.output_dir, name), 'rb').read()  # noqa: E731
-  assert read(runs[0], 'participation.csv') == read(runs[1], 'participation.csv')
-  assert b'canary-' in read(runs[0], 'participation.csv')  # canaries took part
-  assert read(runs[0], 'canaries.csv') == read(runs[1], 'canaries.csv')
-  canaries = [auditing.read_canaries(os.path.join(c.output_dir, 'canaries.json')) for c in runs]
-  assert canaries[1].final_cosines is not None
-  np.testing.assert_array_equal(canaries[0].final_cosines, canaries[1].final_cosines)
-  reports = [r['privacy_report'] for r in results]
-  assert reports[1].guarantee == reports[0].guarantee
-  assert reports[1].empirical_privacy == reports[0].empirical_privacy
+  result = training_loop.run(run_emnist.build_task(config), config)
+  rows = _metrics_rows(config)
+  assert len(rows) == 4 and 'eval_loss' in rows[-1]
+  _check_restart_at_3(config, result)
+  assert built == [(3,)]
+  log = open(os.path.join(config.output_dir, 'participation.csv'), 'rb').read()
+  assert b'canary-' in log  # canaries took part
+  canaries = auditing.read_canaries(os.path.join(config.output_dir, 'canaries.json'))
+  assert canaries.final_cosines is not None
+  assert canaries.round_projections.shape == (8, 4)  # 4 seen and 4 unseen directions, 4 rounds
 
 
-def test_the_driver_and_the_program_train_secagg_identically(tmp_path, monkeypatch):
-  # The same flags, SecAgg with adaptive clipping and a restart at round 2 (where the clip changes,
-  # and SecAgg's scale and rounding bound follow it): the driver in TFF's synchronous test context
-  # (installed here: the driver keeps a secure context its caller installed, so this process's
-  # default context stays TFF's) and the program in its own asynchronous one, over client ids
+def test_secure_aggregation_with_adaptive_clipping_and_a_restart(tmp_path, monkeypatch):
+  # SecAgg with adaptive clipping and a restart at round 2 (where the clip changes, and SecAgg's
+  # scale and rounding bound follow it), in TFF's asynchronous test context over client ids
   # (deeper than protobuf's default nesting limit once compiled:
-  # `secure_context.allow_deep_computations`), give the same rows, bar the drivers' own
-  # cohort_size (and the wall times run_files.metrics_rows leaves out), and report.
+  # `secure_context.allow_deep_computations`), in-process: the loop installs its context and
+  # gives the caller's back.
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from tensorflow_federated.python.aggregators import (  # pylint: disable=g-import-not-at-top
     discretization,
@@ -200,8 +184,8 @@ def test_the_driver_and_the_program_train_secagg_identically(tmp_path, monkeypat
   )
 
   # TFF seeds SecAgg's stochastic rounding (each call) and rotation (at initialize) from the clock,
-  # so two runs of the same flags differ after round 0 in their last digits (the loss); fixed
-  # seeds here, for both runs, make them comparable exactly.
+  # so two runs of the same flags differ after round 0 in their last digits (the loss): fixed
+  # seeds here make the run's rows a function of its flags.
   rounding = discretization._stochastic_rounding  # pylint: disable=protected-access
   monkeypatch.setattr(discretization, '_stochastic_rounding',
                       lambda x, l2_norm_bound=None, scale=1.0, beta=0.0: rounding(
@@ -212,36 +196,26 @@ def test_the_driver_and_the_program_train_secagg_identically(tmp_path, monkeypat
           '--clients_per_round=3', '--synthetic_num_clients=30',
           '--synthetic_examples_per_client=8', '--client_batch_size=8', '--min_sep=2',
           '--noise_seed=3', '--seed=1', '--eval_max_examples=64', '--secure_aggregation',
-          '--secure_bits=16', '--secure_rotation=hd', '--secure_beta=0.1',
+          '--secure_bits=16', '--secure_beta=0.1',
           '--secure_modclip_prob=1e-6', '--adaptive_clipping', '--clipped_count_stddev=1.0',
-          '--restart_rounds=2', '--experiment_name=run')
-  runs_dirs = {name: str(tmp_path / name) for name in ('driver', 'program')}
-  with tff.framework.get_context_stack().install(
-      tff.backends.test.create_sync_test_cpp_execution_context()):
-    code, _, err = binaries.run_in_process(binaries.EMNIST, (
-        *args, f'--root_output_dir={runs_dirs["driver"]}'), files=True)
-  assert code == 0, err[-3000:]
-  code, _, err = binaries.run_in_process(binaries.PROGRAM, (
-      *args, f'--root_output_dir={runs_dirs["program"]}'), files=True)
-  assert code == 0, err[-3000:]
-  driver_run, program_run = (os.path.join(d, 'run') for d in runs_dirs.values())
-  driver_rows = [{k: v for k, v in row.items() if k != 'cohort_size'}
-                 for row in run_files.metrics_rows(driver_run)]
-  program_rows = run_files.metrics_rows(program_run)
-  assert len(program_rows) == 3 and 'eval_loss' in program_rows[-1]
-  assert 'aggregator/modular_wrap' in program_rows[0]  # SecAgg's own measurement
-  clips = [float(row['aggregator/clip']) for row in program_rows]
+          '--restart_rounds=2', '--experiment_name=run', f'--root_output_dir={tmp_path}')
+  before = tff.framework.get_context_stack().current
+  rows = []
+  for name in ('run', 'again'):
+    code, _, err = binaries.run_in_process(
+        binaries.EMNIST, (*args, f'--experiment_name={name}'), files=True)
+    assert code == 0, err[-3000:]
+    rows.append(run_files.metrics_rows(os.path.join(tmp_path, name)))
+  assert tff.framework.get_context_stack().current is before
+  assert rows[0] == rows[1]  # with TFF's seeds fixed, the same flags give the same rows
+  assert len(rows[0]) == 3 and 'eval_loss' in rows[0][-1]
+  assert 'aggregator/modular_wrap' in rows[0][0]  # SecAgg's own measurements
+  clips = [float(row['aggregator/clip']) for row in rows[0]]
   assert clips[:2] == [1.0, 1.0] and clips[2] != 1.0  # the clip adapted at the restart
-  assert program_rows == driver_rows
-  assert run_files.read_bytes(os.path.join(program_run, 'participation.csv')) == \
-      run_files.read_bytes(os.path.join(driver_run, 'participation.csv'))
-  reports = []
-  for run in (driver_run, program_run):
-    with open(os.path.join(run, 'privacy_report', 'report.json')) as f:
-      reports.append(run_files.masked_report(json.load(f)))
-  assert reports[1] == reports[0]
-  with open(os.path.join(program_run, 'hparams.json')) as f:
+  with open(os.path.join(tmp_path, 'run', 'hparams.json')) as f:
     assert json.load(f)['secure_aggregation'] is True
+  with open(os.path.join(tmp_path, 'run', 'privacy_report', 'report.json')) as f:
+    assert json.load(f)['restart_rounds'] == [2]
 
 
 def test_resume_gives_the_same_eval_metrics(config_factory, tmp_path):
@@ -321,27 +295,6 @@ def test_unknown_mechanism_flag_fails_with_usage_message(tmp_path):
   assert returncode != 0
   assert '--mechanism' in stderr and 'gaussian|tree|tree_efficient|banded|blt' in stderr
   assert len(stderr.strip().splitlines()) == 1 and 'Traceback' not in stderr
-
-
-@pytest.mark.e2e
-def test_secure_aggregation(tmp_path):
-  # A subprocess: SecAgg switches TFF to its test execution context, which hung when switched to
-  # after other computations had run in the same process.
-  returncode, stderr = _run_driver(
-      tmp_path, '--mechanism=blt', '--secure_aggregation', '--secure_bits=16', '--model=tiny',
-      '--rounds=2', '--clients_per_round=3', '--synthetic_num_clients=30',
-      '--synthetic_examples_per_client=8', '--min_sep=2', '--noise_seed=3', '--eval_every=1',
-      '--eval_max_examples=64')
-  assert returncode == 0, stderr[-3000:]
-  config = runs.tiny_config(tmp_path, mechanism='blt', secure_aggregation=True,
-                                secure_bits=16, task=EMNIST_TASK)
-  with open(os.path.join(config.output_dir, 'hparams.json')) as f:
-    assert json.load(f)['secure_aggregation'] is True
-  with open(os.path.join(config.output_dir, 'metrics.csv')) as f:
-    header = f.readline()
-  assert 'secure_upper_clipped_count' in header
-  history = runs.read_log(os.path.join(config.output_dir, 'participation.csv'))
-  assert sum(len(r) for r in history.values()) == 2 * config.clients_per_round
 
 
 def test_weak_noise_trains_and_reports_the_flagged_zcdp_bound(tmp_path):

@@ -1,9 +1,8 @@
 """Every flag of every binary, given one invalid value, is named in the binary's one-line error.
 
 Runs each binary's own parsing and validation in-process (the path its `main` takes before any
-training): the drivers' `config_from_flags` then `training_loop.run`'s setup (the example
-program's: `emnist_program.run`'s), the privacy report's
-and the mechanisms CLI's `main`. The invalid value comes from the flag's type (`_invalid_value`),
+training): the drivers' `config_from_flags` then `training_loop.run`'s setup, the privacy
+report's and the mechanisms CLI's `main`. The invalid value comes from the flag's type (`_invalid_value`),
 or from `INVALID` where the type allows no generic one.
 """
 
@@ -17,7 +16,6 @@ from absl import flags
 from experiments import mechanisms_cli, privacy_report
 from experiments.cli import flag_parsing
 from experiments.emnist import run_emnist
-from experiments.programs import emnist_program
 from experiments.run import driver
 from experiments.stackoverflow import run_stackoverflow
 
@@ -70,11 +68,11 @@ def _parse(fv: flags.FlagValues, argv) -> None:
   fv(argv, known_only=True)
 
 
-def _driver_error(module, argv, tmp_path, run_fn=None) -> str:
+def _driver_error(module, argv, tmp_path) -> str:
   fv = module.FLAGS
   try:
     _parse(fv, ['driver', f'--root_output_dir={tmp_path}', *TINY_DRIVER, *argv])
-    driver.run_from_flags(fv, module.build_task, module.task_settings, run_fn)
+    driver.run_from_flags(fv, module.build_task, module.task_settings)
   except flags.Error as error:
     return flag_parsing.error_line(error, fv)
   except driver.Failure as failure:
@@ -112,7 +110,6 @@ def _cases(name, fv):
 
 CASES = [*_cases('run_emnist', run_emnist.FLAGS),
          *_cases('run_stackoverflow', run_stackoverflow.FLAGS),
-         *_cases('emnist_program', emnist_program.FLAGS),
          *_cases('privacy_report', privacy_report.FLAGS),
          *_cases('mechanisms', mechanisms_cli._FLAGS)]  # pylint: disable=protected-access
 
@@ -138,8 +135,6 @@ def _error_line(binary, given, tmp_path) -> str:
   if binary in ('run_emnist', 'run_stackoverflow'):
     module = run_emnist if binary == 'run_emnist' else run_stackoverflow
     return _driver_error(module, [given], tmp_path)
-  elif binary == 'emnist_program':
-    return _driver_error(emnist_program, [given], tmp_path, emnist_program.run)
   elif binary == 'privacy_report':
     return _main_error(privacy_report.FLAGS, privacy_report.main,
                        ['privacy_report', '--mechanism=gaussian', '--noise_multiplier=1',

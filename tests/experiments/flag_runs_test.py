@@ -1,23 +1,22 @@
-"""Flags of the drivers and the train_model program that no other test runs (docs/TESTING.md's
-flag table): one program run through the program's own flags, `--force_report` on its finished
-directory, and `--debug` of each of the three."""
+"""Flags of the drivers that no other test runs (docs/TESTING.md's flag table): one EMNIST run
+through those flags, `--force_report` on its finished directory, and `--debug` of each driver."""
 
 import json
 import os
 
 import pytest
 
-from experiments.programs import emnist_program
+from experiments.emnist import run_emnist
 from experiments.run import driver
 from tests.testing import binaries
 
 pytestmark = pytest.mark.integration
 
-#: The program's run: Gaussian noise with periodic restarts (the clip restarts; the momentum only
+#: The run: Gaussian noise with periodic restarts (the clip restarts; the momentum only
 #: with a correlated mechanism: tests/experiments/drivers_test.py), cyclic Poisson cohorts,
 #: adaptive clipping, a calibrated noise multiplier and the optimizer's settings; seed 1 draws
 #: someone in the last round.
-PROGRAM_FLAGS = (
+FLAGS = (
     '--model=tiny', '--only_digits', '--data=synthetic', '--rounds=3', '--client_batch_size=8',
     '--synthetic_num_clients=30', '--synthetic_examples_per_client=8', '--noise_seed=3', '--seed=1',
     '--eval_max_examples=16', '--mechanism=gaussian', '--restart_warmup=1', '--restart_period=2',
@@ -28,18 +27,17 @@ PROGRAM_FLAGS = (
     '--banded_beyond_max_rounds=error')
 
 
-def _program(root, *extra):
-  fv = emnist_program.FLAGS
+def _run(root, *extra):
+  fv = run_emnist.FLAGS
   try:
-    fv(['emnist_program', f'--root_output_dir={root}', *PROGRAM_FLAGS, *extra])
-    return driver.run_from_flags(fv, emnist_program.build_task, emnist_program.task_settings,
-                                 emnist_program.run)
+    fv(['run_emnist', f'--root_output_dir={root}', *FLAGS, *extra])
+    return driver.run_from_flags(fv, run_emnist.build_task, run_emnist.task_settings)
   finally:
     fv.unparse_flags()
 
 
-def test_program_trains_with_the_drivers_flags_and_force_report_rewrites_its_report(tmp_path):
-  _program(tmp_path)
+def test_a_run_trains_with_these_flags_and_force_report_rewrites_its_report(tmp_path):
+  _run(tmp_path)
   run = tmp_path / 'run'
   hparams = json.loads((run / 'hparams.json').read_text())
   assert (hparams['sampler'], hparams['sampling_groups'], hparams['min_sep']) == (
@@ -55,14 +53,14 @@ def test_program_trains_with_the_drivers_flags_and_force_report_rewrites_its_rep
   assert report['declared']['epsilon'] == pytest.approx(3.0, rel=1e-3)  # calibrated to it
   # A finished run: the same command writes nothing; with --force_report it rewrites its report.
   report_path.unlink()
-  assert _program(tmp_path) == {}
+  assert _run(tmp_path) == {}
   assert not report_path.exists()
-  _program(tmp_path, '--force_report')
+  _run(tmp_path, '--force_report')
   assert json.loads(report_path.read_text()) == report
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize('module', [binaries.EMNIST, binaries.SO, binaries.PROGRAM])
+@pytest.mark.parametrize('module', list(binaries.DRIVERS))
 def test_debug_prints_the_traceback_before_the_one_line_error(module, tmp_path):
   code, _, stderr = binaries.run_in_process(
       module, [f'--root_output_dir={tmp_path}', '--sampler=poisson', '--debug'])

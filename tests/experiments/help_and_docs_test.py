@@ -170,14 +170,3 @@ def test_flagfile_included_twice_without_a_circle_is_accepted(tmp_path):
   flag_parsing.check_flagfiles(['prog', '--', f'--flagfile={tmp_path}/missing.cfg'])  # after --
   with pytest.raises(flag_parsing.FlagfileError, match='missing.cfg'):
     flag_parsing.check_flagfiles(['prog', f'-flagfile={tmp_path}/missing.cfg'])
-
-
-# --- the train_model program's help ---
-
-def test_program_help_says_how_it_stops_and_refuses_another_rounds():
-  from experiments.programs import emnist_program
-  doc = ' '.join(emnist_program.__doc__.split())
-  assert 'SIGINT / SIGTERM stop the program as they stop the drivers' in doc, doc
-  assert 'the data source checks it before it draws the next round' in doc, doc
-  assert 'A second signal stops at once' in doc, doc
-  assert "another --rounds than the run's is refused (exit 2" in doc, doc

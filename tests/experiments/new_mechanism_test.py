@@ -113,7 +113,7 @@ def test_factory_stream_equals_dense_noise():
   np.testing.assert_allclose(np.stack(got), strategy.noise_matrix(rounds) @ z, atol=1e-12)
 
 
-def test_driver_run_and_its_report(tmp_path, capsys):
+def test_driver_run_and_its_report(tmp_path, capfd):  # capfd: the TFF worker writes to fd 1
   config = runs.tiny_config(tmp_path, mechanism=moving_sum.NAME,
                                 mechanism_options={'num_bands': 2},
                                 task={'model': 'tiny', 'only_digits': True})
@@ -129,7 +129,7 @@ def test_driver_run_and_its_report(tmp_path, capsys):
     privacy_report.FLAGS(['privacy_report', f'--plan={config.output_dir}/plan.json',
                           f'--participation_log={config.output_dir}/participation.csv',
                           f'--output_dir={out}', '--json'])
-    assert privacy_report.main(['privacy_report']) == 0, capsys.readouterr().err
+    assert privacy_report.main(['privacy_report']) == 0, capfd.readouterr().err
   finally:
     privacy_report.FLAGS.unparse_flags()
   standalone = json.loads((out / 'report.json').read_text())

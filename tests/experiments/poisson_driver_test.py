@@ -88,11 +88,13 @@ def test_poisson_run_logs_the_seeded_cohorts_and_runs_empty_rounds_to_its_report
 @pytest.mark.integration
 @pytest.mark.slow
 def test_poisson_run_resumes_with_the_same_cohorts(config_factory):
+  # Poisson DP-SGD (Gaussian noise), trained on from 2 to 3 rounds with a larger --rounds.
   seed = _seed_with_an_empty_last_round(3)
-  first = config_factory(rounds=2, **_poisson_settings(seed))
+  settings = {**_poisson_settings(seed), 'mechanism': 'gaussian'}
+  first = config_factory(rounds=2, **settings)
   task = run_emnist.build_task(first)
   training_loop.run(task, first)
-  resumed = config_factory(rounds=3, **_poisson_settings(seed))
+  resumed = config_factory(rounds=3, **settings)
   training_loop.run(run_emnist.build_task(resumed), resumed)
   expected = _expected_cohorts(sampling_lib.Sampling('poisson', Q, 1, POPULATION), seed, 3,
                                list(task.train_data.client_ids))

@@ -27,6 +27,7 @@ TINY_RUN = ('--model=tiny', '--clients_per_round=3', '--synthetic_num_clients=30
 CLIENTS_PER_ROUND = 3
 # Time limit of a driver run that stops before any training.
 FAILS_FAST_SECONDS = 60
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Runs asserting that no round wraps use the Hadamard rotation and this modclip_prob. With random
 # signs and the orthonormal Hadamard transform, each coordinate of the rotated (scaled) sum s is a
 # Rademacher sum with variance proxy ||s||^2 / d, so by Hoeffding it leaves +-k ||s|| / sqrt(d) with
@@ -42,9 +43,12 @@ NO_WRAP = ('--secure_rotation=hd', '--secure_modclip_prob=1e-12')
 def _run(tmp_path, command, *args, timeout=300):
   """Runs `command` (a list) with `args`; returns (exit code, stderr text)."""
   err_path = tmp_path / 'stderr.txt'
+  # A script's own directory comes first on its path: the checkout's packages must come next.
+  path = os.pathsep.join(p for p in (ROOT, os.environ.get('PYTHONPATH')) if p)
   with open(err_path, 'w') as err:
     proc = subprocess.run([*command, *args], stdout=subprocess.DEVNULL, stderr=err,
-                          timeout=timeout, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3'))
+                          timeout=timeout,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', PYTHONPATH=path))
   return proc.returncode, err_path.read_text()
 
 
@@ -153,52 +157,15 @@ _LAUNCHER = textwrap.dedent('''
 ''')
 
 
-def test_context_without_secure_sums_fails_with_one_line(tmp_path):
+def test_a_callers_context_without_secure_sums_is_not_in_the_way(tmp_path):
+  # The training loop installs TFF's asynchronous test context over the caller's, for the run.
   launcher = tmp_path / 'launcher.py'
   launcher.write_text(_LAUNCHER)
   returncode, stderr = _run(tmp_path, [sys.executable, str(launcher)],
-                            f'--root_output_dir={tmp_path}', *TINY_RUN, '--rounds=2',
-                            timeout=FAILS_FAST_SECONDS)
-  line = _assert_one_line_error(
-      returncode, stderr, 'launcher.py: error: --secure_aggregation needs a TFF execution context',
-      'failed a secure-sum probe (INVALID_ARGUMENT',
-      'tff.backends.test.set_sync_test_cpp_execution_context()')
-  assert 'RpcError' not in line
-  assert not os.path.exists(tmp_path / 'run')  # nothing written
+                            f'--root_output_dir={tmp_path}', *TINY_RUN, '--rounds=2')
+  assert returncode == 0, stderr[-3000:]
+  assert len(_rows(tmp_path)) == 2
 
-
-_SWITCH_AFTER_COMPUTATIONS = textwrap.dedent('''
-    import numpy as np
-    import tensorflow_federated as tff
-    from experiments.run import secure_context
-
-    @tff.tensorflow.computation(np.int32)
-    def increment(x):
-      return x + 1
-
-    @tff.federated_computation(tff.FederatedType(np.int32, tff.CLIENTS))
-    def secure_sum(values):
-      return tff.federated_secure_sum_bitwidth(values, 8)
-
-    assert increment(1) == 2  # TFF's default context has started its worker
-    context = secure_context.use_secure_context()
-    assert secure_context.use_secure_context() is context
-    print('sum', int(secure_sum([1, 2, 3])), flush=True)
-''')
-
-
-def test_secure_context_after_computations_ran(tmp_path):
-  # Replacing a context that ran computations used to hang where SIGINT is ignored (background
-  # jobs, CI): TFF's destructor SIGINTs its worker and waits for it.
-  script = tmp_path / 'switch.py'
-  script.write_text(_SWITCH_AFTER_COMPUTATIONS)
-  out_path = tmp_path / 'stdout.txt'
-  with open(out_path, 'w') as out:
-    proc = subprocess.run([sys.executable, str(script)], stdout=out, stderr=subprocess.STDOUT,
-                          timeout=120, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3'))
-  output = out_path.read_text()
-  assert proc.returncode == 0, output[-3000:]
-  assert 'sum 6' in output
 
 
 @pytest.mark.parametrize('flag, fragments', [

@@ -1,24 +1,21 @@
-"""A stop signal at every safe point of a run, and a full disk, in-process: the EMNIST driver and
-the train_model program (their `main`, `binaries.run_in_process`) stop with one line and exit
-status 130 / 143 (1 for a full disk), and a chain of reruns ends with the uninterrupted run's
-checkpoint, metrics and participation log.
+"""A stop signal at every safe point of a run, and a full disk, in-process: the EMNIST driver (its
+`main`, `binaries.run_in_process`) stops with one line and exit status 130 / 143 (1 for a full
+disk), and a chain of reruns ends with the uninterrupted run's checkpoint, metrics and
+participation log.
 
 The reference run counts the safe points (`stop_signals.check` calls) of its start and of its end.
 Then one chain of runs on one directory, each stopped by a signal delivered through the real
 handler (`signal.raise_signal`): at the 3rd objective evaluation of the BLT optimizer of the fresh
-start (`dp_ftrl_tff.stopping`; the driver); at start point j of run j, for every j; during the
-first round the run trains (the driver's loop stops after it; the program's data source stops
-train_model before the next); then a full disk at the checkpoint after round 2 (TensorFlow's error,
-after a partial temp directory: the program's save is a background task of train_model) and at the
-participation log's second append (its fsync fails with ENOSPC); at end point j of run j, for
-every j; then the rerun that finishes. The program's chain stops at its own points only (those
-in `emnist_program`; the start it shares with the drivers is the driver's chain's).
+start (`dp_ftrl_tff.stopping`); at start point j of run j, for every j; before the second round the
+run trains (the data source's check stops train_model there); then a full disk at the checkpoint
+after round 2 (TensorFlow's error, after a partial temp directory: the save is a background task of
+train_model) and at the participation log's second append (its fsync fails with ENOSPC); at end
+point j of run j, for every j; then the rerun that finishes.
 
 Cost: the runs' starts. Tiny settings (3 rounds, 30 synthetic clients, BLT with one buffer, no noise:
 no privacy report, whose library checks `tests/stopping_test.py` covers), and the DP-FTRL process
-(and the program's composition of it and its asynchronous context, whose first computation starts a
-worker_binary) built once per test (the stops after them are still exercised). About 13 s each
-(twice that on a loaded 2-core machine), mostly their reference runs.
+(its composition over client ids and the asynchronous context, whose first computation starts a
+worker_binary) built once (the stops after them are still exercised).
 """
 
 import errno
@@ -26,7 +23,6 @@ import os
 import signal
 import sys
 
-import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -34,8 +30,8 @@ from tensorflow_federated.python.program import file_utils
 
 from dp_ftrl_tff import stopping
 from dp_ftrl_tff.learning import dp_ftrl
-from dp_ftrl_tff.programs import data_source
-from experiments.run import stop_signals, training_loop
+from dp_ftrl_tff.programs import client_ids, data_source
+from experiments.run import stop_signals
 from tests.testing import binaries, run_files
 
 pytestmark = pytest.mark.integration
@@ -45,10 +41,7 @@ COMMON = ('--model=tiny', '--mechanism=blt', '--num_buffers=1', '--noise_multipl
           f'--rounds={ROUNDS}', '--clients_per_round=3', '--synthetic_num_clients=30',
           '--synthetic_examples_per_client=8', '--client_batch_size=8', '--min_sep=2', '--seed=1',
           '--noise_seed=3', '--eval_max_examples=64', '--checkpoint_every=1')
-BINARIES = {  # (module, arguments, the module whose points the chain stops at (None: all))
-    'driver': (binaries.EMNIST, COMMON + ('--eval_every=100', '--canary_clients=2'), None),
-    'program': (binaries.PROGRAM, COMMON, 'experiments.programs.emnist_program'),
-}
+ARGS = COMMON + ('--eval_every=100', '--canary_clients=2')
 
 
 class SignalAt:
@@ -105,30 +98,14 @@ def full_disk_at_log(patch, at):
   patch.setattr(os, 'fsync', fsync)
 
 
-def _run(root, name, module, args):
-  return binaries.run_in_process(module, (f'--root_output_dir={root}', f'--experiment_name={name}',
-                                          *args), files=True)
-
-
-def _leaves(run):
-  """The last checkpoint's leaves; the program's data-source iterator without its log's path."""
-  value = tf.saved_model.load(os.path.join(run, 'checkpoints', f'program_state_{ROUNDS}'))()
-  leaves = []
-  for leaf in tf.nest.flatten(value):
-    leaf = None if leaf is None else np.asarray(leaf)
-    if leaf is not None and leaf.dtype == object and leaf.item().startswith(b'DPFTRLIT'):
-      iterator = data_source.SampledClientDataSourceIterator.from_bytes(leaf.item())
-      leaf = (iterator.client_ids, iterator.next_round, iterator.log_offset)
-    leaves.append(leaf)
-  return leaves
+def _run(root, name):
+  return binaries.run_in_process(binaries.EMNIST, (f'--root_output_dir={root}',
+                                                   f'--experiment_name={name}', *ARGS), files=True)
 
 
 def _assert_same_run(run, expected):
-  for got, want in zip(_leaves(run), _leaves(expected), strict=True):
-    if isinstance(want, np.ndarray):
-      np.testing.assert_array_equal(got, want)
-    else:
-      assert got == want
+  run_files.assert_same_leaves(run_files.checkpoint_leaves(run, ROUNDS),
+                               run_files.checkpoint_leaves(expected, ROUNDS))
   assert run_files.metrics_rows(run) == run_files.metrics_rows(expected)
   assert (run_files.read_bytes(os.path.join(run, 'participation.csv'))
           == run_files.read_bytes(os.path.join(expected, 'participation.csv')))
@@ -151,46 +128,31 @@ def _once(monkeypatch, module, name):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('binary', sorted(BINARIES))
 def test_a_stop_at_every_safe_point_and_a_full_disk_then_the_rerun_equals_the_uninterrupted_run(
-    tmp_path, monkeypatch, binary):
-  module, args, caller = BINARIES[binary]
+    tmp_path, monkeypatch):
   _once(monkeypatch, dp_ftrl, 'build_dp_ftrl_process')
-  # The program's process over client ids (TFF's composition with the dataset computation), and
-  # its asynchronous context (each starts a worker_binary at its first computation).
-  _once(monkeypatch, tff.simulation, 'compose_dataset_computation_with_learning_process')
+  # The process over client ids and the asynchronous context (each starts a worker_binary at its
+  # first computation).
+  _once(monkeypatch, client_ids, 'process_over_client_ids')
   _once(monkeypatch, tff.backends.native, 'create_async_local_cpp_execution_context')
   with monkeypatch.context() as patch:
-    points = SignalAt(patch, stop_signals, 'check', caller=caller)
-    code, _, err = _run(tmp_path, 'reference', module, args)
+    points = SignalAt(patch, stop_signals, 'check')
+    code, _, err = _run(tmp_path, 'reference')
   assert code == 0, err
   stages = [stage for stage, _ in points.calls]
   start = stages.count(stop_signals.START)
   end = len(stages) - start
-  # The program's own end has one point (its evaluations run with the rounds; its report's points
-  # are run_report's, the driver's chain stops at them).
-  assert start >= (3 if caller else 12) and end >= (1 if caller else 2), points.calls
+  assert start >= 12 and end >= 2, points.calls
   assert stages == [stop_signals.START] * start + [stop_signals.finish_stage(ROUNDS)] * end
 
-  def round_link(patch, signum):
-    if binary == 'driver':  # during the first round of the run: the loop stops after it
-      real, rounds = training_loop._Training._round, []  # pylint: disable=protected-access
-
-      def round_(self, round_num):
-        if not rounds:
-          signal.raise_signal(signum)
-        rounds.append(round_num)
-        return real(self, round_num)
-      patch.setattr(training_loop._Training, '_round', round_)  # pylint: disable=protected-access
-    else:  # the data source's check before the second round of the run
-      SignalAt(patch, stopping, 'check', 2, signum, caller=data_source.__name__)
+  def round_link(patch, signum):  # the data source's check before the second round of the run
+    SignalAt(patch, stopping, 'check', 2, signum, caller=data_source.__name__)
 
   def point(j):
-    return lambda patch, signum: SignalAt(patch, stop_signals, 'check', j, signum, caller)
+    return lambda patch, signum: SignalAt(patch, stop_signals, 'check', j, signum)
 
-  # The optimizer of the start is the drivers' and the program's (`run_start`).
   links = ([('the BLT optimizer', 'start', lambda p, s: SignalAt(p, stopping, 'check', 3, s))]
-           * (caller is None) + [(f'start point {j}', 'start', point(j)) for j in range(1, start + 1)]
+           + [(f'start point {j}', 'start', point(j)) for j in range(1, start + 1)]
            + [('a round', 'round', round_link)]
            + [('a full disk at a checkpoint', 'the checkpoint after round 2',
                lambda p, s: full_disk_at_checkpoint(p, 2)),
@@ -201,7 +163,7 @@ def test_a_stop_at_every_safe_point_and_a_full_disk_then_the_rerun_equals_the_un
     signum = (signal.SIGTERM, signal.SIGINT)[i % 2]
     with monkeypatch.context() as patch:
       deliver(patch, signum)
-      code, _, err = _run(tmp_path, 'run', module, args)
+      code, _, err = _run(tmp_path, 'run')
     name = signal.Signals(signum).name
     assert 'Traceback' not in err and 'Exception ignored' not in err, (where, err[-2000:])
     if where.startswith('a full disk'):  # `stage`: what was being written
@@ -219,6 +181,6 @@ def test_a_stop_at_every_safe_point_and_a_full_disk_then_the_rerun_equals_the_un
                 'end': f'Stopped by {name} after round {ROUNDS}/{ROUNDS}, before the run\'s '
                        'report and summary were complete'}[stage]
     assert len(stopped) == 1 and stopped[0].startswith(expected), (where, err[-2000:])
-  code, _, err = _run(tmp_path, 'run', module, args)
+  code, _, err = _run(tmp_path, 'run')
   assert code == 0, err
   _assert_same_run(str(tmp_path / 'run'), str(tmp_path / 'reference'))

@@ -5,7 +5,6 @@ The remote context is installed in subprocesses only (this test session keeps TF
 """
 
 import csv
-import glob
 import json
 import os
 import signal
@@ -19,7 +18,7 @@ import pytest
 from dp_ftrl_tff.learning import remote_execution
 from experiments.run import run_config
 from experiments.workers import child_workers
-from tests.testing import aggregation, remote_workers
+from tests.testing import aggregation, remote_workers, run_files
 
 pytestmark = pytest.mark.e2e
 
@@ -182,18 +181,6 @@ def _metrics(run_dir):
             for row in csv.DictReader(f)]
 
 
-def _checkpoint_arrays(run_dir):
-  """The latest checkpoint's arrays, read as TFF's `FileProgramStateManager` reads them."""
-  import asyncio
-
-  import tensorflow as tf
-  from tensorflow_federated.python.program import file_utils
-  latest = max(glob.glob(os.path.join(run_dir, 'checkpoints', 'program_state_*')),
-               key=lambda p: int(p.rsplit('_', 1)[1]))
-  value = asyncio.run(file_utils.read_saved_model(latest))
-  return [np.asarray(v) for v in tf.nest.flatten(value)]
-
-
 def _report(run_dir):
   with open(os.path.join(run_dir, 'privacy_report', 'report.json')) as f:
     report = json.load(f)
@@ -235,7 +222,7 @@ def test_driver_on_workers_equals_local_and_survives_lost_workers(tmp_path):
     assert lost_all.wait(timeout=900) == 1
     watcher.join()
     stderr = lost_all.stderr.read().strip().splitlines()
-    assert stderr[-1].startswith('run_emnist.py: error: round 2 failed: no TFF worker'), stderr[-5:]
+    assert stderr[-1].startswith('run_emnist.py: error: no TFF worker of '), stderr[-5:]
     assert 'Traceback' not in '\n'.join(stderr)
   with remote_workers.launched(2, str(tmp_path / 'c'), port):
     resumed = _driver(root, 'lost_all', addresses)
@@ -243,6 +230,5 @@ def test_driver_on_workers_equals_local_and_survives_lost_workers(tmp_path):
     assert resumed.returncode == 0, err[-3000:]
     assert 'Resuming' in out + err
   assert _metrics(os.path.join(root, 'lost_all')) == _metrics(os.path.join(root, 'two'))
-  for ours, theirs in zip(_checkpoint_arrays(os.path.join(root, 'lost_all')),
-                          _checkpoint_arrays(os.path.join(root, 'two')), strict=True):
-    np.testing.assert_array_equal(ours, theirs)
+  run_files.assert_same_leaves(run_files.checkpoint_leaves(os.path.join(root, 'lost_all')),
+                               run_files.checkpoint_leaves(os.path.join(root, 'two')))

@@ -51,8 +51,15 @@ def test_without_canaries_it_is_tffs_composition(client_data):
   process = _process()
   over_ids = client_ids.process_over_client_ids(process, client_data)
   cohort = ['c2', 'c0', 'c1']
-  _assert_same(process, over_ids.next(over_ids.initialize(), cohort), process.next(
-      process.initialize(), [client_data.create_tf_dataset_for_client(c) for c in cohort]))
+  got = over_ids.next(over_ids.initialize(), cohort)
+  want = process.next(process.initialize(),
+                      [client_data.create_tf_dataset_for_client(c) for c in cohort])
+  _assert_same(process, got, want)
+  # The same metrics, plus the round's number of clients.
+  assert got.metrics[client_ids.COHORT_SIZE] == 3
+  assert ({k: v for k, v in got.metrics.items() if k != client_ids.COHORT_SIZE}.keys()
+          == want.metrics.keys())
+  assert over_ids.next(over_ids.initialize(), []).metrics[client_ids.COHORT_SIZE] == 0
 
 
 def test_canary_ids_give_the_canary_input_inside_the_computation(client_data):
@@ -61,6 +68,7 @@ def test_canary_ids_give_the_canary_input_inside_the_computation(client_data):
   over_ids = client_ids.process_over_client_ids(process, client_data, CANARY_IDS)
   cohort = ['c1', 'canary-b', 'c0']
   got = over_ids.next(over_ids.initialize(), cohort)
+  assert got.metrics[client_ids.COHORT_SIZE] == 3  # the canary counts
   empty = client_data.create_tf_dataset_for_client('c0').take(0)
   want = process.next(process.initialize(), canaries_lib.client_data(
       [client_data.create_tf_dataset_for_client('c1'), empty,

@@ -45,8 +45,9 @@ def _source(path, kind='min_sep', seed=11, ids=IDS):
 
 
 def _driver_log(path, kind, rounds, seed=11, ids=IDS):
-  """The log the drivers write (experiments/run/training_loop.py: `sampler.sample(t)` then
-  `ParticipationLogWriter.append_round(t, cohort)`) and their cohorts."""
+  """The log of a plain loop over the sampler (`sampler.sample(t)` then
+  `ParticipationLogWriter.append_round(t, cohort)`, as docs/tutorial.md's own loop writes it) and
+  its cohorts."""
   sampler = SETTINGS[kind][2](list(ids), seed)
   writer = participation_log.ParticipationLogWriter(str(path))
   cohorts = []
@@ -139,6 +140,41 @@ def test_restart_from_bytes_gives_the_uninterrupted_log(tmp_path, kind, saved_af
   # Every field but the log path is the uninterrupted iterator's.
   assert _fields(restored.to_bytes()) | {'participation_log': ''} == (
       _fields(reference.to_bytes()) | {'participation_log': ''})
+
+
+@pytest.mark.parametrize('kind', list(SETTINGS))
+def test_resume_continues_a_restored_iterator_in_a_moved_log_with_more_rounds(tmp_path, kind):
+  # A run of 30 rounds (the min-sep plan's 48 above), saved after 12, its directory moved, then
+  # resumed by a data source of a 48-round plan at the new path: it draws the uninterrupted
+  # cohorts into the moved log, up to the new plan's rounds.
+  rounds, k = 30, SETTINGS[kind][1]
+  reference_path = tmp_path / 'reference.csv'
+  reference = _source(reference_path, kind).iterator()
+  reference_cohorts = [reference.select(k) for _ in range(rounds)]
+  old, new = tmp_path / 'old.csv', tmp_path / 'moved' / 'run.csv'
+  iterator = _source(old, kind).iterator()
+  cohorts = [iterator.select(k) for _ in range(12)]
+  saved = iterator.to_bytes()
+  new.parent.mkdir()
+  old.rename(new)
+  source = _source(new, kind)
+  resumed = source.resume(Iterator.from_bytes(saved))
+  assert (resumed.next_round, resumed.log_offset) == (12, iterator.log_offset)
+  assert _fields(resumed.to_bytes())['participation_log'] == str(new)
+  cohorts += [resumed.select(k) for _ in range(rounds - 12)]
+  assert cohorts == reference_cohorts
+  assert new.read_bytes() == reference_path.read_bytes()
+  assert not old.exists()
+
+
+def test_resume_refuses_an_iterator_of_another_population_or_sampler(tmp_path):
+  saved = _source(tmp_path / 'a.csv', 'min_sep').iterator()
+  with pytest.raises(ValueError, match='another population'):
+    _source(tmp_path / 'b.csv', 'min_sep', ids=IDS[:-1] + ['x']).resume(saved)
+  with pytest.raises(ValueError, match='another population or with another sampler kind'):
+    _source(tmp_path / 'c.csv', 'poisson').resume(saved)
+  with pytest.raises(ValueError, match='`iterator` must be a SampledClientDataSourceIterator'):
+    _source(tmp_path / 'd.csv', 'min_sep').resume('bytes')
 
 
 PREFIX = 8 + 2 + 32  # magic, version, SHA-256 of the body

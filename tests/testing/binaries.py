@@ -23,7 +23,6 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EMNIST = 'experiments.emnist.run_emnist'
 SO = 'experiments.stackoverflow.run_stackoverflow'
-PROGRAM = 'experiments.programs.emnist_program'
 MECH = 'experiments.mechanisms_cli'
 REPORT = 'experiments.privacy_report'
 DEMO = 'experiments.demo'
@@ -31,10 +30,10 @@ DRIVERS = (EMNIST, SO)
 
 
 def env(module: str, **extra) -> dict:
-  """The environment of a binary's subprocess: the drivers, the program and the demo run without
+  """The environment of a binary's subprocess: the drivers and the demo run without
   TF_CPP_MIN_LOG_LEVEL (they must be quiet on their own), and `extra` variables are added."""
   environment = dict(os.environ)
-  if module in DRIVERS + (PROGRAM, DEMO):
+  if module in DRIVERS + (DEMO,):
     environment.pop('TF_CPP_MIN_LOG_LEVEL', None)
   environment.update(extra)
   return environment
@@ -115,9 +114,6 @@ def _entry_point(module: str):
       argv = flag_parsing.flags_parser(privacy_report.FLAGS, privacy_report.__doc__)(sys.argv)
       sys.exit(privacy_report.main(argv))
     return 'privacy_report.py', report_main, privacy_report.FLAGS
-  if module == PROGRAM:
-    from experiments.programs import emnist_program
-    return 'emnist_program.py', emnist_program.main, emnist_program.FLAGS
   if module == DEMO:
     from experiments import demo
     return 'demo.py', demo.run, demo.FLAGS

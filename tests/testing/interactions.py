@@ -119,15 +119,15 @@ def _rows(mechanisms, **values):
   return [Combination(m, **values) for m in mechanisms]
 
 
-#: The combinations other tests run through the DP-FTRL process (a driver, the train_model
-#: program, or for mechanism x clipping x restarts the aggregation process, where they meet).
+#: The combinations other tests run through the DP-FTRL process (a driver, or for mechanism x clipping x restarts the aggregation process, where they meet).
 EXISTING = {
     'tests/experiments/drivers_test.py::test_emnist_run': _rows(['blt']),
-    'tests/experiments/drivers_test.py::test_the_driver_and_the_program_train_restarts_and_canaries_identically':
+    'tests/experiments/drivers_test.py::test_restarts_and_canaries':
         _rows(['blt'], clipping='adaptive', restarts='rounds'),
     'tests/experiments/drivers_test.py::test_resume_gives_the_same_weights':
         _rows(['blt'], restarts='periodic'),
-    'tests/experiments/drivers_test.py::test_secure_aggregation': _rows(['blt'], secagg=True),
+    'tests/experiments/drivers_test.py::test_secure_aggregation_with_adaptive_clipping_and_a_restart':
+        _rows(['blt'], secagg=True),
     'tests/experiments/secure_driver_test.py::test_modular_wraps_are_logged_and_written':
         _rows(['gaussian'], secagg=True),
     'tests/experiments/secure_driver_test.py::'
@@ -141,7 +141,7 @@ EXISTING = {
     'tests/experiments/poisson_driver_test.py::'
     'test_cyclic_poisson_binary_runs_and_a_bad_combination_is_one_line':
         _rows(['banded'], sampler='cyclic_poisson'),
-    'tests/programs/program_restart_test.py::test_poisson_program_draws_and_trains_as_the_driver':
+    'tests/experiments/poisson_driver_test.py::test_poisson_run_resumes_with_the_same_cohorts':
         _rows(['gaussian'], sampler='poisson'),
     'tests/experiments/workers_test.py::'
     'test_driver_on_workers_equals_local_and_survives_lost_workers':
@@ -287,7 +287,7 @@ def run_and_check(combination: Combination, root) -> None:
   if combination.canaries:
     empty = dataset_fn(start.client_ids[0]).take(0)
     size = sum(int(np.size(w)) for w in process.get_model_weights(initial).trainable)
-    recorder = canary_clients.CanaryRecorder(start.canaries, start.canary_ids, empty,
+    recorder = canary_clients.CanaryRecorder(start.canaries, start.canary_ids,
                                              config.output_dir, size, plan, start.run_id)
     recorder.files.write_metadata()
   sampler = sampling.make_sampler(start.client_ids, plan, config.seed)
@@ -296,8 +296,12 @@ def run_and_check(combination: Combination, root) -> None:
     cohort = sampler.sample(t)
     ids += cohort
     rounds += [t] * len(cohort)
-    data = (recorder.client_data(cohort, dataset_fn) if recorder is not None else
-            [dataset_fn(c) for c in cohort])
+    if recorder is None:
+      data = [dataset_fn(c) for c in cohort]
+    else:  # a canary's input: an empty dataset and its index
+      data = canaries_lib.client_data(
+          [empty if c in recorder.index else dataset_fn(c) for c in cohort],
+          [recorder.index.get(c, canaries_lib.NOT_A_CANARY) for c in cohort])
     output = next_fn(state, data)
     state, metrics = output.state, output.metrics
     aggregator = metrics['aggregator']

@@ -1,9 +1,12 @@
 """Readers of a run directory's files for comparisons between runs (two runs of one command, a
-killed and resumed run, a driver and the example program, a driver's report and the binary's)."""
+killed and resumed run, a driver's report and the binary's)."""
 
 import csv
 import json
 import os
+import re
+
+import numpy as np
 
 
 def metrics_rows(run):
@@ -50,3 +53,36 @@ def standalone_report(run_dir, out, *extra) -> dict:
   finally:
     privacy_report.FLAGS.unparse_flags()
   return json.loads((out / 'report.json').read_text())
+
+
+def checkpoint_leaves(run, round_num=None) -> list:
+  """The leaves of checkpoint `round_num` (default: the latest) of the run directory `run`:
+  train_model's program state (model, optimizer, noise state, round, next evaluation time: None,
+  the data source's iterator), the iterator decoded to (client ids, sampler kind, next round, log
+  offset), since its bytes hold the log's absolute path."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  from dp_ftrl_tff.programs import data_source  # pylint: disable=g-import-not-at-top
+  checkpoints = os.path.join(run, 'checkpoints')
+  if round_num is None:
+    round_num = max(int(m.group(1)) for m in map(re.compile(r'program_state_(\d+)$').match,
+                                                 os.listdir(checkpoints)) if m)
+  value = tf.saved_model.load(os.path.join(checkpoints, f'program_state_{round_num}'))()
+  leaves = []
+  for leaf in tf.nest.flatten(value):
+    leaf = None if leaf is None else np.asarray(leaf)
+    if leaf is not None and leaf.dtype == object and leaf.item().startswith(b'DPFTRLIT'):
+      iterator = data_source.SampledClientDataSourceIterator.from_bytes(leaf.item())
+      leaf = (iterator.client_ids, iterator.sampler_kind, iterator.next_round, iterator.log_offset)
+    leaves.append(leaf)
+  return leaves
+
+
+def assert_same_leaves(got: list, want: list) -> None:
+  """`checkpoint_leaves` of two runs are equal, bit for bit."""
+  assert len(got) == len(want)
+  for a, b in zip(got, want, strict=True):
+    if a is None or isinstance(a, tuple):
+      assert a == b
+    else:
+      np.testing.assert_array_equal(a, b)

@@ -1,4 +1,4 @@
-"""The train_model program's evaluation every --eval_every rounds, through TFF's EvaluationManager.
+"""The training loop's evaluation every --eval_every rounds, through TFF's EvaluationManager.
 
 `tff.learning.programs.train_model` hands the model weights of every `evaluation_periodicity`-th
 round and of the last one to its `evaluation_manager` (`start_evaluation`, awaited in its main loop
@@ -29,8 +29,8 @@ with training and releases the result, keyed by the 1-based round, to its
     (resuming them would evaluate a round twice, and the second `start_evaluation` of a round would
     find its version 0 saved: `ProgramStateExistsError`).
 
-An error of an evaluation (or of its state managers: a full disk) is recorded in the program's
-`RoundsReleased` (the program raises it before the next round, as one line), and ends the waits.
+An error of an evaluation (or of its state managers: a full disk) is recorded in the run's
+`RoundsReleased` (the loop raises it before the next round, as one line), and ends the waits.
 """
 
 import datetime
@@ -68,7 +68,7 @@ def as_model_weights(value) -> tff.learning.models.ModelWeights:
 
 
 class Evaluations(tff.program.ReleaseManager):
-  """The `aggregated_metrics_manager` of the program's EvaluationManager: keeps the `eval_<metric>`
+  """The `aggregated_metrics_manager` of the run's EvaluationManager: keeps the `eval_<metric>`
   of each evaluated round (train_model's 1-based key) until `take` hands them to the round's row.
   `released` (`program_managers.RoundsReleased`) ends the waits on a failure."""
 
@@ -217,7 +217,7 @@ class _Manager(tff.learning.programs.EvaluationManager):
 
 def evaluation_manager(output_dir: str, evaluate: Callable, template, evaluations: Evaluations,
                        released) -> tff.learning.programs.EvaluationManager:
-  """The program's EvaluationManager (see the module docstring): `evaluate` (`ModelWeights` ->
+  """The run's EvaluationManager (see the module docstring): `evaluate` (`ModelWeights` ->
   metrics) of the weights of each evaluated round, released to `evaluations`; its state in
   `checkpoints/eval/` of `output_dir` (`clear` it before train_model starts)."""
   root = eval_dir(output_dir)

@@ -6,7 +6,7 @@ import collections
 import numpy as np
 import pytest
 
-from experiments.programs import program_managers
+from experiments.run import program_managers
 
 pytestmark = pytest.mark.unit
 

@@ -1,1 +1,0 @@
-"""Example `tff.program` binaries: DP-FTRL through `tff.learning.programs.train_model`."""
