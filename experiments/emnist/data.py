@@ -5,7 +5,8 @@ pixels in [0, 1]. TFF's own `emnist.get_synthetic()` has 2 clients, too few for 
 `synthetic_client_data` builds a population of many clients with a learnable signal: each class has a
 fixed random smooth prototype image, an example is its class prototype plus pixel noise, and each
 client holds a label-skewed mix of classes (non-IID, like writers in EMNIST). Everything is generated
-deterministically from a seed with numpy; nothing touches the network.
+deterministically from a seed with numpy; nothing touches the network. The population is written to
+a temporary SQLite file (`experiments.run.sqlite_population`) and read like a real one.
 """
 
 import collections
@@ -19,7 +20,7 @@ import tensorflow_federated as tff
 
 from dp_ftrl_tff import _validation
 from dp_ftrl_tff.mechanisms import memory
-from experiments.run import sqlite_data
+from experiments.run import sqlite_data, sqlite_population
 
 IMAGE_SIZE = 28
 _SQLITE_NAME = 'emnist_all.sqlite'  # what TFF's `emnist.load_data` caches (decompressed)
@@ -39,10 +40,11 @@ def _make_examples(prototypes, labels, noise, rng):
 
 
 #: What `synthetic_client_data` costs on this project's machine type (time.perf_counter): bytes an
-#: example keeps (float32 28 x 28 pixels and an int32 label; its peak was 6.5 kB), about 540 us a
-#: client and 15 us an example (1.67 s for 2000 clients of 20, 1.75 s for 500 of 200). The figures
-#: below are lower bounds (about two thirds of the times) for `memory.check_generated_clients`.
-_GENERATION_COST = (IMAGE_SIZE * IMAGE_SIZE * 4 + 4, 360e-6, 10e-6)
+#: example takes in the population's file (float32 28 x 28 pixels and an int32 label; the file may
+#: live in memory, a tmpfs), about 230 us a client and 42 us an example, written to its file
+#: included (2.16 s for 2000 clients of 20, 4.35 s for 500 of 200). The figures below are lower
+#: bounds (about two thirds of the times) for `memory.check_generated_clients`.
+_GENERATION_COST = (IMAGE_SIZE * IMAGE_SIZE * 4 + 4, 150e-6, 28e-6)
 
 
 def synthetic_client_data(
@@ -60,7 +62,8 @@ def synthetic_client_data(
     label_skew: Dirichlet concentration of each client's label mix; small values are more non-IID.
 
   Returns:
-    (train ClientData, test dataset of 2000 examples in the same element format).
+    (train ClientData read from a temporary SQLite file that lives as long as the Python process,
+    test dataset of 2000 examples in the same element format).
 
   Raises:
     ValueError: naming the argument; a population too large for the memory or for an hour of
@@ -75,18 +78,20 @@ def synthetic_client_data(
   label_skew = _validation.check_positive_float(label_skew, 'label_skew')
   rng = np.random.default_rng([seed, 0])
   prototypes = _prototypes(num_classes, rng)
-  clients = collections.OrderedDict()
   width = len(str(num_clients - 1))
-  for i in range(num_clients):
-    client_rng = np.random.default_rng([seed, 1, i])
-    size = int(client_rng.integers(max(1, examples_per_client // 2),
-                                   examples_per_client + examples_per_client // 2 + 1))
-    mix = client_rng.dirichlet(np.full(num_classes, label_skew))
-    labels = client_rng.choice(num_classes, size=size, p=mix)
-    clients[f'synthetic_{i:0{width}d}'] = _make_examples(prototypes, labels, noise, client_rng)
+
+  def clients():
+    for i in range(num_clients):
+      client_rng = np.random.default_rng([seed, 1, i])
+      size = int(client_rng.integers(max(1, examples_per_client // 2),
+                                     examples_per_client + examples_per_client // 2 + 1))
+      mix = client_rng.dirichlet(np.full(num_classes, label_skew))
+      labels = client_rng.choice(num_classes, size=size, p=mix)
+      yield f'synthetic_{i:0{width}d}', _make_examples(prototypes, labels, noise, client_rng)
+
   test_rng = np.random.default_rng([seed, 2])
   test = _make_examples(prototypes, test_rng.integers(0, num_classes, 2000), noise, test_rng)
-  return (tff.simulation.datasets.TestClientData(clients),
+  return (_sql_split(sqlite_population.write_population(clients()), 'train'),
           tf.data.Dataset.from_tensor_slices(test))
 
 
@@ -97,6 +102,12 @@ def _parse_tff_example(serialized: tf.Tensor) -> collections.OrderedDict:
       'label': tf.io.FixedLenFeature(shape=(), dtype=tf.int64),
   })
   return collections.OrderedDict(label=tf.cast(parsed['label'], tf.int32), pixels=parsed['pixels'])
+
+
+def _sql_split(path: str, split_name: str) -> tff.simulation.datasets.ClientData:
+  """The clients of `split_name` in the SQLite file at `path`, in TFF's element format."""
+  return tff.simulation.datasets.SqlClientData(path, split_name).preprocess(
+      lambda ds: ds.map(_parse_tff_example))
 
 
 def load_client_data(source: str, *, only_digits: bool = True,
@@ -130,11 +141,8 @@ def load_client_data(source: str, *, only_digits: bool = True,
       splits=(f'{prefix}_train', f'{prefix}_test'),
       features={'pixels': ('float_list', IMAGE_SIZE * IMAGE_SIZE), 'label': ('int64_list', 1)})
 
-  def split(name):
-    return tff.simulation.datasets.SqlClientData(path, f'{prefix}_{name}').preprocess(
-        lambda ds: ds.map(_parse_tff_example))
-
-  return split('train'), split('test').create_tf_dataset_from_all_clients()
+  return (_sql_split(path, f'{prefix}_train'),
+          _sql_split(path, f'{prefix}_test').create_tf_dataset_from_all_clients())
 
 
 def preprocess_fn(batch_size: int, num_epochs: int, shuffle_seed: int = 0, shuffle: bool = True):

@@ -9,7 +9,8 @@ INTEGER); splits 'train', 'heldout', 'test'.
 
 `synthetic_client_data` builds many clients (TFF's `get_synthetic()` has 3) whose sentences follow a
 fixed random Markov chain over a synthetic vocabulary: each word has a few likely successors, so the
-next-word model has a learnable signal. It is generated deterministically from a seed with numpy.
+next-word model has a learnable signal. It is generated deterministically from a seed with numpy
+and written to a temporary SQLite file (`experiments.run.sqlite_population`), read like a real one.
 
 Token ids (TFF research convention, one OOV bucket): pad 0, vocabulary words 1..V, OOV V+1,
 beginning of sentence V+2, end of sentence V+3; the model's output size is V+4.
@@ -26,7 +27,7 @@ import tensorflow_federated as tff
 
 from dp_ftrl_tff import _validation
 from dp_ftrl_tff.mechanisms import memory
-from experiments.run import sqlite_data
+from experiments.run import sqlite_data, sqlite_population
 
 _SQLITE_NAME = 'stackoverflow.sqlite'  # what TFF's `stackoverflow.load_data` caches (decompressed)
 _WORD_COUNT_NAME = 'stackoverflow.word_count'
@@ -46,10 +47,11 @@ def _element(tokens: str, index: int) -> collections.OrderedDict:
 
 
 #: What `synthetic_client_data` costs on this project's machine type (time.perf_counter, tracemalloc):
-#: about 480 bytes an example (its sentence and fields as numpy strings; peak 1.8 kB), 10 ms a
-#: client and 0.85 ms an example (27 s for 1000 clients of 20, 36 s for 200 of 200). The figures
-#: below are lower bounds (about two thirds of the times) for `memory.check_generated_clients`.
-_GENERATION_COST = (480, 7e-3, 0.6e-3)
+#: about 480 bytes an example (its sentence and fields; the population's file may live in memory, a
+#: tmpfs), 0.2 ms a client and 0.18 ms an example, written to its file included (3.7 s for 1000
+#: clients of 20, 7.1 s for 200 of 200). The figures below are lower bounds (about two thirds of the
+#: times) for `memory.check_generated_clients`.
+_GENERATION_COST = (480, 130e-6, 120e-6)
 
 
 def synthetic_client_data(
@@ -98,22 +100,24 @@ def synthetic_client_data(
     return collections.OrderedDict((k, np.array([r[k] for r in rows])) for k in rows[0])
 
   counts = np.zeros(num_words, dtype=np.int64)
-  clients = collections.OrderedDict()
   width = len(str(num_clients - 1))
-  for i in range(num_clients):
-    r = np.random.default_rng([seed, 1, i])
-    size = int(r.integers(max(1, examples_per_client // 2),
-                          examples_per_client + examples_per_client // 2 + 1))
-    sentences = [sentence(r) for _ in range(size)]
-    for s in sentences:
-      np.add.at(counts, s, 1)
-    clients[f'synthetic_{i:0{width}d}'] = examples(sentences)
+
+  def clients():
+    for i in range(num_clients):
+      r = np.random.default_rng([seed, 1, i])
+      size = int(r.integers(max(1, examples_per_client // 2),
+                            examples_per_client + examples_per_client // 2 + 1))
+      sentences = [sentence(r) for _ in range(size)]
+      for s in sentences:
+        np.add.at(counts, s, 1)
+      yield f'synthetic_{i:0{width}d}', examples(sentences)
+
+  train = _sql_split(sqlite_population.write_population(clients()), 'train')
   test_rng = np.random.default_rng([seed, 2])
   test = examples([sentence(test_rng) for _ in range(500)])
   order = np.lexsort((np.arange(num_words), -counts))  # by count, ties by word index
   vocab = [f'w{w}' for w in order[:vocab_size]]
-  return (tff.simulation.datasets.TestClientData(clients),
-          tf.data.Dataset.from_tensor_slices(test), vocab)
+  return train, tf.data.Dataset.from_tensor_slices(test), vocab
 
 
 def _parse_tff_example(serialized: tf.Tensor) -> collections.OrderedDict:
@@ -122,6 +126,12 @@ def _parse_tff_example(serialized: tf.Tensor) -> collections.OrderedDict:
   spec['score'] = tf.io.FixedLenFeature(shape=(), dtype=tf.int64)
   parsed = tf.io.parse_example(serialized, spec)
   return collections.OrderedDict((k, parsed[k]) for k in sorted(spec))
+
+
+def _sql_split(path: str, split_name: str) -> tff.simulation.datasets.ClientData:
+  """The clients of `split_name` in the SQLite file at `path`, in TFF's element format."""
+  return tff.simulation.datasets.SqlClientData(path, split_name).preprocess(
+      lambda ds: ds.map(_parse_tff_example))
 
 
 def _vocab_from_word_counts(path: str, vocab_size: int, flag: str) -> List[str]:
@@ -218,11 +228,8 @@ def load_client_data(source: str, *, vocab_size: int, word_counts: Optional[str]
   elif vocab is None:
     vocab = _vocab_from_data(path, vocab_size)
 
-  def split(name):
-    return tff.simulation.datasets.SqlClientData(path, name).preprocess(
-        lambda ds: ds.map(_parse_tff_example))
-
-  return split('train'), split('test').create_tf_dataset_from_all_clients(), vocab
+  return (_sql_split(path, 'train'), _sql_split(path, 'test').create_tf_dataset_from_all_clients(),
+          vocab)
 
 
 def preprocess_fn(vocab: List[str], sequence_length: int, batch_size: int, num_epochs: int,
