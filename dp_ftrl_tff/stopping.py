@@ -7,7 +7,7 @@ exception the program chooses) to stop there:
     (`mechanisms.blt.optimize_blt`, `mechanisms.banded_optimizer.optimize_banded`);
   * each accountant evaluation of a calibration (`accounting.calibration.calibrate`, which the
     amplified calibration calls too), of the amplified calibration's bracket search, and of a
-    guarantee (`accounting.zcdp`'s PLD / RDP conversion, which the report runs many times);
+    guarantee (`accounting.zcdp_epsilon`'s PLD / RDP conversion, which the report runs many times);
   * each row of the equal-privacy table (`accounting.equal_privacy`), each chunk of the Monte Carlo
     accountant's samples;
   * the start of each round of the train_model data source

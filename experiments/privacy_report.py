@@ -55,7 +55,7 @@ from absl import app, flags
 from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff import sampling as sampling_lib
 from dp_ftrl_tff.accounting import (
-    amplification,
+    amplified_strategy,
     calibration,
     report,
     report_files,
@@ -139,7 +139,7 @@ def _plan_from_flags(fv, log) -> plan_lib.RunPlan:
                                  fv.restart_period)
   sampling = _sampling(fv)
   if sampling.random_cohorts and rounds is not None:  # the amplified figure asked for must apply
-    amplification.check_banded(resolved.strategy, rounds, sampling.num_groups,
+    amplified_strategy.check_banded(resolved.strategy, rounds, sampling.num_groups,
                                None if restarts is None else restarts.restart_rounds(rounds))
   run_plan = plan_lib.RunPlan.for_accounting(
       resolved.strategy, fv.noise_multiplier or 0.0, clipped_count_stddev=fv.clipped_count_stddev,

@@ -6,7 +6,13 @@ import pytest
 
 from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff import stopping
-from dp_ftrl_tff.accounting import amplification, calibration, equal_privacy, monte_carlo, zcdp
+from dp_ftrl_tff.accounting import (
+  amplification,
+  calibration,
+  equal_privacy,
+  monte_carlo,
+  zcdp_epsilon,
+)
 from dp_ftrl_tff.mechanisms import banded_optimizer, blt
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from dp_ftrl_tff.programs import data_source
@@ -39,7 +45,7 @@ COMPUTATIONS = {
         2.0, 3.0, 1e-6, conversion='pld'),
     'amplified calibration': lambda: amplification.amplified_noise_multiplier(
         4.0, 16, 4, 0.1, 1e-6),
-    'epsilons (pld)': lambda: [zcdp.epsilon_from_rho(rho, 1e-6) for rho in (0.5, 1.0)],
+    'epsilons (pld)': lambda: [zcdp_epsilon.epsilon_from_rho(rho, 1e-6) for rho in (0.5, 1.0)],
     'equal_privacy': lambda: equal_privacy.equal_privacy(16, PARTICIPATION, rho=0.5),
     'monte_carlo_epsilon': lambda: monte_carlo.monte_carlo_epsilon(
         np.eye(8), 1.0, sampling='balls_in_bins', bands=4, delta=1e-5, num_samples=1000,

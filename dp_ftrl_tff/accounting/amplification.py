@@ -26,18 +26,16 @@ Poisson sampling: a run that shuffles (fixed-size batches) is not covered by thi
 """
 
 import contextlib
-import dataclasses
 import math
-from typing import Optional, Sequence
+from typing import Optional
 
 import dp_accounting
-import numpy as np
 from dp_accounting.pld import common as pld_common
 from dp_accounting.pld import privacy_loss_distribution
 
 from dp_ftrl_tff import _validation, plan_checks, sampling, stopping
-from dp_ftrl_tff.accounting import calibration, zcdp
-from dp_ftrl_tff.mechanisms import banded, base, gaussian, memory, tree
+from dp_ftrl_tff.accounting import calibration, zcdp_epsilon
+from dp_ftrl_tff.mechanisms import memory
 
 ACCOUNTANTS = ('pld', 'rdp')
 
@@ -92,15 +90,10 @@ def _check_setting(rounds, bands, sampling_prob) -> tuple:
   return rounds, bands, sampling.check_sampling_prob(sampling_prob)
 
 
-def _check_delta(delta) -> float:
-  return _validation.check_float_in_range(delta, 'delta', 0.0, 1.0, low_inclusive=False,
-                                          high_inclusive=False)
-
-
 class BelowAccountantRangeError(ValueError):
   """A noise multiplier below `min_noise_multiplier`: the amplified accountant's privacy loss
   distribution would be too large. A report then states the unamplified guarantee alone (it holds
-  whatever the sampling; beyond `zcdp.MAX_RHO` it is the zCDP bound)."""
+  whatever the sampling; beyond `zcdp_epsilon.MAX_RHO` it is the zCDP bound)."""
 
 
 def amplified_event(noise_multiplier: float, rounds: int, bands: int,
@@ -128,7 +121,7 @@ def amplified_event(noise_multiplier: float, rounds: int, bands: int,
 
 def _accountant(accountant: str, value_discretization_interval: float):
   _validation.check_one_of(accountant, 'accountant', ACCOUNTANTS)
-  return zcdp.make_accountant(accountant,
+  return zcdp_epsilon.make_accountant(accountant,
                               value_discretization_interval=value_discretization_interval)
 
 
@@ -148,12 +141,12 @@ def amplified_epsilon(noise_multiplier: float, rounds: int, bands: int, sampling
     value_discretization_interval: PLD only; coarser is faster and still an upper bound.
   """
   event = amplified_event(noise_multiplier, rounds, bands, sampling_prob)
-  delta = _check_delta(delta)
+  delta = zcdp_epsilon.check_delta(delta)
   floor = min_noise_multiplier(rounds, bands, sampling_prob)
   if noise_multiplier < floor:
     raise BelowAccountantRangeError(
         f'`noise_multiplier`={noise_multiplier:g} is below {floor:.4g}, the smallest the accountant '
-        f'takes here (rho-zCDP {zcdp.MAX_RHO:g} per event, `min_noise_multiplier`): its privacy '
+        f'takes here (rho-zCDP {zcdp_epsilon.MAX_RHO:g} per event, `min_noise_multiplier`): its privacy '
         'loss distribution would be too large.')
   if accountant == 'pld':
     _check_composition_size(noise_multiplier, num_compositions(rounds, bands), sampling_prob,
@@ -199,7 +192,7 @@ def composed_pld_points(noise_multiplier: float, compositions: int, sampling_pro
 def _check_composition_size(noise_multiplier: float, compositions: int, sampling_prob: float,
                             value_discretization_interval: float) -> None:
   """`memory.MemoryLimitError` (a ValueError naming `num_rounds`) when the composed distribution of
-  `composed_pld_points` would not fit in the available memory at `zcdp.PLD_BYTES_PER_POINT` bytes
+  `composed_pld_points` would not fit in the available memory at `zcdp_epsilon.PLD_BYTES_PER_POINT` bytes
   a point; nothing is checked up to `_CHECKED_COMPOSITIONS` compositions or without sampling."""
   if compositions <= _CHECKED_COMPOSITIONS or sampling_prob >= 1.0:
     return
@@ -207,13 +200,13 @@ def _check_composition_size(noise_multiplier: float, compositions: int, sampling
                                value_discretization_interval)
   if points is None:
     return
-  needed, available = points * zcdp.PLD_BYTES_PER_POINT, memory.available_bytes()
+  needed, available = points * zcdp_epsilon.PLD_BYTES_PER_POINT, memory.available_bytes()
   if needed > available:
     raise memory.MemoryLimitError(
         f'`num_rounds`: ceil(num_rounds / num_groups) = {compositions} compositions of the '
         f'subsampled Gaussian (`sampling_prob`={sampling_prob:g}, `noise_multiplier`='
         f'{noise_multiplier:.4g}) make the PLD accountant\'s distribution {points:.3g} points long, '
-        f'about {memory.format_bytes(needed)} at {zcdp.PLD_BYTES_PER_POINT} bytes a point, but only '
+        f'about {memory.format_bytes(needed)} at {zcdp_epsilon.PLD_BYTES_PER_POINT} bytes a point, but only '
         f'{memory.format_bytes(available)} of memory is available; use fewer `num_rounds`, more '
         'noise or a smaller `sampling_prob` (its epsilon would be far above any useful one).')
 
@@ -243,7 +236,7 @@ def amplified_noise_multiplier(target_epsilon: float, rounds: int, bands: int,
   sigma on the exact tradeoff curve (sampling only lowers epsilon), widened (at most
   `_MAX_WIDENING` times) until its epsilon meets the target; the lower end halves from there until
   epsilon exceeds it, but not below `min_noise_multiplier` (the unamplified run's rho-zCDP is
-  `zcdp.MAX_RHO` there: the accountant's range). Then `dp_accounting.calibrate_dp_mechanism`, which
+  `zcdp_epsilon.MAX_RHO` there: the accountant's range). Then `dp_accounting.calibrate_dp_mechanism`, which
   steps to the safe side of the root.
 
   Args:
@@ -259,7 +252,7 @@ def amplified_noise_multiplier(target_epsilon: float, rounds: int, bands: int,
     sigma relative to a largest column norm of 1, never below what `target_epsilon` needs.
   """
   rounds, bands, q = _check_setting(rounds, bands, sampling_prob)
-  delta = _check_delta(delta)
+  delta = zcdp_epsilon.check_delta(delta)
   epsilon = calibration.check_pld_target_epsilon(target_epsilon, delta)
   _validation.check_one_of(accountant, 'accountant', ACCOUNTANTS)
   rtol = _validation.check_float_in_range(rtol, 'rtol', 0.0, 0.1, low_inclusive=False)
@@ -300,158 +293,10 @@ def amplified_noise_multiplier(target_epsilon: float, rounds: int, bands: int,
 
 def min_noise_multiplier(rounds: int, bands: int, sampling_prob: float) -> float:
   """The smallest noise multiplier (relative to a largest column norm of 1) the accountant takes:
-  one whose event has rho-zCDP `zcdp.MAX_RHO`, the size limit of its privacy loss distribution
-  (`zcdp.check_rho`). Without sampling (q = 1) the ceil(n / b-hat) Gaussian rounds are one Gaussian
+  one whose event has rho-zCDP `zcdp_epsilon.MAX_RHO`, the size limit of its privacy loss distribution
+  (`zcdp_epsilon.pld_holds`). Without sampling (q = 1) the ceil(n / b-hat) Gaussian rounds are one Gaussian
   event, sqrt(ceil(n / b-hat) / (2 MAX_RHO)); with sampling each round is its own event,
   1 / sqrt(2 MAX_RHO) (about 0.0707), and the composition's distribution spreads about as far as
   its epsilon."""
   count = num_compositions(rounds, bands) if sampling_prob == 1.0 else 1
-  return math.sqrt(count / (2.0 * zcdp.MAX_RHO))
-
-
-# ---------------------------------------------------------------------------------------------------
-# A strategy's amplified guarantee.
-
-
-def _segment_structure(strategy: base.Strategy, length: int) -> Optional[tuple]:
-  """(bands, largest column norm) of C over one segment of `length` rounds, or None when C is not
-  square and lower triangular; in O(n) (Toeplitz) or O(n b-hat) (banded) without the n x n C
-  (a float64 C of 10^5 rounds would take 80 GB)."""
-  if isinstance(strategy, gaussian.GaussianStrategy):
-    return 1, 1.0
-  if isinstance(strategy, tree.TreeStrategy):
-    return None  # a row per node
-  if isinstance(strategy, base.ToeplitzStrategy):
-    coefs = strategy.toeplitz_coefs(length)
-    nonzero = np.flatnonzero(coefs)
-    # The first column holds every coefficient; a later column only the first n - j.
-    return (int(nonzero[-1]) + 1 if nonzero.size else 1), float(np.linalg.norm(coefs))
-  if isinstance(strategy, banded.BandedStrategy):
-    rows = strategy.band_rows[:strategy.check_num_rounds(length)]  # R[t, l] = C[t, t - l]: column j holds R[j + l, l]
-    nonzero = np.flatnonzero(np.any(rows != 0, axis=0))
-    squares = np.zeros(length)
-    for lag in range(rows.shape[1]):
-      squares[:length - lag] += rows[lag:, lag]**2
-    return (int(nonzero[-1]) + 1 if nonzero.size else 1), float(math.sqrt(np.max(squares)))
-  c = strategy.strategy_matrix(length)  # another strategy: its dense C
-  if c.ndim != 2 or c.shape[0] != c.shape[1]:
-    return None
-  rows, cols = np.nonzero(c)
-  lags = rows - cols
-  if lags.size and lags.min() < 0:
-    return None
-  return (int(lags.max()) + 1 if lags.size else 1), float(np.max(np.linalg.norm(c, axis=0)))
-
-
-def _segment_structures(strategy: base.Strategy, num_rounds: int,
-                        restart_rounds: Optional[Sequence[int]]) -> list:
-  return [_segment_structure(strategy, length)
-          for length in zcdp.segment_lengths(num_rounds, restart_rounds)]
-
-
-def num_bands(strategy: base.Strategy, num_rounds: int,
-              restart_rounds: Optional[Sequence[int]] = None) -> Optional[int]:
-  """The bands of C over the run's restart segments (the most of any segment: the non-zero
-  diagonals, the main one included), or None when some segment's C is not square and lower
-  triangular (a tree's C has a row per node). The amplification theorem (BandMF Thm. 4) needs at
-  most as many bands as sampling groups."""
-  structures = _segment_structures(strategy, num_rounds, restart_rounds)
-  if any(structure is None for structure in structures):
-    return None
-  return max(bands for bands, _ in structures)
-
-
-def check_banded(strategy: base.Strategy, num_rounds: int, num_groups: int,
-                 restart_rounds: Optional[Sequence[int]] = None) -> None:
-  """Raises ValueError unless C (each restart segment's) is square, lower triangular and has at
-  most `num_groups` bands, as the amplification theorem (BandMF Thm. 4) requires."""
-  num_groups = _validation.check_positive_int(num_groups, 'num_groups')
-  bands = num_bands(strategy, num_rounds, restart_rounds)
-  if bands is None:
-    raise ValueError(f'`strategy` ({strategy.name}) has no square lower-triangular strategy '
-                     'matrix: amplification by cyclic sampling needs a square banded C.')
-  if bands > num_groups:
-    raise ValueError(f'`strategy` ({strategy.name}) has {bands} bands but `num_groups`='
-                     f'{num_groups}: amplification by cyclic sampling (BandMF Thm. 4) needs a '
-                     'strategy with at most as many bands as sampling groups.')
-
-
-def largest_column_norm(strategy: base.Strategy, num_rounds: int,
-                        restart_rounds: Optional[Sequence[int]] = None) -> float:
-  """kappa = max_j ||C[:, j]||_2 over the run's restart segments (clip norm 1); ValueError when a
-  segment's C is not square and lower triangular."""
-  structures = _segment_structures(strategy, num_rounds, restart_rounds)
-  if any(structure is None for structure in structures):
-    raise ValueError(f'`strategy` ({strategy.name}) has no square lower-triangular strategy '
-                     'matrix: amplification by cyclic sampling needs a square banded C.')
-  return max(norm for _, norm in structures)
-
-
-@dataclasses.dataclass(frozen=True)
-class AmplifiedGuarantee:
-  """(epsilon, delta) of a run with cyclic Poisson sampling (BandMF Thm. 4).
-
-  Attributes:
-    mechanism: the strategy's name.
-    num_rounds: n.
-    num_groups: b-hat, the sampling groups (round t samples group t mod b-hat).
-    sampling_prob: q, the probability that a member of the round's group participates.
-    compositions: ceil(n / b-hat).
-    largest_column_norm: kappa = max_j ||C[:, j]||_2.
-    noise_multiplier: sigma, relative to the clip norm.
-    epsilon: at `delta`.
-    delta: the target delta.
-    accountant: 'pld' or 'rdp'.
-  """
-  mechanism: str
-  num_rounds: int
-  num_groups: int
-  sampling_prob: float
-  compositions: int
-  largest_column_norm: float
-  noise_multiplier: float
-  epsilon: float
-  delta: float
-  accountant: str = 'pld'
-
-  @property
-  def effective_noise_multiplier(self) -> float:
-    """sigma / kappa: the noise multiplier of each equivalent DP-SGD round."""
-    return self.noise_multiplier / self.largest_column_norm
-
-
-def amplified_guarantee(strategy: base.Strategy, num_rounds: int, noise_multiplier: float,
-                        num_groups: int, sampling_prob: float, delta: float,
-                        accountant: str = 'pld', *,
-                        restart_rounds: Optional[Sequence[int]] = None,
-                        value_discretization_interval: float = DEFAULT_VALUE_DISCRETIZATION
-                        ) -> AmplifiedGuarantee:
-  """The amplified guarantee of `strategy` run for `num_rounds` rounds with cyclic Poisson sampling.
-
-  Args:
-    strategy: a `dp_ftrl_tff.mechanisms` Strategy whose C is lower triangular with at most
-      `num_groups` bands (ValueError otherwise: BandMF Thm. 4 needs it). DP-SGD has 1 band.
-    num_rounds: n >= 1.
-    noise_multiplier: sigma > 0, relative to the clip norm (with adaptive clipping the accounted z).
-    num_groups: b-hat >= 1 sampling groups (1: plain Poisson sampling of the whole population).
-    sampling_prob: q in (0, 1].
-    delta: in (0, 1).
-    accountant: 'pld' or 'rdp'.
-    restart_rounds: 0-based rounds at which the noise restarts (C is then block diagonal).
-    value_discretization_interval: PLD only.
-  """
-  if not isinstance(strategy, base.Strategy):
-    raise ValueError(f'`strategy` must be a mechanisms Strategy, got {strategy!r}.')
-  num_rounds = _validation.check_positive_int(num_rounds, 'num_rounds')
-  sigma = _validation.check_positive_float(noise_multiplier, 'noise_multiplier')
-  num_groups = _validation.check_positive_int(num_groups, 'num_groups')
-  restarts = zcdp.check_restart_rounds(restart_rounds, num_rounds)
-  check_banded(strategy, num_rounds, num_groups, restarts)
-  kappa = largest_column_norm(strategy, num_rounds, restarts)
-  epsilon = amplified_epsilon(sigma / kappa, num_rounds, num_groups, sampling_prob, delta,
-                              accountant, value_discretization_interval=value_discretization_interval)
-  return AmplifiedGuarantee(
-      mechanism=strategy.name, num_rounds=num_rounds, num_groups=num_groups,
-      sampling_prob=float(sampling_prob), compositions=num_compositions(num_rounds, num_groups),
-      largest_column_norm=kappa, noise_multiplier=sigma, epsilon=epsilon, delta=float(delta),
-      accountant=accountant)
+  return math.sqrt(count / (2.0 * zcdp_epsilon.MAX_RHO))

@@ -5,8 +5,8 @@ Target rho: rho = sens^2 / (2 sigma^2) inverts in closed form, sigma = sqrt(sens
 no zCDP accountant, so this stays the closed form.)
 
 Target (epsilon, delta): `dp_accounting.calibrate_dp_mechanism` searches sigma on exactly the
-accountant and event `zcdp.epsilon_from_rho` uses ('pld' or 'rdp' from `zcdp.make_accountant`,
-composed once with `zcdp.gaussian_event(rho)`, rho = sens^2 / (2 sigma^2)). It returns a sigma whose
+accountant and event `zcdp_epsilon.epsilon_from_rho` uses ('pld' or 'rdp' from `zcdp_epsilon.make_accountant`,
+composed once with `zcdp_epsilon.gaussian_event(rho)`, rho = sens^2 / (2 sigma^2)). It returns a sigma whose
 epsilon does not exceed the target (it checks the root and steps to the safe side), within
 `_RTOL` relative of the smallest such sigma. Its bracket starts at the exact Gaussian tradeoff curve's
 root: PLD (pessimistic) and RDP epsilons are upper bounds on the exact one, so a slightly smaller
@@ -18,8 +18,8 @@ to the safe side the same way. Noise multipliers are relative to the clip norm; 
 computed with clip norm 1.
 
 Beyond the PLD: a target epsilon above `max_epsilon(delta)` (the PLD epsilon at rho-zCDP
-`zcdp.MAX_RHO`, about 189 at delta 1e-10) is met on the zCDP conversion bound
-(`zcdp.zcdp_epsilon_bound`, the figure the report states there, flagged as an upper bound): the
+`zcdp_epsilon.MAX_RHO`, about 189 at delta 1e-10) is met on the zCDP conversion bound
+(`zcdp_epsilon.zcdp_epsilon_bound`, the figure the report states there, flagged as an upper bound): the
 largest rho whose bound is <= the target (brentq in log rho), stepped to the safe side. So is any
 target with the 'zcdp_bound' conversion. A target rho may be any positive number whose noise
 multiplier a plan takes. No target is refused for the accountant's memory.
@@ -38,7 +38,7 @@ import scipy.optimize
 
 from dp_ftrl_tff import _validation, plan_checks, stopping
 from dp_ftrl_tff import plan as plan_lib
-from dp_ftrl_tff.accounting import zcdp
+from dp_ftrl_tff.accounting import zcdp, zcdp_epsilon
 
 #: Relative tolerance on sigma: the calibrated sigma is at most this much above the smallest sigma
 #: that meets the target.
@@ -53,12 +53,12 @@ _BRACKET = 1e-3
 MIN_TARGET_EPSILON = 1e-3
 
 
-def max_epsilon(delta: float = zcdp.DEFAULT_DELTA) -> float:
+def max_epsilon(delta: float = zcdp_epsilon.DEFAULT_DELTA) -> float:
   """The largest target epsilon at `delta` that calibration meets on the PLD: the exact-Gaussian
-  epsilon of rho = `zcdp.MAX_RHO` (about 189 at delta 1e-10, 159 at 1e-5). The PLD's epsilon is
-  above the exact one, so the calibrated rho stays within `zcdp.MAX_RHO`; a larger target is met on
+  epsilon of rho = `zcdp_epsilon.MAX_RHO` (about 189 at delta 1e-10, 159 at 1e-5). The PLD's epsilon is
+  above the exact one, so the calibrated rho stays within `zcdp_epsilon.MAX_RHO`; a larger target is met on
   the zCDP bound (see the module docstring)."""
-  return zcdp.epsilon_from_rho(zcdp.MAX_RHO, delta, 'gaussian')
+  return zcdp_epsilon.epsilon_from_rho(zcdp_epsilon.MAX_RHO, delta, 'gaussian')
 
 
 #: The smallest delta a calibration takes: float64's smallest normal number (about 2.2e-308). Below
@@ -100,7 +100,7 @@ def check_pld_target_epsilon(target_epsilon, delta) -> float:
   if epsilon > largest:
     raise ValueError(f'`target_epsilon`={epsilon:g} is above {largest:.4g}, the largest epsilon at '
                      f'delta {delta:g} that the amplified calibration meets (rho-zCDP '
-                     f'{zcdp.MAX_RHO:g}, beyond which its PLD would not fit in memory); give a '
+                     f'{zcdp_epsilon.MAX_RHO:g}, beyond which its PLD would not fit in memory); give a '
                      'smaller target, or calibrate without amplification (any target).')
   return epsilon
 
@@ -114,7 +114,7 @@ def _check_target_rho(target_rho) -> float:
 
 def noise_multiplier_for_rho(target_rho: float, sensitivity_squared: float) -> float:
   """sigma = sqrt(sens^2 / (2 rho)): the noise multiplier that gives exactly `target_rho` (> 0,
-  finite; above `zcdp.MAX_RHO` the report's epsilon is the zCDP bound)."""
+  finite; above `zcdp_epsilon.MAX_RHO` the report's epsilon is the zCDP bound)."""
   rho = _check_target_rho(target_rho)
   sens_sq = _validation.check_positive_float(sensitivity_squared, 'sensitivity_squared')
   return _noise_multiplier_for_rho(rho, sens_sq)
@@ -135,12 +135,12 @@ def _check_epsilon_target(target_epsilon, delta, conversion) -> float:
   _validation.check_positive_float(target_epsilon, 'target_epsilon')
   _validation.check_float_in_range(delta, 'delta', 0.0, 1.0, low_inclusive=False,
                                    high_inclusive=False)
-  _validation.check_one_of(conversion, 'conversion', zcdp.CONVERSIONS)
+  _validation.check_one_of(conversion, 'conversion', zcdp_epsilon.CONVERSIONS)
   return check_target_epsilon(target_epsilon, delta)
 
 
 def _epsilon(sens_sq: float, sigma: float, delta: float, conversion: str) -> float:
-  return zcdp.epsilon_from_rho(zcdp.rho_from_sensitivity(sens_sq, sigma), delta, conversion)
+  return zcdp_epsilon.epsilon_from_rho(zcdp.rho_from_sensitivity(sens_sq, sigma), delta, conversion)
 
 
 def _noise_multiplier_on_gaussian_curve(epsilon: float, sens_sq: float, delta: float) -> float:
@@ -167,12 +167,12 @@ def _noise_multiplier_on_gaussian_curve(epsilon: float, sens_sq: float, delta: f
 
 
 def _noise_multiplier_on_zcdp_bound(epsilon: float, sens_sq: float, delta: float) -> float:
-  """The smallest sigma (to `_RTOL`) whose `zcdp.zcdp_epsilon_bound` is <= `epsilon`: the largest
-  rho under the bound's root (brentq in log rho), stepped to the safe side. Above `zcdp.MAX_RHO` the
+  """The smallest sigma (to `_RTOL`) whose `zcdp_epsilon.zcdp_epsilon_bound` is <= `epsilon`: the largest
+  rho under the bound's root (brentq in log rho), stepped to the safe side. Above `zcdp_epsilon.MAX_RHO` the
   report states this bound; below it, the PLD epsilon, which the bound exceeds."""
   def gap(log_rho):
     stopping.check()
-    return zcdp.zcdp_epsilon_bound(math.exp(log_rho), delta) - epsilon
+    return zcdp_epsilon.zcdp_epsilon_bound(math.exp(log_rho), delta) - epsilon
 
   # Bun & Steinke's bound, which `zcdp_epsilon_bound` never exceeds, meets the target at rho_low
   # ((sqrt(L + eps) - sqrt(L))^2, written not to cancel): rho_low is feasible. The bound is at least
@@ -187,13 +187,13 @@ def _noise_multiplier_on_zcdp_bound(epsilon: float, sens_sq: float, delta: float
   log_rho = scipy.optimize.brentq(gap, low, high, xtol=_RTOL / 4, maxiter=500)
   sigma = _noise_multiplier_for_rho(math.exp(log_rho), sens_sq)
   # The plan recomputes rho from sigma: step sigma up until that rho's bound meets the target.
-  while zcdp.zcdp_epsilon_bound(zcdp.rho_from_sensitivity(sens_sq, sigma), delta) > epsilon:
+  while zcdp_epsilon.zcdp_epsilon_bound(zcdp.rho_from_sensitivity(sens_sq, sigma), delta) > epsilon:
     sigma *= 1.0 + _RTOL / 4
   return sigma
 
 
 def noise_multiplier_for_epsilon(target_epsilon: float, sensitivity_squared: float,
-                                 delta: float = zcdp.DEFAULT_DELTA,
+                                 delta: float = zcdp_epsilon.DEFAULT_DELTA,
                                  conversion: str = 'pld') -> float:
   """The noise multiplier (relative to the clip norm) that meets `target_epsilon` at `delta`.
 
@@ -201,9 +201,9 @@ def noise_multiplier_for_epsilon(target_epsilon: float, sensitivity_squared: flo
     target_epsilon: at least `MIN_TARGET_EPSILON`, finite.
     sensitivity_squared: sens^2 > 0 of the whole run (clip norm 1).
     delta: in (0, 1).
-    conversion: 'pld', 'gaussian', 'rdp' or 'zcdp_bound' (see `zcdp.epsilon_from_rho`). With 'pld',
+    conversion: 'pld', 'gaussian', 'rdp' or 'zcdp_bound' (see `zcdp_epsilon.epsilon_from_rho`). With 'pld',
       a target above `max_epsilon(delta)` is met on the zCDP bound, the figure the report states
-      beyond `zcdp.MAX_RHO`.
+      beyond `zcdp_epsilon.MAX_RHO`.
 
   Returns:
     sigma with epsilon(sigma) <= `target_epsilon` (never above it), at most `_RTOL` relative above
@@ -217,14 +217,14 @@ def noise_multiplier_for_epsilon(target_epsilon: float, sensitivity_squared: flo
 def _noise_multiplier_for_epsilon(epsilon: float, sens_sq: float, delta: float,
                                   conversion: str) -> float:
   """`noise_multiplier_for_epsilon` of checked arguments."""
-  if conversion == zcdp.ZCDP_BOUND or (conversion == 'pld' and epsilon > max_epsilon(delta)):
+  if conversion == zcdp_epsilon.ZCDP_BOUND or (conversion == 'pld' and epsilon > max_epsilon(delta)):
     return _noise_multiplier_on_zcdp_bound(epsilon, sens_sq, delta)
   sigma_gaussian = _noise_multiplier_on_gaussian_curve(epsilon, sens_sq, delta)
   if conversion == 'gaussian':
     return sigma_gaussian
   return calibrate(
-      make_fresh_accountant=lambda: zcdp.make_accountant(conversion),
-      make_event_from_param=lambda sigma: zcdp.gaussian_event(
+      make_fresh_accountant=lambda: zcdp_epsilon.make_accountant(conversion),
+      make_event_from_param=lambda sigma: zcdp_epsilon.gaussian_event(
           zcdp.rho_from_sensitivity(sens_sq, sigma)),
       target_epsilon=epsilon, target_delta=delta,
       bracket_interval=dp_accounting.LowerEndpointAndGuess(
@@ -253,7 +253,7 @@ def calibrate(*, accountant: str, **kwargs) -> float:
                      f'accountant ({e}); give a larger target.') from e
 
 
-def rho_for_epsilon(target_epsilon: float, delta: float = zcdp.DEFAULT_DELTA,
+def rho_for_epsilon(target_epsilon: float, delta: float = zcdp_epsilon.DEFAULT_DELTA,
                     conversion: str = 'pld') -> float:
   """The largest rho (to `_RTOL`) whose single-Gaussian epsilon at `delta` is <= `target_epsilon`.
 
@@ -277,7 +277,7 @@ def calibrate_plan(plan: plan_lib.RunPlan, *, target_epsilon: Optional[float] = 
   The sensitivity is the plan's strategy over its rounds, restarts and declared participation
   (`zcdp.planned_sensitivity_squared`), or `sensitivity_squared` when given (a report of a finished
   run passes `zcdp.plan_sensitivity_squared` of the participation realized in its log). A
-  (epsilon, delta) target is met at the plan's `target_delta` (`zcdp.DEFAULT_DELTA` without one),
+  (epsilon, delta) target is met at the plan's `target_delta` (`zcdp_epsilon.DEFAULT_DELTA` without one),
   never exceeded (`noise_multiplier_for_epsilon`).
 
   Args:
@@ -289,7 +289,7 @@ def calibrate_plan(plan: plan_lib.RunPlan, *, target_epsilon: Optional[float] = 
   """
   if (target_epsilon is None) == (target_rho is None):
     raise ValueError('Exactly one of `target_epsilon`, `target_rho` must be given.')
-  delta = zcdp.DEFAULT_DELTA if plan.target_delta is None else plan.target_delta
+  delta = zcdp_epsilon.DEFAULT_DELTA if plan.target_delta is None else plan.target_delta
   if target_rho is None:
     target, name = check_target_epsilon(target_epsilon, delta), 'target_epsilon'
   else:

@@ -33,12 +33,12 @@ import numpy as np
 from dp_ftrl_tff import _validation, auditing
 from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.accounting import (
-    amplification,
-    report_empirical,
-    report_participation,
-    report_parts,
-    report_sections,
-    zcdp,
+  amplified_strategy,
+  report_empirical,
+  report_participation,
+  report_parts,
+  report_sections,
+  zcdp,
 )
 from dp_ftrl_tff.accounting import equal_privacy as equal_privacy_lib
 from dp_ftrl_tff.accounting import participation_log as log_lib
@@ -65,7 +65,7 @@ class PrivacyReport:
       None.
     equal_privacy: `equal_privacy.EqualPrivacy` at the headline's rho and participation, or None.
     strategy_file: {'path', 'sha256', 'setting', 'mismatches'} of the strategy file, or None.
-    amplified: the `amplification.AmplifiedGuarantee` under the run's random sampling, or None.
+    amplified: the `amplified_strategy.AmplifiedGuarantee` under the run's random sampling, or None.
     run_facts: the `RunFacts` of the plan: noise seed, clip, sampler, cohorts and population.
     empirical_privacy: with the run's canaries, a tuple of `auditing.EmpiricalRow` (one per threat
       model with enough canaries; empty when none has), at the headline's delta; else None.
@@ -88,7 +88,7 @@ class PrivacyReport:
   secure_aggregation: Optional[dict] = None
   equal_privacy: Optional[equal_privacy_lib.EqualPrivacy] = None
   strategy_file: Optional[dict] = None
-  amplified: Optional[amplification.AmplifiedGuarantee] = None
+  amplified: Optional[amplified_strategy.AmplifiedGuarantee] = None
   run_facts: report_sections.RunFacts = report_sections.RunFacts()
   empirical_privacy: Optional[Tuple[auditing.EmpiricalRow, ...]] = None
   findings: Tuple[report_parts.Finding, ...] = ()

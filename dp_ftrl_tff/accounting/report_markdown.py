@@ -15,7 +15,12 @@ from typing import List, Tuple
 import dp_accounting
 
 from dp_ftrl_tff import auditing
-from dp_ftrl_tff.accounting import amplification, report_empirical, report_sections, zcdp
+from dp_ftrl_tff.accounting import (
+  amplified_strategy,
+  report_empirical,
+  report_sections,
+  zcdp_epsilon,
+)
 from dp_ftrl_tff.accounting import equal_privacy as equal_privacy_lib
 from dp_ftrl_tff.accounting import report as report_lib
 
@@ -26,7 +31,7 @@ _CONVERSION_TEXT = {
     'pld': 'PLD accounting (add-or-remove, value discretization 1e-4)',
     'gaussian': 'the exact Gaussian tradeoff curve',
     'rdp': 'RDP with the Canonne-Kamath-Steinke conversion on TF-Privacy\'s orders',
-    zcdp.ZCDP_BOUND: ('**an UPPER BOUND from rho-zCDP (the zCDP conversion bound), not a tight PLD '
+    zcdp_epsilon.ZCDP_BOUND: ('**an UPPER BOUND from rho-zCDP (the zCDP conversion bound), not a tight PLD '
                       'epsilon**: the smaller of the RDP conversion of Canonne, Kamath & Steinke '
                       'on a dense order grid and Bun & Steinke\'s rho + 2 sqrt(rho ln(1/delta)), '
                       'both valid for any rho-zCDP mechanism'),
@@ -39,7 +44,7 @@ def epsilon_value(epsilon: float, bound: bool) -> str:
   return f'<= {epsilon:.6g} (an upper bound from rho-zCDP)' if bound else f'= {epsilon:.6g}'
 
 
-def amplified_text(a: amplification.AmplifiedGuarantee) -> str:
+def amplified_text(a: amplified_strategy.AmplifiedGuarantee) -> str:
   """One line: the amplified guarantee and what it rests on."""
   return (f'amplified: (epsilon, delta)=({a.epsilon:.6g}, {a.delta:g}) by {a.accountant.upper()}, '
           f'{a.num_groups} sampling group(s), sampling_prob={a.sampling_prob:.6g}: '
@@ -104,7 +109,7 @@ def _setting_markdown(report: report_lib.PrivacyReport) -> List[str]:
       f'{g.epsilon:.6g}, delta = {g.delta:g}**, at the device (client) level, under the '
       'participation stated below.'
       + (' **This epsilon is an UPPER BOUND from rho-zCDP (the zCDP conversion bound), not a tight '
-         f'PLD epsilon: rho is above the {zcdp.MAX_RHO:g} whose privacy loss distribution the PLD '
+         f'PLD epsilon: rho is above the {zcdp_epsilon.MAX_RHO:g} whose privacy loss distribution the PLD '
          'accountant holds. The true epsilon is smaller, never larger.**'
          if g.epsilon_is_zcdp_bound else '')
       + (' **This run\'s noise seed was fixed (--noise_seed): the statement does not hold for it; '
@@ -234,7 +239,7 @@ def _participation_markdown(report: report_lib.PrivacyReport) -> List[str]:
       t = o.tree_patterns
       md.append(f'- Exact over the observed clients\' actual patterns (tree): sens^2 = '
                 f'{t["sensitivity_squared"]:.6g}, rho = {t["rho"]:.6g}, epsilon '
-                f'{epsilon_value(t["epsilon"], t.get("conversion") == zcdp.ZCDP_BOUND)} (worst '
+                f'{epsilon_value(t["epsilon"], t.get("conversion") == zcdp_epsilon.ZCDP_BOUND)} (worst '
                 f'client `{t["worst_client"]}`).')
   if report.declared is not None:
     d = report.declared
@@ -259,7 +264,7 @@ def _accounting_markdown(report: report_lib.PrivacyReport) -> List[str]:
       f'{DP_ACCOUNTING_VERSION}) on one Gaussian mechanism with noise '
       f'multiplier 1 / sqrt(2 rho): epsilon {"<=" if g.epsilon_is_zcdp_bound else "="} '
       f'{g.epsilon:.10g} at delta = {g.delta:g}.'
-      + (f' The PLD is not used: {zcdp.beyond_pld_text(g.rho)}.' if g.epsilon_is_zcdp_bound
+      + (f' The PLD is not used: {zcdp_epsilon.beyond_pld_text(g.rho)}.' if g.epsilon_is_zcdp_bound
          else ''),
       ('- No amplification by sampling is assumed.' if report.amplified is None else
        '- The figures above assume no amplification by sampling; they hold whatever the '

@@ -19,7 +19,7 @@ import numpy as np
 
 from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.accounting import participation_log as log_lib
-from dp_ftrl_tff.accounting import report_parts, zcdp
+from dp_ftrl_tff.accounting import report_parts, zcdp, zcdp_epsilon
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 
 
@@ -146,8 +146,8 @@ def _tree_patterns(plan: plan_lib.RunPlan, log: log_lib.ParticipationLog, num_ro
   rho = zcdp.rho_from_sensitivity(sens_sq, headline.noise_multiplier)
   # 'conversion': 'zcdp_bound' when rho is above what the PLD holds (epsilon an upper bound).
   return {'sensitivity_squared': sens_sq, 'rho': rho,
-          'epsilon': zcdp.epsilon_from_rho(rho, headline.delta),
-          'conversion': zcdp.accounted_conversion(rho), 'worst_client': log.client_id(client)}
+          'epsilon': zcdp_epsilon.epsilon_from_rho(rho, headline.delta),
+          'conversion': zcdp_epsilon.accounted_conversion(rho), 'worst_client': log.client_id(client)}
 
 
 def _worst_observed_pattern(plan: plan_lib.RunPlan, log: log_lib.ParticipationLog,

@@ -2,7 +2,7 @@
 
 `to_dict` / `to_json` give report.json (`REQUIRED_KEYS` first: the CLI contract; `conversion` says
 how epsilon was computed, and `epsilon_is_zcdp_bound` is true when it is the zCDP conversion bound,
-an upper bound from rho-zCDP rather than a tight PLD epsilon (rho above `zcdp.MAX_RHO`); `run_facts`
+an upper bound from rho-zCDP rather than a tight PLD epsilon (rho above `zcdp_epsilon.MAX_RHO`); `run_facts`
 states the run: noise seed, clip, sampler, cohorts; `empirical_privacy` the canary rows (per threat
 model: the estimate, every certified bound with its confidence, TPR at FPR, AUROC), or null without
 canaries, and `empirical_best_bound` the largest certified bound and its method, null without rows;
@@ -30,7 +30,13 @@ from typing import List
 import numpy as np
 
 from dp_ftrl_tff import _atomic
-from dp_ftrl_tff.accounting import amplification, report_empirical, report_markdown, zcdp
+from dp_ftrl_tff.accounting import (
+  amplified_strategy,
+  report_empirical,
+  report_markdown,
+  zcdp,
+  zcdp_epsilon,
+)
 from dp_ftrl_tff.accounting import equal_privacy as equal_privacy_lib
 from dp_ftrl_tff.accounting import report as report_lib
 from dp_ftrl_tff.mechanisms import participation as participation_lib
@@ -128,7 +134,7 @@ def summary(report: report_lib.PrivacyReport, warnings: bool = True) -> str:
   if report.observed is not None and report.observed.tree_patterns is not None:
     t = report.observed.tree_patterns
     lines.append(f'  observed patterns: sens^2={t["sensitivity_squared"]:.6g}, rho={t["rho"]:.6g}'
-                 f', epsilon={"<= " if t.get("conversion") == zcdp.ZCDP_BOUND else ""}'
+                 f', epsilon={"<= " if t.get("conversion") == zcdp_epsilon.ZCDP_BOUND else ""}'
                 f'{t["epsilon"]:.6g}')
   if report.amplified is not None:
     lines.append(f'  {report_markdown.amplified_text(report.amplified)}')
@@ -147,12 +153,12 @@ def epsilon_text(g: zcdp.Guarantee) -> str:
   UPPER BOUND from rho-zCDP, not a tight PLD epsilon'."""
   if g.epsilon_is_zcdp_bound:
     return (f'(epsilon, delta)=(<= {g.epsilon:.6g}, {g.delta:g}): an UPPER BOUND from rho-zCDP '
-            f'(zCDP conversion bound; rho above the PLD\'s {zcdp.MAX_RHO:g}), not a tight PLD '
+            f'(zCDP conversion bound; rho above the PLD\'s {zcdp_epsilon.MAX_RHO:g}), not a tight PLD '
             'epsilon')
   return f'(epsilon, delta)=({g.epsilon:.6g}, {g.delta:g}) by {g.conversion.upper()}'
 
 
-def _amplified_dict(a: amplification.AmplifiedGuarantee) -> dict:
+def _amplified_dict(a: amplified_strategy.AmplifiedGuarantee) -> dict:
   out = dataclasses.asdict(a)
   out['effective_noise_multiplier'] = a.effective_noise_multiplier
   return out
@@ -169,7 +175,7 @@ def _guarantee_dict(g: zcdp.Guarantee) -> dict:
 
 def _epsilon_curve(plan, schema_for, xs, rounds_for):
   """Epsilon (exact Gaussian conversion) of `plan` at each x: rounds_for(x) rounds under
-  schema_for(x); where its rho exceeds `zcdp.MAX_RHO` (e.g. a min_sep far below the run's), the zCDP
+  schema_for(x); where its rho exceeds `zcdp_epsilon.MAX_RHO` (e.g. a min_sep far below the run's), the zCDP
   bound the report states there (`zcdp.guarantee_for_plan`), an upper bound."""
   return [zcdp.guarantee_for_plan(plan, rounds_for(x), schema_for(x), conversion='gaussian').epsilon
           for x in xs]

@@ -27,7 +27,13 @@ import numpy as np
 
 from dp_ftrl_tff import _validation, settings
 from dp_ftrl_tff import plan as plan_lib
-from dp_ftrl_tff.accounting import amplification, report_parts, zcdp
+from dp_ftrl_tff.accounting import (
+  amplification,
+  amplified_strategy,
+  report_parts,
+  zcdp,
+  zcdp_epsilon,
+)
 
 #: The warning of a run whose noise seed was fixed (`RunPlan.noise_seed_fixed`).
 FIXED_SEED_WARNING = ('the noise seed was fixed (--noise_seed): anyone who knows the seed can '
@@ -103,9 +109,9 @@ def guarantee_findings(plan: plan_lib.RunPlan,
 
 
 def zcdp_bound_text(g: zcdp.Guarantee) -> str:
-  """The warning of a guarantee whose epsilon is the zCDP conversion bound (`zcdp.ZCDP_BOUND`)."""
+  """The warning of a guarantee whose epsilon is the zCDP conversion bound (`zcdp_epsilon.ZCDP_BOUND`)."""
   return (f'epsilon {g.epsilon:.6g} is an UPPER BOUND from rho-zCDP (the zCDP conversion bound), '
-          f'not a tight PLD epsilon: {zcdp.beyond_pld_text(g.rho)}. The true epsilon at delta '
+          f'not a tight PLD epsilon: {zcdp_epsilon.beyond_pld_text(g.rho)}. The true epsilon at delta '
           f'{g.delta:g} is smaller, never larger; more noise or fewer rounds give a PLD epsilon.')
 
 
@@ -125,7 +131,7 @@ def _delta_findings(headline: zcdp.Guarantee) -> List[report_parts.Finding]:
       'guarantee', f'the target delta {headline.delta:g} is too small for the PLD accountant (it '
       'resolves deltas down to about 1e-15), so its epsilon is inf; the zCDP bound '
       f'(rho + 2 sqrt(rho ln(1/delta)), rho = {headline.rho:.6g}) gives epsilon <= '
-      f'{zcdp.bun_steinke_bound(headline.rho, headline.delta):.6g} at this delta. A larger target '
+      f'{zcdp_epsilon.bun_steinke_bound(headline.rho, headline.delta):.6g} at this delta. A larger target '
       'delta gives a PLD epsilon.')]
 
 
@@ -159,7 +165,7 @@ def noise_section(plan: plan_lib.RunPlan, headline: zcdp.Guarantee, exact: bool
 
 
 def amplification_section(plan: plan_lib.RunPlan, headline: zcdp.Guarantee, require: bool
-                          ) -> Tuple[Optional[amplification.AmplifiedGuarantee],
+                          ) -> Tuple[Optional[amplified_strategy.AmplifiedGuarantee],
                                      List[report_parts.Finding]]:
   """(the amplified guarantee under the plan's sampling or None, findings). A strategy the theorem
   does not cover gets a warning, or with `require` a ValueError."""
@@ -168,7 +174,7 @@ def amplification_section(plan: plan_lib.RunPlan, headline: zcdp.Guarantee, requ
     return None, []
   n, restarts = headline.num_rounds, headline.restart_rounds
   try:
-    amplification.check_banded(plan.strategy, n, sampling.num_groups, restarts)
+    amplified_strategy.check_banded(plan.strategy, n, sampling.num_groups, restarts)
   except ValueError as error:
     if require:
       raise
@@ -176,7 +182,7 @@ def amplification_section(plan: plan_lib.RunPlan, headline: zcdp.Guarantee, requ
         'amplification',
         f"no amplified guarantee for the plan's {sampling.kind} sampling: {error}")]
   try:
-    return amplification.amplified_guarantee(
+    return amplified_strategy.amplified_guarantee(
         plan.strategy, n, headline.noise_multiplier, sampling.num_groups,
         sampling.sampling_prob, headline.delta, restart_rounds=restarts), []
   except amplification.BelowAccountantRangeError as error:

@@ -23,8 +23,8 @@ restart segments composed by `zcdp.accounted_sensitivity_squared`):
     noise std to sigma x S, so relative to the bound the records really have the guarantee is the
     one above, unchanged; it holds for every round whose secure sum did not wrap around the field
     (the privacy report lists wrapped rounds from the run's metrics).
-The event is `zcdp.gaussian_event(rho)` (one Gaussian with noise multiplier 1 / sqrt(2 rho)), and
-epsilon is `zcdp.epsilon_from_rho(rho, delta)`: PLD with dp_accounting's default discretization, so
+The event is `zcdp_epsilon.gaussian_event(rho)` (one Gaussian with noise multiplier 1 / sqrt(2 rho)), and
+epsilon is `zcdp_epsilon.epsilon_from_rho(rho, delta)`: PLD with dp_accounting's default discretization, so
 `PLDAccountant().compose(event).get_epsilon(delta)` reproduces `epsilon` exactly.
 
 No amplification by sampling is assumed. A plan with random `sampling` (Poisson or cyclic Poisson
@@ -47,7 +47,7 @@ import dp_accounting
 
 from dp_ftrl_tff import _validation, plan_checks, settings
 from dp_ftrl_tff import plan as plan_lib
-from dp_ftrl_tff.accounting import zcdp
+from dp_ftrl_tff.accounting import zcdp, zcdp_epsilon
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 
 
@@ -98,7 +98,7 @@ class RunGuarantee:
 
 def _dp_event(guarantee: zcdp.Guarantee) -> dp_accounting.DpEvent:
   """The event of the run's noise: one Gaussian release of the whole run (no amplification)."""
-  return zcdp.gaussian_event(guarantee.rho)
+  return zcdp_epsilon.gaussian_event(guarantee.rho)
 
 
 def plan_guarantee(plan: plan_lib.RunPlan, *, rounds: int, min_sep: int,

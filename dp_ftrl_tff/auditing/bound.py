@@ -79,3 +79,10 @@ def check_confidence(confidence) -> float:
   """`confidence` as a float in (0, 1); ValueError naming `confidence`."""
   return _validation.check_float_in_range(confidence, 'confidence', 0.0, 1.0,
                                           low_inclusive=False, high_inclusive=False)
+
+
+def check_bound_inputs(seen, unseen, delta, confidence) -> tuple:
+  """(seen, unseen, delta, confidence) of a bound, checked: `check_scores` of each score array,
+  `check_delta`, `check_confidence`."""
+  return (check_scores(seen, 'seen'), check_scores(unseen, 'unseen'), check_delta(delta),
+          check_confidence(confidence))

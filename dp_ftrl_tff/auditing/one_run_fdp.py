@@ -93,10 +93,7 @@ def one_run_fdp_bound(seen, unseen, delta: float, confidence: float = 0.95,
     The epsilon at `delta` of the largest mu-GDP curve rejected, with its threshold choice and the
     assumptions of the one-run game and of the Gaussian family.
   """
-  seen = bound_lib.check_scores(seen, 'seen')
-  unseen = bound_lib.check_scores(unseen, 'unseen')
-  delta = bound_lib.check_delta(delta)
-  confidence = bound_lib.check_confidence(confidence)
+  seen, unseen, delta, confidence = bound_lib.check_bound_inputs(seen, unseen, delta, confidence)
   pairs = one_run.check_guesses(guesses, seen.size, unseen.size)
   significance = (1.0 - confidence) / len(pairs)
 

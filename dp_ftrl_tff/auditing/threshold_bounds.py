@@ -83,10 +83,7 @@ def clopper_pearson_bound(seen, unseen, delta: float,
     delta: in (0, 1).
     confidence: in (0, 1).
   """
-  seen = bound_lib.check_scores(seen, 'seen')
-  unseen = bound_lib.check_scores(unseen, 'unseen')
-  delta = bound_lib.check_delta(delta)
-  confidence = bound_lib.check_confidence(confidence)
+  seen, unseen, delta, confidence = bound_lib.check_bound_inputs(seen, unseen, delta, confidence)
   fpr_upper, fnr_upper = _simultaneous_bands(seen, unseen, confidence)
   bounds = np.concatenate([_log_ratio(1.0 - fnr_upper - delta, fpr_upper),
                            _log_ratio(1.0 - fpr_upper - delta, fnr_upper)])
@@ -125,10 +122,7 @@ def gdp_fit_bound(seen, unseen, delta: float, confidence: float = 0.95) -> bound
     delta: in (0, 1).
     confidence: in (0, 1).
   """
-  seen = bound_lib.check_scores(seen, 'seen')
-  unseen = bound_lib.check_scores(unseen, 'unseen')
-  delta = bound_lib.check_delta(delta)
-  confidence = bound_lib.check_confidence(confidence)
+  seen, unseen, delta, confidence = bound_lib.check_bound_inputs(seen, unseen, delta, confidence)
   mu = gdp_mu_lower_bound(seen, unseen, confidence)
   return bound_lib.EpsilonBound(
       method='gdp_fit', epsilon=gdp.epsilon_for_delta(mu, delta), delta=delta,

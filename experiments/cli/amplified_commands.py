@@ -12,7 +12,7 @@ import os
 
 from absl import flags
 
-from dp_ftrl_tff.accounting import amplification, band_selection
+from dp_ftrl_tff.accounting import amplification, amplified_strategy, band_selection
 from dp_ftrl_tff.mechanisms import commands, files, memory, registry, resolve
 from experiments.cli import plan_flags
 
@@ -113,7 +113,7 @@ def _amplified_strategy(fv, num_groups: int):
                      f'{strategy.name} strategy.')
   memory.check_fits(strategy.name, fv.rounds, losses=False)
   try:
-    amplification.check_banded(strategy, fv.rounds, num_groups)
+    amplified_strategy.check_banded(strategy, fv.rounds, num_groups)
   except ValueError as e:
     raise UsageError(f'--sampling_groups/--mechanism_file: {e}') from None
   return strategy
@@ -129,7 +129,7 @@ def run_amplified(fv) -> dict:
   _check_privacy_flags(fv, need_target=False)
   q = _group_sampling_prob(fv, num_groups)
   strategy = _amplified_strategy(fv, num_groups)
-  kappa = 1.0 if strategy is None else amplification.largest_column_norm(strategy, fv.rounds)
+  kappa = 1.0 if strategy is None else amplified_strategy.largest_column_norm(strategy, fv.rounds)
   record = {'mechanism': None if strategy is None else strategy.name, 'rounds': fv.rounds,
             'sampling_groups': num_groups, 'sampling_prob': q,
             'compositions': amplification.num_compositions(fv.rounds, num_groups),

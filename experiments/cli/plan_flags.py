@@ -26,7 +26,7 @@ from absl import flags
 
 from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff import settings
-from dp_ftrl_tff.accounting import zcdp
+from dp_ftrl_tff.accounting import zcdp_epsilon
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from dp_ftrl_tff.mechanisms import registry
 
@@ -119,7 +119,7 @@ def define_setting_flags(fv: flags.FlagValues, *, rounds: Optional[int] = None,
   if fixed_epoch:
     flags.DEFINE_bool('fixed_epoch', False, 'The declared schema is fixed-epoch (k epochs of '
                       '--min_sep rounds; needs --max_participations).', flag_values=fv)
-  flags.DEFINE_float('target_delta', zcdp.DEFAULT_DELTA,
+  flags.DEFINE_float('target_delta', zcdp_epsilon.DEFAULT_DELTA,
                      'delta of the reported (epsilon, delta), in (0, 1).', flag_values=fv)
   flags.register_validator('target_delta', lambda value: 0.0 < value < 1.0,
                            '--target_delta must lie in (0, 1).', flag_values=fv)

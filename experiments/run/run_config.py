@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple
 from dp_ftrl_tff import _validation, plan_checks, settings
 from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff import sampling as sampling_lib
-from dp_ftrl_tff.accounting import zcdp
+from dp_ftrl_tff.accounting import zcdp_epsilon
 from dp_ftrl_tff.learning import remote_execution
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from dp_ftrl_tff.mechanisms import registry
@@ -96,7 +96,7 @@ class RunConfig:
   checkpoint_every: int = 10
   eval_every: int = 10
   eval_max_examples: int = 10000
-  target_delta: float = zcdp.DEFAULT_DELTA
+  target_delta: float = zcdp_epsilon.DEFAULT_DELTA
   workers: Optional[str] = None  # 'host:port,...' of TFF workers, None: run locally
   task: Dict[str, Any] = dataclasses.field(default_factory=dict)  # driver-specific settings
 

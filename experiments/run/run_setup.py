@@ -21,7 +21,7 @@ from absl import logging
 from dp_ftrl_tff import _atomic, auditing, plan_checks
 from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff import sampling as sampling_lib
-from dp_ftrl_tff.accounting import amplification, calibration
+from dp_ftrl_tff.accounting import amplified_strategy, calibration
 from dp_ftrl_tff.mechanisms import base, files, registry, resolve
 from experiments.run import run_config, run_dir
 
@@ -138,13 +138,13 @@ def amplification_warning(strategy: base.Strategy, sampling: sampling_lib.Sampli
   """Why the random sampling cannot amplify the strategy's privacy, or None when it can.
 
   Amplification by (cyclic) Poisson sampling covers strategies whose C has at most b-hat bands
-  (BandMF paper Sec. 7, docs/papers.md; `amplification.num_bands`): then the rounds of one group
+  (BandMF paper Sec. 7, docs/papers.md; `amplified_strategy.num_bands`): then the rounds of one group
   share no noise with the other groups. Any other strategy is accounted without amplification
   (with the min-sep schema the sampler enforces). Over `num_rounds` rounds (default: the strategy's
   own, else b-hat + 1, enough to see a band past b-hat).
   """
   num_rounds = num_rounds or strategy.max_rounds or sampling.num_groups + 1
-  bands = amplification.num_bands(strategy, num_rounds)
+  bands = amplified_strategy.num_bands(strategy, num_rounds)
   if bands is not None and bands <= sampling.num_groups:
     return None
   detail = ('it is not banded' if bands is None or 1 < bands == num_rounds else

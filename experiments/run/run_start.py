@@ -115,7 +115,7 @@ def start_run(task: run_config.Task, config: run_config.RunConfig,
   stop_signals.check()
   plan = run_setup.build_plan(config, resolved, population, saved_strategy)
   stop_signals.check()
-  # The header's guarantee, once (beyond `zcdp.MAX_RHO` the zCDP bound, flagged: no noise
+  # The header's guarantee, once (beyond `zcdp_epsilon.MAX_RHO` the zCDP bound, flagged: no noise
   # multiplier is refused for the accountant's memory).
   planned = (None if plan.noise_multiplier == 0 else
              zcdp.planned_guarantee(plan, conversion=console.CONVERSION))

@@ -9,7 +9,7 @@ import dp_accounting
 import numpy as np
 import pytest
 
-from dp_ftrl_tff.accounting import amplification, zcdp
+from dp_ftrl_tff.accounting import amplification, amplified_strategy, zcdp, zcdp_epsilon
 from dp_ftrl_tff.mechanisms import banded, blt, gaussian, tree
 
 pytestmark = pytest.mark.unit
@@ -20,7 +20,7 @@ def _direct_epsilon(sigma, q, count, delta, accountant, interval=1e-4):
   if accountant == 'pld':
     acc = dp_accounting.pld.PLDAccountant(value_discretization_interval=interval)
   else:
-    acc = dp_accounting.rdp.RdpAccountant(orders=zcdp.TF_PRIVACY_RDP_ORDERS)
+    acc = dp_accounting.rdp.RdpAccountant(orders=zcdp_epsilon.TF_PRIVACY_RDP_ORDERS)
   acc.compose(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), count)
   return acc.get_epsilon(delta)
 
@@ -110,7 +110,7 @@ def test_strategy_guarantee_uses_the_largest_column_norm():
   strategy = _random_banded(20, 3, seed=0)
   c = strategy.strategy_matrix(20)
   kappa = max(np.sqrt(np.sum(c[:, j]**2)) for j in range(20))  # column by column
-  g = amplification.amplified_guarantee(strategy, 20, 2.5, 4, 0.2, 1e-6)
+  g = amplified_strategy.amplified_guarantee(strategy, 20, 2.5, 4, 0.2, 1e-6)
   assert g.largest_column_norm == pytest.approx(kappa, rel=1e-12)
   assert g.compositions == 5
   assert g.epsilon == pytest.approx(_direct_epsilon(2.5 / kappa, 0.2, 5, 1e-6, 'pld'), rel=1e-9)
@@ -118,14 +118,14 @@ def test_strategy_guarantee_uses_the_largest_column_norm():
 
 def test_strategy_guarantee_with_restarts_takes_every_segment():
   strategy = _random_banded(12, 2, seed=1)
-  g = amplification.amplified_guarantee(strategy, 20, 1.0, 2, 0.5, 1e-6, restart_rounds=[12])
+  g = amplified_strategy.amplified_guarantee(strategy, 20, 1.0, 2, 0.5, 1e-6, restart_rounds=[12])
   kappa = max(np.linalg.norm(strategy.strategy_matrix(length), axis=0).max()
               for length in (12, 8))
   assert g.largest_column_norm == pytest.approx(kappa, rel=1e-12)
 
 
 def test_dp_sgd_strategy_equals_the_plain_function():
-  g = amplification.amplified_guarantee(gaussian.GaussianStrategy(), 30, 1.3, 1, 0.05, 1e-6)
+  g = amplified_strategy.amplified_guarantee(gaussian.GaussianStrategy(), 30, 1.3, 1, 0.05, 1e-6)
   assert g.largest_column_norm == 1.0
   assert g.epsilon == amplification.amplified_epsilon(1.3, 30, 1, 0.05, 1e-6)
 
@@ -137,7 +137,7 @@ def test_dp_sgd_strategy_equals_the_plain_function():
 ])
 def test_refuses_strategies_the_theorem_does_not_cover(strategy, groups, match):
   with pytest.raises(ValueError, match=match):
-    amplification.amplified_guarantee(strategy, 16, 1.0, groups, 0.1, 1e-6)
+    amplified_strategy.amplified_guarantee(strategy, 16, 1.0, groups, 0.1, 1e-6)
 
 
 @pytest.mark.parametrize('kwargs, name', [
@@ -160,8 +160,8 @@ def test_amplified_calibration_refuses_a_target_outside_the_range_at_once(target
 
 def test_amplified_epsilon_refuses_a_noise_multiplier_below_the_accountant_range():
   floor = amplification.min_noise_multiplier(100, 2, 0.1)
-  assert math.isclose(floor, 1 / math.sqrt(2 * zcdp.MAX_RHO))
-  assert amplification.min_noise_multiplier(100, 2, 1.0) == math.sqrt(50 / (2 * zcdp.MAX_RHO))
+  assert math.isclose(floor, 1 / math.sqrt(2 * zcdp_epsilon.MAX_RHO))
+  assert amplification.min_noise_multiplier(100, 2, 1.0) == math.sqrt(50 / (2 * zcdp_epsilon.MAX_RHO))
   with pytest.raises(ValueError, match=r'`noise_multiplier`=1e-20 is below 0\.07071'):
     amplification.amplified_epsilon(1e-20, 100, 2, 0.1, 1e-10)
 
@@ -214,8 +214,8 @@ def test_bands_and_column_norms_without_the_dense_matrix_equal_the_dense_ones(ma
     dense = [strategy.strategy_matrix(m) for m in lengths]
     bands = max(int(np.max(np.subtract(*np.nonzero(c)))) + 1 for c in dense)
     norm = max(float(np.max(np.linalg.norm(c, axis=0))) for c in dense)
-    assert amplification.num_bands(strategy, 30, restarts) == bands
-    assert amplification.largest_column_norm(strategy, 30, restarts) == pytest.approx(norm,
+    assert amplified_strategy.num_bands(strategy, 30, restarts) == bands
+    assert amplified_strategy.largest_column_norm(strategy, 30, restarts) == pytest.approx(norm,
                                                                                       rel=1e-14)
   if strategy.max_rounds is None:  # 10^6 rounds: the dense C would take 8 TB
-    assert amplification.largest_column_norm(strategy, 10**6) >= 1.0
+    assert amplified_strategy.largest_column_norm(strategy, 10**6) >= 1.0

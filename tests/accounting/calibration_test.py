@@ -8,7 +8,7 @@ import dp_accounting
 import pytest
 from scipy import stats
 
-from dp_ftrl_tff.accounting import calibration, zcdp
+from dp_ftrl_tff.accounting import calibration, zcdp, zcdp_epsilon
 from dp_ftrl_tff.mechanisms import gaussian
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 
@@ -20,7 +20,7 @@ def _independent_epsilon(sigma, sens_sq, delta, conversion):
   if conversion == 'pld':
     accountant = dp_accounting.pld.PLDAccountant()  # default: add-or-remove, discretization 1e-4
   else:
-    accountant = dp_accounting.rdp.RdpAccountant(orders=zcdp.TF_PRIVACY_RDP_ORDERS)
+    accountant = dp_accounting.rdp.RdpAccountant(orders=zcdp_epsilon.TF_PRIVACY_RDP_ORDERS)
   accountant.compose(dp_accounting.GaussianDpEvent(noise_multiplier=sigma / math.sqrt(sens_sq)))
   return accountant.get_epsilon(delta)
 
@@ -46,7 +46,7 @@ def test_rho_round_trip(target_rho, sens_sq):
 def test_epsilon_round_trip(conversion, target_epsilon, delta):
   sigma = calibration.noise_multiplier_for_epsilon(target_epsilon, 21.0, delta, conversion)
   rho = zcdp.rho_from_sensitivity(21.0, sigma)
-  epsilon = zcdp.epsilon_from_rho(rho, delta, conversion)
+  epsilon = zcdp_epsilon.epsilon_from_rho(rho, delta, conversion)
   assert epsilon <= target_epsilon  # never understated
   assert epsilon == pytest.approx(target_epsilon, rel=1e-6)
   # Independent: the calibrated sigma meets the target, 0.1% less noise does not.
@@ -65,7 +65,7 @@ def test_colab_epsilon_recovers_the_colab_noise_multiplier():
 def test_gboard_rounded_rho_recovers_paper_epsilon():
   rho = calibration.rho_for_epsilon(4.492218378173317, 1e-10)
   assert rho == pytest.approx(0.25, rel=1e-6)
-  assert zcdp.epsilon_from_rho(rho, 1e-10) <= 4.492218378173317
+  assert zcdp_epsilon.epsilon_from_rho(rho, 1e-10) <= 4.492218378173317
 
 
 @pytest.mark.parametrize('call, name', [
@@ -75,7 +75,7 @@ def test_gboard_rounded_rho_recovers_paper_epsilon():
     (lambda: calibration.rho_for_epsilon(1.0, 2.0), 'delta'),
     (lambda: calibration.rho_for_epsilon(1.0, 1e-6, 'zcdp'), 'conversion'),
     (lambda: calibration.noise_multiplier_for_epsilon(1.0, 0.0), 'sensitivity_squared'),
-    (lambda: zcdp.make_accountant('gaussian'), 'conversion')])
+    (lambda: zcdp_epsilon.make_accountant('gaussian'), 'conversion')])
 def test_rejects_bad_input(call, name):
   with pytest.raises(ValueError, match=name):
     call()
@@ -95,7 +95,7 @@ def test_a_target_epsilon_below_the_discretization_is_refused(target, fragment):
 def test_the_largest_target_calibrates_within_the_accountant_limit():
   largest = calibration.max_epsilon(1e-10)
   sigma = calibration.noise_multiplier_for_epsilon(largest, 1.0)
-  assert zcdp.rho_from_sensitivity(1.0, sigma) <= zcdp.MAX_RHO
+  assert zcdp.rho_from_sensitivity(1.0, sigma) <= zcdp_epsilon.MAX_RHO
 
 
 def test_the_smallest_target_calibrates():

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from dp_ftrl_tff.accounting import calibration, equal_privacy, zcdp
+from dp_ftrl_tff.accounting import calibration, equal_privacy, zcdp, zcdp_epsilon
 from dp_ftrl_tff.mechanisms import banded_optimizer, blt, registry, tree
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from tests.testing import patterns
@@ -105,7 +105,7 @@ def test_tree_full_is_skipped_past_its_cost_limit(monkeypatch):
 
 def test_loss_against_epsilon_rescales_every_row_by_the_same_factor():
   table = equal_privacy.equal_privacy(16, P(4, 2), rho=0.3)
-  epsilon = zcdp.epsilon_from_rho(0.3, 1e-6, 'gaussian')
+  epsilon = zcdp_epsilon.epsilon_from_rho(0.3, 1e-6, 'gaussian')
   curves = equal_privacy.loss_against_epsilon(table, 1e-6, [epsilon, 2 * epsilon])
   for row in table.rows:
     low, high = curves[row.mechanism]

@@ -19,7 +19,7 @@ from dp_ftrl_tff.accounting import (
     report_files,
     report_participation,
     run_metrics,
-    zcdp,
+    zcdp_epsilon,
 )
 from dp_ftrl_tff.mechanisms import blt, gaussian
 from dp_ftrl_tff.mechanisms import participation as participation_lib
@@ -183,8 +183,8 @@ def test_a_delta_too_small_for_the_pld_warns_with_the_zcdp_bound():
   assert math.isinf(result.guarantee.epsilon)
   rho = result.guarantee.rho
   bound = rho + 2 * math.sqrt(rho * math.log(1e300))
-  assert zcdp.bun_steinke_bound(rho, 1e-300) == pytest.approx(bound, rel=1e-12)
-  assert bound >= zcdp.epsilon_from_rho(rho, 1e-300, 'gaussian')  # a valid, looser bound
+  assert zcdp_epsilon.bun_steinke_bound(rho, 1e-300) == pytest.approx(bound, rel=1e-12)
+  assert bound >= zcdp_epsilon.epsilon_from_rho(rho, 1e-300, 'gaussian')  # a valid, looser bound
   (warning,) = [f.text for f in result.findings_of('guarantee') if f.severity == 'warning']
   assert warning.startswith('the target delta')
   assert 'too small for the PLD accountant' in warning and f'{bound:.6g}' in warning

@@ -7,7 +7,7 @@ from matplotlib import colors, figure, ticker
 
 from dp_ftrl_tff import plan
 from dp_ftrl_tff.accounting import equal_privacy as equal_privacy_lib
-from dp_ftrl_tff.accounting import report, report_render, zcdp
+from dp_ftrl_tff.accounting import report, report_render, zcdp_epsilon
 from dp_ftrl_tff.mechanisms import gaussian, tree
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 
@@ -136,4 +136,4 @@ def test_min_sep_points_beyond_the_pld_are_drawn_with_the_zcdp_bound(tmp_path):
   assert sorted(p.rsplit('/', 1)[-1] for p in paths) == sorted(report_render.PLOT_FILES)
   epsilons = report_render._epsilon_curve(  # pylint: disable=protected-access
       run_plan, lambda b: Schema(int(b)), [1, 10], lambda b: 100)
-  assert epsilons[0] == zcdp.zcdp_epsilon_bound(200.0) and epsilons[1] < epsilons[0]
+  assert epsilons[0] == zcdp_epsilon.zcdp_epsilon_bound(200.0) and epsilons[1] < epsilons[0]

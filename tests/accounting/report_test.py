@@ -9,7 +9,14 @@ import pytest
 
 from dp_ftrl_tff import plan, settings
 from dp_ftrl_tff import sampling as sampling_lib
-from dp_ftrl_tff.accounting import calibration, report, report_render, report_sections, zcdp
+from dp_ftrl_tff.accounting import (
+  calibration,
+  report,
+  report_render,
+  report_sections,
+  zcdp,
+  zcdp_epsilon,
+)
 from dp_ftrl_tff.accounting import participation_log as log_lib
 from dp_ftrl_tff.mechanisms import banded, blt, gaussian, tree
 from dp_ftrl_tff.mechanisms import participation as participation_lib
@@ -41,7 +48,7 @@ def test_declared_report_keys_and_values():
   assert out['sensitivity_squared'] == 2.0 and out['rho'] == pytest.approx(0.25)
   assert (out['min_sep'], out['min_separation'], out['max_participations']) == (30, 29, 2)
   assert out['effective_noise_multiplier'] == pytest.approx(2.0 / np.sqrt(2.0))
-  assert out['epsilon'] == pytest.approx(zcdp.epsilon_from_rho(0.25, 1e-6))
+  assert out['epsilon'] == pytest.approx(zcdp_epsilon.epsilon_from_rho(0.25, 1e-6))
   assert out['participation_source'] == 'declared' and [f['text'] for f in out['findings'] if f['severity'] == 'warning'] == []
 
 
@@ -339,7 +346,7 @@ def test_an_epsilon_beyond_the_pld_is_the_flagged_zcdp_bound(tmp_path):
   result = report.build_report(run_plan, log, equal_privacy=True)
   g = result.guarantee
   assert g.rho == pytest.approx(34 / (2 * 0.05**2)) and g.epsilon_is_zcdp_bound
-  assert g.epsilon == zcdp.zcdp_epsilon_bound(g.rho) >= zcdp.epsilon_from_rho(g.rho, g.delta,
+  assert g.epsilon == zcdp_epsilon.zcdp_epsilon_bound(g.rho) >= zcdp_epsilon.epsilon_from_rho(g.rho, g.delta,
                                                                                'gaussian')
   report_render.write_report(result, str(tmp_path), plots=False)  # plots: report_render_test
   out = json.loads((tmp_path / 'report.json').read_text())
@@ -388,7 +395,7 @@ def test_a_noise_sweep_from_0_01_to_10_accounts_every_point():
                                            num_rounds=6, participation=Schema(1, 6))
     result = report.build_report(run_plan)
     g = result.guarantee
-    assert g.epsilon_is_zcdp_bound == (g.rho > zcdp.MAX_RHO)
+    assert g.epsilon_is_zcdp_bound == (g.rho > zcdp_epsilon.MAX_RHO)
     assert report_render.to_dict(result)['epsilon_is_zcdp_bound'] == g.epsilon_is_zcdp_bound
     header = zcdp.planned_guarantee(run_plan, conversion='gaussian')  # the drivers' header
     assert header.epsilon_is_zcdp_bound == g.epsilon_is_zcdp_bound

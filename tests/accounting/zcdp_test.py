@@ -18,7 +18,7 @@ import scipy.optimize
 
 from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff import settings
-from dp_ftrl_tff.accounting import zcdp
+from dp_ftrl_tff.accounting import zcdp, zcdp_epsilon
 from dp_ftrl_tff.mechanisms import banded, blt, gaussian, tree
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from tests.testing import patterns as patterns_lib
@@ -48,7 +48,7 @@ def test_colab_es_es_rho_and_epsilon():
   assert sens_sq == pytest.approx(0.6, rel=1e-14)
   rho = zcdp.rho_from_sensitivity(0.6000000000000015, 1.411)
   assert rho == pytest.approx(0.1506840301548885, rel=1e-12)
-  assert zcdp.epsilon_from_rho(rho, 1e-10) == pytest.approx(3.4240074094281336, rel=1e-12)
+  assert zcdp_epsilon.epsilon_from_rho(rho, 1e-10) == pytest.approx(3.4240074094281336, rel=1e-12)
   assert zcdp.effective_noise_multiplier(0.6, 1.411) == pytest.approx(1.8215931671662218, rel=1e-14)
 
 
@@ -105,7 +105,7 @@ def test_gboard_tables_rho(rounds, min_separation, max_part, paper_rho, sens_sq)
     (0.25, 4.49), (1.86, 13.69), (0.89, 9.01), (0.61, 7.31), (0.32, 5.13), (0.99, 9.56)])
 def test_gboard_epsilon_from_rounded_rho(paper_rho, paper_epsilon):
   # The paper converts its 2-decimal rho with PLD at delta = 1e-10.
-  assert round(zcdp.epsilon_from_rho(paper_rho, 1e-10), 2) == paper_epsilon
+  assert round(zcdp_epsilon.epsilon_from_rho(paper_rho, 1e-10), 2) == paper_epsilon
 
 
 def test_adaptive_clipping_tree_keeps_the_accounted_rho():
@@ -166,15 +166,15 @@ def test_dp_ftrl_tree_restart_table5(report_goal, population, paper_epsilon):
 
 def test_exact_gaussian_conversion_matches_balle_wang_value():
   rho = 0.6 / (2 * 1.411**2)
-  assert zcdp.epsilon_from_rho(rho, 1e-10, 'gaussian') == pytest.approx(3.4240072730610374,
+  assert zcdp_epsilon.epsilon_from_rho(rho, 1e-10, 'gaussian') == pytest.approx(3.4240072730610374,
                                                                         rel=1e-12)
 
 
 @pytest.mark.parametrize('rho', [0.02, 0.5, 3.0])  # RDP on TF-Privacy's orders is loose at tiny rho
 def test_conversions_are_ordered(rho):
-  exact = zcdp.epsilon_from_rho(rho, 1e-8, 'gaussian')
-  pld = zcdp.epsilon_from_rho(rho, 1e-8, 'pld')
-  rdp = zcdp.epsilon_from_rho(rho, 1e-8, 'rdp')
+  exact = zcdp_epsilon.epsilon_from_rho(rho, 1e-8, 'gaussian')
+  pld = zcdp_epsilon.epsilon_from_rho(rho, 1e-8, 'pld')
+  rdp = zcdp_epsilon.epsilon_from_rho(rho, 1e-8, 'rdp')
   bound = rho + 2 * math.sqrt(rho * math.log(1e8))  # the simple zCDP conversion
   assert exact <= pld * (1 + 1e-12)
   assert pld == pytest.approx(exact, rel=1e-4)
@@ -182,7 +182,7 @@ def test_conversions_are_ordered(rho):
 
 
 def test_zero_rho_is_zero_epsilon():
-  assert zcdp.epsilon_from_rho(0.0, 1e-10) == 0.0
+  assert zcdp_epsilon.epsilon_from_rho(0.0, 1e-10) == 0.0
 
 
 @pytest.mark.parametrize('kwargs, name', [
@@ -191,7 +191,7 @@ def test_zero_rho_is_zero_epsilon():
     (dict(rho=1.0, conversion='rdp', orders=[0.5]), 'orders')])
 def test_epsilon_from_rho_rejects_bad_input(kwargs, name):
   with pytest.raises(ValueError, match=name):
-    zcdp.epsilon_from_rho(**kwargs)
+    zcdp_epsilon.epsilon_from_rho(**kwargs)
 
 
 @pytest.mark.parametrize('sens_sq, sigma, name', [
@@ -303,15 +303,15 @@ def _cks_optimum(rho, delta):
 def test_zcdp_bound_is_an_upper_bound_on_the_pld_epsilon(rho, delta):
   """The bound is never below the PLD epsilon (dp_accounting's, not ours) nor the exact Gaussian
   one, never above Bun & Steinke's, and within 0.1% of the best RDP conversion over all orders."""
-  bound = zcdp.zcdp_epsilon_bound(rho, delta)
+  bound = zcdp_epsilon.zcdp_epsilon_bound(rho, delta)
   accountant = dp_accounting.pld.PLDAccountant()  # default: add-or-remove, discretization 1e-4
   accountant.compose(dp_accounting.GaussianDpEvent(noise_multiplier=1.0 / math.sqrt(2.0 * rho)))
   pld = accountant.get_epsilon(delta)
-  assert bound >= pld >= zcdp.epsilon_from_rho(rho, delta, 'gaussian') * (1 - 1e-10)  # brentq's
+  assert bound >= pld >= zcdp_epsilon.epsilon_from_rho(rho, delta, 'gaussian') * (1 - 1e-10)  # brentq's
   assert bound <= rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta))
   optimum = _cks_optimum(rho, delta)
   assert optimum * (1 - 1e-12) <= bound <= optimum * 1.001
-  assert zcdp.epsilon_from_rho(rho, delta) == pytest.approx(pld, rel=1e-12)  # PLD here, not bound
+  assert zcdp_epsilon.epsilon_from_rho(rho, delta) == pytest.approx(pld, rel=1e-12)  # PLD here, not bound
 
 
 @pytest.mark.parametrize('rho', [100.0, 100.0001, 1201.0, 1e4, 1e6, 1e10, 1e100])
@@ -320,27 +320,27 @@ def test_zcdp_bound_is_above_the_exact_gaussian_epsilon_at_any_rho(rho):
   tradeoff curve: the bound never goes below it; it is the smaller of CKS (on the grid) and
   Bun-Steinke."""
   for delta in (1e-5, 1e-10, 1e-100):
-    bound = zcdp.zcdp_epsilon_bound(rho, delta)
-    assert bound >= zcdp.epsilon_from_rho(rho, delta, 'gaussian'), (rho, delta)
-    assert bound <= zcdp.bun_steinke_bound(rho, delta)
+    bound = zcdp_epsilon.zcdp_epsilon_bound(rho, delta)
+    assert bound >= zcdp_epsilon.epsilon_from_rho(rho, delta, 'gaussian'), (rho, delta)
+    assert bound <= zcdp_epsilon.bun_steinke_bound(rho, delta)
     assert bound >= _cks_optimum(rho, delta) * (1 - 1e-12) or rho >= 1e10  # CKS optimum underflows
-  assert zcdp.zcdp_epsilon_bound(0.0) == 0.0
+  assert zcdp_epsilon.zcdp_epsilon_bound(0.0) == 0.0
   with pytest.raises(ValueError, match='`rho` must be finite'):
-    zcdp.zcdp_epsilon_bound(math.inf)
+    zcdp_epsilon.zcdp_epsilon_bound(math.inf)
 
 
 def test_rho_above_the_pld_gets_the_zcdp_bound():
-  assert zcdp.pld_points(zcdp.MAX_RHO) < 5e6
-  assert zcdp.pld_holds(zcdp.MAX_RHO) and not zcdp.pld_holds(np.nextafter(zcdp.MAX_RHO, 200))
-  assert zcdp.accounted_conversion(5e8) == 'zcdp_bound'
-  assert zcdp.accounted_conversion(5e8, 'gaussian') == 'gaussian'  # a closed form: as asked
-  assert zcdp.accounted_conversion(1.0) == 'pld'
-  assert zcdp.epsilon_from_rho(5e8) == zcdp.zcdp_epsilon_bound(5e8)
-  assert zcdp.epsilon_from_rho(5e8, conversion='zcdp_bound') == zcdp.zcdp_epsilon_bound(5e8)
-  assert zcdp.beyond_pld_text(5e8).startswith('rho-zCDP 5e+08 is above the 100 whose privacy loss')
-  assert '1e+13 points, about 1.4 PB' in zcdp.beyond_pld_text(5e8)
+  assert zcdp_epsilon.pld_points(zcdp_epsilon.MAX_RHO) < 5e6
+  assert zcdp_epsilon.pld_holds(zcdp_epsilon.MAX_RHO) and not zcdp_epsilon.pld_holds(np.nextafter(zcdp_epsilon.MAX_RHO, 200))
+  assert zcdp_epsilon.accounted_conversion(5e8) == 'zcdp_bound'
+  assert zcdp_epsilon.accounted_conversion(5e8, 'gaussian') == 'gaussian'  # a closed form: as asked
+  assert zcdp_epsilon.accounted_conversion(1.0) == 'pld'
+  assert zcdp_epsilon.epsilon_from_rho(5e8) == zcdp_epsilon.zcdp_epsilon_bound(5e8)
+  assert zcdp_epsilon.epsilon_from_rho(5e8, conversion='zcdp_bound') == zcdp_epsilon.zcdp_epsilon_bound(5e8)
+  assert zcdp_epsilon.beyond_pld_text(5e8).startswith('rho-zCDP 5e+08 is above the 100 whose privacy loss')
+  assert '1e+13 points, about 1.4 PB' in zcdp_epsilon.beyond_pld_text(5e8)
   # At the PLD's edge the figure only rises: the bound just above it exceeds the PLD's range's top.
-  assert zcdp.epsilon_from_rho(100.0001) > zcdp.epsilon_from_rho(100.0, conversion='gaussian')
+  assert zcdp_epsilon.epsilon_from_rho(100.0001) > zcdp_epsilon.epsilon_from_rho(100.0, conversion='gaussian')
 
 
 @pytest.mark.parametrize('sigma, rounds', [(1e-20, 10), (1.0, 10**9), (0.05, 6)])
@@ -351,10 +351,10 @@ def test_guarantee_beyond_the_pld_is_the_flagged_zcdp_bound(sigma, rounds):
   converts as asked."""
   participation = participation_lib.ParticipationSchema(min_sep=1)
   result = zcdp.guarantee(gaussian.GaussianStrategy(), rounds, participation, sigma)
-  assert result.rho > zcdp.MAX_RHO
+  assert result.rho > zcdp_epsilon.MAX_RHO
   assert result.conversion == 'zcdp_bound' and result.epsilon_is_zcdp_bound
-  assert result.epsilon == zcdp.zcdp_epsilon_bound(result.rho)
-  assert result.epsilon >= zcdp.epsilon_from_rho(result.rho, conversion='gaussian')
+  assert result.epsilon == zcdp_epsilon.zcdp_epsilon_bound(result.rho)
+  assert result.epsilon >= zcdp_epsilon.epsilon_from_rho(result.rho, conversion='gaussian')
   exact = zcdp.guarantee(gaussian.GaussianStrategy(), rounds, participation, sigma,
                          conversion='gaussian')
   assert not exact.epsilon_is_zcdp_bound and exact.epsilon <= result.epsilon

@@ -9,7 +9,7 @@ import pytest
 import scipy.integrate
 import scipy.stats
 
-from dp_ftrl_tff.accounting import zcdp
+from dp_ftrl_tff.accounting import zcdp_epsilon
 from dp_ftrl_tff.auditing import estimates, one_run, threshold_bounds
 
 pytestmark = pytest.mark.unit
@@ -36,7 +36,7 @@ def test_equal_variances_match_the_gaussian_mechanism(mu, delta):
   # value by at most about one step.
   pld = _pld_epsilon(mu, delta)
   assert pld - 2e-4 <= estimate <= pld + 1e-9
-  assert estimate == pytest.approx(zcdp.epsilon_from_rho(mu**2 / 2, delta, 'gaussian'), rel=1e-9)
+  assert estimate == pytest.approx(zcdp_epsilon.epsilon_from_rho(mu**2 / 2, delta, 'gaussian'), rel=1e-9)
 
 
 def test_scale_and_shift_invariant_and_symmetric():
@@ -80,7 +80,7 @@ def test_far_apart_gaussians_do_not_underflow():
   # mu = 60: the hockey-stick tails are below 1e-300 in linear space near the root.
   seen, unseen = _exact_sample(5, 20, 60.0, 1.0), _exact_sample(6, 20, 0.0, 1.0)
   assert estimates.estimate_epsilon(seen, unseen, 1e-10) == pytest.approx(
-      zcdp.epsilon_from_rho(60.0**2 / 2, 1e-10, 'gaussian'), rel=1e-9)
+      zcdp_epsilon.epsilon_from_rho(60.0**2 / 2, 1e-10, 'gaussian'), rel=1e-9)
   wide = _exact_sample(7, 20, 60.0, 1.5)
   assert math.isfinite(estimates.estimate_epsilon(wide, unseen, 1e-10))
 
@@ -112,7 +112,7 @@ def test_bad_arguments_name_the_parameter(seen, unseen, delta, name):
 def _ratios(num_canaries, trials=200):
   """Estimates over the accounted epsilon of a Gaussian mechanism that adds exactly the accounted
   noise (rho = 1: seen scores N(sqrt(2), 1), unseen N(0, 1)) at delta 1e-10, seeded."""
-  accounted = zcdp.epsilon_from_rho(1.0, 1e-10, 'gaussian')
+  accounted = zcdp_epsilon.epsilon_from_rho(1.0, 1e-10, 'gaussian')
   rng = np.random.default_rng(num_canaries)
   return np.array([estimates.estimate_epsilon(rng.normal(np.sqrt(2.0), 1.0, num_canaries),
                                               rng.normal(0.0, 1.0, num_canaries), 1e-10)

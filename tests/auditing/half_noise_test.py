@@ -30,7 +30,7 @@ import tensorflow_federated as tff
 
 from dp_ftrl_tff import auditing
 from dp_ftrl_tff import plan as plan_lib
-from dp_ftrl_tff.accounting import participation_log, report, zcdp
+from dp_ftrl_tff.accounting import participation_log, report, zcdp, zcdp_epsilon
 from dp_ftrl_tff.aggregators import CorrelatedNoiseFactory
 from dp_ftrl_tff.auditing import records, statistics
 from dp_ftrl_tff.mechanisms.participation import ParticipationSchema
@@ -121,7 +121,7 @@ CASES = [(20, 'gaussian', 'all_iterates'), (21, 'blt', 'all_iterates_whitened')]
 @pytest.mark.parametrize('seed,name,threat_model', CASES)
 def test_half_the_noise_is_detected(seed, name, threat_model):
   plan, accounted, sens_sq, privacy = _audit(name, seed, noise_fraction=0.5)
-  true_epsilon = zcdp.epsilon_from_rho(
+  true_epsilon = zcdp_epsilon.epsilon_from_rho(
       zcdp.rho_from_sensitivity(sens_sq, plan.noise_multiplier / 2), DELTA)
   row = _row(privacy, threat_model)
   bound = row.epsilon_lower_bound
