@@ -28,8 +28,8 @@ from dp_ftrl_tff.accounting import participation_log, zcdp
 
 #: (epsilon, delta) conversion of the console lines: the exact Gaussian tradeoff curve, a closed form
 #: (microseconds; the report's PLD takes seconds at large rho and agrees with it to about 1e-8
-#: relative, far below the 4 digits printed). Above `zcdp_epsilon.MAX_RHO` a plan's guarantee is the zCDP
-#: bound in every conversion, as in the report, and the lines say it is an upper bound
+#: relative, far below the 4 digits printed). Above `zcdp_epsilon.MAX_RHO` a plan's guarantee is the
+#: zCDP bound in every conversion, as in the report, and the lines say it is an upper bound
 #: (`epsilon_words`).
 CONVERSION = 'gaussian'
 

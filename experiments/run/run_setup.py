@@ -138,8 +138,8 @@ def amplification_warning(strategy: base.Strategy, sampling: sampling_lib.Sampli
   """Why the random sampling cannot amplify the strategy's privacy, or None when it can.
 
   Amplification by (cyclic) Poisson sampling covers strategies whose C has at most b-hat bands
-  (BandMF paper Sec. 7, docs/papers.md; `amplified_strategy.num_bands`): then the rounds of one group
-  share no noise with the other groups. Any other strategy is accounted without amplification
+  (BandMF paper Sec. 7, docs/papers.md; `amplified_strategy.num_bands`): then the rounds of one
+  group share no noise with the other groups. Any other strategy is accounted without amplification
   (with the min-sep schema the sampler enforces). Over `num_rounds` rounds (default: the strategy's
   own, else b-hat + 1, enough to see a band past b-hat).
   """

@@ -18,8 +18,8 @@ The document (format 1), all numbers as JSON numbers:
   * `epsilon`, `delta`, `rho`: the privacy report's headline guarantee (observed participation, no
     amplification), or null without noise (noise multiplier 0: no DP guarantee);
   * `epsilon_is_zcdp_bound`: true when `epsilon` is the zCDP conversion bound (an upper bound from
-    rho-zCDP, not a tight PLD epsilon: rho above `zcdp_epsilon.MAX_RHO`), false otherwise, null without
-    noise;
+    rho-zCDP, not a tight PLD epsilon: rho above `zcdp_epsilon.MAX_RHO`), false otherwise, null
+    without noise;
   * `noise_multiplier`: the accounted noise multiplier sigma (relative to the clip norm; calibrated
     when the run gave `target_epsilon`);
   * `hparams`: the run's `hparams.json` document.
