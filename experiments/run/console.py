@@ -4,7 +4,7 @@ stdout of a driver run:
   * a header from the run's plan: data, mechanism, noise multiplier, clip (fixed, or adaptive with
     its target quantile), the noise seed (a fixed --noise_seed is flagged: testing only), the
     sampler with clients per round, sampling probability and population, rounds, min_sep and the
-    planned epsilon at --target_delta for the declared participation (`run_start.RunStart.planned`);
+    planned epsilon at --target_delta for the declared participation (`print_header`);
   * one line per round (`round_log_line`): loss, accuracy, round time, ETA;
   * an eval line every --eval_every rounds (`eval_line`) with the epsilon spent so far, from the
     participation observed in the log up to that round (`spent_guarantee`,
@@ -127,14 +127,16 @@ def _noise_warning(plan: plan_lib.RunPlan, num_params: Optional[int]) -> List[st
           '(no privacy).']
 
 
-def print_header(task, config, plan: plan_lib.RunPlan, planned: Optional[zcdp.Guarantee],
-                 population: int) -> None:
-  """Prints the header of a run of `task` (`run_config.Task`) with the settings `config`
-  (`run_config.RunConfig`), `plan` and its `planned` guarantee (`run_start.RunStart.planned`) over
-  `population` training clients; before the process is built (TFF takes most of the start-up,
-  10-20 s, to build it)."""
+def print_header(config, plan: plan_lib.RunPlan, population: int, num_params: int) -> None:
+  """Prints the header of a run with the settings `config` (`run_config.RunConfig`) and `plan` over
+  `population` training clients, with the plan's guarantee (`zcdp.planned_guarantee` in
+  `CONVERSION`; beyond `zcdp_epsilon.MAX_RHO` the zCDP bound, flagged: no noise multiplier is
+  refused for the accountant's memory) and a model of `num_params` parameters; before the process
+  is built (TFF takes most of the start-up, 10-20 s, to build it)."""
+  planned = (None if plan.noise_multiplier == 0 else
+             zcdp.planned_guarantee(plan, conversion=CONVERSION))
   out(header(plan, planned, f'{config.data}: {population} training clients', config.output_dir,
-             task.keras_model_fn().count_params()))
+             num_params))
 
 
 def header(plan: plan_lib.RunPlan, guarantee: Optional[zcdp.Guarantee], data: str,

@@ -19,7 +19,6 @@ import tensorflow_federated as tff
 
 from dp_ftrl_tff import aggregators, sampling
 from dp_ftrl_tff import plan as plan_lib
-from dp_ftrl_tff.accounting import zcdp
 from dp_ftrl_tff.learning import canaries as canaries_lib
 from dp_ftrl_tff.learning import dp_ftrl
 from dp_ftrl_tff.mechanisms import memory, resolve
@@ -59,8 +58,7 @@ class RunStart:
   """What a run starts from, checked before anything is written: its plan, the strategy behind it
   (`saved_strategy`: the run directory's file it was loaded from, None until it is saved there),
   where it resumes (`resumption`), the run files to rebuild from the verified settings
-  (`record_checks.check_files`), the planned guarantee the header states
-  (`zcdp.planned_guarantee` in the console's conversion; None without noise), the population's
+  (`record_checks.check_files`), the population's
   `client_ids` (the task's training clients, then the `canary_ids`), the run's `canaries` (None
   without), the DP-FTRL `process` (`learning.dp_ftrl`) and the run's identity `run_id` (the
   checkpoint record's when it resumes, else a new one: `new_run_id`)."""
@@ -69,7 +67,6 @@ class RunStart:
   saved_strategy: Optional[str]
   resumption: checkpoint_records.Resumption
   rebuild: List[str]
-  planned: Optional[zcdp.Guarantee]
   client_ids: List[str]
   canary_ids: List[str]
   canaries: Optional[canaries_lib.Canaries]
@@ -115,17 +112,14 @@ def start_run(task: run_config.Task, config: run_config.RunConfig,
   stop_signals.check()
   plan = run_setup.build_plan(config, resolved, population, saved_strategy)
   stop_signals.check()
-  # The header's guarantee, once (beyond `zcdp_epsilon.MAX_RHO` the zCDP bound, flagged: no noise
-  # multiplier is refused for the accountant's memory).
-  planned = (None if plan.noise_multiplier == 0 else
-             zcdp.planned_guarantee(plan, conversion=console.CONVERSION))
   record_checks.check_plan(resumption, checkpoint_records.plan_document(plan))
   # The noise state's buffers are model-sized: a mechanism option that makes too many of them is
   # refused before TFF allocates them (`memory.check_noise_state_fits`).
-  memory.check_noise_state_fits(plan.strategy, config.rounds, task.keras_model_fn().count_params())
+  num_params = task.keras_model_fn().count_params()
+  memory.check_noise_state_fits(plan.strategy, config.rounds, num_params)
   canary_ids, canaries = canary_clients.run_canaries(train_ids, config.canary_clients,
                                                      config.seed, plan)
-  console.print_header(task, config, plan, planned, population)
+  console.print_header(config, plan, population, num_params)
   stop_signals.check()
   process = dp_ftrl.build_dp_ftrl_process(
       task.model_fn, tff.learning.optimizers.build_sgdm(config.client_learning_rate),
@@ -137,6 +131,6 @@ def start_run(task: run_config.Task, config: run_config.RunConfig,
       # DP-FTRLM resets the server momentum where a new correlated segment starts.
       restart_rounds=plan.planned_segments.restart_rounds if plan.strategy.correlated else ())
   stop_signals.check()
-  return RunStart(plan, resolved, saved_strategy, resumption, rebuild, planned,
+  return RunStart(plan, resolved, saved_strategy, resumption, rebuild,
                   train_ids + canary_ids, canary_ids, canaries, process,
                   resumption.run_id or new_run_id())
