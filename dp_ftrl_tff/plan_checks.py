@@ -30,9 +30,9 @@ CALIBRATION_TARGETS = ('target_epsilon', 'target_rho')
 #: The range of a non-zero noise multiplier sigma: sigma^2 lies in [1e-200, 1e200], so
 #: rho = sens^2 / (2 sigma^2) is a finite, non-zero float64 number for every squared sensitivity in
 #: [1e-100, 1e100] (float64 spans 2.2e-308 .. 1.8e308; Python's sigma**2 overflows above 1.3e154
-#: and underflows to 0 below 1.5e-154). A rho above what the PLD holds (`accounting.zcdp_epsilon.MAX_RHO`)
-#: gets the zCDP conversion bound, flagged as an upper bound: no noise multiplier in range is
-#: refused for the accountant's memory.
+#: and underflows to 0 below 1.5e-154). A rho above what the PLD holds
+#: (`accounting.zcdp_epsilon.MAX_RHO`) gets the zCDP conversion bound, flagged as an upper bound: no
+#: noise multiplier in range is refused for the accountant's memory.
 MIN_NOISE_MULTIPLIER = 1e-100
 MAX_NOISE_MULTIPLIER = 1e100
 

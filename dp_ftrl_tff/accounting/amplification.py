@@ -146,8 +146,8 @@ def amplified_epsilon(noise_multiplier: float, rounds: int, bands: int, sampling
   if noise_multiplier < floor:
     raise BelowAccountantRangeError(
         f'`noise_multiplier`={noise_multiplier:g} is below {floor:.4g}, the smallest the accountant '
-        f'takes here (rho-zCDP {zcdp_epsilon.MAX_RHO:g} per event, `min_noise_multiplier`): its privacy '
-        'loss distribution would be too large.')
+        f'takes here (rho-zCDP {zcdp_epsilon.MAX_RHO:g} per event, `min_noise_multiplier`): its '
+        'privacy loss distribution would be too large.')
   if accountant == 'pld':
     _check_composition_size(noise_multiplier, num_compositions(rounds, bands), sampling_prob,
                             value_discretization_interval)
@@ -192,8 +192,9 @@ def composed_pld_points(noise_multiplier: float, compositions: int, sampling_pro
 def _check_composition_size(noise_multiplier: float, compositions: int, sampling_prob: float,
                             value_discretization_interval: float) -> None:
   """`memory.MemoryLimitError` (a ValueError naming `num_rounds`) when the composed distribution of
-  `composed_pld_points` would not fit in the available memory at `zcdp_epsilon.PLD_BYTES_PER_POINT` bytes
-  a point; nothing is checked up to `_CHECKED_COMPOSITIONS` compositions or without sampling."""
+  `composed_pld_points` would not fit in the available memory at `zcdp_epsilon.PLD_BYTES_PER_POINT`
+  bytes a point; nothing is checked up to `_CHECKED_COMPOSITIONS` compositions or without
+  sampling."""
   if compositions <= _CHECKED_COMPOSITIONS or sampling_prob >= 1.0:
     return
   points = composed_pld_points(noise_multiplier, compositions, sampling_prob,
@@ -206,9 +207,10 @@ def _check_composition_size(noise_multiplier: float, compositions: int, sampling
         f'`num_rounds`: ceil(num_rounds / num_groups) = {compositions} compositions of the '
         f'subsampled Gaussian (`sampling_prob`={sampling_prob:g}, `noise_multiplier`='
         f'{noise_multiplier:.4g}) make the PLD accountant\'s distribution {points:.3g} points long, '
-        f'about {memory.format_bytes(needed)} at {zcdp_epsilon.PLD_BYTES_PER_POINT} bytes a point, but only '
-        f'{memory.format_bytes(available)} of memory is available; use fewer `num_rounds`, more '
-        'noise or a smaller `sampling_prob` (its epsilon would be far above any useful one).')
+        f'about {memory.format_bytes(needed)} at {zcdp_epsilon.PLD_BYTES_PER_POINT} bytes a point, '
+        f'but only {memory.format_bytes(available)} of memory is available; use fewer '
+        '`num_rounds`, more noise or a smaller `sampling_prob` (its epsilon would be far above any '
+        'useful one).')
 
 
 @contextlib.contextmanager
@@ -236,8 +238,8 @@ def amplified_noise_multiplier(target_epsilon: float, rounds: int, bands: int,
   sigma on the exact tradeoff curve (sampling only lowers epsilon), widened (at most
   `_MAX_WIDENING` times) until its epsilon meets the target; the lower end halves from there until
   epsilon exceeds it, but not below `min_noise_multiplier` (the unamplified run's rho-zCDP is
-  `zcdp_epsilon.MAX_RHO` there: the accountant's range). Then `dp_accounting.calibrate_dp_mechanism`, which
-  steps to the safe side of the root.
+  `zcdp_epsilon.MAX_RHO` there: the accountant's range). Then
+  `dp_accounting.calibrate_dp_mechanism`, which steps to the safe side of the root.
 
   Args:
     target_epsilon: in [`calibration.MIN_TARGET_EPSILON`, `calibration.max_epsilon(delta)`]
@@ -293,10 +295,10 @@ def amplified_noise_multiplier(target_epsilon: float, rounds: int, bands: int,
 
 def min_noise_multiplier(rounds: int, bands: int, sampling_prob: float) -> float:
   """The smallest noise multiplier (relative to a largest column norm of 1) the accountant takes:
-  one whose event has rho-zCDP `zcdp_epsilon.MAX_RHO`, the size limit of its privacy loss distribution
-  (`zcdp_epsilon.pld_holds`). Without sampling (q = 1) the ceil(n / b-hat) Gaussian rounds are one Gaussian
-  event, sqrt(ceil(n / b-hat) / (2 MAX_RHO)); with sampling each round is its own event,
-  1 / sqrt(2 MAX_RHO) (about 0.0707), and the composition's distribution spreads about as far as
-  its epsilon."""
+  one whose event has rho-zCDP `zcdp_epsilon.MAX_RHO`, the size limit of its privacy loss
+  distribution (`zcdp_epsilon.pld_holds`). Without sampling (q = 1) the ceil(n / b-hat) Gaussian
+  rounds are one Gaussian event, sqrt(ceil(n / b-hat) / (2 MAX_RHO)); with sampling each round is
+  its own event, 1 / sqrt(2 MAX_RHO) (about 0.0707), and the composition's distribution spreads
+  about as far as its epsilon."""
   count = num_compositions(rounds, bands) if sampling_prob == 1.0 else 1
   return math.sqrt(count / (2.0 * zcdp_epsilon.MAX_RHO))

@@ -34,7 +34,8 @@ def _segment_structure(strategy: base.Strategy, length: int) -> Optional[tuple]:
     # The first column holds every coefficient; a later column only the first n - j.
     return (int(nonzero[-1]) + 1 if nonzero.size else 1), float(np.linalg.norm(coefs))
   if isinstance(strategy, banded.BandedStrategy):
-    rows = strategy.band_rows[:strategy.check_num_rounds(length)]  # R[t, l] = C[t, t - l]: column j holds R[j + l, l]
+    # R[t, l] = C[t, t - l]: column j holds R[j + l, l]
+    rows = strategy.band_rows[:strategy.check_num_rounds(length)]
     nonzero = np.flatnonzero(np.any(rows != 0, axis=0))
     squares = np.zeros(length)
     for lag in range(rows.shape[1]):
@@ -127,12 +128,13 @@ class AmplifiedGuarantee:
     return self.noise_multiplier / self.largest_column_norm
 
 
-def amplified_guarantee(strategy: base.Strategy, num_rounds: int, noise_multiplier: float,
-                        num_groups: int, sampling_prob: float, delta: float,
-                        accountant: str = 'pld', *,
-                        restart_rounds: Optional[Sequence[int]] = None,
-                        value_discretization_interval: float = amplification.DEFAULT_VALUE_DISCRETIZATION
-                        ) -> AmplifiedGuarantee:
+def amplified_guarantee(
+    strategy: base.Strategy, num_rounds: int, noise_multiplier: float,
+    num_groups: int, sampling_prob: float, delta: float,
+    accountant: str = 'pld', *,
+    restart_rounds: Optional[Sequence[int]] = None,
+    value_discretization_interval: float = amplification.DEFAULT_VALUE_DISCRETIZATION
+) -> AmplifiedGuarantee:
   """The amplified guarantee of `strategy` run for `num_rounds` rounds with cyclic Poisson sampling.
 
   Args:
@@ -155,10 +157,12 @@ def amplified_guarantee(strategy: base.Strategy, num_rounds: int, noise_multipli
   restarts = zcdp.check_restart_rounds(restart_rounds, num_rounds)
   check_banded(strategy, num_rounds, num_groups, restarts)
   kappa = largest_column_norm(strategy, num_rounds, restarts)
-  epsilon = amplification.amplified_epsilon(sigma / kappa, num_rounds, num_groups, sampling_prob, delta,
-                              accountant, value_discretization_interval=value_discretization_interval)
+  epsilon = amplification.amplified_epsilon(
+      sigma / kappa, num_rounds, num_groups, sampling_prob, delta, accountant,
+      value_discretization_interval=value_discretization_interval)
   return AmplifiedGuarantee(
       mechanism=strategy.name, num_rounds=num_rounds, num_groups=num_groups,
-      sampling_prob=float(sampling_prob), compositions=amplification.num_compositions(num_rounds, num_groups),
+      sampling_prob=float(sampling_prob),
+      compositions=amplification.num_compositions(num_rounds, num_groups),
       largest_column_norm=kappa, noise_multiplier=sigma, epsilon=epsilon, delta=float(delta),
       accountant=accountant)

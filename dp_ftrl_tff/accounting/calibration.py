@@ -5,12 +5,12 @@ Target rho: rho = sens^2 / (2 sigma^2) inverts in closed form, sigma = sqrt(sens
 no zCDP accountant, so this stays the closed form.)
 
 Target (epsilon, delta): `dp_accounting.calibrate_dp_mechanism` searches sigma on exactly the
-accountant and event `zcdp_epsilon.epsilon_from_rho` uses ('pld' or 'rdp' from `zcdp_epsilon.make_accountant`,
-composed once with `zcdp_epsilon.gaussian_event(rho)`, rho = sens^2 / (2 sigma^2)). It returns a sigma whose
-epsilon does not exceed the target (it checks the root and steps to the safe side), within
-`_RTOL` relative of the smallest such sigma. Its bracket starts at the exact Gaussian tradeoff curve's
-root: PLD (pessimistic) and RDP epsilons are upper bounds on the exact one, so a slightly smaller
-sigma is always over the target.
+accountant and event `zcdp_epsilon.epsilon_from_rho` uses ('pld' or 'rdp' from
+`zcdp_epsilon.make_accountant`, composed once with `zcdp_epsilon.gaussian_event(rho)`,
+rho = sens^2 / (2 sigma^2)). It returns a sigma whose epsilon does not exceed the target (it checks
+the root and steps to the safe side), within `_RTOL` relative of the smallest such sigma. Its
+bracket starts at the exact Gaussian tradeoff curve's root: PLD (pessimistic) and RDP epsilons are
+upper bounds on the exact one, so a slightly smaller sigma is always over the target.
 
 The 'gaussian' conversion (exact tradeoff curve) has no dp_accounting accountant, hence no
 `calibrate_dp_mechanism` for it: its root is found here with scipy's brentq in log sigma, then stepped
@@ -19,9 +19,9 @@ computed with clip norm 1.
 
 Beyond the PLD: a target epsilon above `max_epsilon(delta)` (the PLD epsilon at rho-zCDP
 `zcdp_epsilon.MAX_RHO`, about 189 at delta 1e-10) is met on the zCDP conversion bound
-(`zcdp_epsilon.zcdp_epsilon_bound`, the figure the report states there, flagged as an upper bound): the
-largest rho whose bound is <= the target (brentq in log rho), stepped to the safe side. So is any
-target with the 'zcdp_bound' conversion. A target rho may be any positive number whose noise
+(`zcdp_epsilon.zcdp_epsilon_bound`, the figure the report states there, flagged as an upper bound):
+the largest rho whose bound is <= the target (brentq in log rho), stepped to the safe side. So is
+any target with the 'zcdp_bound' conversion. A target rho may be any positive number whose noise
 multiplier a plan takes. No target is refused for the accountant's memory.
 
 Bounds: a target epsilon is at least `MIN_TARGET_EPSILON` and finite; a target outside is a ValueError
@@ -55,9 +55,9 @@ MIN_TARGET_EPSILON = 1e-3
 
 def max_epsilon(delta: float = zcdp_epsilon.DEFAULT_DELTA) -> float:
   """The largest target epsilon at `delta` that calibration meets on the PLD: the exact-Gaussian
-  epsilon of rho = `zcdp_epsilon.MAX_RHO` (about 189 at delta 1e-10, 159 at 1e-5). The PLD's epsilon is
-  above the exact one, so the calibrated rho stays within `zcdp_epsilon.MAX_RHO`; a larger target is met on
-  the zCDP bound (see the module docstring)."""
+  epsilon of rho = `zcdp_epsilon.MAX_RHO` (about 189 at delta 1e-10, 159 at 1e-5). The PLD's epsilon
+  is above the exact one, so the calibrated rho stays within `zcdp_epsilon.MAX_RHO`; a larger target
+  is met on the zCDP bound (see the module docstring)."""
   return zcdp_epsilon.epsilon_from_rho(zcdp_epsilon.MAX_RHO, delta, 'gaussian')
 
 
@@ -100,8 +100,8 @@ def check_pld_target_epsilon(target_epsilon, delta) -> float:
   if epsilon > largest:
     raise ValueError(f'`target_epsilon`={epsilon:g} is above {largest:.4g}, the largest epsilon at '
                      f'delta {delta:g} that the amplified calibration meets (rho-zCDP '
-                     f'{zcdp_epsilon.MAX_RHO:g}, beyond which its PLD would not fit in memory); give a '
-                     'smaller target, or calibrate without amplification (any target).')
+                     f'{zcdp_epsilon.MAX_RHO:g}, beyond which its PLD would not fit in memory); '
+                     'give a smaller target, or calibrate without amplification (any target).')
   return epsilon
 
 
@@ -167,9 +167,10 @@ def _noise_multiplier_on_gaussian_curve(epsilon: float, sens_sq: float, delta: f
 
 
 def _noise_multiplier_on_zcdp_bound(epsilon: float, sens_sq: float, delta: float) -> float:
-  """The smallest sigma (to `_RTOL`) whose `zcdp_epsilon.zcdp_epsilon_bound` is <= `epsilon`: the largest
-  rho under the bound's root (brentq in log rho), stepped to the safe side. Above `zcdp_epsilon.MAX_RHO` the
-  report states this bound; below it, the PLD epsilon, which the bound exceeds."""
+  """The smallest sigma (to `_RTOL`) whose `zcdp_epsilon.zcdp_epsilon_bound` is <= `epsilon`: the
+  largest rho under the bound's root (brentq in log rho), stepped to the safe side. Above
+  `zcdp_epsilon.MAX_RHO` the report states this bound; below it, the PLD epsilon, which the bound
+  exceeds."""
   def gap(log_rho):
     stopping.check()
     return zcdp_epsilon.zcdp_epsilon_bound(math.exp(log_rho), delta) - epsilon
@@ -201,9 +202,9 @@ def noise_multiplier_for_epsilon(target_epsilon: float, sensitivity_squared: flo
     target_epsilon: at least `MIN_TARGET_EPSILON`, finite.
     sensitivity_squared: sens^2 > 0 of the whole run (clip norm 1).
     delta: in (0, 1).
-    conversion: 'pld', 'gaussian', 'rdp' or 'zcdp_bound' (see `zcdp_epsilon.epsilon_from_rho`). With 'pld',
-      a target above `max_epsilon(delta)` is met on the zCDP bound, the figure the report states
-      beyond `zcdp_epsilon.MAX_RHO`.
+    conversion: 'pld', 'gaussian', 'rdp' or 'zcdp_bound' (see `zcdp_epsilon.epsilon_from_rho`). With
+      'pld', a target above `max_epsilon(delta)` is met on the zCDP bound, the figure the report
+      states beyond `zcdp_epsilon.MAX_RHO`.
 
   Returns:
     sigma with epsilon(sigma) <= `target_epsilon` (never above it), at most `_RTOL` relative above
@@ -217,7 +218,8 @@ def noise_multiplier_for_epsilon(target_epsilon: float, sensitivity_squared: flo
 def _noise_multiplier_for_epsilon(epsilon: float, sens_sq: float, delta: float,
                                   conversion: str) -> float:
   """`noise_multiplier_for_epsilon` of checked arguments."""
-  if conversion == zcdp_epsilon.ZCDP_BOUND or (conversion == 'pld' and epsilon > max_epsilon(delta)):
+  if conversion == zcdp_epsilon.ZCDP_BOUND or (conversion == 'pld' and
+                                               epsilon > max_epsilon(delta)):
     return _noise_multiplier_on_zcdp_bound(epsilon, sens_sq, delta)
   sigma_gaussian = _noise_multiplier_on_gaussian_curve(epsilon, sens_sq, delta)
   if conversion == 'gaussian':
@@ -277,8 +279,8 @@ def calibrate_plan(plan: plan_lib.RunPlan, *, target_epsilon: Optional[float] = 
   The sensitivity is the plan's strategy over its rounds, restarts and declared participation
   (`zcdp.planned_sensitivity_squared`), or `sensitivity_squared` when given (a report of a finished
   run passes `zcdp.plan_sensitivity_squared` of the participation realized in its log). A
-  (epsilon, delta) target is met at the plan's `target_delta` (`zcdp_epsilon.DEFAULT_DELTA` without one),
-  never exceeded (`noise_multiplier_for_epsilon`).
+  (epsilon, delta) target is met at the plan's `target_delta` (`zcdp_epsilon.DEFAULT_DELTA` without
+  one), never exceeded (`noise_multiplier_for_epsilon`).
 
   Args:
     plan: the `RunPlan` (its noise multiplier is replaced).

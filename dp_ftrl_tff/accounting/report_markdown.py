@@ -31,10 +31,11 @@ _CONVERSION_TEXT = {
     'pld': 'PLD accounting (add-or-remove, value discretization 1e-4)',
     'gaussian': 'the exact Gaussian tradeoff curve',
     'rdp': 'RDP with the Canonne-Kamath-Steinke conversion on TF-Privacy\'s orders',
-    zcdp_epsilon.ZCDP_BOUND: ('**an UPPER BOUND from rho-zCDP (the zCDP conversion bound), not a tight PLD '
-                      'epsilon**: the smaller of the RDP conversion of Canonne, Kamath & Steinke '
-                      'on a dense order grid and Bun & Steinke\'s rho + 2 sqrt(rho ln(1/delta)), '
-                      'both valid for any rho-zCDP mechanism'),
+    zcdp_epsilon.ZCDP_BOUND: (
+        '**an UPPER BOUND from rho-zCDP (the zCDP conversion bound), not a tight PLD '
+        'epsilon**: the smaller of the RDP conversion of Canonne, Kamath & Steinke '
+        'on a dense order grid and Bun & Steinke\'s rho + 2 sqrt(rho ln(1/delta)), '
+        'both valid for any rho-zCDP mechanism'),
 }
 
 
@@ -109,8 +110,8 @@ def _setting_markdown(report: report_lib.PrivacyReport) -> List[str]:
       f'{g.epsilon:.6g}, delta = {g.delta:g}**, at the device (client) level, under the '
       'participation stated below.'
       + (' **This epsilon is an UPPER BOUND from rho-zCDP (the zCDP conversion bound), not a tight '
-         f'PLD epsilon: rho is above the {zcdp_epsilon.MAX_RHO:g} whose privacy loss distribution the PLD '
-         'accountant holds. The true epsilon is smaller, never larger.**'
+         f'PLD epsilon: rho is above the {zcdp_epsilon.MAX_RHO:g} whose privacy loss distribution '
+         'the PLD accountant holds. The true epsilon is smaller, never larger.**'
          if g.epsilon_is_zcdp_bound else '')
       + (' **This run\'s noise seed was fixed (--noise_seed): the statement does not hold for it; '
          'testing only.**' if report.run_facts.noise_seed_fixed else ''), '',
@@ -239,8 +240,8 @@ def _participation_markdown(report: report_lib.PrivacyReport) -> List[str]:
       t = o.tree_patterns
       md.append(f'- Exact over the observed clients\' actual patterns (tree): sens^2 = '
                 f'{t["sensitivity_squared"]:.6g}, rho = {t["rho"]:.6g}, epsilon '
-                f'{epsilon_value(t["epsilon"], t.get("conversion") == zcdp_epsilon.ZCDP_BOUND)} (worst '
-                f'client `{t["worst_client"]}`).')
+                f'{epsilon_value(t["epsilon"], t.get("conversion") == zcdp_epsilon.ZCDP_BOUND)} '
+                f'(worst client `{t["worst_client"]}`).')
   if report.declared is not None:
     d = report.declared
     md.append(f'- Under the declared schema ({d.participation}): sens^2 = '

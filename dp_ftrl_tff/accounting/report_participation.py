@@ -147,7 +147,8 @@ def _tree_patterns(plan: plan_lib.RunPlan, log: log_lib.ParticipationLog, num_ro
   # 'conversion': 'zcdp_bound' when rho is above what the PLD holds (epsilon an upper bound).
   return {'sensitivity_squared': sens_sq, 'rho': rho,
           'epsilon': zcdp_epsilon.epsilon_from_rho(rho, headline.delta),
-          'conversion': zcdp_epsilon.accounted_conversion(rho), 'worst_client': log.client_id(client)}
+          'conversion': zcdp_epsilon.accounted_conversion(rho),
+          'worst_client': log.client_id(client)}
 
 
 def _worst_observed_pattern(plan: plan_lib.RunPlan, log: log_lib.ParticipationLog,

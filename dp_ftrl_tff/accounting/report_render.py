@@ -2,14 +2,14 @@
 
 `to_dict` / `to_json` give report.json (`REQUIRED_KEYS` first: the CLI contract; `conversion` says
 how epsilon was computed, and `epsilon_is_zcdp_bound` is true when it is the zCDP conversion bound,
-an upper bound from rho-zCDP rather than a tight PLD epsilon (rho above `zcdp_epsilon.MAX_RHO`); `run_facts`
-states the run: noise seed, clip, sampler, cohorts; `empirical_privacy` the canary rows (per threat
-model: the estimate, every certified bound with its confidence, TPR at FPR, AUROC), or null without
-canaries, and `empirical_best_bound` the largest certified bound and its method, null without rows;
-`findings` the sections' typed remarks, {'section', 'severity': 'warning' or 'note', 'text'}; then
-each registered section's data under its name), `summary` a few lines for a terminal (one per
-empirical row, then the best certified bound), `to_markdown` report.md (`report_markdown`: the BLT
-paper's App. C checklist).
+an upper bound from rho-zCDP rather than a tight PLD epsilon (rho above `zcdp_epsilon.MAX_RHO`);
+`run_facts` states the run: noise seed, clip, sampler, cohorts; `empirical_privacy` the canary rows
+(per threat model: the estimate, every certified bound with its confidence, TPR at FPR, AUROC), or
+null without canaries, and `empirical_best_bound` the largest certified bound and its method, null
+without rows; `findings` the sections' typed remarks, {'section', 'severity': 'warning' or 'note',
+'text'}; then each registered section's data under its name), `summary` a few lines for a terminal
+(one per empirical row, then the best certified bound), `to_markdown` report.md (`report_markdown`:
+the BLT paper's App. C checklist).
 `write_plots` draws epsilon over rounds and epsilon versus min_sep of the run's mechanism (with the
 exact Gaussian conversion: fast, within ~1e-7 of PLD) and, with an equal-privacy table, every
 mechanism's MaxLoss against epsilon (`EQUAL_PRIVACY_PLOT`), with matplotlib's Agg backend, imported
@@ -153,8 +153,8 @@ def epsilon_text(g: zcdp.Guarantee) -> str:
   UPPER BOUND from rho-zCDP, not a tight PLD epsilon'."""
   if g.epsilon_is_zcdp_bound:
     return (f'(epsilon, delta)=(<= {g.epsilon:.6g}, {g.delta:g}): an UPPER BOUND from rho-zCDP '
-            f'(zCDP conversion bound; rho above the PLD\'s {zcdp_epsilon.MAX_RHO:g}), not a tight PLD '
-            'epsilon')
+            f'(zCDP conversion bound; rho above the PLD\'s {zcdp_epsilon.MAX_RHO:g}), '
+            'not a tight PLD epsilon')
   return f'(epsilon, delta)=({g.epsilon:.6g}, {g.delta:g}) by {g.conversion.upper()}'
 
 
@@ -175,8 +175,8 @@ def _guarantee_dict(g: zcdp.Guarantee) -> dict:
 
 def _epsilon_curve(plan, schema_for, xs, rounds_for):
   """Epsilon (exact Gaussian conversion) of `plan` at each x: rounds_for(x) rounds under
-  schema_for(x); where its rho exceeds `zcdp_epsilon.MAX_RHO` (e.g. a min_sep far below the run's), the zCDP
-  bound the report states there (`zcdp.guarantee_for_plan`), an upper bound."""
+  schema_for(x); where its rho exceeds `zcdp_epsilon.MAX_RHO` (e.g. a min_sep far below the run's),
+  the zCDP bound the report states there (`zcdp.guarantee_for_plan`), an upper bound."""
   return [zcdp.guarantee_for_plan(plan, rounds_for(x), schema_for(x), conversion='gaussian').epsilon
           for x in xs]
 

@@ -109,10 +109,12 @@ def guarantee_findings(plan: plan_lib.RunPlan,
 
 
 def zcdp_bound_text(g: zcdp.Guarantee) -> str:
-  """The warning of a guarantee whose epsilon is the zCDP conversion bound (`zcdp_epsilon.ZCDP_BOUND`)."""
+  """The warning of a guarantee whose epsilon is the zCDP conversion bound
+  (`zcdp_epsilon.ZCDP_BOUND`)."""
   return (f'epsilon {g.epsilon:.6g} is an UPPER BOUND from rho-zCDP (the zCDP conversion bound), '
-          f'not a tight PLD epsilon: {zcdp_epsilon.beyond_pld_text(g.rho)}. The true epsilon at delta '
-          f'{g.delta:g} is smaller, never larger; more noise or fewer rounds give a PLD epsilon.')
+          f'not a tight PLD epsilon: {zcdp_epsilon.beyond_pld_text(g.rho)}. The true epsilon at '
+          f'delta {g.delta:g} is smaller, never larger; more noise or fewer rounds give a PLD '
+          'epsilon.')
 
 
 def zcdp_bound_findings(headline: zcdp.Guarantee) -> List[report_parts.Finding]:
@@ -131,8 +133,8 @@ def _delta_findings(headline: zcdp.Guarantee) -> List[report_parts.Finding]:
       'guarantee', f'the target delta {headline.delta:g} is too small for the PLD accountant (it '
       'resolves deltas down to about 1e-15), so its epsilon is inf; the zCDP bound '
       f'(rho + 2 sqrt(rho ln(1/delta)), rho = {headline.rho:.6g}) gives epsilon <= '
-      f'{zcdp_epsilon.bun_steinke_bound(headline.rho, headline.delta):.6g} at this delta. A larger target '
-      'delta gives a PLD epsilon.')]
+      f'{zcdp_epsilon.bun_steinke_bound(headline.rho, headline.delta):.6g} at this delta. '
+      'A larger target delta gives a PLD epsilon.')]
 
 
 def strategy_file_section(plan: plan_lib.RunPlan

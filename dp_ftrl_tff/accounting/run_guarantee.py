@@ -23,9 +23,10 @@ restart segments composed by `zcdp.accounted_sensitivity_squared`):
     noise std to sigma x S, so relative to the bound the records really have the guarantee is the
     one above, unchanged; it holds for every round whose secure sum did not wrap around the field
     (the privacy report lists wrapped rounds from the run's metrics).
-The event is `zcdp_epsilon.gaussian_event(rho)` (one Gaussian with noise multiplier 1 / sqrt(2 rho)), and
-epsilon is `zcdp_epsilon.epsilon_from_rho(rho, delta)`: PLD with dp_accounting's default discretization, so
-`PLDAccountant().compose(event).get_epsilon(delta)` reproduces `epsilon` exactly.
+The event is `zcdp_epsilon.gaussian_event(rho)` (one Gaussian with noise multiplier
+1 / sqrt(2 rho)), and epsilon is `zcdp_epsilon.epsilon_from_rho(rho, delta)`: PLD with
+dp_accounting's default discretization, so `PLDAccountant().compose(event).get_epsilon(delta)`
+reproduces `epsilon` exactly.
 
 No amplification by sampling is assumed. A plan with random `sampling` (Poisson or cyclic Poisson
 cohorts) gets the same unamplified guarantee, which holds for every participation the sampler can

@@ -1,4 +1,5 @@
-"""The DP guarantee of a correlated-noise run without amplification: its rho-zCDP and (epsilon, delta).
+"""The DP guarantee of a correlated-noise run without amplification: its rho-zCDP and
+(epsilon, delta).
 
 Without sampling, a whole training run of a matrix mechanism is ONE Gaussian release of C x with noise
 std sigma * zeta per coordinate (BandMF paper Sec. 2-3, docs/papers.md#bandmf; accounting colab,
@@ -92,8 +93,9 @@ class Guarantee:
     epsilon: at `delta`, with `conversion`.
     delta: the target delta.
     conversion: 'pld', 'gaussian', 'rdp', or 'zcdp_bound' where the PLD (or a plan's guarantee in
-      any conversion) was asked for above `zcdp_epsilon.MAX_RHO`: then `epsilon` is `zcdp_epsilon.zcdp_epsilon_bound`, an
-      upper bound, not a tight figure (`epsilon_is_zcdp_bound`).
+      any conversion) was asked for above `zcdp_epsilon.MAX_RHO`: then `epsilon` is
+      `zcdp_epsilon.zcdp_epsilon_bound`, an upper bound, not a tight figure
+      (`epsilon_is_zcdp_bound`).
   """
   mechanism: str
   num_rounds: int
@@ -108,7 +110,8 @@ class Guarantee:
 
   @property
   def epsilon_is_zcdp_bound(self) -> bool:
-    """True when `epsilon` is the zCDP conversion bound (an upper bound: rho above `zcdp_epsilon.MAX_RHO`)."""
+    """True when `epsilon` is the zCDP conversion bound (an upper bound: rho above
+    `zcdp_epsilon.MAX_RHO`)."""
     return self.conversion == zcdp_epsilon.ZCDP_BOUND
 
   @property
@@ -119,8 +122,8 @@ class Guarantee:
 
 def guarantee(strategy: base.Strategy, num_rounds: int,
               participation: participation_lib.ParticipationSchema, noise_multiplier: float,
-              delta: float = zcdp_epsilon.DEFAULT_DELTA, *, restart_rounds: Optional[Sequence[int]] = None,
-              conversion: str = 'pld') -> Guarantee:
+              delta: float = zcdp_epsilon.DEFAULT_DELTA, *,
+              restart_rounds: Optional[Sequence[int]] = None, conversion: str = 'pld') -> Guarantee:
   """rho-zCDP and (epsilon, delta) of `strategy` run for `num_rounds` rounds (no amplification).
 
   Args:
@@ -135,8 +138,8 @@ def guarantee(strategy: base.Strategy, num_rounds: int,
 
   Returns:
     A `Guarantee`. With the 'pld' conversion and a rho above `zcdp_epsilon.MAX_RHO`, its epsilon is
-    `zcdp_epsilon.zcdp_epsilon_bound` and its conversion 'zcdp_bound' (the closed forms convert any rho: the
-    DP-FTRL paper's RDP epsilon 363.66 has rho 248).
+    `zcdp_epsilon.zcdp_epsilon_bound` and its conversion 'zcdp_bound' (the closed forms convert any
+    rho: the DP-FTRL paper's RDP epsilon 363.66 has rho 248).
   """
   if not isinstance(strategy, base.Strategy):
     raise ValueError(f'`strategy` must be a mechanisms Strategy, got {strategy!r}.')
@@ -154,12 +157,13 @@ def guarantee_for_plan(plan: plan_lib.RunPlan, num_rounds: Optional[int] = None,
                        conversion: str = 'pld') -> Guarantee:
   """The `Guarantee` of a run plan over `num_rounds` rounds (default: the plan's) under
   `participation` (default: the plan's declared one), at the plan's accounted noise multiplier,
-  restarts and target delta (`zcdp_epsilon.DEFAULT_DELTA` when it has none); the plan was validated when it was
-  built, so only what it lacks is checked here (`planned_guarantee`: the plan's own setting).
+  restarts and target delta (`zcdp_epsilon.DEFAULT_DELTA` when it has none); the plan was validated
+  when it was built, so only what it lacks is checked here (`planned_guarantee`: the plan's own
+  setting).
 
-  Above `zcdp_epsilon.MAX_RHO` the guarantee's epsilon is `zcdp_epsilon.zcdp_epsilon_bound` (conversion 'zcdp_bound'),
-  whatever the conversion asked for: a run's header and eval lines (a closed form) state the same
-  figure as its report.
+  Above `zcdp_epsilon.MAX_RHO` the guarantee's epsilon is `zcdp_epsilon.zcdp_epsilon_bound`
+  (conversion 'zcdp_bound'), whatever the conversion asked for: a run's header and eval lines (a
+  closed form) state the same figure as its report.
 
   Raises:
     ValueError: the plan adds no noise (it has no DP guarantee), or lacks the rounds or the
@@ -231,11 +235,12 @@ def _guarantee(strategy: base.Strategy, num_rounds: int,
                segments: base.Segments, conversion: str,
                any_conversion: bool = False) -> Guarantee:
   """`guarantee` of checked arguments (`segments`' restarts sorted, distinct, in (0, n)); with
-  `any_conversion` a rho above `zcdp_epsilon.MAX_RHO` gets the zCDP bound whatever the conversion."""
+  `any_conversion` a rho above `zcdp_epsilon.MAX_RHO` gets the zCDP bound whatever the
+  conversion."""
   sens_sq = _sensitivity_squared(strategy, segments.lengths, participation)
   rho = _rho(sens_sq, sigma)
-  conversion = zcdp_epsilon.accounted_conversion(rho, 'pld' if any_conversion and not zcdp_epsilon.pld_holds(rho)
-                                    else conversion)
+  conversion = zcdp_epsilon.accounted_conversion(
+      rho, 'pld' if any_conversion and not zcdp_epsilon.pld_holds(rho) else conversion)
   # An overflowed rho (a noise multiplier near 0) has no finite epsilon in any conversion.
   epsilon = (zcdp_epsilon.epsilon_from_rho(rho, delta, conversion) if math.isfinite(rho)
              else math.inf)

@@ -10,11 +10,11 @@ the Gaussian event carries rho).
 Two other conversions exist for comparison and for reproducing older papers:
   * 'gaussian': the exact Gaussian tradeoff curve (Balle & Wang 2018; it reproduces the rho ->
     epsilon pairs of the BLT paper's Sec. 5 and Table 4, docs/papers.md#blt),
-    delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2) with mu = sqrt(2 rho). Fast; the PLD
-    value exceeds it by about 1e-7 relative (discretization). Used for plots.
-  * 'rdp': RDP of the Gaussian, (alpha, alpha rho), converted with dp_accounting's RdpAccountant (the
-    Canonne-Kamath-Steinke conversion) on TF-Privacy's order grid; the DP-FTRL paper's Tables 3-5
-    (Sec. 7, App. E-G; docs/papers.md#dp-ftrl) use it.
+    delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2) with mu = sqrt(2 rho). Fast; the
+    PLD value exceeds it by about 1e-7 relative (discretization). Used for plots.
+  * 'rdp': RDP of the Gaussian, (alpha, alpha rho), converted with dp_accounting's RdpAccountant
+    (the Canonne-Kamath-Steinke conversion) on TF-Privacy's order grid; the DP-FTRL paper's
+    Tables 3-5 (Sec. 7, App. E-G; docs/papers.md#dp-ftrl) use it.
 
 Above `MAX_RHO` the PLD's distribution would not fit in memory, and a run is never refused for that:
 its epsilon is the zCDP conversion bound (`zcdp_epsilon_bound`, conversion 'zcdp_bound'), an UPPER
@@ -166,7 +166,8 @@ def _epsilon_gaussian(rho: float, delta: float) -> float:
 
 
 def gaussian_event(rho: float) -> dp_accounting.GaussianDpEvent:
-  """The dp_accounting event that carries rho > 0: one Gaussian with noise multiplier 1/sqrt(2 rho)."""
+  """The dp_accounting event that carries rho > 0: one Gaussian with noise multiplier
+  1/sqrt(2 rho)."""
   return dp_accounting.GaussianDpEvent(noise_multiplier=1.0 / math.sqrt(2.0 * rho))
 
 
@@ -190,7 +191,8 @@ def make_accountant(conversion: str = 'pld', *, value_discretization_interval: f
 def epsilon_from_rho(rho: float, delta: float = DEFAULT_DELTA, conversion: str = 'pld', *,
                      value_discretization_interval: float = 1e-4,
                      orders: Optional[Sequence[float]] = None) -> float:
-  """epsilon at `delta` of one Gaussian mechanism whose zCDP is rho (noise multiplier 1/sqrt(2 rho)).
+  """epsilon at `delta` of one Gaussian mechanism whose zCDP is rho
+  (noise multiplier 1/sqrt(2 rho)).
 
   Args:
     rho: rho-zCDP, >= 0 (0 gives epsilon 0).

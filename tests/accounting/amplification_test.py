@@ -161,7 +161,8 @@ def test_amplified_calibration_refuses_a_target_outside_the_range_at_once(target
 def test_amplified_epsilon_refuses_a_noise_multiplier_below_the_accountant_range():
   floor = amplification.min_noise_multiplier(100, 2, 0.1)
   assert math.isclose(floor, 1 / math.sqrt(2 * zcdp_epsilon.MAX_RHO))
-  assert amplification.min_noise_multiplier(100, 2, 1.0) == math.sqrt(50 / (2 * zcdp_epsilon.MAX_RHO))
+  assert amplification.min_noise_multiplier(100, 2, 1.0) == math.sqrt(
+      50 / (2 * zcdp_epsilon.MAX_RHO))
   with pytest.raises(ValueError, match=r'`noise_multiplier`=1e-20 is below 0\.07071'):
     amplification.amplified_epsilon(1e-20, 100, 2, 0.1, 1e-10)
 

@@ -346,8 +346,8 @@ def test_an_epsilon_beyond_the_pld_is_the_flagged_zcdp_bound(tmp_path):
   result = report.build_report(run_plan, log, equal_privacy=True)
   g = result.guarantee
   assert g.rho == pytest.approx(34 / (2 * 0.05**2)) and g.epsilon_is_zcdp_bound
-  assert g.epsilon == zcdp_epsilon.zcdp_epsilon_bound(g.rho) >= zcdp_epsilon.epsilon_from_rho(g.rho, g.delta,
-                                                                               'gaussian')
+  assert g.epsilon == zcdp_epsilon.zcdp_epsilon_bound(g.rho) >= zcdp_epsilon.epsilon_from_rho(
+      g.rho, g.delta, 'gaussian')
   report_render.write_report(result, str(tmp_path), plots=False)  # plots: report_render_test
   out = json.loads((tmp_path / 'report.json').read_text())
   assert (out['epsilon'], out['conversion'], out['epsilon_is_zcdp_bound']) == (

@@ -307,11 +307,13 @@ def test_zcdp_bound_is_an_upper_bound_on_the_pld_epsilon(rho, delta):
   accountant = dp_accounting.pld.PLDAccountant()  # default: add-or-remove, discretization 1e-4
   accountant.compose(dp_accounting.GaussianDpEvent(noise_multiplier=1.0 / math.sqrt(2.0 * rho)))
   pld = accountant.get_epsilon(delta)
-  assert bound >= pld >= zcdp_epsilon.epsilon_from_rho(rho, delta, 'gaussian') * (1 - 1e-10)  # brentq's
+  # brentq's
+  assert bound >= pld >= zcdp_epsilon.epsilon_from_rho(rho, delta, 'gaussian') * (1 - 1e-10)
   assert bound <= rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta))
   optimum = _cks_optimum(rho, delta)
   assert optimum * (1 - 1e-12) <= bound <= optimum * 1.001
-  assert zcdp_epsilon.epsilon_from_rho(rho, delta) == pytest.approx(pld, rel=1e-12)  # PLD here, not bound
+  # PLD here, not bound
+  assert zcdp_epsilon.epsilon_from_rho(rho, delta) == pytest.approx(pld, rel=1e-12)
 
 
 @pytest.mark.parametrize('rho', [100.0, 100.0001, 1201.0, 1e4, 1e6, 1e10, 1e100])
@@ -331,16 +333,20 @@ def test_zcdp_bound_is_above_the_exact_gaussian_epsilon_at_any_rho(rho):
 
 def test_rho_above_the_pld_gets_the_zcdp_bound():
   assert zcdp_epsilon.pld_points(zcdp_epsilon.MAX_RHO) < 5e6
-  assert zcdp_epsilon.pld_holds(zcdp_epsilon.MAX_RHO) and not zcdp_epsilon.pld_holds(np.nextafter(zcdp_epsilon.MAX_RHO, 200))
+  assert zcdp_epsilon.pld_holds(zcdp_epsilon.MAX_RHO) and not zcdp_epsilon.pld_holds(
+      np.nextafter(zcdp_epsilon.MAX_RHO, 200))
   assert zcdp_epsilon.accounted_conversion(5e8) == 'zcdp_bound'
   assert zcdp_epsilon.accounted_conversion(5e8, 'gaussian') == 'gaussian'  # a closed form: as asked
   assert zcdp_epsilon.accounted_conversion(1.0) == 'pld'
   assert zcdp_epsilon.epsilon_from_rho(5e8) == zcdp_epsilon.zcdp_epsilon_bound(5e8)
-  assert zcdp_epsilon.epsilon_from_rho(5e8, conversion='zcdp_bound') == zcdp_epsilon.zcdp_epsilon_bound(5e8)
-  assert zcdp_epsilon.beyond_pld_text(5e8).startswith('rho-zCDP 5e+08 is above the 100 whose privacy loss')
+  assert zcdp_epsilon.epsilon_from_rho(5e8, conversion='zcdp_bound') == (
+      zcdp_epsilon.zcdp_epsilon_bound(5e8))
+  assert zcdp_epsilon.beyond_pld_text(5e8).startswith(
+      'rho-zCDP 5e+08 is above the 100 whose privacy loss')
   assert '1e+13 points, about 1.4 PB' in zcdp_epsilon.beyond_pld_text(5e8)
   # At the PLD's edge the figure only rises: the bound just above it exceeds the PLD's range's top.
-  assert zcdp_epsilon.epsilon_from_rho(100.0001) > zcdp_epsilon.epsilon_from_rho(100.0, conversion='gaussian')
+  assert zcdp_epsilon.epsilon_from_rho(100.0001) > zcdp_epsilon.epsilon_from_rho(
+      100.0, conversion='gaussian')
 
 
 @pytest.mark.parametrize('sigma, rounds', [(1e-20, 10), (1.0, 10**9), (0.05, 6)])

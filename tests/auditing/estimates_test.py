@@ -36,7 +36,8 @@ def test_equal_variances_match_the_gaussian_mechanism(mu, delta):
   # value by at most about one step.
   pld = _pld_epsilon(mu, delta)
   assert pld - 2e-4 <= estimate <= pld + 1e-9
-  assert estimate == pytest.approx(zcdp_epsilon.epsilon_from_rho(mu**2 / 2, delta, 'gaussian'), rel=1e-9)
+  assert estimate == pytest.approx(
+      zcdp_epsilon.epsilon_from_rho(mu**2 / 2, delta, 'gaussian'), rel=1e-9)
 
 
 def test_scale_and_shift_invariant_and_symmetric():
