@@ -307,7 +307,7 @@ def test_zcdp_bound_is_an_upper_bound_on_the_pld_epsilon(rho, delta):
   accountant = dp_accounting.pld.PLDAccountant()  # default: add-or-remove, discretization 1e-4
   accountant.compose(dp_accounting.GaussianDpEvent(noise_multiplier=1.0 / math.sqrt(2.0 * rho)))
   pld = accountant.get_epsilon(delta)
-  # brentq's
+  # The exact Gaussian epsilon within brentq's relative tolerance.
   assert bound >= pld >= zcdp_epsilon.epsilon_from_rho(rho, delta, 'gaussian') * (1 - 1e-10)
   assert bound <= rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta))
   optimum = _cks_optimum(rho, delta)
