@@ -22,6 +22,24 @@ import tensorflow as tf
 
 #: The file's name in its temporary directory.
 FILE_NAME = 'population.sqlite'
+#: The temporary directory's name: this prefix, the writing process's PID, '_', a random suffix.
+_PREFIX = 'dp_ftrl_tff_population_'
+
+
+def _remove_orphans() -> None:
+  """Removes the population directories of processes that are gone: a killed driver (SIGKILL runs
+  no exit handler) leaves its file behind, and the temporary directory may be in memory (tmpfs)."""
+  root = tempfile.gettempdir()
+  for name in os.listdir(root):
+    pid = name[len(_PREFIX):].split('_', 1)[0] if name.startswith(_PREFIX) else ''
+    if not pid.isdigit():
+      continue
+    try:
+      os.kill(int(pid), 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+      shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+    except PermissionError:  # another user's live process
+      pass
 
 
 def _varint(value: int) -> bytes:
@@ -73,7 +91,8 @@ def write_population(clients: Iterable[Tuple[str, Mapping[str, np.ndarray]]], *,
     split_name: the `split_name` of every row, the split `SqlClientData` is opened with.
 
   Returns:
-    The path of the file, in a temporary directory removed when the Python process exits.
+    The path of the file, in a temporary directory removed when the Python process exits (or, after
+    a kill, by the next call in any process).
 
   Raises:
     ValueError: a client without examples or with columns of different lengths, a repeated id,
@@ -81,7 +100,8 @@ def write_population(clients: Iterable[Tuple[str, Mapping[str, np.ndarray]]], *,
   """
   if not isinstance(split_name, str) or not split_name:
     raise ValueError(f'`split_name` must be a non-empty string, got {split_name!r}.')
-  directory = tempfile.mkdtemp(prefix='dp_ftrl_tff_population_')
+  _remove_orphans()
+  directory = tempfile.mkdtemp(prefix=f'{_PREFIX}{os.getpid()}_')
   atexit.register(shutil.rmtree, directory, ignore_errors=True)
   path = os.path.join(directory, FILE_NAME)
   with sqlite3.connect(path) as connection:

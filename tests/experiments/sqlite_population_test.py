@@ -5,6 +5,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -90,6 +91,20 @@ def test_the_file_is_removed_when_python_exits():
   path = result.stdout.strip().splitlines()[-1]
   assert path.endswith(sqlite_population.FILE_NAME)
   assert not os.path.exists(os.path.dirname(path))
+
+
+def test_a_killed_processs_file_is_removed_by_the_next_writer(tmp_path, monkeypatch):
+  monkeypatch.setattr(tempfile, 'tempdir', str(tmp_path))
+  with open('/proc/sys/kernel/pid_max') as f:
+    gone = int(f.read()) + 1  # a PID no process can have
+  orphan = tmp_path / f'dp_ftrl_tff_population_{gone}_abc'
+  alive = tmp_path / f'dp_ftrl_tff_population_{os.getpid()}_abc'
+  other = tmp_path / 'dp_ftrl_tff_population_notapid'
+  for directory in (orphan, alive, other):
+    directory.mkdir()
+  path = sqlite_population.write_population([('a', {'x': np.zeros(1)})])
+  assert not orphan.exists() and alive.exists() and other.exists()
+  assert os.path.dirname(path).startswith(str(tmp_path / f'dp_ftrl_tff_population_{os.getpid()}_'))
 
 
 @pytest.mark.parametrize('clients, split_name, message', [
