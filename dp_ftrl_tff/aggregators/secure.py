@@ -108,7 +108,9 @@ def with_clip(record_state: Any, scale_factor: tf.Tensor, clip_norm: tf.Tensor) 
 
 
 #: Bits beyond the field that the wrap check's projection keeps (see `ModularWrapCheckFactory`).
-WRAP_CHECK_BITS = 8
+WRAP_CHECK_BITS = 16
+#: Terms of the projection summed at a time: 2^20 terms below 2^(22 + 16) stay below 2^58.
+_PROJECTION_CHUNK = 2**20
 
 
 class ModularWrapCheckFactory(tff.aggregators.UnweightedAggregationFactory):
@@ -133,6 +135,8 @@ class ModularWrapCheckFactory(tff.aggregators.UnweightedAggregationFactory):
   def __init__(self, inner_agg_factory: tff.aggregators.UnweightedAggregationFactory, bits: int):
     self._inner = inner_agg_factory
     self._bits = _validation.check_positive_int(bits, 'bits')
+    if self._bits > settings.MAX_SECURE_BITS:  # the projection's int64 bound assumes it
+      raise ValueError(f'`bits` must be at most {settings.MAX_SECURE_BITS}, got {bits}.')
     self._modulus = 2**(self._bits + WRAP_CHECK_BITS)
 
   def create(self, value_type) -> tff.templates.AggregationProcess:
@@ -183,10 +187,14 @@ def _wrap_check_weights(round_index, size: int) -> tf.Tensor:
 
 def _projection(value, round_index, size: int, modulus: int) -> tf.Tensor:
   """<r, value> mod `modulus` with the round's weights r (`_wrap_check_weights`), a TF op."""
-  # Residues in [0, 2^(b+q)) times weights < 2^q stay below 2^38; reduced again before the sum,
-  # which stays below 2^30 * size: exact in int64 for any model size.
+  # Residues in [0, 2^(b+q)) times weights < 2^q stay below 2^(22 + 2 * 16) = 2^54. The reduced
+  # terms (< 2^38) are summed `_PROJECTION_CHUNK` at a time, each chunk's sum reduced again: exact
+  # in int64 up to 2^45 coordinates.
   residues = tf.math.floormod(tf.cast(tf.reshape(value, [-1]), tf.int64), modulus)
   terms = tf.math.floormod(residues * _wrap_check_weights(round_index, size), modulus)
+  if size > _PROJECTION_CHUNK:
+    terms = tf.reshape(tf.pad(terms, [[0, -size % _PROJECTION_CHUNK]]), [-1, _PROJECTION_CHUNK])
+    terms = tf.math.floormod(tf.reduce_sum(terms, axis=1), modulus)
   return tf.math.floormod(tf.reduce_sum(terms), modulus)
 
 

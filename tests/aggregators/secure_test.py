@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+import tensorflow as tf
 import tensorflow_federated as tff
 
 from dp_ftrl_tff.aggregators import (
@@ -172,6 +173,20 @@ def test_wrap_check_detects_wraps():
   assert [int(o['measurements']['modular_wrap']) for o in client_wrap] == [1, 1, 1]
 
 
+def test_the_projection_is_exact_beyond_a_chunk():
+  """The wrap check's projection of a vector longer than its summing chunk (padded, summed per
+  chunk, reduced) at the largest field (22 + 16 bits), against Python's unbounded integers."""
+  size = secure._PROJECTION_CHUNK + 3
+  modulus = 2**(22 + secure.WRAP_CHECK_BITS)
+  rng = np.random.default_rng(0)
+  value = rng.integers(-2**31, 2**31, size, dtype=np.int64)
+  value[:8] = [2**31 - 1, -2**31, modulus - 1, -1, 0, 1, modulus, -modulus]
+  projection = int(secure._projection(tf.constant(value), tf.constant(7, tf.int64), size, modulus))
+  weights = secure._wrap_check_weights(tf.constant(7, tf.int64), size).numpy()
+  expected = sum(int(v) % modulus * int(w) for v, w in zip(value, weights, strict=True)) % modulus
+  assert projection == expected
+
+
 def test_stale_scale_wraps_and_is_detected():
   """A chain whose scale is 20x too large for the clip (the pre-fix behaviour when the clip grew)."""
   config = SecureAggregation(bits=12, rotation='dft')
@@ -181,7 +196,8 @@ def test_stale_scale_wraps_and_is_detected():
   clients = [v * (clip / np.linalg.norm(v)) for v in _clients(1.0, 1.0)]
   # The DFT rotation's seed changes every round (and with the TF random state earlier tests of the
   # process left behind), so a round may rarely escape the wrap: every round's flag must say whether
-  # its sum is wrong, and the stale scale must wrap in some round.
+  # its sum is wrong (the check misses a wrap with probability at most 2^-15 a round), and the stale
+  # scale must wrap in some round.
   wrapped = []
   for output in _run(process, clients, 4):
     wrap = int(output['measurements']['dft']['discretize']['modular_wrap'])
