@@ -16,7 +16,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from dp_ftrl_tff import _validation
-from dp_ftrl_tff.accounting import amplification, zcdp
+from dp_ftrl_tff.accounting import amplification
 from dp_ftrl_tff.mechanisms import banded, base, gaussian, tree
 
 
@@ -54,7 +54,7 @@ def _segment_structure(strategy: base.Strategy, length: int) -> Optional[tuple]:
 def _segment_structures(strategy: base.Strategy, num_rounds: int,
                         restart_rounds: Optional[Sequence[int]]) -> list:
   return [_segment_structure(strategy, length)
-          for length in zcdp.segment_lengths(num_rounds, restart_rounds)]
+          for length in base.segment_lengths(num_rounds, restart_rounds)]
 
 
 def num_bands(strategy: base.Strategy, num_rounds: int,
@@ -154,7 +154,7 @@ def amplified_guarantee(
   num_rounds = _validation.check_positive_int(num_rounds, 'num_rounds')
   sigma = _validation.check_positive_float(noise_multiplier, 'noise_multiplier')
   num_groups = _validation.check_positive_int(num_groups, 'num_groups')
-  restarts = zcdp.check_restart_rounds(restart_rounds, num_rounds)
+  restarts = base.check_restart_rounds(restart_rounds, num_rounds)
   check_banded(strategy, num_rounds, num_groups, restarts)
   kappa = largest_column_norm(strategy, num_rounds, restarts)
   epsilon = amplification.amplified_epsilon(

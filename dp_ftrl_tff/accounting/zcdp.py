@@ -28,7 +28,6 @@ from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.accounting import zcdp_epsilon
 from dp_ftrl_tff.mechanisms import base
 from dp_ftrl_tff.mechanisms import participation as participation_lib
-from dp_ftrl_tff.mechanisms.base import check_restart_rounds, segment_lengths  # noqa: F401
 
 
 def rho_from_sensitivity(sensitivity_squared: float, noise_multiplier: float) -> float:
@@ -68,7 +67,7 @@ def accounted_sensitivity_squared(strategy: base.Strategy, num_rounds: int,
   num_rounds = _validation.check_positive_int(num_rounds, 'num_rounds')
   if not isinstance(participation, participation_lib.ParticipationSchema):
     raise ValueError(f'`participation` must be a ParticipationSchema, got {participation!r}.')
-  return _sensitivity_squared(strategy, segment_lengths(num_rounds, restart_rounds), participation)
+  return _sensitivity_squared(strategy, base.segment_lengths(num_rounds, restart_rounds), participation)
 
 
 def _sensitivity_squared(strategy: base.Strategy, lengths: Sequence[int],
@@ -147,7 +146,7 @@ def guarantee(strategy: base.Strategy, num_rounds: int,
   delta = zcdp_epsilon.check_delta(delta)
   _validation.check_one_of(conversion, 'conversion', zcdp_epsilon.CONVERSIONS)
   participation = participation_lib.check_participation(participation)
-  restarts = check_restart_rounds(restart_rounds, num_rounds)
+  restarts = base.check_restart_rounds(restart_rounds, num_rounds)
   return _guarantee(strategy, int(num_rounds), participation, sigma, delta,
                     base.segments_between(int(num_rounds), restarts), conversion)
 

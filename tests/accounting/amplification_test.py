@@ -9,8 +9,8 @@ import dp_accounting
 import numpy as np
 import pytest
 
-from dp_ftrl_tff.accounting import amplification, amplified_strategy, zcdp, zcdp_epsilon
-from dp_ftrl_tff.mechanisms import banded, blt, gaussian, tree
+from dp_ftrl_tff.accounting import amplification, amplified_strategy, zcdp_epsilon
+from dp_ftrl_tff.mechanisms import banded, base, blt, gaussian, tree
 
 pytestmark = pytest.mark.unit
 
@@ -211,7 +211,7 @@ def test_noise_and_compositions_beyond_the_accountant_are_refused():
 def test_bands_and_column_norms_without_the_dense_matrix_equal_the_dense_ones(make):
   strategy = make()
   for restarts in (None, [10, 25]):
-    lengths = zcdp.segment_lengths(30, restarts)
+    lengths = base.segment_lengths(30, restarts)
     dense = [strategy.strategy_matrix(m) for m in lengths]
     bands = max(int(np.max(np.subtract(*np.nonzero(c)))) + 1 for c in dense)
     norm = max(float(np.max(np.linalg.norm(c, axis=0))) for c in dense)

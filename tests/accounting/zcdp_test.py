@@ -19,7 +19,7 @@ import scipy.optimize
 from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff import settings
 from dp_ftrl_tff.accounting import zcdp, zcdp_epsilon
-from dp_ftrl_tff.mechanisms import banded, blt, gaussian, tree
+from dp_ftrl_tff.mechanisms import banded, base, blt, gaussian, tree
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from tests.testing import patterns as patterns_lib
 
@@ -266,7 +266,7 @@ def test_rho_never_below_brute_force(n, min_sep, max_part):
 def test_rho_with_restarts_never_below_brute_force(restarts, min_sep, max_part):
   n = 8
   schema = Schema(min_sep, max_part)
-  lengths = zcdp.segment_lengths(n, restarts)
+  lengths = base.segment_lengths(n, restarts)
   for strategy in _strategies(n):
     result = zcdp.guarantee(strategy, n, schema, 1.0, restart_rounds=restarts,
                             conversion='gaussian')
@@ -280,9 +280,9 @@ def test_rho_with_restarts_never_below_brute_force(restarts, min_sep, max_part):
 
 
 def test_segment_lengths():
-  assert zcdp.segment_lengths(10, ()) == (10,)
-  assert zcdp.segment_lengths(10, [7, 3, 3]) == (3, 4, 3)
-  assert list(itertools.accumulate(zcdp.segment_lengths(2000, range(128, 2000, 1024)))) == [
+  assert base.segment_lengths(10, ()) == (10,)
+  assert base.segment_lengths(10, [7, 3, 3]) == (3, 4, 3)
+  assert list(itertools.accumulate(base.segment_lengths(2000, range(128, 2000, 1024)))) == [
       128, 1152, 2000]
 
 
@@ -386,7 +386,7 @@ def test_planned_guarantee_is_the_guarantee_of_the_plans_own_setting(restarts):
   run_plan = plan_lib.RunPlan.build(tree.TreeStrategy(), 2.0, 10, 1.0, restarts=restarts,
                                     num_rounds=12, participation=Schema(3, 2), target_delta=1e-6)
   restart_rounds = tuple(run_plan.restart_rounds(12))
-  assert run_plan.planned_segments == (restart_rounds, zcdp.segment_lengths(12, restart_rounds))
+  assert run_plan.planned_segments == (restart_rounds, base.segment_lengths(12, restart_rounds))
   planned = zcdp.planned_guarantee(run_plan)
   assert planned == zcdp.guarantee_for_plan(run_plan, 12, Schema(3, 2))
   assert planned == zcdp.guarantee(tree.TreeStrategy(), 12, Schema(3, 2), 2.0, 1e-6,
