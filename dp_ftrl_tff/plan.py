@@ -20,7 +20,7 @@ import dataclasses
 import functools
 import hashlib
 import json
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, Callable, List, NamedTuple, Optional
 
 import numpy as np
 
@@ -361,6 +361,44 @@ _FIELDS = {
     'population': _Field('integer'),
     'noise_seed_fixed': _Field('boolean'),
 }
+
+
+#: The plan fields a run may change when it resumes (`resume_changes`): its rounds, the delta of its
+#: (epsilon, delta) statement, the banded policy past `max_rounds` (it acts only on rounds past them),
+#: the target a noise multiplier was calibrated to (the multiplier itself must stay) and where the
+#: strategy came from (a resumed run uses the strategy it trained with). Every other field
+#: determines how the rounds already trained were sampled, clipped and noised.
+RESUMABLE_FIELDS = ('num_rounds', 'target_delta', 'beyond_max_rounds', 'calibration',
+                    'strategy_source')
+
+
+def resume_changes(trained: dict, resumed: dict) -> List[str]:
+  """How a resumed run's plan `resumed` departs from the plan `trained` its earlier rounds were
+  trained with: 'name: trained -> resumed' for each differing leaf outside `RESUMABLE_FIELDS`
+  (nested names joined by '.', e.g. 'participation.max_participations: 2 -> 3'), sorted; [] when
+  the run may resume. Both are `RunPlan.to_config` documents (or read back from JSON), with or
+  without `fingerprint_arrays`, the same on both sides."""
+  if not isinstance(trained, dict) or not isinstance(resumed, dict):
+    raise ValueError('`trained` and `resumed` must be plan documents (dicts of `to_config`).')
+  changes = []
+
+  def compare(name: str, before, after) -> None:
+    if isinstance(before, dict) and isinstance(after, dict):
+      for key in sorted(set(before) | set(after)):
+        compare(f'{name}.{key}', before.get(key), after.get(key))
+    elif before != after:
+      changes.append(f'{name}: {_short(before)} -> {_short(after)}')
+
+  for key in sorted(set(trained) | set(resumed)):
+    if key not in RESUMABLE_FIELDS:
+      compare(key, trained.get(key), resumed.get(key))
+  return changes
+
+
+def _short(value, limit: int = 60) -> str:
+  """`value` as JSON, cut to `limit` characters (a strategy's arrays can be long)."""
+  text = json.dumps(value)
+  return text if len(text) <= limit else text[:limit - 3] + '...'
 
 
 def plan_json(plan: RunPlan) -> str:

@@ -99,17 +99,29 @@ class ClientSampler(sampling.Sampler):
       min_sep: b >= 1; a client that participated in round r is eligible again in round r + b.
       max_participations: k >= 1 or None (no cap on participations).
       seed: non-negative int; the draw of round t depends only on (seed, t, history).
-      num_rounds: n, the rounds the run will sample, or None; given, the schedule must be one the
-        sampler can fill (`check_schedule`).
+      num_rounds: n, the rounds the run will sample (required with `max_participations`), or None:
+        as many rounds as asked for.
+
+    Raises:
+      ValueError: a bad argument (named), or a schedule the sampler cannot fill (`check_schedule`
+        of the n rounds; without `num_rounds`, of every number of rounds: b * clients_per_round
+        clients are needed), checked here so that no round fails later.
     """
-    if num_rounds is not None:
-      check_schedule(len(list(client_ids)), clients_per_round, min_sep, max_participations,
-                     num_rounds)
     client_ids = list(client_ids)
     if not client_ids:
       raise ValueError('`client_ids` must not be empty.')
     if len(set(client_ids)) != len(client_ids):
       raise ValueError('`client_ids` must be unique.')
+    if num_rounds is None:
+      if max_participations is not None:
+        raise ValueError('`num_rounds` is required with `max_participations`: a cap of k '
+                         'participations bounds the rounds a sampler can fill (n * '
+                         'clients_per_round <= num_clients * k), so give the rounds it will sample '
+                         'and the schedule is checked when it is built.')
+      check_schedule(len(client_ids), clients_per_round, min_sep, None,
+                     _validation.check_positive_int(min_sep, 'min_sep'))
+    else:
+      check_schedule(len(client_ids), clients_per_round, min_sep, max_participations, num_rounds)
     self._client_ids = client_ids
     self._clients_per_round = _validation.check_positive_int(clients_per_round, 'clients_per_round')
     if self._clients_per_round > len(client_ids):
@@ -222,15 +234,18 @@ class ClientSampler(sampling.Sampler):
       in the order drawn.
 
     Raises:
-      ValueError: if `round_num` is not the next round.
-      RuntimeError: if fewer eligible clients remain than `clients_per_round`: only for rounds
-        0 .. `round_num` that `check_schedule` refuses (a sampler made without `num_rounds`, or
-        sampled past them), or after a `load_state` from which no sampler could fill the round.
+      ValueError: if `round_num` is not the next round, or past the `num_rounds` it was built for.
+      RuntimeError: if fewer eligible clients remain than `clients_per_round`: only after a
+        `load_state` from which no sampler could fill the round (the schedule was checked when the
+        sampler was built).
     """
     round_num = _validation.check_nonnegative_int(round_num, 'round_num')
     if round_num != self._next_round:
       raise ValueError(f'`round_num` must be the next round {self._next_round}, got '
                        f'{round_num}.')
+    if self._num_rounds is not None and round_num >= self._num_rounds:
+      raise ValueError(f'`round_num`={round_num}: the sampler was built for `num_rounds`='
+                       f'{self._num_rounds} rounds (0 .. {self._num_rounds - 1}).')
     pool = self.eligible(round_num)
     m = self._clients_per_round
     if pool.size < m:

@@ -25,13 +25,10 @@ import os
 from typing import List, Optional
 
 from dp_ftrl_tff import auditing
+from dp_ftrl_tff import plan as plan_lib
 from experiments.run import checkpoint_records, run_config, run_dir
 from experiments.run.checkpoint_records import Resumption
 
-# Plan fields that follow run_config.RESUMABLE_CHANGES; every other field determines how the
-# checkpointed rounds were trained and must stay as recorded.
-RESUMABLE_PLAN_FIELDS = ('num_rounds', 'target_delta', 'beyond_max_rounds', 'participation',
-                         'calibration', 'strategy_source')
 #: The settings (hparams keys) a resumed command may change: `run_config.RESUMABLE_CHANGES` and the
 #: run directory's location (a run copied or moved elsewhere resumes there).
 CHANGEABLE_SETTINGS = frozenset(run_config.RESUMABLE_CHANGES) | frozenset(
@@ -52,7 +49,10 @@ def _changes(recorded: dict, current: dict, unchecked=()) -> Optional[str]:
 
 
 def _refuse_changes(resumption: Resumption, recorded: dict, current: dict, unchecked) -> None:
-  details = _changes(recorded, current, unchecked)
+  _refuse(resumption, _changes(recorded, current, unchecked))
+
+
+def _refuse(resumption: Resumption, details: Optional[str]) -> None:
   if details:
     raise ValueError(
         f'the run was trained up to checkpoint {resumption.round_num} with other settings '
@@ -78,10 +78,11 @@ def check_settings(resumption: Resumption, config: run_config.RunConfig) -> None
 
 def check_plan(resumption: Resumption, plan: dict) -> None:
   """Raises ValueError when the command's `plan` (`checkpoint_records.plan_document`) differs from
-  the plan the checkpoint `resumption` resumes from trained with, but for `RESUMABLE_PLAN_FIELDS`
-  (e.g. a calibrated noise multiplier that another --target_delta would change)."""
+  the plan the checkpoint `resumption` resumes from trained with, but for
+  `plan.RESUMABLE_FIELDS` (e.g. a calibrated noise multiplier that another --target_delta would
+  change): `plan.resume_changes`, the rule the data source's iterator holds a resume to."""
   if not resumption.fresh:
-    _refuse_changes(resumption, resumption.record['plan'], plan, RESUMABLE_PLAN_FIELDS)
+    _refuse(resumption, ', '.join(plan_lib.resume_changes(resumption.record['plan'], plan)))
 
 
 def _file_problem(name: str, expected: dict, data: Optional[bytes], round_num: int,

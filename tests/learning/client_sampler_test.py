@@ -39,7 +39,7 @@ def test_never_violates_min_sep_or_cap(cohort, min_sep, slack, cap, num_rounds, 
   except ValueError:
     hypothesis.assume(False)
   sampler = client_sampler.ClientSampler(_ids(num_clients), cohort, min_sep=min_sep,
-                                         max_participations=cap, seed=seed)
+                                         max_participations=cap, seed=seed, num_rounds=num_rounds)
   cohorts = {}
   for r in range(num_rounds):  # every schedule the check accepts is filled
     cohorts[r] = sampler.sample(r)
@@ -61,7 +61,8 @@ def test_without_cap_min_sep_never_stalls_at_the_bound():
 
 def test_deterministic_for_a_seed_and_resumable():
   def run(seed, stop=None):
-    sampler = client_sampler.ClientSampler(_ids(50), 5, min_sep=3, max_participations=4, seed=seed)
+    sampler = client_sampler.ClientSampler(_ids(50), 5, min_sep=3, max_participations=4, seed=seed,
+                                           num_rounds=30)
     out = [sampler.sample(r) for r in range(stop or 30)]
     return out, sampler.state
 
@@ -71,7 +72,8 @@ def test_deterministic_for_a_seed_and_resumable():
   other, _ = run(12)
   assert other != full
   head, state = run(11, stop=13)
-  resumed = client_sampler.ClientSampler(_ids(50), 5, min_sep=3, max_participations=4, seed=11)
+  resumed = client_sampler.ClientSampler(_ids(50), 5, min_sep=3, max_participations=4, seed=11,
+                                         num_rounds=30)
   resumed.load_state(state)
   assert head + [resumed.sample(r) for r in range(13, 30)] == full
 
@@ -111,6 +113,22 @@ def test_a_sampler_for_num_rounds_checks_its_schedule():
     client_sampler.ClientSampler(_ids(100), 10, min_sep=11, num_rounds=50)
   sampler = client_sampler.ClientSampler(_ids(100), 10, min_sep=10, num_rounds=50)
   assert len(sampler.sample(0)) == 10
+  for r in range(1, 50):
+    sampler.sample(r)
+  with pytest.raises(ValueError, match='num_rounds`=50'):
+    sampler.sample(50)
+
+
+def test_a_sampler_without_num_rounds_checks_every_length_when_built():
+  """Without `num_rounds` the sampler may be asked for any number of rounds: it needs b * m
+  clients, and a cap (which bounds the rounds) needs `num_rounds`; either way no round fails."""
+  with pytest.raises(ValueError, match='Impossible schedule.*min_sep'):
+    client_sampler.ClientSampler(_ids(59), 20, min_sep=3)
+  with pytest.raises(ValueError, match='`num_rounds` is required with `max_participations`'):
+    client_sampler.ClientSampler(_ids(200), 20, min_sep=3, max_participations=2)
+  sampler = client_sampler.ClientSampler(_ids(60), 20, min_sep=3)
+  for r in range(100):
+    assert len(sampler.sample(r)) == 20
 
 
 def test_check_schedule_accepts_short_runs_with_large_min_sep():
@@ -214,7 +232,8 @@ def test_fewest_participations_first_then_uniform_within_the_tier():
   # 5 clients, 2 a round, min_sep 1, cap 2. Round 0 draws 2 of 5; round 1 must draw 2 of the 3
   # others; round 2 takes the last untouched client and 1 of the 4 with one participation.
   for seed in range(20):
-    sampler = client_sampler.ClientSampler(_ids(5), 2, min_sep=1, max_participations=2, seed=seed)
+    sampler = client_sampler.ClientSampler(_ids(5), 2, min_sep=1, max_participations=2, seed=seed,
+                                           num_rounds=3)
     first, second, third = (sampler.sample(r) for r in range(3))
     assert not set(first) & set(second)
     untouched = sorted(set(_ids(5)) - set(first) - set(second))

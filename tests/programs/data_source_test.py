@@ -6,14 +6,19 @@ import hashlib
 import json
 import struct
 
+import asyncio
+import dataclasses
+
 import numpy as np
 import pytest
+import tensorflow_federated as tff
 
 from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff import sampling as sampling_lib
+from dp_ftrl_tff import settings
 from dp_ftrl_tff.accounting import participation_log
 from dp_ftrl_tff.learning import client_sampler, poisson_sampler
-from dp_ftrl_tff.mechanisms import blt
+from dp_ftrl_tff.mechanisms import blt, gaussian
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from dp_ftrl_tff.programs import data_source
 
@@ -169,12 +174,87 @@ def test_resume_continues_a_restored_iterator_in_a_moved_log_with_more_rounds(tm
 
 def test_resume_refuses_an_iterator_of_another_population_or_sampler(tmp_path):
   saved = _source(tmp_path / 'a.csv', 'min_sep').iterator()
-  with pytest.raises(ValueError, match='another population'):
+  with pytest.raises(ValueError, match=r'the population \(60 clients -> 60\)'):
     _source(tmp_path / 'b.csv', 'min_sep', ids=IDS[:-1] + ['x']).resume(saved)
-  with pytest.raises(ValueError, match='another population or with another sampler kind'):
+  with pytest.raises(ValueError, match=r'the population \(60 clients -> 60, reordered\)'):
+    _source(tmp_path / 'b.csv', 'min_sep', ids=IDS[::-1]).resume(saved)
+  with pytest.raises(ValueError, match='sampling.kind: "min_sep" -> "poisson"'):
     _source(tmp_path / 'c.csv', 'poisson').resume(saved)
   with pytest.raises(ValueError, match='`iterator` must be a SampledClientDataSourceIterator'):
     _source(tmp_path / 'd.csv', 'min_sep').resume('bytes')
+
+
+def _state_saved_by_tff(tmp_path, source, rounds):
+  """The checkpoint directory of `tff.program.FileProgramStateManager` after it saved
+  `(rounds, source's iterator after `rounds` selects)`, as a user's own program saves it."""
+  iterator = source.iterator()
+  k = iterator._sampler.cohort_size
+  for _ in range(rounds):
+    iterator.select(k if k is not None else 0)
+  manager = tff.program.FileProgramStateManager(str(tmp_path / 'checkpoints'))
+  asyncio.run(manager.save((np.int32(rounds), iterator), version=rounds))
+  return manager
+
+
+BASE = SETTINGS['min_sep'][0]
+# A setting of the plan changed on resume -> the name the refusal gives it.
+PLAN_CHANGES = {
+    'noise_multiplier': (dataclasses.replace(BASE, noise_multiplier=1.5),
+                         'noise_multiplier: 1.0 -> 1.5'),
+    'clip_norm': (dataclasses.replace(BASE, clip_norm=2.0), 'clip_norm: 1.0 -> 2.0'),
+    'mechanism': (dataclasses.replace(BASE, strategy=gaussian.GaussianStrategy()),
+                  'strategy.mechanism: "blt" -> "gaussian"'),
+    'mechanism_options': (dataclasses.replace(BASE, strategy=blt.BLTStrategy(
+        theta=(0.9, 0.4), omega=(0.3, 0.2))), r'strategy.theta: \[0.9, 0.5\] -> \[0.9, 0.4\]'),
+    'min_sep': (dataclasses.replace(BASE, participation=participation_lib.ParticipationSchema
+                                    .b_min_sep(7, 5)), 'participation.min_sep: 6 -> 7'),
+    'max_participations': (dataclasses.replace(BASE, participation=participation_lib
+                                               .ParticipationSchema.b_min_sep(6, 6)),
+                           'participation.max_participations: 5 -> 6'),
+    'clients_per_round': (dataclasses.replace(BASE, clients_per_round=4),
+                          'clients_per_round: 5.0 -> 4.0'),
+    'sampler': (plan_lib.RunPlan.build(BLT, 1.0, None, 1.0, num_rounds=48, sampling=POISSON),
+                'sampling.kind: "min_sep" -> "poisson"'),
+    'restarts': (dataclasses.replace(BASE, restarts=settings.RestartSchedule.at((10,))),
+                 r'restarts: null -> {"rounds": \[10\]}'),
+    'adaptive_clipping': (plan_lib.RunPlan.build(
+        BLT, 1.0, 5, 1.0, adaptive_clip=settings.AdaptiveClipping(clipped_count_stddev=10.0),
+        num_rounds=48, population=len(IDS),
+        participation=participation_lib.ParticipationSchema.b_min_sep(6, 5)),
+        'adaptive_clip: null -> {"clip_learning_rate": 0.2, "clipped_count_stddev": 10.0'),
+    'noise_seed': (dataclasses.replace(BASE, noise_seed_fixed=True),
+                   'noise_seed_fixed: null -> true'),
+}
+
+
+@pytest.mark.parametrize('setting', list(PLAN_CHANGES) + ['seed'])
+def test_a_state_manager_cannot_resume_the_draws_under_another_plan(tmp_path, setting):
+  """TFF's own FileProgramStateManager, restoring into a template of a data source built for
+  another plan (or seed): refused before any round, naming what changed."""
+  manager = _state_saved_by_tff(tmp_path, _source(tmp_path / 'p.csv'), 3)
+  plan, match = PLAN_CHANGES.get(setting, (BASE, 'seed: 11 -> 12'))
+  changed = data_source.SampledClientDataSource(IDS, plan, str(tmp_path / 'p.csv'),
+                                                12 if setting == 'seed' else 11)
+  with pytest.raises(ValueError, match=match) as raised:
+    asyncio.run(manager.load_latest((np.int32(0), changed.iterator())))
+  assert '\n' not in str(raised.value) and 'round 3' in str(raised.value)
+
+
+def test_a_state_manager_resumes_the_draws_with_more_rounds_elsewhere(tmp_path):
+  """What a run may change on resume (`plan.RESUMABLE_FIELDS`): more rounds, another delta, a
+  moved log; the restored draws continue those of an uninterrupted run."""
+  reference = _source(tmp_path / 'reference.csv').iterator()
+  expected = [reference.select(5) for _ in range(8)]
+  manager = _state_saved_by_tff(tmp_path, _source(tmp_path / 'p.csv'), 3)
+  (tmp_path / 'moved').mkdir()
+  (tmp_path / 'p.csv').rename(tmp_path / 'moved' / 'p.csv')
+  longer = dataclasses.replace(BASE, num_rounds=60, target_delta=1e-7,
+                               participation=participation_lib.ParticipationSchema.b_min_sep(6, 5))
+  source = data_source.SampledClientDataSource(IDS, longer, str(tmp_path / 'moved' / 'p.csv'), 11)
+  (rounds, iterator), version = asyncio.run(manager.load_latest((np.int32(0), source.iterator())))
+  assert version == rounds == 3 and type(iterator) is type(source.iterator())
+  assert [iterator.select(5) for _ in range(5)] == expected[3:]
+  assert (tmp_path / 'moved' / 'p.csv').read_bytes() == (tmp_path / 'reference.csv').read_bytes()
 
 
 PREFIX = 8 + 2 + 32  # magic, version, SHA-256 of the body
@@ -227,7 +307,8 @@ def _corrupt(buffer, what):
   fields = _fields(buffer)
   return {
       'magic': b'NOTMAGIC' + buffer[8:],
-      'version': buffer[:8] + struct.pack('<H', 3) + buffer[10:],
+      'version': buffer[:8] + struct.pack('<H', 4) + buffer[10:],
+      'earlier_version': buffer[:8] + struct.pack('<H', 2) + buffer[10:],
       'truncated_prefix': buffer[:5],
       'truncated_body': buffer[:60],
       'checksum': buffer[:-1] + bytes([buffer[-1] ^ 1]),
@@ -244,7 +325,8 @@ def _corrupt(buffer, what):
 
 
 @pytest.mark.parametrize('what, match', [
-    ('magic', 'magic'), ('version', 'version 3'), ('truncated_prefix', 'Truncated'),
+    ('magic', 'magic'), ('version', 'version 4'), ('earlier_version', 'version 2 .*earlier'),
+    ('truncated_prefix', 'Truncated'),
     ('truncated_body', 'SHA-256'), ('checksum', 'SHA-256'), ('not_json', 'JSON'),
     ('not_an_object', 'lack'), ('missing_field', 'lack'), ('bad_seed', 'seed'),
     ('bad_cohort', 'clients_per_round'), ('bad_state', 'population changed'),
