@@ -1,13 +1,12 @@
 """Tests of `dp_ftrl_tff.programs.data_source` beyond TFF's contract: the samplers' guarantees, the
 drivers' log bytes, restart and discard idempotence, and corrupt state."""
 
+import asyncio
 import copy
+import dataclasses
 import hashlib
 import json
 import struct
-
-import asyncio
-import dataclasses
 
 import numpy as np
 import pytest
