@@ -63,6 +63,20 @@ class RestartSchedule:
     """Restarts at exactly `rounds` (0-based, >= 1)."""
     return cls(rounds=tuple(rounds))
 
+  @classmethod
+  def of(cls, rounds, warmup: Optional[int], period: Optional[int]) -> Optional['RestartSchedule']:
+    """The schedule of explicit restart `rounds`, or of `warmup` (default: the period) and
+    `period`; None when none is given."""
+    if rounds is not None:
+      if warmup is not None or period is not None:
+        raise ValueError('`restart_rounds` excludes `restart_warmup` and `restart_period`.')
+      return cls.at(rounds)
+    if period is None:
+      if warmup is not None:
+        raise ValueError('`restart_warmup` needs `restart_period`.')
+      return None
+    return cls(warmup=period if warmup is None else warmup, period=period)
+
   def restart_rounds(self, num_rounds: int) -> list:
     """The restart rounds below `num_rounds` (Python ints)."""
     num_rounds = _validation.check_nonnegative_int(num_rounds, 'num_rounds')

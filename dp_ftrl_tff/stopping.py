@@ -1,6 +1,6 @@
 """A cooperative stop of the library's long computations: the check a program installs.
 
-A program that stops on SIGINT / SIGTERM (the drivers: `experiments.run.stop_signals`) records the signal in its handler and installs a check with
+A program that stops on SIGINT / SIGTERM (the drivers: `dp_ftrl_tff.training.stop_signals`) records the signal in its handler and installs a check with
 `stop_check(check)`; the library calls `check()` at its safe points, and `check` raises (any
 exception the program chooses) to stop there:
   * each objective evaluation of the optimizers run at a run's start or in its report

@@ -23,8 +23,8 @@ Docs: docs/training.md (section `make demo`).
 import os
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')  # as the drivers; before TensorFlow is imported
-if __name__ == '__main__':  # SIGINT / SIGTERM recorded from the start (experiments.run.stop_signals)
-  from experiments.run import stop_signals as _stop_signals
+if __name__ == '__main__':  # SIGINT / SIGTERM recorded from the start (dp_ftrl_tff.training.stop_signals)
+  from dp_ftrl_tff.training import stop_signals as _stop_signals
   _stop_signals.record_early()
 
 import sys  # noqa: E402
@@ -34,10 +34,10 @@ import traceback  # noqa: E402
 
 from absl import logging  # noqa: E402
 
+from dp_ftrl_tff.training import run_dir, stop_signals
 from experiments.cli import flag_parsing  # noqa: E402
 from experiments.emnist import run_emnist  # noqa: E402
-from experiments.run import driver, run_dir, stop_signals  # noqa: E402
-from experiments.workers import child_workers  # noqa: E402
+from experiments.run import driver
 
 FLAGFILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'configs',
                         'demo.cfg')
@@ -77,7 +77,7 @@ def main(argv) -> None:
   """`driver.run_main` of the EMNIST driver on a new run directory (unless --experiment_name was
   given), plus the report's path at the end. Deletes nothing: the driver checks the flags and
   settings, then takes the run directory's lock, before it writes anything."""
-  child_workers.register_at_exit()
+  flag_parsing.end_workers_at_exit()
   if len(argv) > 1:
     flag_parsing.exit_with_error(f'unexpected arguments {argv[1:]}', FLAGS)
   driver.set_up_logging()

@@ -54,18 +54,19 @@ from absl import app, flags
 
 from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff import sampling as sampling_lib
+from dp_ftrl_tff import settings
 from dp_ftrl_tff.accounting import (
-    amplified_strategy,
-    calibration,
-    report,
-    report_files,
-    report_participation,
-    report_render,
-    zcdp,
+  amplified_strategy,
+  calibration,
+  report,
+  report_files,
+  report_participation,
+  report_render,
+  zcdp,
 )
 from dp_ftrl_tff.mechanisms import memory, registry, resolve
+from dp_ftrl_tff.training import console, record_checks, run_dir
 from experiments.cli import flag_parsing, plan_flags
-from experiments.run import record_checks, run_dir
 
 FLAGS = flags.FlagValues()
 _d = dict(flag_values=FLAGS)
@@ -135,8 +136,8 @@ def _plan_from_flags(fv, log) -> plan_lib.RunPlan:
   if rounds is not None:
     memory.check_fits(resolved.strategy.name, max(rounds, log.num_rounds if log else 0),
                       losses=False)
-  restarts = plan_flags.restarts(plan_flags.restart_rounds(fv.restart_rounds), fv.restart_warmup,
-                                 fv.restart_period)
+  restarts = settings.RestartSchedule.of(plan_flags.restart_rounds(fv.restart_rounds),
+                                         fv.restart_warmup, fv.restart_period)
   sampling = _sampling(fv)
   if sampling.random_cohorts and rounds is not None:  # the amplified figure asked for must apply
     amplified_strategy.check_banded(resolved.strategy, rounds, sampling.num_groups,
@@ -286,7 +287,7 @@ def main(argv):
   print(report_render.to_json(result) if FLAGS.json else
         report_render.summary(result, warnings=False))
   for warning in result.warnings:
-    flag_parsing.warn(warning)
+    console.warn(warning)
   if FLAGS.strict and result.observed is not None and result.observed.violations:
     print(flag_parsing.error_text(
         f'--strict: the --participation_log violates the declared schema '

@@ -5,7 +5,7 @@ import signal
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
-from experiments.workers import child_workers  # noqa: E402
+from dp_ftrl_tff.learning import worker_processes  # noqa: E402
 from tests.testing import tiers  # noqa: E402
 from tests.testing.tiers import (  # noqa: E402, F401
   pytest_collection_modifyitems,
@@ -15,7 +15,7 @@ from tests.testing.tiers import (  # noqa: E402, F401
 
 def pytest_sessionfinish(session, exitstatus):
   del session, exitstatus
-  child_workers.end_child_workers()
+  worker_processes.end_child_workers()
 
 
 def pytest_configure(config):
@@ -24,7 +24,7 @@ def pytest_configure(config):
   `make test` runs pytest through tools/in_session.sh, a background job of a non-interactive shell,
   so pytest starts with SIGINT ignored and every process it starts inherits that. TFF's local C++
   contexts stop their worker_binary with SIGINT and wait for it: an ignoring worker never exits and
-  the test hangs (experiments/run/secure_context.py explains the same for the drivers). A handled
+  the test hangs (dp_ftrl_tff/training/secure_context.py explains the same for the drivers). A handled
   signal is reset to its default in a child at exec, so handling it here makes workers stoppable.
   """
   tiers.pytest_configure(config)

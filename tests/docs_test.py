@@ -170,8 +170,8 @@ try:
     print(f"--- {block['where']} took {time.perf_counter() - start:.1f} s", flush=True)
 finally:
   if 'tensorflow_federated' in sys.modules:
-    from experiments.workers import child_workers
-    child_workers.end_child_workers()
+    from dp_ftrl_tff.learning import worker_processes
+    worker_processes.end_child_workers()
 sys.stdout.flush()
 sys.stderr.flush()
 os._exit(status)

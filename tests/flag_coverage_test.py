@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from experiments import mechanisms_cli, privacy_report
+from experiments import mechanisms_cli, privacy_report, run_task
 from experiments.emnist import run_emnist
 from experiments.stackoverflow import run_stackoverflow
 from experiments.sweeps import run_sweep, summarize
@@ -31,6 +31,7 @@ _WORKERS = importlib.import_module('experiments.workers.__main__')
 BINARIES = {
     'run_emnist': (run_emnist.FLAGS, ()),
     'run_stackoverflow': (run_stackoverflow.FLAGS, ()),
+    'run_task': (run_task.FLAGS, ()),
     'privacy_report': (privacy_report.FLAGS, ()),
     'mechanisms_cli': (mechanisms_cli._FLAGS, mechanisms_cli.COMMANDS),  # pylint: disable=protected-access
     'run_sweep': (run_sweep.FLAGS, ()),

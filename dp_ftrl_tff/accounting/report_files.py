@@ -3,7 +3,7 @@
 `report_from_run_files` builds a `report.PrivacyReport` from a run's plan (a `plan.RunPlan` or its
 `plan.json`), its participation log (`participation.csv`), its per-round metrics CSV
 (`metrics.csv`, for a SecAgg run's segments and adaptive clipping's final clip) and its canary
-record (`canaries.json`). The drivers' end of run (`experiments.run.run_report.finish`), the
+record (`canaries.json`). The drivers' end of run (`dp_ftrl_tff.training.run_report.finish`), the
 programs' `programs.report_release.PrivacyReportReleaseManager` and `python -m
 experiments.privacy_report` all call it, so a driver's report and `privacy_report
 --plan=RUN/plan.json --participation_log=RUN/participation.csv --metrics=RUN/metrics.csv

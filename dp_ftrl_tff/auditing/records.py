@@ -17,7 +17,7 @@
 `CanaryFilesWriter` appends one round at a time and flushes to disk (like the participation log), so
 a killed run leaves rows complete up to its last finished round, at most with a torn last line that
 the reader drops. Rows only grow, so a resumed driver run cuts the CSV back to the byte length its
-checkpoint recorded (`experiments/run/checkpoint_records.py`).
+checkpoint recorded (`dp_ftrl_tff/training/checkpoint_records.py`).
 """
 
 import dataclasses

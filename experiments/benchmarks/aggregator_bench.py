@@ -99,8 +99,8 @@ def _measure(names, dim, clients, rounds) -> list:
   import numpy as np
   import tensorflow_federated as tff
 
-  from experiments.workers import child_workers
-  child_workers.register_at_exit()
+  from experiments.cli import flag_parsing
+  flag_parsing.end_workers_at_exit()
   rng = np.random.default_rng(0)
   values = [rng.normal(scale=0.01, size=dim).astype(np.float32) for _ in range(clients)]
   runs = []

@@ -112,10 +112,10 @@ def _aggregator(name: str, clients: int, model_fn):
 
 def _measure(names: list) -> list:
   """Times the configurations `names` in this process (round-robin over them when several)."""
+  from experiments.cli import flag_parsing
   from experiments.emnist import data as emnist_data
   from experiments.emnist import models as emnist_models
-  from experiments.workers import child_workers
-  child_workers.register_at_exit()
+  flag_parsing.end_workers_at_exit()
 
   clients, warmup, rounds = _CLIENTS.value, max(1, _WARMUP.value), _ROUNDS.value
   train, _ = emnist_data.synthetic_client_data(_POPULATION.value,

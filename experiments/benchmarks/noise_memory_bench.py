@@ -141,8 +141,8 @@ def measure(mechanism: str, params: int, rounds: int, num_bands: int, num_buffer
 
 def main(argv):
   del argv
-  from experiments.workers import child_workers
-  child_workers.register_at_exit()
+  from experiments.cli import flag_parsing
+  flag_parsing.end_workers_at_exit()
   params, rounds = _PARAMS.value, _ROUNDS.value
   bands, buffers = _NUM_BANDS.value, _NUM_BUFFERS.value
   vector = 4.0 * params

@@ -2,7 +2,7 @@ r"""Per-round wall time of the SecAgg chain: ours vs TFF's DistributedDpSumFacto
 
 All variants run in ONE process, in TFF's synchronous test execution context (set at start,
 before any computation ran, with protobuf's nesting limit lifted as the drivers' loop does:
-`experiments.run.secure_context.allow_deep_computations`; the only contexts that run secure sums), on the same client values; their rounds are interleaved (the order rotates every
+`dp_ftrl_tff.training.secure_context.allow_deep_computations`; the only contexts that run secure sums), on the same client values; their rounds are interleaved (the order rotates every
 round) so that a change of machine load hits them alike. Per variant: one warm-up round, then
 `--rounds` timed rounds; the table gives the median and the min-max of the timed rounds.
 
@@ -198,9 +198,9 @@ def main(argv):
   del argv
   import tensorflow_federated as tff
 
-  from experiments.run import secure_context
-  from experiments.workers import child_workers
-  child_workers.register_at_exit()
+  from dp_ftrl_tff.training import secure_context
+  from experiments.cli import flag_parsing
+  flag_parsing.end_workers_at_exit()
   secure_context.allow_deep_computations()
   tff.backends.test.set_sync_test_cpp_execution_context()
 

@@ -20,8 +20,8 @@ import sys
 import time
 from typing import Iterable
 
+from dp_ftrl_tff.learning import worker_processes
 from experiments.benchmarks import harness
-from experiments.workers import child_workers
 
 ANCHORS = ('tff_gaussian', 'tff_tree')
 #: The issue-16 target pairs (ours, anchor): at most 1.05x.
@@ -77,7 +77,7 @@ def time_rounds(runs: list, rounds: int, round_data) -> list:
   wall seconds, CPU seconds per round (this process + its TFF workers, read around each call), and
   peak memory (this process + its worker's high-water marks, MiB) only when there is one run.
   """
-  workers = child_workers.child_worker_pids(os.getpid())
+  workers = worker_processes.child_worker_pids(os.getpid())
 
   def cpu_now():
     return time.process_time() + cpu_seconds(workers)
@@ -96,7 +96,7 @@ def time_rounds(runs: list, rounds: int, round_data) -> list:
       run['times'].append(timing.wall)
       run['cpu'] += cpu_now() - cpu_start
   own_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-  worker_mib = peak_mib(child_workers.child_worker_pids(os.getpid()))
+  worker_mib = peak_mib(worker_processes.child_worker_pids(os.getpid()))
   alone = len(runs) == 1
   return [{'name': run['name'], 'round_seconds': statistics.median(run['times']),
            'round_times': run['times'], 'cpu_seconds': run['cpu'] / rounds,

@@ -117,8 +117,9 @@ def _fed_avg(hidden: int, clients_per_round: int):
 
 def run_child(spec: dict) -> None:
   """Measures every (model size, clients) setting for one worker count; prints RESULT lines."""
-  from experiments.workers import child_workers
-  child_workers.register_at_exit()
+  from dp_ftrl_tff.learning import worker_processes
+  from experiments.cli import flag_parsing
+  flag_parsing.end_workers_at_exit()
   count = spec['workers']
   clock = None
   if count:
@@ -132,7 +133,7 @@ def run_child(spec: dict) -> None:
     build = harness.timed(lambda h=hidden: _fed_avg(h, max(spec['clients'])))
     process, state, build_seconds = build.value[0], build.value[1], build.wall
     if not count:  # the local context's worker exists once a computation ran
-      worker_pids = child_workers.child_worker_pids(os.getpid())
+      worker_pids = worker_processes.child_worker_pids(os.getpid())
     for clients in spec['clients']:
       if clients * params > spec['max_client_params']:
         continue

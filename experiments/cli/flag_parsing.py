@@ -16,48 +16,26 @@ from typing import Callable, List, NoReturn, Optional, Sequence
 
 from absl import flags
 
+from dp_ftrl_tff.training import console, run_config
+
 #: Exit status of a driver stopped by bad input (flags, settings, execution context).
 ERROR_EXIT_CODE = 2
 #: Exit status of a driver stopped by a runtime error: a run directory in use by another run, a
-#: corrupt run file (`experiments.run.run_dir.RunDirError`).
+#: corrupt run file (`dp_ftrl_tff.training.run_dir.RunDirError`).
 RUNTIME_ERROR_EXIT_CODE = 1
 _BACKTICKED = re.compile(r'`([A-Za-z_][A-Za-z0-9_]*)`')
 #: absl's flagfile directive: `--flagfile=F` or `-flagfile=F` (group 1: F), or `--flagfile` alone.
 _FLAGFILE = re.compile(r'^--?flagfile(?:=(.*))?$', re.DOTALL)
 
-#: The library's name of a setting -> the flag that sets it, where the two differ.
-FLAG_NAMES = {
-    'num_rounds': 'rounds',
-    'delta': 'target_delta',
-    'max_elements': 'max_elements_per_client',
-    'participation': 'min_sep',
-    'beyond_max_rounds': 'banded_beyond_max_rounds',
-    'bits': 'secure_bits',
-    'rotation': 'secure_rotation',
-    'beta': 'secure_beta',
-    'modclip_prob': 'secure_modclip_prob',
-    'secure': 'secure_aggregation',
-    'adaptive_clip': 'adaptive_clipping',
-    'initial_clip': 'clip_norm',
-    'num_groups': 'sampling_groups',
-    'kind': 'sampler',
-    'warmup': 'restart_warmup',
-    'period': 'restart_period',
-    'allow_setting_mismatch': 'allow_strategy_setting_mismatch',
-    'num_clients': 'synthetic_num_clients',
-    'examples_per_client': 'synthetic_examples_per_client',
-}
+#: The library's name of a setting -> the flag that sets it, where the two differ: a flag is named
+#: as `RunConfig`'s field of the same setting.
+FLAG_NAMES = run_config.FIELD_NAMES
 
 
 def flag_words(text: str, flag_names=None) -> str:
   """`text` with each backticked library name of `FLAG_NAMES` written as its flag's name (in
   backticks), where `flag_names` (None: all) has that flag."""
-  def rename(match):
-    flag = FLAG_NAMES.get(match.group(1))
-    if flag is None or (flag_names is not None and flag not in flag_names):
-      return match.group(0)
-    return f'`{flag}`'
-  return _BACKTICKED.sub(rename, str(text))
+  return run_config.field_words(text, flag_names)
 
 
 def error_line(error, flag_values: flags.FlagValues) -> str:
@@ -68,24 +46,10 @@ def error_line(error, flag_values: flags.FlagValues) -> str:
   return ' '.join(_BACKTICKED.sub(as_flag, text).split())
 
 
-def program_name() -> str:
-  """The binary's name in its messages: its file's name (`run_emnist.py`, `mechanisms_cli.py`), or
-  its package's for a package run as `python -m PACKAGE` (`workers`)."""
-  path = sys.argv[0] if sys.argv and sys.argv[0] else 'driver'
-  if os.path.basename(path) == '__main__.py':
-    return os.path.basename(os.path.dirname(path))
-  return os.path.basename(path)
-
-
 def error_text(error, flag_values: flags.FlagValues, program: Optional[str] = None) -> str:
   """`<program>: error: <one line>`: the one error format of every binary (`program`: default
-  `program_name()`)."""
-  return f'{program or program_name()}: error: {error_line(error, flag_values)}'
-
-
-def warn(message: str) -> None:
-  """`<program>: warning: <message>` on stderr: the one warning format of every binary."""
-  print(f'{program_name()}: warning: {message}', file=sys.stderr, flush=True)
+  `console.program_name()`)."""
+  return f'{program or console.program_name()}: error: {error_line(error, flag_values)}'
 
 
 def exit_with_error(error, flag_values: flags.FlagValues,
@@ -95,14 +59,22 @@ def exit_with_error(error, flag_values: flags.FlagValues,
 
   Exits with `os._exit` after flushing: no interpreter teardown, in which TFF's local executor
   destructors print "Exception ignored ... Traceback" lines or wait forever for a worker that
-  ignores SIGINT (see experiments/run/secure_context.py). Nothing has been trained at this point.
+  ignores SIGINT (see dp_ftrl_tff/training/secure_context.py). Nothing has been trained at this point.
   """
   exit_now(exit_code, error_text(error, flag_values) + '\n')
 
 
 #: The clean-ups `exit_now` runs first, since `os._exit` skips the atexit hooks (e.g. ending the
-#: process's TFF worker_binary children: `experiments.workers.child_workers.register_at_exit`).
+#: process's TFF worker_binary children: `end_workers_at_exit`).
 _EXIT_HOOKS = []
+
+
+def end_workers_at_exit() -> None:
+  """Ends this process's TFF worker_binary children at exit, `exit_now` included
+  (`dp_ftrl_tff.learning.worker_processes`)."""
+  from dp_ftrl_tff.learning import worker_processes  # pylint: disable=g-import-not-at-top
+  worker_processes.register_at_exit()
+  register_exit_hook(worker_processes.end_child_workers)
 
 
 def register_exit_hook(hook: Callable[[], object]) -> None:

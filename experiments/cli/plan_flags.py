@@ -25,7 +25,6 @@ from typing import Any, Dict, Optional
 from absl import flags
 
 from dp_ftrl_tff import plan as plan_lib
-from dp_ftrl_tff import settings
 from dp_ftrl_tff.accounting import zcdp_epsilon
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from dp_ftrl_tff.mechanisms import registry
@@ -185,20 +184,6 @@ def restart_rounds(values) -> Optional[tuple]:
     return tuple(int(v) for v in values)
   except ValueError:
     raise ValueError(f'`restart_rounds` must be integers, got {",".join(values)!r}.') from None
-
-
-def restarts(rounds, warmup: Optional[int],
-             period: Optional[int]) -> Optional[settings.RestartSchedule]:
-  """The `RestartSchedule` of the restart settings (warmup defaults to the period), or None."""
-  if rounds is not None:
-    if warmup is not None or period is not None:
-      raise ValueError('`restart_rounds` excludes `restart_warmup` and `restart_period`.')
-    return settings.RestartSchedule.at(rounds)
-  if period is None:
-    if warmup is not None:
-      raise ValueError('`restart_warmup` needs `restart_period`.')
-    return None
-  return settings.RestartSchedule(warmup=period if warmup is None else warmup, period=period)
 
 
 def define_sampling_flags(fv: flags.FlagValues) -> None:

@@ -15,14 +15,15 @@ import os
 # Quiet console: TensorFlow's C++ logs (cuDNN/cuFFT registration, grappler, ...) off unless the
 # user set TF_CPP_MIN_LOG_LEVEL (it must be set before TensorFlow is imported).
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
-if __name__ == '__main__':  # SIGINT / SIGTERM recorded from the start (experiments.run.stop_signals)
-  from experiments.run import stop_signals as _stop_signals
+if __name__ == '__main__':  # SIGINT / SIGTERM recorded from the start (dp_ftrl_tff.training.stop_signals)
+  from dp_ftrl_tff.training import stop_signals as _stop_signals
   _stop_signals.record_early()
 
 from absl import flags  # noqa: E402
 
+from dp_ftrl_tff.training import task as task_lib
 from experiments.emnist import MODELS  # noqa: E402
-from experiments.run import driver, driver_flags, run_config  # noqa: E402
+from experiments.run import driver, driver_config, driver_flags
 
 FLAGS = flags.FlagValues()
 driver_flags.define_common_flags(FLAGS)
@@ -30,7 +31,7 @@ flags.DEFINE_enum('model', 'fedavg_cnn', MODELS, 'EMNIST model.', flag_values=FL
 flags.DEFINE_bool('only_digits', True, '10 digit classes (else 62 classes).', flag_values=FLAGS)
 
 
-def build_task(config: run_config.RunConfig) -> run_config.Task:
+def build_task(config: driver_config.DriverConfig) -> task_lib.Task:
   """The EMNIST task described by `config` (its `task` dict holds `model` and `only_digits`)."""
   # TensorFlow comes with the data and models: imported once the flags are checked.
   from experiments.emnist import data as emnist_data  # pylint: disable=g-import-not-at-top
@@ -52,7 +53,8 @@ def build_task(config: run_config.RunConfig) -> run_config.Task:
     model.compile(loss=emnist_models.loss_fn(), metrics=emnist_models.metrics_fn())
     return model
 
-  return run_config.Task(
+  return task_lib.Task(
+      name=config.data,
       train_data=train,
       model_fn=emnist_models.tff_model_fn(model_name, num_classes, config.seed),
       keras_model_fn=keras_model_fn,
@@ -62,7 +64,7 @@ def build_task(config: run_config.RunConfig) -> run_config.Task:
 
 
 def task_settings(fv: flags.FlagValues) -> dict:
-  """The driver's own settings (`RunConfig.task`) from its parsed flags."""
+  """The driver's own settings (`DriverConfig.task`) from its parsed flags."""
   return {'model': fv.model, 'only_digits': fv.only_digits}
 
 

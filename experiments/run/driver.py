@@ -1,5 +1,5 @@
-"""The `main` of the simulation drivers: flags -> `RunConfig` -> `training_loop.run`, with one-line
-errors.
+"""The `main` of the simulation drivers: flags -> `DriverConfig` -> `dp_ftrl_tff.training.train`, with
+one-line errors.
 
 A driver binary owns a `flags.FlagValues()` with the common flags (`driver_flags`) and its own, and
 calls `run_main(flag_values, build_task, task_settings)` under `if __name__ == '__main__'`. Bad input
@@ -10,12 +10,12 @@ driver's docstring). A run directory in use by another run (its PID named) or ho
 is one such line with exit status 1. SIGINT / SIGTERM are recorded for the driver's whole life and
 stop the run at its next safe point (a step of its start or end, an optimizer's evaluation, after
 the current round and its checkpoint), with one line and exit status 130 / 143; a second signal
-stops at once (`experiments.run.stop_signals`). Every exit ends the driver's TFF worker_binary
+stops at once (`dp_ftrl_tff.training.stop_signals`). Every exit ends the driver's TFF worker_binary
 children. A `--rounds` whose arrays cannot fit in memory (`dp_ftrl_tff.mechanisms.memory`) exits 2;
 any other failure (I/O: an unwritable --root_output_dir, a full disk, named by what was being
 written: `disk_full.disk_full_message`; memory; a bug) is one line with exit status 1. `--debug`
 prints the traceback before the line. The console (stdout: header, rounds, evals, summary) is
-`experiments.run.console`.
+`dp_ftrl_tff.training.console`.
 """
 
 import logging as std_logging
@@ -30,19 +30,17 @@ import dp_ftrl_tff
 import experiments
 from dp_ftrl_tff.learning import remote_execution
 from dp_ftrl_tff.mechanisms import memory
-from experiments.cli import flag_parsing
-from experiments.run import (
+from dp_ftrl_tff.training import (
   checkpoint_records,
   console,
   disk_full,
-  driver_flags,
   record_checks,
-  run_config,
   run_dir,
   run_summary,
   stop_signals,
 )
-from experiments.workers import child_workers
+from experiments.cli import flag_parsing
+from experiments.run import driver_config, driver_flags
 
 #: What `--help` of every driver prints after the driver's docstring.
 HELP_NOTES = """
@@ -64,7 +62,7 @@ Docs: docs/training.md.
 def set_up_logging() -> None:
   """Quiet console: absl WARNING and above on stderr unless the user gave absl's --verbosity
   (`--verbosity=0` brings the INFO logs back), without TF's Python chatter. Results and progress go
-  to stdout (`experiments.run.console`). Our own records read `<program>: <level>: ...`, like the
+  to stdout (`dp_ftrl_tff.training.console`). Our own records read `<program>: <level>: ...`, like the
   errors; a library's (TensorFlow, TFF, ...) keep absl's format, which names its source file, so
   that a library's log line never looks like our error line."""
   if not flags.FLAGS['verbosity'].present:
@@ -91,7 +89,7 @@ class _PlainFormatter(std_logging.Formatter):
   def format(self, record: std_logging.LogRecord) -> str:
     if not is_own_record(record):
       return self._foreign.format(record)
-    return f'{flag_parsing.program_name()}: {record.levelname.lower()}: {record.getMessage()}'
+    return f'{console.program_name()}: {record.levelname.lower()}: {record.getMessage()}'
 
 
 def is_own_record(record: std_logging.LogRecord) -> bool:
@@ -126,7 +124,7 @@ def _runtime_message(error: BaseException) -> str:
   return f'{type(error).__name__}: {error} (rerun with --debug for the traceback)'
 
 
-def _finished(config: run_config.RunConfig) -> bool:
+def _finished(config: driver_config.DriverConfig) -> bool:
   """Whether `config`'s run directory holds this run, finished with `config.rounds` rounds (said on
   stderr: nothing to train or rewrite). A directory holding a run with other settings raises
   ValueError; one that trained fewer rounds is not finished (the run trains the rest)."""
@@ -138,7 +136,7 @@ def _finished(config: run_config.RunConfig) -> bool:
   # hparams.json may be gone or replaced as well; its files must be what that checkpoint's record
   # vouches for (the report the notice points to was built from them).
   resumption = checkpoint_records.find_resumption(config.output_dir)
-  record_checks.check_settings(resumption, config)
+  record_checks.check_settings(resumption, config, config.output_dir)
   record_checks.check_finished_run(config.output_dir, resumption)
   report = os.path.join(config.output_dir, run_dir.REPORT_DIR, 'report.md')
   console.notice(f'{config.output_dir} holds this run, finished after round {config.rounds}/'
@@ -157,10 +155,10 @@ class Failure(Exception):
 
 
 def run_from_flags(flag_values: flags.FlagValues,
-                   build_task: Callable[[run_config.RunConfig], run_config.Task],
+                   build_task: Callable[[driver_config.DriverConfig], Any],
                    task_settings: Callable[[flags.FlagValues], Dict[str, Any]]) -> Dict[str, Any]:
-  """Builds the `RunConfig` and the task from parsed `flag_values` and trains (`run_main`'s
-  arguments) with `training_loop.run`; returns its result.
+  """Builds the `DriverConfig` and the task (`dp_ftrl_tff.training.Task`) from parsed
+  `flag_values` and trains (`run_main`'s arguments) with `training_loop.train`; returns its result.
 
   Raises:
     Failure: bad input (exit 2) or a runtime failure (exit 1), as the driver reports it.
@@ -182,10 +180,10 @@ def run_from_flags(flag_values: flags.FlagValues,
   # TensorFlow comes with the training loop (and the task): imported once the flags are checked,
   # so that `--help` and flag errors answer in about a second.
   stop_signals.check()
-  from experiments.run import run_start, training_loop  # pylint: disable=g-import-not-at-top
+  from dp_ftrl_tff.training import run_start, training_loop
   try:
     stop_signals.check()
-    return training_loop.run(task, config)
+    return training_loop.train(task, config, config.output_dir)
   except run_start.SetupError as error:
     raise Failure(error, flag_parsing.ERROR_EXIT_CODE) from error
   except run_dir.RunDirError as error:
@@ -195,14 +193,14 @@ def run_from_flags(flag_values: flags.FlagValues,
 
 
 def run_main(flag_values: flags.FlagValues,
-             build_task: Callable[[run_config.RunConfig], run_config.Task],
+             build_task: Callable[[driver_config.DriverConfig], Any],
              task_settings: Callable[[flags.FlagValues], Dict[str, Any]], usage: str) -> None:
-  """Runs a driver: parses `flag_values`, builds the `RunConfig` and the task, trains.
+  """Runs a driver: parses `flag_values`, builds the `DriverConfig` and the task, trains.
 
   Args:
     flag_values: the driver's `FlagValues`, with `driver_flags.define_common_flags` applied.
-    build_task: `RunConfig` -> `run_config.Task`.
-    task_settings: parsed `flag_values` -> the driver's own settings (`RunConfig.task`).
+    build_task: `DriverConfig` -> `dp_ftrl_tff.training.Task`.
+    task_settings: parsed `flag_values` -> the driver's own settings (`DriverConfig.task`).
     usage: the text `--help` prints before the flags (the driver's docstring).
   """
 
@@ -214,7 +212,7 @@ def run_main(flag_values: flags.FlagValues,
       flag_parsing.exit_now(stopped.exit_code)
 
   def checked_main(argv):
-    child_workers.register_at_exit()
+    flag_parsing.end_workers_at_exit()
     stop_signals.check()
     if len(argv) > 1:
       flag_parsing.exit_with_error(f'unexpected arguments {argv[1:]}', flag_values)

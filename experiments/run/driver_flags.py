@@ -2,7 +2,7 @@
 
 Nothing is defined at import: a binary calls `define_common_flags(flag_values)` on its own
 `flags.FlagValues()`, so every binary module can be imported in one process (no
-`DuplicateFlagError`), and `config_from_flags` turns the parsed values into a `RunConfig`. The flags
+`DuplicateFlagError`), and `config_from_flags` turns the parsed values into a `DriverConfig`. The flags
 that describe the plan (mechanism and its options, setting, noise, restarts, sampling) are
 `experiments.cli.plan_flags`', shared with the privacy report and the mechanisms CLI; the training,
 clipping, SecAgg, data and run-directory flags are the drivers' own. Units and conventions are in
@@ -17,10 +17,11 @@ from absl import flags
 
 from dp_ftrl_tff import sampling
 from dp_ftrl_tff.mechanisms import memory
+from dp_ftrl_tff.training import run_config
 from experiments.cli import plan_flags
-from experiments.run import run_config
+from experiments.run import driver_config
 
-#: `RunConfig.task['program']`: what trains every run, TFF's `train_model` (`training_loop`). Recorded
+#: `DriverConfig.task['program']`: what trains every run, TFF's `train_model` (`training_loop`). Recorded
 #: in hparams.json and the checkpoint records: the directory of a run trained by the drivers' own loop
 #: of earlier versions, which lacks it and whose checkpoints hold another structure, is refused as a
 #: run of other settings instead of failing to load.
@@ -107,20 +108,22 @@ def _define_clip_and_secure_flags(fv: flags.FlagValues) -> None:
                      'SecAgg target probability of a modular wrap of the sum, in (0, 1).', **d)
 
 
-def config_from_flags(fv: flags.FlagValues, task_settings: Dict[str, Any]) -> run_config.RunConfig:
-  """A `RunConfig` from the parsed common flags plus the driver's own settings; a
+def config_from_flags(fv: flags.FlagValues, task_settings: Dict[str, Any]
+                      ) -> driver_config.DriverConfig:
+  """A `DriverConfig` from the parsed common flags plus the driver's own settings; a
   `--canary_clients` whose canaries cannot fit in memory is a `memory.MemoryLimitError` (a
   ValueError naming the flag and the arithmetic) before anything is built."""
   special = ('task', 'mechanism_options', 'restart_rounds')
-  values = {f.name: fv[f.name].value for f in dataclasses.fields(run_config.RunConfig)
+  values = {f.name: fv[f.name].value for f in dataclasses.fields(driver_config.DriverConfig)
             if f.name not in special}
   if fv['target_epsilon'].value is not None:
     if fv['noise_multiplier'].present:
       raise ValueError('`target_epsilon` excludes `noise_multiplier` (the noise multiplier is '
                        'calibrated to the target): give only one of them.')
     values['noise_multiplier'] = None
-  config = run_config.RunConfig(**values, mechanism_options=plan_flags.mechanism_options(fv),
-                                restart_rounds=plan_flags.restart_rounds(fv.restart_rounds),
-                                task={**task_settings, 'program': PROGRAM})
+  config = driver_config.DriverConfig(
+      **values, mechanism_options=plan_flags.mechanism_options(fv),
+      restart_rounds=plan_flags.restart_rounds(fv.restart_rounds),
+      task={**task_settings, 'program': PROGRAM})
   memory.check_canaries_fit(config.canary_clients, config.rounds)
   return config

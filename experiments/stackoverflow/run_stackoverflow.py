@@ -15,15 +15,16 @@ import os
 # Quiet console: TensorFlow's C++ logs (cuDNN/cuFFT registration, grappler, ...) off unless the
 # user set TF_CPP_MIN_LOG_LEVEL (it must be set before TensorFlow is imported).
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
-if __name__ == '__main__':  # SIGINT / SIGTERM recorded from the start (experiments.run.stop_signals)
-  from experiments.run import stop_signals as _stop_signals
+if __name__ == '__main__':  # SIGINT / SIGTERM recorded from the start (dp_ftrl_tff.training.stop_signals)
+  from dp_ftrl_tff.training import stop_signals as _stop_signals
   _stop_signals.record_early()
 
 from absl import flags  # noqa: E402
 
 from dp_ftrl_tff import _validation  # noqa: E402
 from dp_ftrl_tff.mechanisms import memory  # noqa: E402
-from experiments.run import driver, driver_flags, run_config  # noqa: E402
+from dp_ftrl_tff.training import task as task_lib
+from experiments.run import driver, driver_config, driver_flags
 
 FLAGS = flags.FlagValues()
 driver_flags.define_common_flags(FLAGS)
@@ -39,7 +40,7 @@ TASK_FLAGS = ('vocab_size', 'embedding_size', 'lstm_size', 'sequence_length',
               'max_elements_per_client', 'word_counts')
 
 
-def build_task(config: run_config.RunConfig) -> run_config.Task:
+def build_task(config: driver_config.DriverConfig) -> task_lib.Task:
   """The StackOverflow task described by `config` (model sizes in its `task` dict)."""
   # TensorFlow comes with the data and models: imported once the flags are checked.
   from experiments.stackoverflow import data as so_data  # pylint: disable=g-import-not-at-top
@@ -64,7 +65,8 @@ def build_task(config: run_config.RunConfig) -> run_config.Task:
     model.compile(loss=so_models.loss_fn(), metrics=so_models.metrics_fn(vocab_size))
     return model
 
-  return run_config.Task(
+  return task_lib.Task(
+      name=config.data,
       train_data=train,
       model_fn=so_models.tff_model_fn(*sizes, settings['sequence_length'], seed=config.seed),
       keras_model_fn=keras_model_fn,
@@ -85,7 +87,7 @@ def model_parameters(vocab_size: int, embedding_size: int, lstm_size: int) -> in
 
 
 def task_settings(fv: flags.FlagValues) -> dict:
-  """The driver's own settings (`RunConfig.task`) from its parsed flags; a model or a batch of
+  """The driver's own settings (`DriverConfig.task`) from its parsed flags; a model or a batch of
   sequences too large for the memory is a `memory.MemoryLimitError` naming its flags, before
   TensorFlow builds it."""
   if fv.word_counts is not None and not os.path.isfile(fv.word_counts):

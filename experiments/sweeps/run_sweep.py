@@ -11,7 +11,7 @@ go to every point (the grid's values come after them and win); `--root_output_di
 Every point is checked before anything runs, with the driver's own flags and settings checks: a bad
 flag name or value is one line on stderr and exit status 2. Then each point is:
   * skipped if its directory holds a finished run of exactly those settings (`summary.json`, the
-    completion marker of `experiments.run.run_summary`, for the same `--rounds`);
+    completion marker of `dp_ftrl_tff.training.run_summary`, for the same `--rounds`);
   * failed at once (without running) if its directory holds a run with other settings
     (`run_config.check_hparams`);
   * otherwise run: a fresh start, or the resume of an interrupted run from its last checkpoint (the
@@ -33,8 +33,8 @@ import os
 # Quiet console: TensorFlow's C++ logs off (the sweep imports the driver to check its points, and the
 # drivers inherit the setting) unless the user set TF_CPP_MIN_LOG_LEVEL.
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
-if __name__ == '__main__':  # SIGINT / SIGTERM recorded from the start (experiments.run.stop_signals)
-  from experiments.run import stop_signals as _stop_signals
+if __name__ == '__main__':  # SIGINT / SIGTERM recorded from the start (dp_ftrl_tff.training.stop_signals)
+  from dp_ftrl_tff.training import stop_signals as _stop_signals
   _stop_signals.record_early()
 
 # ruff: noqa: E402
@@ -46,8 +46,8 @@ from typing import Dict, List, Optional, Sequence
 
 from absl import app, flags
 
+from dp_ftrl_tff.training import run_summary, stop_signals
 from experiments.cli import flag_parsing
-from experiments.run import run_summary, stop_signals
 from experiments.sweeps import sweep_grid
 
 #: --driver -> the driver's module.
@@ -108,7 +108,8 @@ def _driver_checker(driver: str):
   import importlib
 
   module = importlib.import_module(DRIVERS[driver])
-  from experiments.run import driver_flags, run_config
+  from dp_ftrl_tff.training import run_config
+  from experiments.run import driver_flags
 
   def check(args: Sequence[str]):
     values = copy.deepcopy(module.FLAGS)
@@ -124,7 +125,7 @@ def _driver_checker(driver: str):
                        f'{flag_parsing.error_line(error, values)}') from error
 
     def check_settings():
-      run_config.check_hparams(config)
+      run_config.check_hparams(config, config.output_dir)
     return config.rounds, check_settings
 
   return check

@@ -1,6 +1,6 @@
 """The table of the finished runs under one root (a sweep's), and its accuracy-vs-epsilon plot.
 
-`collect_runs(root)` reads the `summary.json` (`experiments.run.run_summary`) of every run directory
+`collect_runs(root)` reads the `summary.json` (`dp_ftrl_tff.training.run_summary`) of every run directory
 directly under `root`. `build_table(runs)` makes one row per run with the columns:
   * `run`: the run directory's name;
   * the swept hyperparameters: the `hparams.json` settings whose values differ between the runs
@@ -20,7 +20,7 @@ import csv
 import os
 from typing import Any, Dict, List, Optional, Sequence
 
-from experiments.run import run_summary
+from dp_ftrl_tff.training import run_summary
 
 _NOT_SWEPT = ('experiment_name', 'root_output_dir')
 #: Settings that set the noise: the plot's x axis varies through them, so they do not split series.

@@ -20,8 +20,8 @@ import sys
 
 from absl import app, flags
 
+from dp_ftrl_tff.training import run_dir
 from experiments.cli import flag_parsing
-from experiments.run import run_dir
 from experiments.sweeps import run_table
 
 FLAGS = flags.FlagValues()

@@ -22,8 +22,7 @@ import time
 from typing import List
 
 from dp_ftrl_tff import _atomic
-from dp_ftrl_tff.learning import remote_execution
-from experiments.workers import child_workers
+from dp_ftrl_tff.learning import remote_execution, worker_processes
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
@@ -92,7 +91,7 @@ def _launchers(state_dir: str) -> List[dict]:
     try:
       with open(path) as f:
         record = json.load(f)
-      alive = child_workers.start_time(int(record['pid'])) == record['start']
+      alive = worker_processes.start_time(int(record['pid'])) == record['start']
     except (OSError, ValueError, KeyError, TypeError):
       alive = False
     if alive:
@@ -148,7 +147,7 @@ def start(count: int, port: int, host: str, wait_seconds: float, max_concurrent_
           raise RuntimeError(f'the worker for {address} did not answer within {wait_seconds:g} s.')
     os.makedirs(state_dir, exist_ok=True)
     _atomic.write_text(record_path, json.dumps({
-        'pid': os.getpid(), 'start': child_workers.start_time(os.getpid()),
+        'pid': os.getpid(), 'start': worker_processes.start_time(os.getpid()),
         'workers': [{'pid': pr.pid, 'address': a, 'port': p}
                     for pr, a, p in zip(processes, addresses, ports, strict=True)]}, indent=1))
     print(f'--workers={",".join(addresses)}', flush=True)
@@ -203,7 +202,7 @@ def stop(state_dir: str, port=None, wait_seconds: float = 10.0) -> int:
       pass
   deadline = time.time() + wait_seconds
   while time.time() < deadline and any(
-      child_workers.start_time(r['pid']) == r['start'] for r in records):
+      worker_processes.start_time(r['pid']) == r['start'] for r in records):
     time.sleep(0.1)
   print(f'Stopped {len(records)} launcher(s): '
         f'{", ".join(w["address"] for r in records for w in r["workers"])}.')

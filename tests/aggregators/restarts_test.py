@@ -2,7 +2,7 @@
 aggregation process: the noise and the clip restart exactly on the rounds the plan says.
 
 Each case builds `CorrelatedNoiseFactory(plan, noise_seed=...)` from a `RunPlan` whose schedule is
-the one the flag gives (`experiments.cli.plan_flags.restarts`, what the drivers and the privacy
+the one the flag gives (`dp_ftrl_tff.settings.RestartSchedule.of`, what the drivers and the privacy
 report call), runs `NUM_ROUNDS` rounds on zero client updates (so the result is the noise over m)
 and compares with numpy references rebuilt independently of the process:
   * the model noise with stddev * blockdiag(M_1, M_2, ...) @ Z, M_i = `strategy.noise_matrix(m_i)`
@@ -26,7 +26,6 @@ from dp_ftrl_tff import settings
 from dp_ftrl_tff.aggregators import CorrelatedNoiseFactory, adaptive_clipping
 from dp_ftrl_tff.mechanisms import banded, blt, gaussian, square_root, tree
 from dp_ftrl_tff.noise import base
-from experiments.cli import plan_flags
 from tests.testing import streams
 
 pytestmark = pytest.mark.integration
@@ -54,9 +53,9 @@ STRATEGIES = {
 #: flag -> (the plan's restart keywords as the flag gives them, the restart rounds they must give
 #: over NUM_ROUNDS + 1 rounds: the last round's `restart` announces round NUM_ROUNDS).
 SCHEDULES = {
-    '--restart_rounds=2,5': (dict(restarts=plan_flags.restarts((2, 5), None, None)), (2, 5)),
-    '--restart_period=2': (dict(restarts=plan_flags.restarts(None, None, 2)), (2, 4, 6)),
-    '--restart_warmup=1 --restart_period=3': (dict(restarts=plan_flags.restarts(None, 1, 3)),
+    '--restart_rounds=2,5': (dict(restarts=settings.RestartSchedule.of((2, 5), None, None)), (2, 5)),
+    '--restart_period=2': (dict(restarts=settings.RestartSchedule.of(None, None, 2)), (2, 4, 6)),
+    '--restart_warmup=1 --restart_period=3': (dict(restarts=settings.RestartSchedule.of(None, 1, 3)),
                                               (1, 4)),
 }
 #: A banded strategy of 4 rounds run for 6 with `--banded_beyond_max_rounds=restart`.

@@ -12,8 +12,8 @@ import pytest
 
 from dp_ftrl_tff import auditing
 from dp_ftrl_tff.mechanisms import blt, files
+from dp_ftrl_tff.training import canary_clients, run_start, training_loop
 from experiments.emnist import run_emnist
-from experiments.run import canary_clients, run_start, training_loop
 from tests.testing import runs
 
 pytestmark = pytest.mark.integration
@@ -32,7 +32,7 @@ def _report(config):
 def test_every_mechanism_reports_empirical_privacy(config_factory, mechanism):
   config = config_factory(mechanism=mechanism, task=EMNIST_TASK, canary_clients=CANARIES,
                           rounds=3, clients_per_round=40, eval_every=3)
-  training_loop.run(run_emnist.build_task(config), config)
+  training_loop.train(run_emnist.build_task(config), config, config.output_dir)
   history = runs.read_log(os.path.join(config.output_dir, 'participation.csv'))
   canary_ids = {c for c in history if c.startswith(canary_clients.CANARY_ID_PREFIX)}
   assert canary_ids and len(history) > len(canary_ids)  # sampled with the real clients
@@ -67,15 +67,15 @@ def test_resume_gives_the_same_canary_files(config_factory, tmp_path):
   common = dict(mechanism='blt', mechanism_file=mechanism_file, task=EMNIST_TASK,
                 canary_clients=30, rounds=4, checkpoint_every=2, noise_seed=3)
   straight = config_factory(name='straight', **common)
-  training_loop.run(run_emnist.build_task(straight), straight)
+  training_loop.train(run_emnist.build_task(straight), straight, straight.output_dir)
   first = config_factory(name='resumed', **dict(common, rounds=2))
-  training_loop.run(run_emnist.build_task(first), first)
+  training_loop.train(run_emnist.build_task(first), first, first.output_dir)
   first_id = _canary_document(first)['run_id']
   # A crash while appending round 2's projections: the torn row must be dropped on resume.
   with open(os.path.join(first.output_dir, auditing.PROJECTIONS_FILE), 'a') as f:
     f.write('2,0.5,0.')
   second = config_factory(name='resumed', **common)
-  training_loop.run(run_emnist.build_task(second), second)
+  training_loop.train(run_emnist.build_task(second), second, second.output_dir)
   with open(os.path.join(straight.output_dir, auditing.PROJECTIONS_FILE), 'rb') as f:
     want = f.read()
   with open(os.path.join(second.output_dir, auditing.PROJECTIONS_FILE), 'rb') as f:
@@ -93,7 +93,7 @@ def test_a_client_named_like_a_canary_is_an_error(config_factory):
   task = run_emnist.build_task(config)
   task = dataclasses.replace(task, train_data=_Renamed(task.train_data))
   with pytest.raises(run_start.SetupError, match='canary_clients'):
-    training_loop.run(task, config)
+    training_loop.train(task, config, config.output_dir)
   assert not os.path.exists(config.output_dir)
 
 

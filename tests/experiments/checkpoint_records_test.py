@@ -10,8 +10,8 @@ import shutil
 
 import pytest
 
-from experiments.run import checkpoint_records as records
-from experiments.run import record_checks, run_config, run_dir
+from dp_ftrl_tff.training import checkpoint_records as records
+from dp_ftrl_tff.training import record_checks, run_config, run_dir
 from tests.testing import runs
 
 pytestmark = pytest.mark.unit
@@ -137,10 +137,11 @@ def test_a_fresh_directory_starts_fresh(tmp_path):
 def test_settings_are_compared_with_the_record_but_the_resumable_ones_and_the_location(run):
   resumption = records.find_resumption(run)
   record_checks.check_settings(resumption, dataclasses.replace(
-      CONFIG, rounds=8, root_output_dir='/y', experiment_name='b'))  # a run moved, trained on
+      CONFIG, rounds=8, root_output_dir='/y', experiment_name='b'), run)  # moved, trained on
   with pytest.raises(ValueError, match=r'checkpoint 2 with other settings \(noise_multiplier: 1.0 '
                      r'-> 5.0, as checkpoints/record_2.json records\)'):
-    record_checks.check_settings(resumption, dataclasses.replace(CONFIG, noise_multiplier=5.0))
+    record_checks.check_settings(resumption, dataclasses.replace(CONFIG, noise_multiplier=5.0),
+                                 run)
   record_checks.check_plan(resumption, dict(PLAN, num_rounds=8))
   with pytest.raises(ValueError, match=r'\(clip_norm: 1.0 -> 2.0'):
     record_checks.check_plan(resumption, dict(PLAN, clip_norm=2.0))

@@ -14,8 +14,9 @@ import pytest
 from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.accounting import zcdp
 from dp_ftrl_tff.learning import client_sampler
+from dp_ftrl_tff.training import run_setup, training_loop
 from experiments.emnist import run_emnist
-from experiments.run import driver_flags, run_setup, training_loop
+from experiments.run import driver_flags
 from experiments.stackoverflow import run_stackoverflow
 from tests.testing import runs
 
@@ -97,7 +98,7 @@ def test_synthetic_flagfile_runs_a_round(path, tmp_path):
   # The documented command (README, docs/training.md) with `--rounds=1` and a tiny eval appended.
   config = _parse(path, f'--root_output_dir={tmp_path}', '--rounds=1', '--eval_max_examples=64')
   assert config.data == 'synthetic' and config.rounds == 1
-  result = training_loop.run(_driver(path).build_task(config), config)
+  result = training_loop.train(_driver(path).build_task(config), config, config.output_dir)
   assert np.isfinite(result['metrics']['train_loss'])
   assert np.isfinite(result['metrics']['eval_loss'])
   assert result['privacy_report'] is not None

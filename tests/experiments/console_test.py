@@ -11,7 +11,7 @@ from dp_ftrl_tff import settings
 from dp_ftrl_tff.accounting import participation_log, zcdp
 from dp_ftrl_tff.mechanisms import gaussian
 from dp_ftrl_tff.mechanisms import participation as participation_lib
-from experiments.run import console
+from dp_ftrl_tff.training import console
 
 pytestmark = pytest.mark.unit
 

@@ -6,8 +6,9 @@ import os
 
 import pytest
 
+from dp_ftrl_tff.training import run_dir
 from experiments import demo
-from experiments.run import driver, run_dir
+from experiments.run import driver
 from tests.testing import binaries
 
 pytestmark = pytest.mark.integration

@@ -8,7 +8,7 @@ import os
 import pytest
 
 import experiments
-from experiments.cli import flag_parsing
+from dp_ftrl_tff.training import console
 from experiments.run import driver
 
 pytestmark = pytest.mark.unit
@@ -21,14 +21,14 @@ def _record(pathname: str, level: int, message: str, name: str = 'absl') -> logg
 def test_our_records_read_as_the_program_s_lines():
   own = os.path.join(os.path.dirname(experiments.__file__), 'run', 'run_dir.py')
   line = driver._PlainFormatter().format(_record(own, logging.WARNING, 'a stale lock'))
-  assert line == f'{flag_parsing.program_name()}: warning: a stale lock'
+  assert line == f'{console.program_name()}: warning: a stale lock'
 
 
 def test_a_library_s_error_record_is_not_dressed_as_ours():
   library = '/venv/lib/python3.11/site-packages/tensorflow/python/util/tf_should_use.py'
   record = _record(library, logging.ERROR, '====\nObject was never used', name='tensorflow')
   text = driver._PlainFormatter().format(record)
-  assert not text.startswith(f'{flag_parsing.program_name()}:'), text
+  assert not text.startswith(f'{console.program_name()}:'), text
   assert ': error:' not in text
   assert text.startswith('E') and 'tf_should_use.py:80] ====' in text, text
   assert not driver.is_own_record(record)

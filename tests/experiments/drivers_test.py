@@ -16,8 +16,8 @@ import tensorflow as tf
 from dp_ftrl_tff import auditing
 from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.learning import dp_ftrl
+from dp_ftrl_tff.training import run_start, training_loop
 from experiments.emnist import run_emnist
-from experiments.run import run_start, training_loop
 from experiments.stackoverflow import run_stackoverflow
 from tests.testing import binaries, run_files, runs
 
@@ -60,7 +60,7 @@ def test_emnist_run(config_factory):
   """A whole EMNIST driver run checked file by file; every other mechanism runs a whole driver run
   in canaries_driver_test.py and the pairwise design of interactions_test.py."""
   config = config_factory(mechanism='blt', task=EMNIST_TASK)
-  result = training_loop.run(run_emnist.build_task(config), config)
+  result = training_loop.train(run_emnist.build_task(config), config, config.output_dir)
   _check_run(config, result, 2)
 
 
@@ -68,7 +68,7 @@ def test_stackoverflow_run(config_factory):
   """The StackOverflow task with one mechanism: the mechanisms are the same objects in both drivers
   (the task only builds the model and data), so the EMNIST runs cover each of them."""
   config = config_factory(mechanism='banded', task=SO_TASK)
-  result = training_loop.run(run_stackoverflow.build_task(config), config)
+  result = training_loop.train(run_stackoverflow.build_task(config), config, config.output_dir)
   _check_run(config, result, 2)
   assert 'train_accuracy_no_oov_or_eos' in result['metrics']
 
@@ -88,14 +88,15 @@ def test_resume_gives_the_same_weights(config_factory, tmp_path):
   common = dict(mechanism='blt', mechanism_file=mechanism, task=EMNIST_TASK, rounds=4,
                 checkpoint_every=2, restart_period=3)
   straight = config_factory(name='straight', **common)
-  expected = _final_weights(training_loop.run(run_emnist.build_task(straight), straight))
+  expected = _final_weights(training_loop.train(run_emnist.build_task(straight), straight,
+                                                  straight.output_dir))
   first = config_factory(name='resumed', **dict(common, rounds=2))
-  training_loop.run(run_emnist.build_task(first), first)
+  training_loop.train(run_emnist.build_task(first), first, first.output_dir)
   # A crash after logging round 2 but before its checkpoint: the log row must be dropped on resume.
   with open(os.path.join(first.output_dir, 'participation.csv'), 'a') as f:
     f.write('stale_client,2\n')
   second = config_factory(name='resumed', **common)
-  result = training_loop.run(run_emnist.build_task(second), second)
+  result = training_loop.train(run_emnist.build_task(second), second, second.output_dir)
   for got, want in zip(_final_weights(result), expected, strict=False):
     np.testing.assert_array_equal(got, want)
   history = runs.read_log(os.path.join(second.output_dir, 'participation.csv'))
@@ -159,7 +160,7 @@ def test_restarts_and_canaries(config_factory, monkeypatch):
                           rounds=4, eval_every=4, restart_rounds=(3,), adaptive_clipping=True,
                           clipped_count_stddev=1.0, canary_clients=4)
   built = _recording_restart_rounds(monkeypatch)
-  result = training_loop.run(run_emnist.build_task(config), config)
+  result = training_loop.train(run_emnist.build_task(config), config, config.output_dir)
   rows = _metrics_rows(config)
   assert len(rows) == 4 and 'eval_loss' in rows[-1]
   _check_restart_at_3(config, result)
@@ -226,11 +227,11 @@ def test_resume_gives_the_same_eval_metrics(config_factory, tmp_path):
   _write_blt(mechanism)
   common = dict(mechanism='blt', mechanism_file=mechanism, task=EMNIST_TASK, rounds=3)
   straight = config_factory(name='straight', **common)
-  training_loop.run(run_emnist.build_task(straight), straight)
+  training_loop.train(run_emnist.build_task(straight), straight, straight.output_dir)
   first = config_factory(name='resumed', **dict(common, rounds=1))
-  training_loop.run(run_emnist.build_task(first), first)
+  training_loop.train(run_emnist.build_task(first), first, first.output_dir)
   second = config_factory(name='resumed', **common)
-  training_loop.run(run_emnist.build_task(second), second)
+  training_loop.train(run_emnist.build_task(second), second, second.output_dir)
   resumed, expected = _metrics_rows(second), _metrics_rows(straight)
   assert [row['round'] for row in resumed] == ['0', '1', '2']
   assert resumed == expected
@@ -239,16 +240,16 @@ def test_resume_gives_the_same_eval_metrics(config_factory, tmp_path):
 def test_banded_resume_past_its_rounds(config_factory):
   common = dict(mechanism='banded', task=EMNIST_TASK, name='banded')
   first = config_factory(**dict(common, rounds=2))
-  training_loop.run(run_emnist.build_task(first), first)  # a strategy for 2 rounds
+  training_loop.train(run_emnist.build_task(first), first, first.output_dir)  # for 2 rounds
   longer = config_factory(**dict(common, rounds=4))
   with pytest.raises(run_start.SetupError) as error:
-    training_loop.run(run_emnist.build_task(longer), longer)
+    training_loop.train(run_emnist.build_task(longer), longer, longer.output_dir)
   message = str(error.value)
   assert (f'the banded strategy in {os.path.join(first.output_dir, "mechanism.npz")} covers 2 '
           'rounds; `rounds`=4 needs `banded_beyond_max_rounds`=restart') in message
   assert 'new `experiment_name`' in message
   restart = config_factory(**dict(common, rounds=4, banded_beyond_max_rounds='restart'))
-  result = training_loop.run(run_emnist.build_task(restart), restart)
+  result = training_loop.train(run_emnist.build_task(restart), restart, restart.output_dir)
   history = runs.read_log(os.path.join(restart.output_dir, 'participation.csv'))
   assert sum(len(r) for r in history.values()) == 4 * restart.clients_per_round
   with open(os.path.join(restart.output_dir, 'plan.json')) as f:
@@ -261,7 +262,7 @@ def test_banded_resume_past_its_rounds(config_factory):
 def test_impossible_schedule_fails_before_training(config_factory):
   config = config_factory(min_sep=11, rounds=20, task=EMNIST_TASK)  # 11 * 3 clients > 30
   with pytest.raises(ValueError, match='Impossible schedule'):
-    training_loop.run(run_emnist.build_task(config), config)
+    training_loop.train(run_emnist.build_task(config), config, config.output_dir)
   assert not os.path.exists(config.output_dir)
 
 
@@ -271,15 +272,15 @@ def test_mechanism_file_of_another_kind_fails(config_factory, tmp_path):
   _write_blt(mechanism)
   config = config_factory(mechanism='banded', mechanism_file=mechanism, task=EMNIST_TASK)
   with pytest.raises(ValueError, match="holds a 'blt' strategy.*`mechanism`=banded"):
-    training_loop.run(run_emnist.build_task(config), config)
+    training_loop.train(run_emnist.build_task(config), config, config.output_dir)
 
 
 def test_rerun_with_other_settings_fails(config_factory):
   config = config_factory(task=EMNIST_TASK, rounds=1)
-  training_loop.run(run_emnist.build_task(config), config)
+  training_loop.train(run_emnist.build_task(config), config, config.output_dir)
   other = config_factory(task=EMNIST_TASK, rounds=1, noise_multiplier=2.0)
   with pytest.raises(ValueError, match='noise_multiplier'):
-    training_loop.run(run_emnist.build_task(other), other)
+    training_loop.train(run_emnist.build_task(other), other, other.output_dir)
 
 
 def _run_driver(tmp_path, *args):

@@ -1,7 +1,7 @@
 """Every flag of every binary, given one invalid value, is named in the binary's one-line error.
 
 Runs each binary's own parsing and validation in-process (the path its `main` takes before any
-training): the drivers' `config_from_flags` then `training_loop.run`'s setup, the privacy
+training): the drivers' `config_from_flags` then `training_loop.train`'s setup, the privacy
 report's and the mechanisms CLI's `main`. The invalid value comes from the flag's type (`_invalid_value`),
 or from `INVALID` where the type allows no generic one.
 """

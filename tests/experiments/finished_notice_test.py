@@ -5,7 +5,8 @@ import os
 
 import pytest
 
-from experiments.run import driver, run_summary
+from dp_ftrl_tff.training import run_summary
+from experiments.run import driver
 from tests.testing import runs
 
 pytestmark = pytest.mark.unit

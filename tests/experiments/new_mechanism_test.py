@@ -20,9 +20,9 @@ from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.mechanisms import files, memory, registry
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from dp_ftrl_tff.noise import base as noise_base
+from dp_ftrl_tff.training import training_loop
 from experiments import mechanisms_cli, privacy_report
 from experiments.emnist import run_emnist
-from experiments.run import training_loop
 from tests.testing import moving_sum, runs
 
 pytestmark = pytest.mark.integration
@@ -117,7 +117,7 @@ def test_driver_run_and_its_report(tmp_path, capfd):  # capfd: the TFF worker wr
   config = runs.tiny_config(tmp_path, mechanism=moving_sum.NAME,
                                 mechanism_options={'num_bands': 2},
                                 task={'model': 'tiny', 'only_digits': True})
-  result = training_loop.run(run_emnist.build_task(config), config)
+  result = training_loop.train(run_emnist.build_task(config), config, config.output_dir)
   assert set(result['metrics']) >= {'train_loss', 'eval_loss'}
   with open(os.path.join(config.output_dir, 'plan.json')) as f:
     assert json.load(f)['strategy']['mechanism'] == moving_sum.NAME

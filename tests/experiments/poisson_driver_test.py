@@ -13,8 +13,9 @@ from absl import flags
 from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff import sampling as sampling_lib
 from dp_ftrl_tff.learning import poisson_sampler
+from dp_ftrl_tff.training import run_config, run_setup, training_loop
 from experiments.emnist import run_emnist
-from experiments.run import driver_flags, run_config, run_setup, training_loop
+from experiments.run import driver_flags
 from tests.testing import binaries, runs
 
 pytestmark = pytest.mark.unit
@@ -62,7 +63,7 @@ def test_poisson_run_logs_the_seeded_cohorts_and_runs_empty_rounds_to_its_report
   seed = _seed_with_an_empty_last_round(3)
   config = config_factory(rounds=3, **_poisson_settings(seed))
   task = run_emnist.build_task(config)
-  result = training_loop.run(task, config)
+  result = training_loop.train(task, config, config.output_dir)
 
   sampling = sampling_lib.Sampling('poisson', Q, 1, POPULATION)
   expected = _expected_cohorts(sampling, seed, 3, list(task.train_data.client_ids))
@@ -93,9 +94,9 @@ def test_poisson_run_resumes_with_the_same_cohorts(config_factory):
   settings = {**_poisson_settings(seed), 'mechanism': 'gaussian'}
   first = config_factory(rounds=2, **settings)
   task = run_emnist.build_task(first)
-  training_loop.run(task, first)
+  training_loop.train(task, first, first.output_dir)
   resumed = config_factory(rounds=3, **settings)
-  training_loop.run(run_emnist.build_task(resumed), resumed)
+  training_loop.train(run_emnist.build_task(resumed), resumed, resumed.output_dir)
   expected = _expected_cohorts(sampling_lib.Sampling('poisson', Q, 1, POPULATION), seed, 3,
                                list(task.train_data.client_ids))
   logged = _log(resumed)

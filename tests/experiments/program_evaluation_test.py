@@ -1,4 +1,4 @@
-"""--eval_every through train_model's EvaluationManager (`experiments.run.program_evaluation`),
+"""--eval_every through train_model's EvaluationManager (`dp_ftrl_tff.training.program_evaluation`),
 in-process.
 
 A run evaluates the every k-th and the last round, each in its round's metrics row, with the eval
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import tensorflow_federated as tff
 
+from dp_ftrl_tff.training import checkpoint_records, evaluation, program_evaluation, training_loop
 from experiments.emnist import run_emnist
-from experiments.run import checkpoint_records, evaluation, program_evaluation, training_loop
 from tests.testing import run_files, runs
 
 pytestmark = pytest.mark.integration
@@ -47,7 +47,7 @@ def test_evaluates_every_k_rounds_and_an_evaluation_in_flight_is_redone_once(tmp
   program = runs.tiny_config(tmp_path, task=TASK, **BLT, rounds=5, eval_every=2,
                              checkpoint_every=2)
   capfd.readouterr()
-  result = training_loop.run(run_emnist.build_task(program), program)
+  result = training_loop.train(run_emnist.build_task(program), program, program.output_dir)
   lines = _eval_lines(capfd)
   rows = run_files.metrics_rows(program.output_dir)
   assert _evaluated_rows(program) == [1, 3, 4]
@@ -70,7 +70,7 @@ def test_evaluates_every_k_rounds_and_an_evaluation_in_flight_is_redone_once(tmp
       os.path.join(program_evaluation.eval_dir(out), 'eval_manager'),
       prefix=program_evaluation.EVAL_PREFIX)
   asyncio.run(state.save((np.array([5], np.int32), np.array([1], np.int32)), version=99))
-  training_loop.run(run_emnist.build_task(program), program)
+  training_loop.train(run_emnist.build_task(program), program, program.output_dir)
   assert len(_eval_lines(capfd)) == 1
   assert run_files.metrics_rows(out) == metrics  # bar the wall times
 
@@ -92,11 +92,11 @@ def test_a_failed_evaluation_stops_the_run_before_its_checkpoint(tmp_path, monke
 
   monkeypatch.setattr(evaluation, 'evaluate', evaluate)
   with pytest.raises(OSError, match='No space left'):
-    training_loop.run(run_emnist.build_task(config), config)
+    training_loop.train(run_emnist.build_task(config), config, config.output_dir)
   checkpoints = os.listdir(checkpoint_records.checkpoints_dir(config.output_dir))
   assert sorted(n for n in checkpoints if n.startswith('program_state_')) == [
       'program_state_0', 'program_state_1']
   assert [row['round'] for row in run_files.metrics_rows(config.output_dir)] == ['0']
-  training_loop.run(run_emnist.build_task(config), config)
+  training_loop.train(run_emnist.build_task(config), config, config.output_dir)
   assert _evaluated_rows(config) == [1, 3]
   assert len(calls) == 3

@@ -6,7 +6,7 @@ import collections
 import numpy as np
 import pytest
 
-from experiments.run import program_managers
+from dp_ftrl_tff.training import program_managers
 
 pytestmark = pytest.mark.unit
 

@@ -10,9 +10,9 @@ import json
 import pytest
 
 from dp_ftrl_tff import auditing
+from dp_ftrl_tff.training import run_dir, training_loop
 from experiments import privacy_report
 from experiments.emnist import run_emnist
-from experiments.run import run_dir, training_loop
 from tests.testing import run_files, runs
 
 pytestmark = pytest.mark.integration
@@ -48,7 +48,7 @@ def _standalone_report(run_directory, out, canaries: bool) -> dict:
 ], ids=['min_sep', 'poisson', 'cyclic_poisson', 'adaptive_clip_canaries', 'canaries'])
 def test_driver_report_equals_standalone_report(tmp_path, overrides):
   config = runs.tiny_config(tmp_path / 'runs', task=EMNIST_TASK, **overrides)
-  training_loop.run(run_emnist.build_task(config), config)
+  training_loop.train(run_emnist.build_task(config), config, config.output_dir)
   driver_dir = tmp_path / 'runs' / 'run' / run_dir.REPORT_DIR
   driver = json.loads((driver_dir / 'report.json').read_text())
   standalone = _standalone_report(config.output_dir, tmp_path / 'standalone',

@@ -24,7 +24,7 @@ import time
 
 import pytest
 
-from experiments.run import run_config, run_dir, run_setup, run_start
+from dp_ftrl_tff.training import run_config, run_dir, run_setup, run_start
 from tests.testing import binaries, run_files, runs
 
 pytestmark = pytest.mark.unit
@@ -486,16 +486,16 @@ def test_torn_last_lines(tmp_path):
 def test_corrupt_run_files_name_the_path(tmp_path):
   config = runs.tiny_config(tmp_path, mechanism='tree')
   os.makedirs(config.output_dir)
-  resolved, saved = run_setup.run_strategy(config)
+  resolved, saved = run_setup.run_strategy(config, config.output_dir)
   assert saved is None
-  run_setup.write_run_files(config, resolved, run_setup.build_plan(
+  run_setup.write_run_files(config, config.output_dir, resolved, run_setup.build_plan(
       config, resolved, config.synthetic_num_clients), saved, run_start.new_run_id())
   saved = run_setup.saved_strategy_path(config.output_dir)
   assert sorted(os.listdir(config.output_dir)) == sorted([  # no temp file left
       'hparams.json', os.path.basename(saved), 'plan.json'])
-  assert run_setup.run_strategy(config)[1] == saved
+  assert run_setup.run_strategy(config, config.output_dir)[1] == saved
   for name, check in (('hparams.json', run_config.check_hparams),
-                      ('plan.json', run_setup.check_plan_file),
+                      ('plan.json', lambda config, out: run_setup.check_plan_file(out)),
                       (os.path.basename(saved), run_setup.run_strategy)):
     path = os.path.join(config.output_dir, name)
     keep = run_files.read_bytes(path) if os.path.exists(path) else None
@@ -503,7 +503,7 @@ def test_corrupt_run_files_name_the_path(tmp_path):
       f.write('{"mechanism": "tr')
     with pytest.raises(run_dir.CorruptRunFileError, match=f'{path} is corrupt .*restore it|'
                        f'{path} is corrupt .*delete it'):
-      check(config)
+      check(config, config.output_dir)
     if keep is None:
       os.remove(path)
     else:

@@ -1,4 +1,4 @@
-"""Tests of the completion marker (experiments/run/run_summary.py) and the runs table and plot
+"""Tests of the completion marker (dp_ftrl_tff/training/run_summary.py) and the runs table and plot
 (experiments/sweeps/run_table.py, experiments/sweeps/summarize.py) on hand-written run directories."""
 
 import csv
@@ -9,7 +9,7 @@ import sys
 import pytest
 from matplotlib import figure
 
-from experiments.run import run_dir, run_summary
+from dp_ftrl_tff.training import run_dir, run_summary
 from experiments.sweeps import run_table
 
 pytestmark = pytest.mark.unit

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from experiments.run import training_loop
+from dp_ftrl_tff.training import training_loop
 from experiments.stackoverflow import data as so_data
 from experiments.stackoverflow import run_stackoverflow
 from tests.testing import runs
@@ -90,7 +90,7 @@ def test_driver_runs_on_the_sqlite_file(database, tmp_path):
       tmp_path, data=database, clients_per_round=3, min_sep=2, rounds=2,
       task={'vocab_size': 8, 'embedding_size': 4, 'lstm_size': 4, 'sequence_length': 5,
             'max_elements_per_client': 8, 'word_counts': None})
-  result = training_loop.run(run_stackoverflow.build_task(config), config)
+  result = training_loop.train(run_stackoverflow.build_task(config), config, config.output_dir)
   assert np.isfinite(result['metrics']['train_loss'])
   history = runs.read_log(os.path.join(config.output_dir, 'participation.csv'))
   assert set(history) <= {f'train_{c:03d}' for c in range(12)}

@@ -31,7 +31,7 @@ from tensorflow_federated.python.program import file_utils
 from dp_ftrl_tff import stopping
 from dp_ftrl_tff.learning import dp_ftrl
 from dp_ftrl_tff.programs import client_ids, data_source
-from experiments.run import stop_signals
+from dp_ftrl_tff.training import stop_signals
 from tests.testing import binaries, run_files
 
 pytestmark = pytest.mark.integration

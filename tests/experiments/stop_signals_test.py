@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from dp_ftrl_tff import stopping
-from experiments.run import disk_full, stop_signals
+from dp_ftrl_tff.training import disk_full, stop_signals
 
 pytestmark = pytest.mark.unit
 

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from experiments.run import run_summary
+from dp_ftrl_tff.training import run_summary
 
 pytestmark = pytest.mark.e2e
 

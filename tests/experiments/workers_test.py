@@ -15,9 +15,8 @@ import time
 import numpy as np
 import pytest
 
-from dp_ftrl_tff.learning import remote_execution
-from experiments.run import run_config
-from experiments.workers import child_workers
+from dp_ftrl_tff.learning import remote_execution, worker_processes
+from experiments.run import driver_config
 from tests.testing import aggregation, remote_workers, run_files
 
 pytestmark = pytest.mark.e2e
@@ -27,7 +26,7 @@ _ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
 
 
 def _alive(pid: int) -> bool:
-  return child_workers.start_time(pid) is not None
+  return worker_processes.start_time(pid) is not None
 
 
 @pytest.mark.unit
@@ -43,12 +42,12 @@ def test_parse_worker_addresses():
 
 @pytest.mark.unit
 def test_run_config_checks_workers(tmp_path):
-  config = run_config.RunConfig(root_output_dir=str(tmp_path), workers='localhost:1, localhost:2')
+  config = driver_config.DriverConfig(root_output_dir=str(tmp_path), workers='localhost:1, localhost:2')
   assert config.workers == 'localhost:1,localhost:2'
   with pytest.raises(ValueError, match='`workers`'):
-    run_config.RunConfig(root_output_dir=str(tmp_path), workers='localhost')
+    driver_config.DriverConfig(root_output_dir=str(tmp_path), workers='localhost')
   with pytest.raises(ValueError, match='secure aggregation cannot run on remote workers'):
-    run_config.RunConfig(root_output_dir=str(tmp_path), workers='localhost:1',
+    driver_config.DriverConfig(root_output_dir=str(tmp_path), workers='localhost:1',
                          secure_aggregation=True)
 
 

@@ -6,7 +6,8 @@ import os
 
 import numpy as np
 
-from experiments.run import run_config, run_setup
+from dp_ftrl_tff.training import run_setup
+from experiments.run import driver_config
 
 
 def processes() -> dict:
@@ -22,7 +23,7 @@ def processes() -> dict:
   processes = {}
   for name, adaptive in cases:
     # The strategy a driver would build for a 3-round run (optimized where the mechanism needs it).
-    strategy = run_setup.run_strategy(run_config.RunConfig(
+    strategy = run_setup.run_strategy(driver_config.DriverConfig(
         root_output_dir=os.devnull, mechanism=name, rounds=3))[0].strategy
     plan = plan_lib.RunPlan.build(strategy, 0.5, 7, 1.0, adaptive_clip=adaptive or None)
     processes[f'{name}{"+adaptive" if adaptive else ""}'] = aggregators.CorrelatedNoiseFactory(

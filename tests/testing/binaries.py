@@ -26,6 +26,7 @@ SO = 'experiments.stackoverflow.run_stackoverflow'
 MECH = 'experiments.mechanisms_cli'
 REPORT = 'experiments.privacy_report'
 DEMO = 'experiments.demo'
+TASK = 'experiments.run_task'
 DRIVERS = (EMNIST, SO)
 
 
@@ -33,7 +34,7 @@ def env(module: str, **extra) -> dict:
   """The environment of a binary's subprocess: the drivers and the demo run without
   TF_CPP_MIN_LOG_LEVEL (they must be quiet on their own), and `extra` variables are added."""
   environment = dict(os.environ)
-  if module in DRIVERS + (DEMO,):
+  if module in DRIVERS + (DEMO, TASK):
     environment.pop('TF_CPP_MIN_LOG_LEVEL', None)
   environment.update(extra)
   return environment
@@ -100,7 +101,7 @@ def _process_state(program: str, args):
 
 def _entry_point(module: str):
   """(program file name, callable running the binary as its `__main__` does, its FlagValues)."""
-  if module in DRIVERS:
+  if module in DRIVERS + (TASK,):
     from experiments.run import driver
     binary = __import__(module, fromlist=['FLAGS'])
     return (f'{module.rsplit(".", 1)[-1]}.py',
@@ -172,9 +173,9 @@ class RunningBinary:
     return self.proc.pid
 
   def poll_workers(self):
-    from experiments.workers import child_workers
-    for pid in child_workers.child_worker_pids(self.proc.pid):
-      start = child_workers.start_time(pid)
+    from dp_ftrl_tff.learning import worker_processes
+    for pid in worker_processes.child_worker_pids(self.proc.pid):
+      start = worker_processes.start_time(pid)
       if start is not None:
         self.workers.add((pid, start))
 
@@ -206,7 +207,7 @@ class RunningBinary:
 
   def checkpoint_exists(self, rounds):
     """Whether the checkpoint after `rounds` rounds and its record exist (a checkpoint counts on
-    resume once its record is written: experiments/run/checkpoint_records.py)."""
+    resume once its record is written: dp_ftrl_tff/training/checkpoint_records.py)."""
     checkpoints = os.path.join(self.dir, 'checkpoints')
     return (os.path.isdir(os.path.join(checkpoints, f'program_state_{rounds}'))
             and os.path.isfile(os.path.join(checkpoints, f'record_{rounds}.json')))
@@ -214,8 +215,8 @@ class RunningBinary:
 
 def alive_workers(workers):
   """The (pid, start time) pairs of `workers` still running (a reused pid has another start)."""
-  from experiments.workers import child_workers
-  return [pid for pid, start in workers if child_workers.start_time(pid) == start]
+  from dp_ftrl_tff.learning import worker_processes
+  return [pid for pid, start in workers if worker_processes.start_time(pid) == start]
 
 
 def assert_no_workers_left(workers):

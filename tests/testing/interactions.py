@@ -18,7 +18,7 @@ starts) -> the privacy report of the plan and the observed log (`report.build_re
 builds it, without the equal-privacy table). SecAgg runs the process with TFF's secure intrinsics
 replaced by their bodies (`tff.backends.test.replace_secure_intrinsics_with_bodies`, what TFF's test
 context runs) in the default context: switching a process's context after computations ran can
-hang (experiments/run/secure_context.py); the drivers' own switch is tests/experiments/
+hang (dp_ftrl_tff/training/secure_context.py); the drivers' own switch is tests/experiments/
 secure_driver_test.py's. The report knows that the run trained its 3 rounds (`trained_rounds`), as
 the drivers' does, so a Poisson run whose last round draws nobody is reported whole.
 """
@@ -261,8 +261,8 @@ def run_and_check(combination: Combination, root) -> None:
   from dp_ftrl_tff.accounting import participation_log, report
   from dp_ftrl_tff.learning import canaries as canaries_lib
   from dp_ftrl_tff.programs import metrics_release
+  from dp_ftrl_tff.training import canary_clients, run_dir, run_start
   from experiments.emnist import run_emnist
-  from experiments.run import canary_clients, run_dir, run_start
   from experiments.stackoverflow import run_stackoverflow
   # pylint: enable=g-import-not-at-top
 

@@ -1,7 +1,7 @@
 """Test tiers: every test carries exactly one of four markers that say what it exercises.
 
 * `unit`: no TFF computation runs and no binary starts (numpy, scipy, dp_accounting, plain TF).
-* `integration`: TFF in-process (computations, processes, `training_loop.run`, `main(argv)`).
+* `integration`: TFF in-process (computations, processes, `training_loop.train`, `main(argv)`).
 * `e2e`: a binary as a subprocess (exit codes, signals, stdio, files on disk).
 * `paper`: reproductions of published tables.
 

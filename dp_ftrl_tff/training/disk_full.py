@@ -4,7 +4,7 @@
 full disk or quota (`is_disk_full`: an OSError with ENOSPC / EDQUOT, or TensorFlow's errors, which
 are no OSError, with their text) and names the run file the error names in words (`written_file`:
 'the checkpoint after round 3', 'the participation log', ...). Every run file is written so that a
-failed write leaves the last checkpoint's state readable (`experiments.run.run_dir`): the line says
+failed write leaves the last checkpoint's state readable (`dp_ftrl_tff.training.run_dir`): the line says
 so, and that a rerun after freeing space resumes.
 """
 
@@ -13,7 +13,7 @@ import os
 import re
 from typing import Optional
 
-from experiments.run.run_dir import REPORT_DIR
+from dp_ftrl_tff.training.run_dir import REPORT_DIR
 
 _DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 _DISK_FULL_TEXTS = tuple(os.strerror(e) for e in _DISK_FULL_ERRNOS)

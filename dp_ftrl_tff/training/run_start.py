@@ -1,12 +1,12 @@
-"""The start of a run (`experiments.run.training_loop`).
+"""The start of a run (`dp_ftrl_tff.training.training_loop`).
 
 `start_run` is the one set-up of a run: it locks the run directory, checks a resume against its
-checkpoint's record (`experiments.run.checkpoint_records`), resolves the strategy and builds the
-plan (`experiments.run.run_setup`), sets up the canary clients
-(`experiments.run.canary_clients`), prints the header (`experiments.run.console.print_header`) and
+checkpoint's record (`dp_ftrl_tff.training.checkpoint_records`), resolves the strategy and builds the
+plan (`dp_ftrl_tff.training.run_setup`), sets up the canary clients
+(`dp_ftrl_tff.training.canary_clients`), prints the header (`dp_ftrl_tff.training.console.print_header`) and
 builds the DP-FTRL process from the plan, writing nothing. `SetupError` is how it refuses to start
 (`setup_errors` turns the ValueErrors of a start into it, in the flags' words). A stop signal is
-seen between these steps (`experiments.run.stop_signals.check`) and inside the strategy's optimizer
+seen between these steps (`dp_ftrl_tff.training.stop_signals.check`) and inside the strategy's optimizer
 and the plan's calibration (`dp_ftrl_tff.stopping`).
 """
 
@@ -22,17 +22,18 @@ from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.learning import canaries as canaries_lib
 from dp_ftrl_tff.learning import dp_ftrl
 from dp_ftrl_tff.mechanisms import memory, resolve
-from experiments.cli import flag_parsing
-from experiments.run import (
+from dp_ftrl_tff.training import (
   canary_clients,
   checkpoint_records,
   console,
+  model_checks,
   record_checks,
   run_config,
   run_dir,
   run_setup,
   stop_signals,
 )
+from dp_ftrl_tff.training import task as task_lib
 
 
 class SetupError(ValueError):
@@ -50,7 +51,7 @@ def setup_errors(*errors):
   except SetupError:
     raise
   except (ValueError, *errors) as error:
-    raise SetupError(flag_parsing.flag_words(str(error))) from error
+    raise SetupError(run_config.field_words(str(error))) from error
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,7 +80,7 @@ def new_run_id() -> str:
   return secrets.token_hex(16)
 
 
-def start_run(task: run_config.Task, config: run_config.RunConfig,
+def start_run(task: task_lib.Task, config: run_config.RunConfig,
               directory: run_dir.RunDirectory) -> RunStart:
   """Locks the run directory, then checks everything and builds the plan over the task's training
   clients and the run's canary clients, the canaries, the header and the process, writing
@@ -103,23 +104,25 @@ def start_run(task: run_config.Task, config: run_config.RunConfig,
   stop_signals.check()
   # A resumed run is checked against its checkpoint's record, never against hparams.json or
   # plan.json alone (they may be gone or replaced; they are rewritten from the record's settings).
-  resumption = checkpoint_records.find_resumption(config.output_dir)
-  rebuild = record_checks.check_files(config.output_dir, resumption)
-  record_checks.check_settings(resumption, config)
+  output_dir = directory.path
+  resumption = checkpoint_records.find_resumption(output_dir)
+  rebuild = record_checks.check_files(output_dir, resumption)
+  record_checks.check_settings(resumption, config, output_dir)
   stop_signals.check()
-  resolved, saved_strategy = run_setup.run_strategy(config, resumption.record and
-                                                    resumption.record['plan'])
+  resolved, saved_strategy = run_setup.run_strategy(
+      config, output_dir, resumption.record and resumption.record['plan'])
   stop_signals.check()
   plan = run_setup.build_plan(config, resolved, population, saved_strategy)
   stop_signals.check()
   record_checks.check_plan(resumption, checkpoint_records.plan_document(plan))
   # The noise state's buffers are model-sized: a mechanism option that makes too many of them is
   # refused before TFF allocates them (`memory.check_noise_state_fits`).
-  num_params = task.keras_model_fn().count_params()
+  model_checks.check_model_fits_data(task)
+  num_params = model_checks.count_params(task.model_fn)
   memory.check_noise_state_fits(plan.strategy, config.rounds, num_params)
   canary_ids, canaries = canary_clients.run_canaries(train_ids, config.canary_clients,
                                                      config.seed, plan)
-  console.print_header(config, plan, population, num_params)
+  console.print_header(plan, task.name, population, output_dir, num_params)
   stop_signals.check()
   process = dp_ftrl.build_dp_ftrl_process(
       task.model_fn, tff.learning.optimizers.build_sgdm(config.client_learning_rate),

@@ -1,6 +1,6 @@
 """The checks of a run directory's files against its checkpoint records.
 
-Three readers trust a run directory only as far as its records (`experiments.run.checkpoint_records`)
+Three readers trust a run directory only as far as its records (`dp_ftrl_tff.training.checkpoint_records`)
 vouch for it:
   * a resume (`check_settings`, `check_plan`, `check_files`): the new command's settings and plan,
     and the run's files up to the checkpoint it resumes from; the rows past it (rounds that were not
@@ -26,8 +26,8 @@ from typing import List, Optional
 
 from dp_ftrl_tff import auditing
 from dp_ftrl_tff import plan as plan_lib
-from experiments.run import checkpoint_records, run_config, run_dir
-from experiments.run.checkpoint_records import Resumption
+from dp_ftrl_tff.training import checkpoint_records, run_config, run_dir
+from dp_ftrl_tff.training.checkpoint_records import Resumption
 
 #: The settings (hparams keys) a resumed command may change: `run_config.RESUMABLE_CHANGES` and the
 #: run directory's location (a run copied or moved elsewhere resumes there).
@@ -60,7 +60,7 @@ def _refuse(resumption: Resumption, details: Optional[str]) -> None:
         'resume, or another --experiment_name.')
 
 
-def check_settings(resumption: Resumption, config: run_config.RunConfig) -> None:
+def check_settings(resumption: Resumption, config: run_config.RunConfig, output_dir: str) -> None:
   """Raises ValueError when the command's settings (`config`) differ from those the checkpoint
   `resumption` resumes from trained with, but for `CHANGEABLE_SETTINGS`; a run without a checkpoint
   is checked against its hparams.json (`run_config.check_hparams`).
@@ -73,7 +73,7 @@ def check_settings(resumption: Resumption, config: run_config.RunConfig) -> None
     _refuse_changes(resumption, resumption.record['settings'], run_config.hparams_document(config),
                     CHANGEABLE_SETTINGS)
   else:
-    run_config.check_hparams(config)
+    run_config.check_hparams(config, output_dir)
 
 
 def check_plan(resumption: Resumption, plan: dict) -> None:

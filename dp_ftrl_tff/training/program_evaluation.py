@@ -6,7 +6,7 @@ before the round's save and releases start), which evaluates them in a backgroun
 with training and releases the result, keyed by the 1-based round, to its
 `aggregated_metrics_manager`. Here (`evaluation_manager`):
 
-  * the evaluation is the drivers' own (`experiments.run.evaluation.evaluate`: Keras
+  * the evaluation is the drivers' own (`dp_ftrl_tff.training.evaluation.evaluate`: Keras
     `model.evaluate` on up to `eval_max_examples` test examples), so the values are the drivers'
     exactly. A TFF computation cannot call Keras's `evaluate` loop (a computation is a traced graph;
     `tff.learning.algorithms.build_fed_eval` computes the metrics with its own graph and names), so
@@ -40,7 +40,7 @@ from typing import Callable, Dict
 
 import tensorflow_federated as tff
 
-from experiments.run import checkpoint_records
+from dp_ftrl_tff.training import checkpoint_records
 
 #: EvaluationManager's state managers' directory, under the run's checkpoints/.
 EVAL_DIR = 'eval'

@@ -45,7 +45,7 @@ from typing import Dict, List, Optional
 from absl import logging
 
 from dp_ftrl_tff import _atomic, auditing
-from experiments.run import run_dir, run_setup
+from dp_ftrl_tff.training import run_dir, run_setup
 
 #: The record format this module writes and reads.
 FORMAT = 'dp_ftrl_tff.checkpoint_record.v2'

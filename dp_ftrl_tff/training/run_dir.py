@@ -20,7 +20,7 @@ A driver run owns `<root_output_dir>/<experiment_name>/` through `RunDirectory`:
     `model/<key>_temp<k>` of train_model's model release, `*.tmp` of ours, also in
     `privacy_report/`) are removed at start (`remove_stale_temps`).
   * A full disk: every write above leaves the last checkpoint's state readable, and
-    `experiments.run.disk_full` says so in the one line of a failed write.
+    `dp_ftrl_tff.training.disk_full` says so in the one line of a failed write.
 
 The names of the run's files are here too (`PLAN_FILE`, `HPARAMS_FILE`, `PARTICIPATION_FILE`,
 `METRICS_FILE`, `REPORT_DIR`), with the readers of what a report takes from `metrics.csv` (the
@@ -49,7 +49,7 @@ from absl import logging
 
 from dp_ftrl_tff import _atomic
 from dp_ftrl_tff.accounting import run_metrics
-from experiments.workers import child_workers
+from dp_ftrl_tff.learning import worker_processes
 
 LOCK_FILE = 'run.lock'
 WORKERS_FILE = 'workers.json'
@@ -309,7 +309,7 @@ class RunDirectory:
       return []
     ended = []
     for pid, start in workers:
-      if pid == os.getpid() or not _alive(pid, start) or not child_workers.is_worker(pid):
+      if pid == os.getpid() or not _alive(pid, start) or not worker_processes.is_worker(pid):
         continue
       with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, signal.SIGKILL)
@@ -323,16 +323,16 @@ class RunDirectory:
   def record_workers(self) -> None:
     """Writes this process's current `worker_binary` children to `workers.json` (if they changed
     since the last call)."""
-    pids = sorted(child_workers.child_worker_pids(os.getpid()))
+    pids = sorted(worker_processes.child_worker_pids(os.getpid()))
     if pids == self._recorded_workers:
       return
-    record = {'pid': os.getpid(), 'start': child_workers.start_time(os.getpid()),
-              'workers': [{'pid': pid, 'start': child_workers.start_time(pid)} for pid in pids]}
+    record = {'pid': os.getpid(), 'start': worker_processes.start_time(os.getpid()),
+              'workers': [{'pid': pid, 'start': worker_processes.start_time(pid)} for pid in pids]}
     _atomic.write_text(self.workers_path, json.dumps(record, indent=2) + '\n')
     self._recorded_workers = pids
 
 
 def _alive(pid: int, start) -> bool:
   """Whether process `pid` exists and (if `start` is known) is the one that started at `start`."""
-  now = child_workers.start_time(pid)
+  now = worker_processes.start_time(pid)
   return now is not None and (start is None or now == start)

@@ -12,30 +12,30 @@ determines its result lives in what train_model is given, so a user's own loop o
     participation.csv; a round whose random cohort is empty still runs with no client (the
     aggregator adds the round's noise to a zero sum: the guarantee of Poisson sampling assumes every
     round is released with its noise) and its train metrics are NaN;
-  * the managers (`experiments.run.program_managers`): checkpoints every --checkpoint_every rounds,
-    after the last and on a stop, each with its record (`experiments.run.checkpoint_records`); the
+  * the managers (`dp_ftrl_tff.training.program_managers`): checkpoints every --checkpoint_every rounds,
+    after the last and on a stop, each with its record (`dp_ftrl_tff.training.checkpoint_records`); the
     metrics rows (metrics.csv, tensorboard/, the console's round lines with ETA); the canary rows;
     train_model's `EvaluationManager` every --eval_every rounds and after the last
-    (`experiments.run.program_evaluation`: the Keras evaluation on the test set, in the round's row).
+    (`dp_ftrl_tff.training.program_evaluation`: the Keras evaluation on the test set, in the round's row).
 The run directory `<root_output_dir>/<experiment_name>/` holds:
   * `hparams.json` (a resumed run must match it, except `run_config.RESUMABLE_CHANGES`) and
     `plan.json` (the `dp_ftrl_tff.plan.RunPlan`: everything that determines the guarantee,
-    `experiments.run.run_setup`);
+    `dp_ftrl_tff.training.run_setup`);
   * `mechanism.json` / `mechanism.npz`: the strategy used (loaded, optimized at start, or built);
   * `checkpoints/program_state_<r>`: train_model's `ProgramState` after r rounds (the learning
     state, noise state included, and the data source's iterator), each with `record_<r>.json`, what
     it vouches for; `checkpoints/eval/`: the EvaluationManager's state;
   * `participation.csv` (`client_id,round`, 0-based rounds); with --canary_clients `canaries.json`
-    and `canaries.csv` (`experiments.run.canary_clients`; docs/auditing.md);
+    and `canaries.csv` (`dp_ftrl_tff.training.canary_clients`; docs/auditing.md);
   * `metrics.csv`, `tensorboard/`, `model/training_checkpoint_round_<n>` (train_model's final
     state), `privacy_report/` and `summary.json` (the completion marker, written last:
-    `experiments.run.run_summary`).
+    `dp_ftrl_tff.training.run_summary`).
 Rerunning with the same output directory resumes from the latest checkpoint and ends with the same
 model, participation log and report as an uninterrupted run; a larger --rounds trains on, and a run
 directory moved elsewhere resumes there. The directory's safety (`run.lock`, atomic files, torn log
-lines dropped, `workers.json`) is `experiments.run.run_dir`'s.
+lines dropped, `workers.json`) is `dp_ftrl_tff.training.run_dir`'s.
 
-SIGINT / SIGTERM (`experiments.run.stop_signals`): the handlers only record the signal; the start and
+SIGINT / SIGTERM (`dp_ftrl_tff.training.stop_signals`): the handlers only record the signal; the start and
 the end (report, summary) check it between their steps, and during training the data source checks
 it before it draws the next round (`dp_ftrl_tff.stopping`, in train_model's own task): train_model
 stops there, the last round's releases and checkpoint finish, and `Interrupted` is raised (`Stopped
@@ -47,7 +47,7 @@ The execution context: TFF's local asynchronous C++ context; with --workers
 (`dp_ftrl_tff.learning.remote_contexts`, docs/distributed.md) one over those TFF workers, where a
 computation that loses a worker runs again on those that still answer; with --secure_aggregation
 TFF's asynchronous test context, the one that runs secure sums
-(`experiments.run.secure_context.async_secure_context`). A round whose secure sum wrapped around the
+(`dp_ftrl_tff.training.secure_context.async_secure_context`). A round whose secure sum wrapped around the
 2^bits field (measurement `modular_wrap`) is logged as a warning; the result lists those rounds.
 """
 
@@ -59,9 +59,9 @@ from typing import Any, Dict
 import tensorflow_federated as tff
 
 from dp_ftrl_tff import stopping
-from dp_ftrl_tff.learning import remote_contexts, remote_execution
+from dp_ftrl_tff.learning import remote_contexts, remote_execution, worker_processes
 from dp_ftrl_tff.programs import client_ids, data_source
-from experiments.run import (
+from dp_ftrl_tff.training import (
   checkpoint_records,
   console,
   evaluation,
@@ -75,14 +75,16 @@ from experiments.run import (
   secure_context,
   stop_signals,
 )
-from experiments.run.run_config import RunConfig, Task
+from dp_ftrl_tff.training.run_config import RunConfig
+from dp_ftrl_tff.training.task import Task
 
 #: Where train_model's model output manager writes the final state, under the run directory.
 MODEL_DIR = 'model'
 
 
-def run(task: Task, config: RunConfig) -> Dict[str, Any]:
-  """Trains (or resumes) `config`'s run; returns its final `metrics` (the last row of metrics.csv,
+def train(task: Task, config: RunConfig, output_dir: str) -> Dict[str, Any]:
+  """Trains (or resumes) `task` with the settings `config` in the run directory `output_dir`;
+  returns its final `metrics` (the last row of metrics.csv,
   `run_summary.final_metrics_from_csv`: a NaN is None),
   `state`, `process` (over client ids), `privacy_report` and `modular_wrap_rounds`.
 
@@ -97,9 +99,15 @@ def run(task: Task, config: RunConfig) -> Dict[str, Any]:
       rerun resumes bit-identically.
   """
   with run_start.setup_errors():
+    if not isinstance(task, Task):
+      raise ValueError(f'`task` must be a Task, got {type(task).__name__}.')
     if not isinstance(config, RunConfig):
       raise ValueError(f'`config` must be a RunConfig, got {type(config).__name__}.')
-  directory = run_dir.RunDirectory(config.output_dir)
+    if not isinstance(output_dir, (str, os.PathLike)) or not os.fspath(output_dir):
+      raise ValueError(f'`output_dir` must be a directory path, got {output_dir!r}.')
+  output_dir = os.fspath(output_dir)
+  worker_processes.register_at_exit()  # TFF leaves its worker_binary running after exit
+  directory = run_dir.RunDirectory(output_dir)
   with stop_signals.watching() as stop:
     stop.where = stop_signals.START
     try:
@@ -122,7 +130,7 @@ def _start(task: Task, config: RunConfig, directory: run_dir.RunDirectory,
         tff.program.NativeFederatedContext(_async_context(config))))
     source = data_source.SampledClientDataSource(
         start.client_ids, start.plan,
-        os.path.join(config.output_dir, run_dir.PARTICIPATION_FILE), config.seed)
+        os.path.join(directory.path, run_dir.PARTICIPATION_FILE), config.seed)
     process = client_ids.process_over_client_ids(
         start.process, task.train_data.preprocess(task.client_preprocess_fn), start.canary_ids)
   return start, source, process
@@ -143,13 +151,13 @@ def _async_context(config: RunConfig):
 
 def _run(task: Task, config: RunConfig, directory: run_dir.RunDirectory,
          scope: contextlib.ExitStack, stop: stop_signals.StopSignals) -> Dict[str, Any]:
-  out = config.output_dir
+  out = directory.path
   start, source, process = _start(task, config, directory, scope)
   stop_signals.check()
   directory.remove_stale_temps()
   program_evaluation.clear(out)  # nothing in flight to resume: each checkpoint waited for its own
   checkpoint_records.set_aside(out, start.resumption)
-  run_setup.write_run_files(config, start.resolved, start.plan, start.saved_strategy,
+  run_setup.write_run_files(config, out, start.resolved, start.plan, start.saved_strategy,
                             start.run_id)
   # A kill during an append of metrics.csv leaves a torn last line (the CSV manager cannot parse
   # it); the participation log's is cut by the data source at its checkpointed offset.
@@ -160,8 +168,8 @@ def _run(task: Task, config: RunConfig, directory: run_dir.RunDirectory,
   weights = program_evaluation.as_model_weights(
       _materialized(lambda: process.get_model_weights(initial_state)))
   canaries = program_managers.canary_recorder(
-      config, start, sum(int(w.size) for w in weights.trainable))
-  managers = program_managers.Managers(config, start.plan, task.accuracy_metric, start.run_id,
+      out, start, sum(int(w.size) for w in weights.trainable))
+  managers = program_managers.Managers(config, out, start.plan, task.accuracy_metric, start.run_id,
                                        source, canaries)
   stop_signals.check()
   done_before = max(asyncio.run(managers.state.get_versions()) or [0])
@@ -199,7 +207,7 @@ def _run(task: Task, config: RunConfig, directory: run_dir.RunDirectory,
     checkpoint_records.record_final_files(out, config.rounds)
     stop_signals.check()
   privacy_report = run_report.finish(
-      config, start.plan, task.accuracy_metric, trained=trained, rounds_done=config.rounds,
+      config, out, start.plan, task.accuracy_metric, trained=trained, rounds_done=config.rounds,
       run_id=start.run_id, report=managers.report and managers.report.last_report)
   return {'state': final_state, 'process': process,
           'metrics': run_summary.final_metrics_from_csv(

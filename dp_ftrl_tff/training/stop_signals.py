@@ -11,7 +11,7 @@ its safe points, where `Interrupted` is raised in the run's own code:
     first checkpoint; inside the library's long computations (an optimizer run at start, a
     calibration, the equal-privacy table: `dp_ftrl_tff.stopping`, whose check `StopSignals`
     installs). The line: "Stopped by SIGTERM during the start of the run, before training: ...";
-  * between rounds: the training loop (`experiments.run.training_loop`) stops train_model through
+  * between rounds: the training loop (`dp_ftrl_tff.training.training_loop`) stops train_model through
     its data source's check before it draws the next round, lets the last round's releases and
     checkpoint finish, and raises `Interrupted` with `stopped_message`;
   * between the steps of the end (the final evaluation, the privacy report, the summary: `check()`;
@@ -27,7 +27,7 @@ asked for it (`StopSignals(exit_on_second=True)`: the drivers, for their whole
 life): the handler ends the process's worker_binary children, writes one line to stderr and leaves
 with `os._exit(128 + signum)`, raising nothing. The run directory is then as after a SIGKILL, which
 a rerun resumes from: checkpoints and records are renamed into place, torn log lines are dropped
-(`experiments.run.run_dir`). In-process (a test, a notebook calling `training_loop.run`), a second
+(`dp_ftrl_tff.training.run_dir`). In-process (a test, a notebook calling `training_loop.run`), a second
 signal instead restores the handlers that were there before, so a third one acts as without us.
 
 Handlers are installed only in the main thread, and the previous ones are restored on exit. One
@@ -44,7 +44,7 @@ import threading
 from typing import Iterator, Optional
 
 from dp_ftrl_tff import stopping
-from experiments.workers import child_workers
+from dp_ftrl_tff.learning import worker_processes
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -185,7 +185,7 @@ def _exit_now(signum: int) -> None:
   `os._exit`s, as a kill would but with the exit status 128 + `signum`. Only calls that are safe
   wherever the main thread was: no logging (its locks), no buffered stream that the interrupted
   code may be writing (a reentrant write raises); stdout is flushed if it can be."""
-  child_workers.end_child_workers()
+  worker_processes.end_child_workers()
   with contextlib.suppress(Exception):
     sys.stdout.flush()
   line = (f'Stopped by {signal_name(signum)} at once (a second stop signal); the last checkpoint '

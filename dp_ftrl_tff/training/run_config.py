@@ -1,12 +1,14 @@
-"""A driver run's settings (`RunConfig`, what `hparams.json` holds), its `Task`, and `hparams.json`.
+"""A training run's settings (`RunConfig`, what `hparams.json` holds) and `hparams.json`.
 
-`RunConfig` is the flag-level record of a run: every field is the flag of the same name
-(`experiments.run.driver_flags`), the mechanism's options included (`mechanism_options`, one flag
-per registry option). It validates by building the settings objects of the plan
+`RunConfig` holds every setting of a run that is not its task's (`training.task.Task`: model and
+data): the mechanism (its options in `mechanism_options`, one per registry option), noise or target
+epsilon, clipping, restarts, sampler, SecAgg, canaries, seeds and cadences. The drivers' flags have
+the fields' names (`experiments.run.driver_config.DriverConfig` adds the drivers' own: output
+location, data, batches). It validates by building the settings objects of the plan
 (`dp_ftrl_tff.settings`: SecAgg, adaptive clipping, restarts, the participation schema), so each
-setting has one check, and names the flag in its errors. A resumed run must match the settings in
+setting has one check, and names the field in its errors. A resumed run must match the settings in
 `hparams.json` (`check_hparams`) but `RESUMABLE_CHANGES`. The plan itself (strategy, calibration)
-is `experiments.run.run_setup`'s.
+is `dp_ftrl_tff.training.run_setup`'s.
 
 Conventions: rounds are 0-based; `min_sep` = b (r2 - r1 >= b; TF-Privacy's min_separation = b - 1);
 the noise multiplier is relative to the clip norm and the mean divides by the fixed
@@ -16,7 +18,8 @@ the noise multiplier is relative to the clip norm and the mean divides by the fi
 import dataclasses
 import json
 import os
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple
+import re
+from typing import Any, Dict, Optional, Tuple
 
 from dp_ftrl_tff import _validation, plan_checks, settings
 from dp_ftrl_tff import plan as plan_lib
@@ -25,11 +28,7 @@ from dp_ftrl_tff.accounting import zcdp_epsilon
 from dp_ftrl_tff.learning import remote_execution
 from dp_ftrl_tff.mechanisms import participation as participation_lib
 from dp_ftrl_tff.mechanisms import registry
-from experiments.cli import flag_parsing, plan_flags
-from experiments.run import run_dir
-
-if TYPE_CHECKING:  # the binaries check their flags before TensorFlow is imported
-  import tensorflow as tf
+from dp_ftrl_tff.training import run_dir
 
 SECURE_ROTATIONS = ('dft', 'hd', 'none')
 
@@ -42,24 +41,56 @@ RUN_ID_KEY = 'run_id'
 #: `clients_per_round` of the min-sep sampler when not given.
 DEFAULT_CLIENTS_PER_ROUND = 10
 
-#: The longest directory name of the usual file systems (NAME_MAX of ext4, XFS, tmpfs).
-_MAX_NAME_BYTES = 255
+#: The library's name of a setting -> the `RunConfig` field that sets it, where the two differ
+#: (a binary's flag has its field's name).
+FIELD_NAMES = {
+    'num_rounds': 'rounds',
+    'delta': 'target_delta',
+    'max_elements': 'max_elements_per_client',
+    'participation': 'min_sep',
+    'beyond_max_rounds': 'banded_beyond_max_rounds',
+    'bits': 'secure_bits',
+    'rotation': 'secure_rotation',
+    'beta': 'secure_beta',
+    'modclip_prob': 'secure_modclip_prob',
+    'secure': 'secure_aggregation',
+    'adaptive_clip': 'adaptive_clipping',
+    'initial_clip': 'clip_norm',
+    'num_groups': 'sampling_groups',
+    'kind': 'sampler',
+    'warmup': 'restart_warmup',
+    'period': 'restart_period',
+    'allow_setting_mismatch': 'allow_strategy_setting_mismatch',
+    'num_clients': 'synthetic_num_clients',
+    'examples_per_client': 'synthetic_examples_per_client',
+}
+
+
+def field_words(text: str, field_names=None) -> str:
+  """`text` with each backticked library name of `FIELD_NAMES` written as its field's name (in
+  backticks), where `field_names` (None: all) has that field."""
+  def rename(match):
+    field = FIELD_NAMES.get(match.group(1))
+    if field is None or (field_names is not None and field not in field_names):
+      return match.group(0)
+    return f'`{field}`'
+  return _BACKTICKED.sub(rename, str(text))
+
+
+_BACKTICKED = re.compile(r'`([A-Za-z_][A-Za-z0-9_]*)`')
 
 _HPARAMS_REMEDY = ('restore it (it holds the settings of the run in this directory), or start a new '
-                   'run with another --experiment_name.')
+                   'run in another output directory.')
 
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
-  """Every setting of a run (what `hparams.json` holds). See the flags of the same names;
-  `mechanism_options` holds the mechanism's option flags that were given ({'num_bands': 3})."""
-  root_output_dir: str
-  experiment_name: str = 'run'
+  """Every setting of a run but its task's (what `hparams.json` holds), validated when built (a
+  `ValueError` naming the field). The drivers' flags of the same names document each field;
+  `mechanism_options` holds the mechanism's options that were given ({'num_bands': 3})."""
   rounds: int = 20
   clients_per_round: Optional[int] = None  # DEFAULT_CLIENTS_PER_ROUND (min-sep); None with Poisson
   client_learning_rate: float = 0.1
-  client_batch_size: int = 16
-  client_epochs: int = 1
   server_learning_rate: float = 1.0
   server_momentum: float = 0.9
   mechanism: str = 'blt'
@@ -87,9 +118,6 @@ class RunConfig:
   secure_rotation: str = 'dft'
   secure_beta: float = 0.0
   secure_modclip_prob: float = 1e-4
-  data: str = 'synthetic'
-  synthetic_num_clients: int = 1000
-  synthetic_examples_per_client: int = 20
   seed: int = 0
   noise_seed: Optional[int] = None
   canary_clients: int = 0  # N canary clients in the population (docs/auditing.md)
@@ -98,22 +126,18 @@ class RunConfig:
   eval_max_examples: int = 10000
   target_delta: float = zcdp_epsilon.DEFAULT_DELTA
   workers: Optional[str] = None  # 'host:port,...' of TFF workers, None: run locally
-  task: Dict[str, Any] = dataclasses.field(default_factory=dict)  # driver-specific settings
 
   def __post_init__(self):
     try:
       self._check()
     except ValueError as error:
-      raise ValueError(flag_parsing.flag_words(str(error), _FIELDS)) from error
+      raise ValueError(field_words(
+          str(error), frozenset(f.name for f in dataclasses.fields(self)))) from error
 
   def _check(self) -> None:
     """Validates every setting (errors in the library's words; `__post_init__` renames them)."""
-    if not isinstance(self.root_output_dir, str) or not self.root_output_dir:
-      raise ValueError('`root_output_dir` must be given (--root_output_dir).')
-    _check_experiment_name(self.experiment_name)
     self._resolve_sampler_settings()
-    for name in ('rounds', 'client_batch_size', 'client_epochs', 'checkpoint_every', 'eval_every',
-                 'eval_max_examples', 'synthetic_num_clients', 'synthetic_examples_per_client'):
+    for name in ('rounds', 'checkpoint_every', 'eval_every', 'eval_max_examples'):
       _validation.check_positive_int(getattr(self, name), name)
     _validation.check_nonnegative_int(self.canary_clients, 'canary_clients')
     if not 0 <= _validation.check_nonnegative_int(self.seed, 'seed') < 2**63:
@@ -251,17 +275,13 @@ class RunConfig:
             'restarts': self.restart_schedule(), 'sampling': self.sampling(population)}
 
   @property
-  def output_dir(self) -> str:
-    return os.path.join(self.root_output_dir, self.experiment_name)
-
-  @property
   def participation(self) -> participation_lib.ParticipationSchema:
     return participation_lib.ParticipationSchema.b_min_sep(self.min_sep, self.max_participations)
 
   def restart_schedule(self) -> Optional[settings.RestartSchedule]:
     """The `RestartSchedule` of `restart_rounds`, or of `restart_warmup` (default: the period) and
     `restart_period`; None without restarts."""
-    return plan_flags.restarts(self.restart_rounds, self.restart_warmup, self.restart_period)
+    return settings.RestartSchedule.of(self.restart_rounds, self.restart_warmup, self.restart_period)
 
   def _adaptive_settings(self) -> settings.AdaptiveClipping:
     return settings.AdaptiveClipping(
@@ -269,53 +289,19 @@ class RunConfig:
         clip_learning_rate=self.clip_learning_rate, clipped_count_stddev=self.clipped_count_stddev)
 
 
-_FIELDS = frozenset(f.name for f in dataclasses.fields(RunConfig))
-
-
-def _check_experiment_name(name) -> None:
-  """One path component: the run directory stays inside `root_output_dir`."""
-  if not isinstance(name, str) or not name.strip():
-    raise ValueError(f'`experiment_name` must be a non-empty directory name, got {name!r}.')
-  if name in ('.', '..') or any(c in name for c in ('/', '\\', '\0')):
-    raise ValueError('`experiment_name` must be one directory name inside `root_output_dir` (no '
-                     f'"/", "\\" or ".."), got {name!r}.')
-  if len(name.encode('utf-8', 'surrogateescape')) > _MAX_NAME_BYTES:
-    raise ValueError(f'`experiment_name` is {len(name.encode("utf-8", "surrogateescape"))} bytes '
-                     f'long; a directory name has at most {_MAX_NAME_BYTES}.')
-
-
-@dataclasses.dataclass
-class Task:
-  """What a driver supplies: data, models and preprocessing.
-
-  Attributes:
-    train_data: the federated training population (`tff.simulation.datasets.ClientData`).
-    model_fn: no-argument TFF model constructor for training.
-    keras_model_fn: no-argument constructor of the same model as a compiled Keras model (evaluation).
-    client_preprocess_fn: maps a client's raw dataset to its training batches.
-    eval_dataset: centralized test batches (already preprocessed, elements `OrderedDict(x=, y=)`).
-    accuracy_metric: name of the training metric printed as "accuracy" in the log line.
-  """
-  train_data: Any
-  model_fn: Callable[[], Any]
-  keras_model_fn: Callable[[], 'tf.keras.Model']
-  client_preprocess_fn: Callable[['tf.data.Dataset'], 'tf.data.Dataset']
-  eval_dataset: 'tf.data.Dataset'
-  accuracy_metric: str = 'accuracy'
-
-
 # ------------------------------------------------------------------------------------------------
 # hparams.json
 
 
-def check_hparams(config: RunConfig) -> None:
-  """A resumed run must match the settings in `hparams.json` but `RESUMABLE_CHANGES` (reads only).
+def check_hparams(config: RunConfig, output_dir: str) -> None:
+  """A resumed run must match the settings in `output_dir`'s `hparams.json` but
+  `RESUMABLE_CHANGES` (reads only).
 
   Raises:
     ValueError: the directory holds a run with other settings.
     run_dir.CorruptRunFileError: `hparams.json` is not valid JSON.
   """
-  path = os.path.join(config.output_dir, run_dir.HPARAMS_FILE)
+  path = os.path.join(output_dir, run_dir.HPARAMS_FILE)
   current = hparams_document(config)
   if not os.path.exists(path):
     return
@@ -323,14 +309,14 @@ def check_hparams(config: RunConfig) -> None:
   if not isinstance(saved, dict):
     raise run_dir.corrupt_file_error(path, 'not a JSON object', _HPARAMS_REMEDY)
   # A setting added after the run started (absent from its file) had its default value.
-  saved = {**{k: v for k, v in _DEFAULT_HPARAMS.items() if k not in saved}, **saved}
+  saved = {**{k: v for k, v in _default_hparams(type(config)).items() if k not in saved}, **saved}
   saved.pop(RUN_ID_KEY, None)
   changed = sorted(k for k in set(saved) | set(current)
                    if k not in RESUMABLE_CHANGES and saved.get(k) != current.get(k))
   if changed:
     details = ', '.join(f'{k}: {saved.get(k)!r} -> {current.get(k)!r}' for k in changed)
-    raise ValueError(f'{config.output_dir} holds a run with other settings ({details}); use '
-                     'another --experiment_name or the same settings to resume.')
+    raise ValueError(f'{output_dir} holds a run with other settings ({details}); use another '
+                     'output directory or the same settings to resume.')
 
 
 def hparams_document(config: RunConfig) -> dict:
@@ -338,6 +324,12 @@ def hparams_document(config: RunConfig) -> dict:
   return json.loads(json.dumps(dataclasses.asdict(config)))
 
 
-#: The hparams of a run with every default (`root_output_dir` is not compared on resume).
-_DEFAULT_HPARAMS = hparams_document(RunConfig(root_output_dir='.'))
-
+def _default_hparams(config_type) -> dict:
+  """The hparams of a run of `config_type` (a `RunConfig` or a subclass) with every default."""
+  defaults = {}
+  for field in dataclasses.fields(config_type):
+    if field.default is not dataclasses.MISSING:
+      defaults[field.name] = field.default
+    elif field.default_factory is not dataclasses.MISSING:
+      defaults[field.name] = field.default_factory()
+  return json.loads(json.dumps(defaults))

@@ -43,6 +43,20 @@ def epsilon_words(guarantee: zcdp.Guarantee) -> str:
   return f'epsilon {guarantee.epsilon:.4g}'
 
 
+def program_name() -> str:
+  """The binary's name in its messages: its file's name (`run_emnist.py`, `mechanisms_cli.py`), or
+  its package's for a package run as `python -m PACKAGE` (`workers`)."""
+  path = sys.argv[0] if sys.argv and sys.argv[0] else 'dp_ftrl_tff'
+  if os.path.basename(path) == '__main__.py':
+    return os.path.basename(os.path.dirname(path))
+  return os.path.basename(path)
+
+
+def warn(message: str) -> None:
+  """`<program>: warning: <message>` on stderr: the one warning format of every binary and run."""
+  print(f'{program_name()}: warning: {message}', file=sys.stderr, flush=True)
+
+
 def notice(message: str) -> None:
   """One plain line on stderr (no absl prefix), shown at every verbosity."""
   print(message, file=sys.stderr, flush=True)
@@ -127,16 +141,16 @@ def _noise_warning(plan: plan_lib.RunPlan, num_params: Optional[int]) -> List[st
           '(no privacy).']
 
 
-def print_header(config, plan: plan_lib.RunPlan, population: int, num_params: int) -> None:
-  """Prints the header of a run with the settings `config` (`run_config.RunConfig`) and `plan` over
-  `population` training clients, with the plan's guarantee (`zcdp.planned_guarantee` in
+def print_header(plan: plan_lib.RunPlan, data: str, population: int, output_dir: str,
+                 num_params: int) -> None:
+  """Prints the header of a run in `output_dir` of `plan` over `population` training clients of
+  `data` (the task's name), with the plan's guarantee (`zcdp.planned_guarantee` in
   `CONVERSION`; beyond `zcdp_epsilon.MAX_RHO` the zCDP bound, flagged: no noise multiplier is
   refused for the accountant's memory) and a model of `num_params` parameters; before the process
   is built (TFF takes most of the start-up, 10-20 s, to build it)."""
   planned = (None if plan.noise_multiplier == 0 else
              zcdp.planned_guarantee(plan, conversion=CONVERSION))
-  out(header(plan, planned, f'{config.data}: {population} training clients', config.output_dir,
-             num_params))
+  out(header(plan, planned, f'{data}: {population} training clients', output_dir, num_params))
 
 
 def header(plan: plan_lib.RunPlan, guarantee: Optional[zcdp.Guarantee], data: str,

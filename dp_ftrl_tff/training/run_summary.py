@@ -45,7 +45,7 @@ import os
 from typing import Any, Dict, Optional
 
 from dp_ftrl_tff import _atomic
-from experiments.run import run_dir
+from dp_ftrl_tff.training import run_dir
 
 SUMMARY_FILE = 'summary.json'
 TENSORBOARD_DIR = 'tensorboard'

@@ -17,16 +17,15 @@ from dp_ftrl_tff import auditing
 from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff.accounting import report as report_lib
 from dp_ftrl_tff.accounting import report_files, report_render
-from experiments.cli import flag_parsing
-from experiments.run import console, run_config, run_dir, run_summary, stop_signals
-from experiments.run.run_config import RunConfig
+from dp_ftrl_tff.training import console, run_config, run_dir, run_summary, stop_signals
+from dp_ftrl_tff.training.run_config import RunConfig
 
 
-def finish(config: RunConfig, plan: plan_lib.RunPlan, accuracy_metric: str, *,
+def finish(config: RunConfig, output_dir: str, plan: plan_lib.RunPlan, accuracy_metric: str, *,
            trained: bool, rounds_done: int, run_id: str,
            report: Optional[report_lib.PrivacyReport] = None
            ) -> Optional[report_lib.PrivacyReport]:
-  """Writes the run's privacy report, then (when rounds were `trained` or the marker is missing)
+  """Writes the privacy report of the run in `output_dir`, then (when rounds were `trained` or the marker is missing)
   the completion marker, and prints the summary; returns the report (None without noise).
   `rounds_done` is the rounds the run has trained (its last checkpoint's), `run_id` its identity.
 
@@ -48,7 +47,6 @@ def finish(config: RunConfig, plan: plan_lib.RunPlan, accuracy_metric: str, *,
   program's report release) is used as it is, not built again. A stop signal is seen before the
   report, inside its computations (`dp_ftrl_tff.stopping`) and before the marker; none after it.
   """
-  output_dir = config.output_dir
   complete = not trained and run_summary.is_complete(output_dir)
   stop_signals.check()
   if report is not None:
@@ -80,5 +78,5 @@ def finish(config: RunConfig, plan: plan_lib.RunPlan, accuracy_metric: str, *,
   console.out(console.summary(
       output_dir, None if report is None else report_render.summary(report, warnings=False)))
   for warning in [] if report is None else report.warnings:
-    flag_parsing.warn(warning)
+    console.warn(warning)
   return report

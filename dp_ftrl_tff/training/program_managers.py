@@ -1,9 +1,9 @@
 """The training loop's managers: checkpoints with their records, and the metrics releases.
 
 `Managers(config, plan, accuracy_metric, run_id, source, canaries)` holds what
-`tff.learning.programs.train_model` is given for a run (`experiments.run.training_loop`): the
+`tff.learning.programs.train_model` is given for a run (`dp_ftrl_tff.training.training_loop`): the
 program state manager (checkpoints/program_state_<r> every `checkpoint_every` rounds, each followed
-by its record, `experiments.run.checkpoint_records`; a loaded checkpoint's data iterator continues
+by its record, `dp_ftrl_tff.training.checkpoint_records`; a loaded checkpoint's data iterator continues
 with the run's data source) and the metrics release (the rows of metrics.csv and tensorboard/, each
 with its round's evaluation when there is one and its `round_seconds`, the console lines, then the
 privacy report or the canary rows: `programs.metrics_release`, `program_evaluation`,
@@ -28,7 +28,7 @@ from absl import logging
 
 from dp_ftrl_tff.programs import data_source as data_source_lib
 from dp_ftrl_tff.programs import metrics_release, report_release
-from experiments.run import (
+from dp_ftrl_tff.training import (
   canary_clients,
   checkpoint_records,
   console,
@@ -149,7 +149,7 @@ class StateManager(tff.program.FileProgramStateManager):
         if self._before_save is not None:
           self._before_save(version)
         await super().save(program_state, version)
-        self._after_save(version)  # the checkpoint's record (experiments.run.checkpoint_records)
+        self._after_save(version)  # the checkpoint's record (dp_ftrl_tff.training.checkpoint_records)
       except Exception as error:  # noqa: BLE001 (the loop raises it in its own task)
         self._released.fail(error)
 
@@ -226,21 +226,21 @@ class CanaryRounds(tff.program.ReleaseManager):
       self._recorder.record_round(round_num, self._held.pop(round_num))
 
 
-def canary_recorder(config: run_config.RunConfig, start, num_params: int
+def canary_recorder(output_dir: str, start, num_params: int
                     ) -> Optional[canary_clients.CanaryRecorder]:
-  """The `canary_clients.CanaryRecorder` of the run `start` (`run_start.RunStart`; a model of
+  """The `canary_clients.CanaryRecorder` of the run `start` in `output_dir` (`run_start.RunStart`; a model of
   `num_params` trainable parameters) with its files started (a resume trims canaries.csv to its
   checkpoint's record and rebuilds a missing or altered canaries.json), or None without canaries."""
   if start.canaries is None:
     return None
   recorder = canary_clients.CanaryRecorder(start.canaries, start.canary_ids,
-                                           config.output_dir, num_params, start.plan, start.run_id)
+                                           output_dir, num_params, start.plan, start.run_id)
   resumption = start.resumption
   if not resumption.fresh:
-    checkpoint_records.trim_files(config.output_dir, resumption)
+    checkpoint_records.trim_files(output_dir, resumption)
   recorder.start_files(resumption.fresh, start.rebuild)
   if not resumption.fresh:
-    record_checks.check_rebuilt(config.output_dir, resumption, start.rebuild)
+    record_checks.check_rebuilt(output_dir, resumption, start.rebuild)
   return recorder
 
 
@@ -255,10 +255,11 @@ class Managers:
   With `canaries` (the run's `CanaryRecorder`) the canary rows go with the checkpoints and the
   records vouch for the canary files."""
 
-  def __init__(self, config: run_config.RunConfig, plan, accuracy_metric: str, run_id: str,
+  def __init__(self, config: run_config.RunConfig, output_dir: str, plan, accuracy_metric: str,
+               run_id: str,
                source: data_source_lib.SampledClientDataSource,
                canaries: Optional[canary_clients.CanaryRecorder] = None):
-    out = config.output_dir
+    out = output_dir
     path = lambda *names: os.path.join(out, *names)  # noqa: E731
     settings = run_config.hparams_document(config)
     self.released = released = RoundsReleased()

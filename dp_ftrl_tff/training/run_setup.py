@@ -23,7 +23,7 @@ from dp_ftrl_tff import plan as plan_lib
 from dp_ftrl_tff import sampling as sampling_lib
 from dp_ftrl_tff.accounting import amplified_strategy, calibration
 from dp_ftrl_tff.mechanisms import base, files, registry, resolve
-from experiments.run import run_config, run_dir
+from dp_ftrl_tff.training import run_config, run_dir
 
 _MECHANISM_BASENAME = 'mechanism'
 _SAVED_STRATEGY_REMEDY = ('restore it (the run\'s noise was drawn with this strategy), or start a '
@@ -57,25 +57,21 @@ def _saved_plan_source(output_dir: str) -> Optional[resolve.StrategySource]:
   return None if source is None else resolve.StrategySource.from_config(source)
 
 
-def run_strategy(config: run_config.RunConfig, recorded_plan: Optional[dict] = None
+def run_strategy(config: run_config.RunConfig, output_dir: Optional[str] = None,
+                 recorded_plan: Optional[dict] = None
                  ) -> Tuple[resolve.ResolvedStrategy, Optional[str]]:
   """(the run's strategy and its source, the run directory's strategy file it was loaded from or
   None when it still has to be saved there), writing nothing. On resume, `recorded_plan` is the
   plan the latest checkpoint's record holds (`checkpoint_records`): the saved strategy's source
-  comes from it, not from plan.json.
+  comes from it, not from plan.json. Without `output_dir` (no run directory) the strategy is
+  resolved from the settings.
 
   Raises:
     ValueError: a strategy of another kind than `mechanism`, a file for another setting, ...
     resolve.StrategyFileError (a ValueError): the user's `mechanism_file` cannot be read.
     run_dir.CorruptRunFileError: the run directory's mechanism file or plan cannot be read.
   """
-  saved = saved_strategy_path(config.output_dir)
-  if recorded_plan is None:
-    source = _saved_plan_source(config.output_dir)
-  else:
-    recorded_source = recorded_plan.get('strategy_source')
-    source = None if recorded_source is None else resolve.StrategySource.from_config(
-        recorded_source)
+  saved = None if output_dir is None else saved_strategy_path(output_dir)
   if saved is None:
     resolved = resolve.resolve_strategy(
         config.mechanism, strategy=config.mechanism_file, options=config.mechanism_options,
@@ -83,6 +79,12 @@ def run_strategy(config: run_config.RunConfig, recorded_plan: Optional[dict] = N
         allow_setting_mismatch=config.allow_strategy_setting_mismatch)
     logging.info('Mechanism (%s): %s', resolved.source.describe(), resolved.strategy)
     return resolved, None
+  if recorded_plan is None:
+    source = _saved_plan_source(output_dir)
+  else:
+    recorded_source = recorded_plan.get('strategy_source')
+    source = None if recorded_source is None else resolve.StrategySource.from_config(
+        recorded_source)
   try:
     strategy = files.load_strategy(saved)
   except (ValueError, OSError) as error:
@@ -153,9 +155,9 @@ def amplification_warning(strategy: base.Strategy, sampling: sampling_lib.Sampli
           f'({detail}): the run trains, and its privacy is accounted without amplification.')
 
 
-def check_plan_file(config: run_config.RunConfig) -> None:
-  """Raises `run_dir.CorruptRunFileError` if the run directory's `plan.json` is not valid JSON."""
-  _saved_plan_source(config.output_dir)
+def check_plan_file(output_dir: str) -> None:
+  """Raises `run_dir.CorruptRunFileError` if `output_dir`'s `plan.json` is not valid JSON."""
+  _saved_plan_source(output_dir)
 
 
 def hparams_json(config: run_config.RunConfig, run_id: Optional[str] = None) -> str:
@@ -168,16 +170,17 @@ def hparams_json(config: run_config.RunConfig, run_id: Optional[str] = None) -> 
   return json.dumps(document, indent=2, sort_keys=True)
 
 
-def write_run_files(config: run_config.RunConfig, resolved: resolve.ResolvedStrategy,
-                    plan: plan_lib.RunPlan, saved_strategy: Optional[str], run_id: str) -> None:
+def write_run_files(config: run_config.RunConfig, output_dir: str,
+                    resolved: resolve.ResolvedStrategy, plan: plan_lib.RunPlan,
+                    saved_strategy: Optional[str], run_id: str) -> None:
   """Writes `hparams.json` (with the run's identity `run_id`), the strategy (first start only:
   `mechanism.json` / `.npz` with the setting it was made for, which a resumed run reuses) and
   `plan.json`, each atomically."""
-  os.makedirs(config.output_dir, exist_ok=True)
-  _atomic.write_text(os.path.join(config.output_dir, run_dir.HPARAMS_FILE),
+  os.makedirs(output_dir, exist_ok=True)
+  _atomic.write_text(os.path.join(output_dir, run_dir.HPARAMS_FILE),
                      hparams_json(config, run_id))
   if saved_strategy is None:  # a resumed run reuses the strategy its first start saved
-    path = os.path.join(config.output_dir,
+    path = os.path.join(output_dir,
                         _MECHANISM_BASENAME + registry.entry(resolved.strategy.name).file_suffix)
     files.save_strategy(resolved.strategy, path, setting=resolved.source.setting)
-  _atomic.write_text(os.path.join(config.output_dir, run_dir.PLAN_FILE), plan_lib.plan_json(plan))
+  _atomic.write_text(os.path.join(output_dir, run_dir.PLAN_FILE), plan_lib.plan_json(plan))

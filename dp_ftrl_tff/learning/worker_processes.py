@@ -2,16 +2,16 @@
 
 TFF's local C++ execution context starts one `worker_binary` child per process that runs a
 computation, and does not stop it at exit: it is re-parented to PID 1 and keeps the parent's stdout
-open, which can hang pipelines. `end_child_workers()` stops this process's own worker children; test
-sessions and binaries register it at exit (`register_at_exit`). Linux only (reads /proc); a no-op
-elsewhere.
+open, which can hang pipelines (`python my_loop.py | tail` waits for it). `end_child_workers()` stops
+this process's own worker children; a script ends them on leaving `ending_child_workers()` or at
+exit (`register_at_exit`; `dp_ftrl_tff.training.train` registers it). Linux only (reads /proc); a
+no-op elsewhere.
 """
 
 import atexit
+import contextlib
 import os
 import signal
-
-from experiments.cli import flag_parsing
 
 _WORKER_NAME = 'worker_binary'
 
@@ -73,7 +73,23 @@ def end_child_workers() -> int:
 
 
 def register_at_exit() -> None:
-  """Ends this process's worker_binary children when the interpreter exits, and when a binary exits
-  at once through `flag_parsing.exit_now` (which skips the atexit hooks)."""
-  atexit.register(end_child_workers)
-  flag_parsing.register_exit_hook(end_child_workers)
+  """Ends this process's worker_binary children when the interpreter exits (once, however often it
+  is called). A binary that exits through `os._exit` skips atexit hooks and calls
+  `end_child_workers` itself."""
+  global _registered
+  if not _registered:
+    atexit.register(end_child_workers)
+    _registered = True
+
+
+@contextlib.contextmanager
+def ending_child_workers():
+  """Runs its block, then ends the worker_binary children this process started (on an error too):
+  `with worker_processes.ending_child_workers(): <a loop of TFF computations>`."""
+  try:
+    yield
+  finally:
+    end_child_workers()
+
+
+_registered = False
