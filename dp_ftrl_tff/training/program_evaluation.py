@@ -20,7 +20,7 @@ with training and releases the result, keyed by the 1-based round, to its
     before it starts the round's release, so the rule of which rounds are evaluated stays
     train_model's): the evaluation lands in THAT round's row (0-based key), as in the drivers,
     with no late rewrite of metrics.csv (`CSVFileReleaseManager.release` drops the rows at and
-    after its key). The round's checkpoint waits for its row (`program_managers.StateManager`), so
+    after its key). The round's checkpoint waits for its row (`state_manager.StateManager`), so
     it waits for its evaluation too;
   * EvaluationManager's state managers (its list of evaluations in flight, each evaluation's model)
     live in `checkpoints/eval/` and are removed at each start (`clear`): a checkpoint of round r is
@@ -70,7 +70,7 @@ def as_model_weights(value) -> tff.learning.models.ModelWeights:
 class Evaluations(tff.program.ReleaseManager):
   """The `aggregated_metrics_manager` of the run's EvaluationManager: keeps the `eval_<metric>`
   of each evaluated round (train_model's 1-based key) until `take` hands them to the round's row.
-  `released` (`program_managers.RoundsReleased`) ends the waits on a failure."""
+  `released` (`release_order.RoundsReleased`) ends the waits on a failure."""
 
   def __init__(self, released):
     self._released, self._started, self._results = released, set(), {}

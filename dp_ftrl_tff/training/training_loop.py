@@ -1,21 +1,22 @@
-"""The training loop of every binary: `tff.learning.programs.train_model` with the run's process,
-data source and managers.
+"""The training loop of every run: `tff.learning.programs.train_model` with the run's process, data
+source and managers.
 
-`run(task, config)` trains (or resumes) a run described by a `run_config.RunConfig`. Everything that
-determines its result lives in what train_model is given, so a user's own loop over the same parts
-(docs/tutorial.md) trains the same run:
+`train(task, config, output_dir)` trains (or resumes) the `task.Task` with the settings of a
+`run_config.RunConfig` in the run directory `output_dir`; `run_program` is the same run for one's
+own train_model call. Everything that determines its result lives in what train_model is given, so
+a user's own loop over the same parts (docs/tutorial.md) trains the same run:
   * the process: `learning.dp_ftrl`'s (restarts, canaries and the noise state inside it), taking
     client ids (`programs.client_ids`: each client's input, a canary's included, is built inside
     the computation, which also counts the round's clients: `cohort_size`);
   * the data source: `programs.data_source.SampledClientDataSource`, the plan's min-sep or (cyclic)
-    Poisson sampler over the population and the canary clients, seeded by `--seed`, writing
+    Poisson sampler over the population and the canary clients, seeded by `seed`, writing
     participation.csv; a round whose random cohort is empty still runs with no client (the
     aggregator adds the round's noise to a zero sum: the guarantee of Poisson sampling assumes every
     round is released with its noise) and its train metrics are NaN;
-  * the managers (`dp_ftrl_tff.training.program_managers`): checkpoints every --checkpoint_every rounds,
+  * the managers (`dp_ftrl_tff.training.program_managers`): checkpoints every `checkpoint_every` rounds,
     after the last and on a stop, each with its record (`dp_ftrl_tff.training.checkpoint_records`); the
     metrics rows (metrics.csv, tensorboard/, the console's round lines with ETA); the canary rows;
-    train_model's `EvaluationManager` every --eval_every rounds and after the last
+    train_model's `EvaluationManager` every `eval_every` rounds and after the last
     (`dp_ftrl_tff.training.program_evaluation`: the Keras evaluation on the test set, in the round's row).
 The run directory `<root_output_dir>/<experiment_name>/` holds:
   * `hparams.json` (a resumed run must match it, except `run_config.RESUMABLE_CHANGES`) and
@@ -25,13 +26,13 @@ The run directory `<root_output_dir>/<experiment_name>/` holds:
   * `checkpoints/program_state_<r>`: train_model's `ProgramState` after r rounds (the learning
     state, noise state included, and the data source's iterator), each with `record_<r>.json`, what
     it vouches for; `checkpoints/eval/`: the EvaluationManager's state;
-  * `participation.csv` (`client_id,round`, 0-based rounds); with --canary_clients `canaries.json`
+  * `participation.csv` (`client_id,round`, 0-based rounds); with `canary_clients` `canaries.json`
     and `canaries.csv` (`dp_ftrl_tff.training.canary_clients`; docs/auditing.md);
   * `metrics.csv`, `tensorboard/`, `model/training_checkpoint_round_<n>` (train_model's final
     state), `privacy_report/` and `summary.json` (the completion marker, written last:
     `dp_ftrl_tff.training.run_summary`).
 Rerunning with the same output directory resumes from the latest checkpoint and ends with the same
-model, participation log and report as an uninterrupted run; a larger --rounds trains on, and a run
+model, participation log and report as an uninterrupted run; a larger `rounds` trains on, and a run
 directory moved elsewhere resumes there. The directory's safety (`run.lock`, atomic files, torn log
 lines dropped, `workers.json`) is `dp_ftrl_tff.training.run_dir`'s.
 
@@ -43,9 +44,9 @@ by SIGTERM after round 3/6: checkpoint program_state_3 saved; ...`). An error of
 background tasks (a release, a save, an evaluation: a full disk) is raised the same way, before the
 next round, and no later checkpoint is saved.
 
-The execution context: TFF's local asynchronous C++ context; with --workers
+The execution context: TFF's local asynchronous C++ context; with `workers`
 (`dp_ftrl_tff.learning.remote_contexts`, docs/distributed.md) one over those TFF workers, where a
-computation that loses a worker runs again on those that still answer; with --secure_aggregation
+computation that loses a worker runs again on those that still answer; with `secure_aggregation`
 TFF's asynchronous test context, the one that runs secure sums
 (`dp_ftrl_tff.training.secure_context.async_secure_context`). A round whose secure sum wrapped around the
 2^bits field (measurement `modular_wrap`) is logged as a warning; the result lists those rounds.
@@ -53,8 +54,9 @@ TFF's asynchronous test context, the one that runs secure sums
 
 import asyncio
 import contextlib
+import dataclasses
 import os
-from typing import Any, Dict
+from typing import Any, Dict, Iterator
 
 import tensorflow_federated as tff
 
@@ -62,11 +64,13 @@ from dp_ftrl_tff import stopping
 from dp_ftrl_tff.learning import remote_contexts, remote_execution, worker_processes
 from dp_ftrl_tff.programs import client_ids, data_source
 from dp_ftrl_tff.training import (
+  canary_release,
   checkpoint_records,
   console,
   evaluation,
   program_evaluation,
   program_managers,
+  release_order,
   run_dir,
   run_report,
   run_setup,
@@ -98,6 +102,34 @@ def train(task: Task, config: RunConfig, output_dir: str) -> Dict[str, Any]:
     stop_signals.Interrupted: on SIGINT or SIGTERM, at the next safe point (module docstring). A
       rerun resumes bit-identically.
   """
+  with stop_signals.watching() as stop:
+    stop.where = stop_signals.START
+    with run_program(task, config, output_dir) as program:
+      _train(stop, program.managers, config.rounds, **program.train_model_args)
+      stop.where = stop_signals.finish_stage(config.rounds)
+      return program.finish()
+
+
+@contextlib.contextmanager
+def run_program(task: Task, config: RunConfig, output_dir: str) -> Iterator['RunProgram']:
+  """The run `train` trains, for one's own `tff.learning.programs.train_model` call:
+
+      with training_loop.run_program(task, config, output_dir) as program:
+        asyncio.run(tff.learning.programs.train_model(**program.train_model_args))
+        result = program.finish()
+
+  Entering it does `train`'s start (the checks, a resume's included, the plan, the header, the run
+  files, the process over client ids, the data source, the managers) and installs the run's
+  asynchronous execution context for the block; `program.train_model_args` are train_model's
+  arguments (the managers that order checkpoints after their rows, write the records, the canary
+  rows and the evaluations), which a caller may extend (e.g. wrap `train_metrics_manager` with
+  its own releases); `program.finish()` then writes the final model, the canary cosines, the
+  privacy report and the summary, and returns what `train` returns. Without `train`'s stop checks
+  a SIGINT ends the program at once; a rerun resumes from the last checkpoint as `train` does.
+
+  Raises:
+    what `train` raises before any training.
+  """
   with run_start.setup_errors():
     if not isinstance(task, Task):
       raise ValueError(f'`task` must be a Task, got {type(task).__name__}.')
@@ -105,16 +137,13 @@ def train(task: Task, config: RunConfig, output_dir: str) -> Dict[str, Any]:
       raise ValueError(f'`config` must be a RunConfig, got {type(config).__name__}.')
     if not isinstance(output_dir, (str, os.PathLike)) or not os.fspath(output_dir):
       raise ValueError(f'`output_dir` must be a directory path, got {output_dir!r}.')
-  output_dir = os.fspath(output_dir)
   worker_processes.register_at_exit()  # TFF leaves its worker_binary running after exit
-  directory = run_dir.RunDirectory(output_dir)
-  with stop_signals.watching() as stop:
-    stop.where = stop_signals.START
-    try:
-      with contextlib.ExitStack() as scope:
-        return _run(task, config, directory, scope, stop)
-    finally:
-      directory.release(remove_if_created=True)
+  directory = run_dir.RunDirectory(os.fspath(output_dir))
+  try:
+    with contextlib.ExitStack() as scope:
+      yield _program(task, config, directory, scope)
+  finally:
+    directory.release(remove_if_created=True)
 
 
 def _start(task: Task, config: RunConfig, directory: run_dir.RunDirectory,
@@ -149,8 +178,8 @@ def _async_context(config: RunConfig):
   return remote_contexts.create_async_remote_execution_context(config.workers)
 
 
-def _run(task: Task, config: RunConfig, directory: run_dir.RunDirectory,
-         scope: contextlib.ExitStack, stop: stop_signals.StopSignals) -> Dict[str, Any]:
+def _program(task: Task, config: RunConfig, directory: run_dir.RunDirectory,
+             scope: contextlib.ExitStack) -> 'RunProgram':
   out = directory.path
   start, source, process = _start(task, config, directory, scope)
   stop_signals.check()
@@ -167,52 +196,87 @@ def _run(task: Task, config: RunConfig, directory: run_dir.RunDirectory,
   directory.record_workers()  # the worker_binary exists now: a killed run's is ended on resume
   weights = program_evaluation.as_model_weights(
       _materialized(lambda: process.get_model_weights(initial_state)))
-  canaries = program_managers.canary_recorder(
+  canaries = canary_release.canary_recorder(
       out, start, sum(int(w.size) for w in weights.trainable))
   managers = program_managers.Managers(config, out, start.plan, task.accuracy_metric, start.run_id,
                                        source, canaries)
   stop_signals.check()
   done_before = max(asyncio.run(managers.state.get_versions()) or [0])
-  trained = done_before < config.rounds
   if done_before:
     console.notice(f'Resuming {out} after round {done_before}/{config.rounds}.')
-  if trained:
+  if done_before < config.rounds:
     run_summary.remove_summary(out)
   managers.progress.start()
   model_output = tff.program.SavedModelFileReleaseManager(os.path.join(out, MODEL_DIR), prefix='')
-  _train(stop, managers, config.rounds,
-         train_process=process, initial_train_state=initial_state, train_data_source=source,
-         train_per_round_clients=min(int(round(start.plan.clients_per_round)),
-                                     len(source.client_ids)),
-         train_total_rounds=config.rounds, program_state_manager=managers.state,
-         model_output_manager=program_managers.RecordingRelease(model_output, managers.released),
-         train_metrics_manager=managers.metrics,
-         evaluation_manager=program_evaluation.evaluation_manager(
-             out, lambda w: evaluation.evaluate(task, w, config.eval_max_examples), weights,
-             managers.evaluations, managers.released),
-         evaluation_periodicity=config.eval_every)
-  directory.record_workers()
-  managers.progress.wrap_summary(done_before)
-  stop.where = stop_signals.finish_stage(config.rounds)
-  stop_signals.check()
-  template = tff.learning.programs.ProgramState(initial_state, 0, 0, source.iterator())
-  program_state, _ = asyncio.run(managers.state.load_latest(template))
-  final_state = program_state.state
-  final_model = os.path.join(out, MODEL_DIR, f'training_checkpoint_round_{config.rounds}')
-  if not os.path.isdir(final_model):  # its release was cut short (a kill, a full disk)
-    asyncio.run(model_output.release(final_state, key=os.path.basename(final_model)))
-  if canaries is not None:  # the final model's cosines, vouched for by the last record
-    canaries.record_final(weights.trainable, program_evaluation.as_model_weights(
-        _materialized(lambda: process.get_model_weights(final_state))).trainable)
-    checkpoint_records.record_final_files(out, config.rounds)
+  train_model_args = dict(
+      train_process=process, initial_train_state=initial_state, train_data_source=source,
+      train_per_round_clients=min(int(round(start.plan.clients_per_round)),
+                                  len(source.client_ids)),
+      train_total_rounds=config.rounds, program_state_manager=managers.state,
+      model_output_manager=release_order.RecordingRelease(model_output, managers.released),
+      train_metrics_manager=managers.metrics,
+      evaluation_manager=program_evaluation.evaluation_manager(
+          out, lambda w: evaluation.evaluate(task, w, config.eval_max_examples), weights,
+          managers.evaluations, managers.released),
+      evaluation_periodicity=config.eval_every)
+  return RunProgram(task, config, directory, start, source, managers, model_output, canaries,
+                    weights, done_before, train_model_args)
+
+
+@dataclasses.dataclass
+class RunProgram:
+  """A started run (`run_program`): `train_model_args`, what `tff.learning.programs.train_model`
+  is given, and the parts they hold: the `start` (`run_start.RunStart`: plan, process, ...), the
+  data `source`, the `managers` (`program_managers.Managers`), the final model's release, the
+  `canaries` recorder (None without), the initial model `weights` and `done_before`, the rounds
+  the run directory had trained when it started."""
+  task: Task
+  config: RunConfig
+  directory: run_dir.RunDirectory
+  start: Any
+  source: data_source.SampledClientDataSource
+  managers: program_managers.Managers
+  model_output: Any
+  canaries: Any
+  weights: Any
+  done_before: int
+  train_model_args: Dict[str, Any]
+
+  def finish(self) -> Dict[str, Any]:
+    """After train_model: the final model (if its release was cut short), the canary cosines, the
+    privacy report and the summary; returns `train`'s result.
+
+    Raises:
+      the first error of train_model's background tasks (a release, a save, an evaluation).
+    """
+    config, managers, out = self.config, self.managers, self.directory.path
+    if managers.released.failure is not None:
+      raise managers.released.failure
+    process = self.train_model_args['train_process']
+    self.directory.record_workers()
+    managers.progress.wrap_summary(self.done_before)
     stop_signals.check()
-  privacy_report = run_report.finish(
-      config, out, start.plan, task.accuracy_metric, trained=trained, rounds_done=config.rounds,
-      run_id=start.run_id, report=managers.report and managers.report.last_report)
-  return {'state': final_state, 'process': process,
-          'metrics': run_summary.final_metrics_from_csv(
-              os.path.join(out, run_dir.METRICS_FILE), config.rounds)['final_metrics'],
-          'privacy_report': privacy_report, 'modular_wrap_rounds': managers.progress.wrap_rounds}
+    template = tff.learning.programs.ProgramState(
+        self.train_model_args['initial_train_state'], 0, 0, self.source.iterator())
+    program_state, _ = asyncio.run(managers.state.load_latest(template))
+    final_state = program_state.state
+    final_model = os.path.join(out, MODEL_DIR, f'training_checkpoint_round_{config.rounds}')
+    if not os.path.isdir(final_model):  # its release was cut short (a kill, a full disk)
+      asyncio.run(self.model_output.release(final_state, key=os.path.basename(final_model)))
+    if self.canaries is not None:  # the final model's cosines, vouched for by the last record
+      self.canaries.record_final(self.weights.trainable, program_evaluation.as_model_weights(
+          _materialized(lambda: process.get_model_weights(final_state))).trainable)
+      checkpoint_records.record_final_files(out, config.rounds)
+      stop_signals.check()
+    privacy_report = run_report.finish(
+        config, out, self.start.plan, self.task.accuracy_metric,
+        trained=self.done_before < config.rounds, rounds_done=config.rounds,
+        run_id=self.start.run_id, report=managers.report and managers.report.last_report)
+    return {'state': final_state, 'process': process,
+            'metrics': run_summary.final_metrics_from_csv(
+                os.path.join(out, run_dir.METRICS_FILE), config.rounds)['final_metrics'],
+            'privacy_report': privacy_report,
+            'modular_wrap_rounds': managers.progress.wrap_rounds}
 
 
 def _materialized(compute):
@@ -281,7 +345,7 @@ def _train(stop: stop_signals.StopSignals, managers: program_managers.Managers, 
         stop.signum, done, num_rounds))
 
 
-def _quiet_failures(released: program_managers.RoundsReleased, loop, context) -> None:
+def _quiet_failures(released: release_order.RoundsReleased, loop, context) -> None:
   """An asyncio exception handler that drops the reports of a lost TFF worker (a computation that
   lost every worker fails each reference to its result, and asyncio would log those train_model
   did not await) and of the failure recorded in `released` (EvaluationManager's done-callback

@@ -1,2 +1,2 @@
-"""The run machinery of the simulation drivers: settings, flags, setup, run directory, console,
-the training loop, stop signals and the completion record."""
+"""The drivers' flags (`driver_flags`), settings (`driver_config.DriverConfig`), `main` (`driver`) and
+data files (`sqlite_data`, `sqlite_population`); their run is `dp_ftrl_tff.training`'s."""

@@ -6,7 +6,7 @@ import collections
 import numpy as np
 import pytest
 
-from dp_ftrl_tff.training import program_managers
+from dp_ftrl_tff.training import release_order, state_manager
 
 pytestmark = pytest.mark.unit
 
@@ -16,9 +16,9 @@ def _state(version):
 
 
 def test_saves_every_nth_round_the_last_and_the_held_one_on_a_stop(tmp_path):
-  released = program_managers.RoundsReleased()
+  released = release_order.RoundsReleased()
   recorded = []
-  manager = program_managers.StateManager(str(tmp_path), released, recorded.append, every=3,
+  manager = state_manager.StateManager(str(tmp_path), released, recorded.append, every=3,
                                           total_rounds=7, keep_total=0)
 
   async def rounds(versions, stop=False):
@@ -41,8 +41,8 @@ def test_saves_every_nth_round_the_last_and_the_held_one_on_a_stop(tmp_path):
 
 
 def test_a_held_round_is_not_saved_after_a_failure(tmp_path):
-  released = program_managers.RoundsReleased()
-  manager = program_managers.StateManager(str(tmp_path), released, lambda version: None, every=2,
+  released = release_order.RoundsReleased()
+  manager = state_manager.StateManager(str(tmp_path), released, lambda version: None, every=2,
                                           total_rounds=4, keep_total=0)
 
   async def run():
