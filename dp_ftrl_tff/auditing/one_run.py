@@ -4,7 +4,16 @@ NeurIPS 2023): a guessing game over m canaries, bounded by a binomial.
 The game. Each of m canaries is inserted or not; the auditor sees the run and guesses "inserted"
 for k+ canaries, "not inserted" for k- others, and abstains on the rest: r = k+ + k- guesses, of
 which v are correct. Here the m = N_seen + N_unseen canaries are ranked by score: the k+ highest
-are guessed seen and the k- lowest unseen (ties broken by the order given, seen first).
+are guessed seen and the k- lowest unseen.
+
+Ties. A guess may depend on the run's output only, never on the labels it guesses: where equal
+scores straddle the k+-th (or the k-th lowest) place, which of them are guessed is not determined
+by the scores, and v is counted for the least favourable choice, the minimum over every order of
+the tied scores (within a tie, unseen canaries rank above seen ones: the top k+ then holds the
+fewest seen canaries and the bottom k- the fewest unseen). Any label-independent tie-break (e.g. a
+random one) makes at least that many correct guesses, and the bound only grows with v, so the
+minimum keeps the theorem's guarantee: identical samples certify 0. Continuous scores have no ties
+and give the same v under every rule.
 
 The bound (their main theorem, Sec. 3). If the mechanism is (eps, delta)-DP in each canary and the
 canaries are inserted independently with probability 1/2, then with
@@ -76,14 +85,15 @@ def check_guesses(guesses, num_seen: int, num_unseen: int) -> Tuple[Tuple[int, i
 
 def correct_guesses(seen, unseen, pairs) -> np.ndarray:
   """The number of correct guesses of each (k+, k-) pair: seen canaries among the k+ highest
-  scores plus unseen ones among the k- lowest (ties in the order seen, then unseen, as given)."""
+  scores plus unseen ones among the k- lowest, the fewest over every order of tied scores (module
+  docstring: within a tie, unseen rank above seen)."""
   seen = bound_lib.check_scores(seen, 'seen')
   unseen = bound_lib.check_scores(unseen, 'unseen')
   pairs = check_guesses(pairs, seen.size, unseen.size)
   scores = np.concatenate([seen, unseen])
   is_seen = np.concatenate([np.ones(seen.size), np.zeros(unseen.size)])
-  # Stable sort on the negated scores: highest first, ties in the order given.
-  order = np.argsort(-scores, kind='stable')
+  # Highest score first; within a tie unseen first, the least favourable order (module docstring).
+  order = np.lexsort((is_seen, -scores))
   seen_prefix = np.concatenate([[0], np.cumsum(is_seen[order])])  # seen among the top j
   m = scores.size
   counts = []

@@ -2,26 +2,33 @@
 against an independent implementation of their p-value, on the issue's example, and its coverage
 over many seeds of mu-GDP scores."""
 
+import itertools
 import math
 
 import numpy as np
 import pytest
 import scipy.stats
 
-from dp_ftrl_tff.auditing import gdp, one_run
+from dp_ftrl_tff.auditing import gdp, one_run, one_run_fdp
 
 pytestmark = pytest.mark.unit
 
 
 def _correct_by_sorting(seen, unseen, plus, minus):
-  """Correct guesses when the `plus` highest scores are guessed seen and the `minus` lowest unseen
-  (ties: seen before unseen, each in the order given)."""
-  labelled = [(-s, i, True) for i, s in enumerate(seen)] + [
-      (-s, len(seen) + i, False) for i, s in enumerate(unseen)]
-  ranked = sorted(labelled)
-  top, bottom = ranked[:plus], ranked[len(ranked) - minus:] if minus else []
-  return sum(1 for _, _, is_seen in top if is_seen) + sum(
-      1 for _, _, is_seen in bottom if not is_seen)
+  """Correct guesses when the `plus` highest scores are guessed seen and the `minus` lowest unseen,
+  the fewest over every order of tied scores, by brute force: every arrangement of each group of
+  equal scores is tried (small groups only)."""
+  groups = {}
+  for score, is_seen in [(s, True) for s in seen] + [(s, False) for s in unseen]:
+    groups.setdefault(float(score), []).append(is_seen)
+  ordered = [groups[score] for score in sorted(groups, reverse=True)]
+  fewest = None
+  for arrangement in itertools.product(*(set(itertools.permutations(g)) for g in ordered)):
+    ranked = [is_seen for group in arrangement for is_seen in group]
+    bottom = ranked[len(ranked) - minus:] if minus else []
+    correct = sum(ranked[:plus]) + sum(1 for is_seen in bottom if not is_seen)
+    fewest = correct if fewest is None else min(fewest, correct)
+  return fewest
 
 
 def _p_value_by_sums(m, r, v, epsilon, delta):
@@ -153,3 +160,37 @@ def test_guess_counts():
 def test_invalid_arguments_are_named(call, name):
   with pytest.raises(ValueError, match=f'`{name}`'):
     call()
+
+
+@pytest.mark.parametrize('plus, minus', [(1, 0), (0, 1), (2, 2), (3, 1), (4, 4), (6, 5)])
+def test_ties_count_the_least_favourable_order_as_brute_force_does(plus, minus):
+  # Small samples with ties inside and across them, on the guess boundaries.
+  seen, unseen = np.array([3.0, 2.0, 2.0, 1.0, 0.0, 0.0]), np.array([2.0, 2.0, 1.0, 1.0, 0.0])
+  (count,) = one_run.correct_guesses(seen, unseen, [(plus, minus)])
+  assert count == _correct_by_sorting(seen, unseen, plus, minus)
+
+
+def test_identical_samples_certify_nothing():
+  # No leakage at all (true epsilon 0): every guess inside the one tie is counted wrong.
+  zeros = np.zeros(1000)
+  assert one_run.one_run_bound(zeros, zeros, 1e-6).epsilon == 0.0
+  assert one_run_fdp.one_run_fdp_bound(zeros, zeros, 1e-6).epsilon == 0.0
+  rng = np.random.default_rng(0)
+  values = rng.normal(size=500).round()  # equal samples of tied values
+  assert one_run.one_run_bound(values, rng.permutation(values), 1e-6).epsilon == 0.0
+
+
+@pytest.mark.parametrize('epsilon', [0.5, 1.0, 2.0])
+def test_randomized_response_scores_stay_below_their_epsilon(epsilon):
+  """Binary scores of epsilon-randomized response (a seen canary scores 1 with probability
+  e^eps / (1 + e^eps), an unseen one with 1 / (1 + e^eps)): the mechanism is exactly
+  (epsilon, 0)-DP per canary, so at 95% at most 5% of the seeds may certify more; 200 seeds, and
+  the count must stay within the binomial's 99.9% quantile."""
+  q = math.exp(epsilon) / (1 + math.exp(epsilon))
+  exceed = 0
+  for seed in range(200):
+    rng = np.random.default_rng(seed)
+    seen = (rng.random(500) < q).astype(float)
+    unseen = (rng.random(500) < 1 - q).astype(float)
+    exceed += one_run.one_run_bound(seen, unseen, 1e-6).epsilon > epsilon
+  assert exceed <= scipy.stats.binom.ppf(0.999, 200, 0.05), exceed
