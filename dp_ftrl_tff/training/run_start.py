@@ -117,8 +117,7 @@ def start_run(task: task_lib.Task, config: run_config.RunConfig,
   record_checks.check_plan(resumption, checkpoint_records.plan_document(plan))
   # The noise state's buffers are model-sized: a mechanism option that makes too many of them is
   # refused before TFF allocates them (`memory.check_noise_state_fits`).
-  model_checks.check_model_fits_data(task)
-  num_params = model_checks.count_params(task.model_fn)
+  num_params = model_checks.check_model_fits_data(task)
   memory.check_noise_state_fits(plan.strategy, config.rounds, num_params)
   canary_ids, canaries = canary_clients.run_canaries(train_ids, config.canary_clients,
                                                      config.seed, plan)

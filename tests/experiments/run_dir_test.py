@@ -76,14 +76,7 @@ def _background_run(tmp_path_factory, name, extra=()):
 
 
 def assert_same_run(run, expected):
-  run_files.assert_same_leaves(run_files.checkpoint_leaves(run, ROUNDS),
-                               run_files.checkpoint_leaves(expected, ROUNDS))
-  assert run_files.metrics_rows(run) == run_files.metrics_rows(expected)
-  assert len(run_files.metrics_rows(run)) == ROUNDS
-  assert (run_files.read_bytes(os.path.join(run, 'participation.csv'))
-          == run_files.read_bytes(os.path.join(expected, 'participation.csv')))
-  leftovers = [name for name in os.listdir(os.path.join(run, 'checkpoints')) if '_temp' in name]
-  assert not leftovers
+  run_files.assert_same_run(run, expected, ROUNDS)
 
 
 def _stopped_line(binary, signal_name):

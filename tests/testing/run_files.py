@@ -86,3 +86,16 @@ def assert_same_leaves(got: list, want: list) -> None:
       assert a == b
     else:
       np.testing.assert_array_equal(a, b)
+
+
+def assert_same_run(run, expected, rounds: int, logs=('participation.csv',)) -> None:
+  """Run directory `run` ends as `expected` (an uninterrupted run of `rounds` rounds): the same
+  last checkpoint bit for bit, metrics rows (but the wall clock), and bytes of each of `logs`; no
+  checkpoint temp file left."""
+  assert_same_leaves(checkpoint_leaves(run, rounds), checkpoint_leaves(expected, rounds))
+  rows = metrics_rows(run)
+  assert rows == metrics_rows(expected) and len(rows) == rounds
+  for name in logs:
+    assert (read_bytes(os.path.join(run, name))
+            == read_bytes(os.path.join(expected, name))), name
+  assert not [name for name in os.listdir(os.path.join(run, 'checkpoints')) if '_temp' in name]
