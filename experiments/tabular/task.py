@@ -15,6 +15,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from dp_ftrl_tff.training import task as task_lib
+from experiments.run import sqlite_data
 
 NUM_FEATURES = 20
 NUM_CLASSES = 5
@@ -69,7 +70,11 @@ def build_task(config) -> task_lib.Task:
                              config.seed)
   if config.data == 'synthetic':
     train = tff.simulation.datasets.TestClientData(clients)
-  else:
+  else:  # checked as the drivers check theirs: a bad file is one line naming `--data`
+    sqlite_data.check_sqlite_file(
+        config.data, flag='data', expected="TFF's SqlClientData file of `write_population`",
+        splits=('default_split',),
+        features={'x': ('float_list', NUM_FEATURES), 'y': ('int64_list', 1)})
     train = tff.simulation.datasets.load_and_parse_sql_client_data(config.data, ELEMENT_SPEC)
 
   def preprocess(dataset):

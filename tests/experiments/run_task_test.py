@@ -133,6 +133,20 @@ def test_a_bad_task_entry_is_one_line(tmp_path, args, message):
   assert lines[0].startswith('run_task.py: error: ')
 
 
+@pytest.mark.parametrize('content', [None, b'', b'not a database'], ids=['missing', 'empty', 'text'])
+def test_a_bad_data_file_of_the_task_is_one_line_naming_data(tmp_path, content):
+  path = tmp_path / 'clients.sqlite'
+  if content is not None:
+    path.write_bytes(content)
+  code, _, err = binaries.run_in_process(
+      binaries.TASK, [_ENTRY, f'--root_output_dir={tmp_path / "runs"}', f'--data={path}'],
+      files=True)
+  lines = err.strip().splitlines()
+  assert code == 2 and len(lines) == 1, err
+  assert lines[0].startswith(f'run_task.py: error: --data: {path} '), lines
+  assert not (tmp_path / 'runs').exists()  # nothing written
+
+
 def test_help_lists_the_task_entry():
   code, out, err = binaries.run_in_process(binaries.TASK, ['--help'])
   assert code == 0, err
